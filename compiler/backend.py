@@ -1,0 +1,31 @@
+"""The CPU backend: compile -> emit -> package, in one call.
+
+``build_library`` is what the ``tfaot build`` orchestrator calls once the
+frontend has produced MLIR and a ``ProgramSignature``. It writes only into
+``out_dir`` (results) and ``workdir`` (intermediates the caller may keep).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import compile as compile_mod
+from . import emit as emit_mod
+from . import package as package_mod
+from .program import ProgramSignature
+
+
+def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *, name: str,
+                  triple: str | None = None, cpu: str | None = None,
+                  workdir: Path) -> dict:
+    """Builds the C library of one model; returns its manifest (also NAME.json).
+
+    ``triple`` defaults to the host's, ``cpu`` to ``host`` for the host's
+    triple and ``generic`` otherwise. Raises ``TfaotError`` on any failure.
+    """
+    package_mod.check_name(name)
+    workdir = Path(workdir)
+    compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
+                                          triple=triple, cpu=cpu)
+    vm = emit_mod.translate(compiled.vm_asm, prefix=name)
+    return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
+                               workdir=workdir / "package")

@@ -1,0 +1,247 @@
+"""Compile stage: StableHLO + ml_program MLIR -> IREE VM program + kernel object.
+
+This module is the one place where tfaot's options become iree-compile flags
+(``cpu_flags``); everything else calls ``compile_module``. The flag set and
+the reasons for each flag are in shared/iree-notes.md section 0:
+
+* ``inline-dynamic`` execution model: the host program is a small VM module
+  that calls 9 ``hal_inline``/``hal_loader`` imports, which our runtime shim
+  implements;
+* ``link-static`` + ``static-library-output-path``: kernels land in one
+  relocatable object with a single ``<lib>_library_query`` entry point;
+* ``inline-constants-max-byte-length`` + ``const-expr-hoisting=false``: the
+  workaround for the inline-mode dropped-constant bug (iree-notes 1.4).
+"""
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import TfaotError
+
+#: The compiler release the backend is tested against (kernel ABI, VM op set).
+PINNED_COMPILER_VERSION = "3.13.0"
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """What iree-compile produced for one model."""
+
+    vm_asm_path: Path        # host program as VM IR text (--output-format=vm-asm)
+    kernel_object: Path      # relocatable object with the dispatch functions
+    library_query: str       # the object's exported query symbol
+    compiler_version: str    # e.g. "3.13.0rc20261016 @ 89ece87b..."
+    triple: str
+    cpu: str
+
+    @property
+    def vm_asm(self) -> str:
+        return self.vm_asm_path.read_text()
+
+
+def host_triple() -> str:
+    """The LLVM target triple of the machine running tfaot."""
+    machine = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    system = platform.system().lower()
+    if system == "linux":
+        return f"{arch}-unknown-linux-gnu"
+    if system == "darwin":
+        return f"{arch}-apple-darwin"
+    return f"{arch}-unknown-{system}"
+
+
+def is_host_triple(triple: str) -> bool:
+    """True when code for ``triple`` runs on this machine (arch and OS match)."""
+    want = host_triple().split("-")
+    got = triple.split("-")
+    return got[0] == want[0] and want[2] in triple
+
+
+def default_cpu(triple: str) -> str:
+    """``host`` for the host's triple (fastest code here), else ``generic``."""
+    return "host" if is_host_triple(triple) else "generic"
+
+
+def iree_compile_binary() -> str:
+    """The iree-compile of the pinned iree-base-compiler package."""
+    try:
+        from iree.compiler.tools.binaries import find_tool
+    except ImportError as e:  # pragma: no cover - environment problem
+        raise TfaotError(
+            "iree-base-compiler is not installed; install the pinned version "
+            f"(iree-base-compiler=={PINNED_COMPILER_VERSION}.*)") from e
+    return find_tool("iree-compile")
+
+
+def compiler_version() -> str:
+    """The version line of the pinned iree-compile, without the banner."""
+    out = subprocess.run([iree_compile_binary(), "--version"], capture_output=True,
+                         text=True, check=False).stdout
+    m = re.search(r"IREE compiler version (\S+(?: @ \S+)?)", out)
+    return m.group(1) if m else out.strip().splitlines()[0] if out.strip() else "unknown"
+
+
+def cpu_flags(*, triple: str, cpu: str, kernel_object: Path) -> list[str]:
+    """iree-compile flags of the CPU (llvm-cpu, inline-dynamic, static) build."""
+    flags = [
+        "--iree-input-type=stablehlo",
+        "--iree-execution-model=inline-dynamic",
+        "--iree-hal-target-backends=llvm-cpu",
+        f"--iree-llvmcpu-target-triple={triple}",
+        f"--iree-llvmcpu-target-cpu={cpu}",
+        # Never pass --iree-llvmcpu-target-cpu-features=host: combined with
+        # cpu=generic it crashes iree-compile (iree-notes 1.3).
+        "--iree-llvmcpu-link-embedded=false",
+        "--iree-llvmcpu-link-static",
+        f"--iree-llvmcpu-static-library-output-path={kernel_object}",
+        "--iree-flow-inline-constants-max-byte-length=1000000000",
+        "--iree-opt-const-expr-hoisting=false",
+        # Exact bytes for composite rodata (non-splat initial values of globals).
+        "--mlir-print-elementsattrs-with-hex-if-larger=0",
+        "--output-format=vm-asm",
+    ]
+    return flags
+
+
+def _first_error_line(stderr: str) -> str:
+    for line in stderr.splitlines():
+        if "error:" in line:
+            return line.strip()
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return lines[0] if lines else "iree-compile failed without a message (it may have crashed)"
+
+
+def _query_symbol(kernel_object: Path) -> str:
+    """The single global ``*_library_query`` symbol defined by the object."""
+    out = subprocess.run(["nm", "-g", "--defined-only", str(kernel_object)],
+                         capture_output=True, text=True, check=False)
+    names = [ln.split()[-1] for ln in out.stdout.splitlines()
+             if ln.strip().endswith("_library_query")]
+    if len(names) != 1:
+        raise TfaotError(
+            f"kernel object {kernel_object.name} defines {len(names)} library query "
+            f"symbols ({', '.join(names) or 'none'}); expected exactly one")
+    return names[0]
+
+
+def _run_iree_compile(args: list[str], workdir: Path, name: str, triple: str, cpu: str, *,
+                      expect: list[Path]) -> None:
+    cmd = [iree_compile_binary(), *args]
+    with open(workdir / "iree-compile.cmd", "a") as f:
+        f.write("iree-compile " + " ".join(args) + "\n")
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not all(p.exists() for p in expect):
+        (workdir / "iree-compile.stderr").write_text(proc.stderr)
+        how = (f"exit code {proc.returncode}" if proc.returncode >= 0
+               else f"killed by signal {-proc.returncode}")
+        raise TfaotError(
+            f"iree-compile failed ({how}) for model '{name}' (triple {triple}, cpu {cpu}): "
+            f"{_first_error_line(proc.stderr)}")
+
+
+def split_allocations(hal_text: str) -> str:
+    """Makes every ``hal_inline.buffer.allocate`` of a function distinct.
+
+    Compiler bug worked around here (iree-compile 3.13.0, inline-dynamic):
+    the ``hal_inline.buffer.allocate`` import is declared ``nosideeffects``,
+    so the VM pipeline's CSE merges two allocations with the same alignment
+    and size into ONE buffer. Two live tensors then share memory and results
+    are silently wrong (e.g. a new state and an output computed from it).
+    Giving each duplicate a slightly larger, unique size (+k bytes) keeps
+    them apart; the arena rounds sizes up to 64 bytes, so this costs nothing
+    in most cases.
+    """
+    from iree.compiler import ir
+
+    ctx = ir.Context()
+    module = ir.Module.parse(hal_text, ctx)
+    changed = False
+    with ctx:
+        index = ir.IndexType.get()
+
+        def collect(op, out):
+            for region in op.regions:
+                for block in region.blocks:
+                    for child in block.operations:
+                        if child.operation.name == "hal_inline.buffer.allocate":
+                            out.append(child)
+                        collect(child.operation, out)
+
+        def const_value(value):
+            owner = value.owner
+            if hasattr(owner, "name") and owner.name == "arith.constant":
+                return ir.IntegerAttr(owner.attributes["value"]).value
+            return None
+
+        for top in module.body.operations:
+            allocs: list = []
+            collect(top.operation, allocs)
+            if len(allocs) < 2:
+                continue
+            sizes = {const_value(a.operands[1]) for a in allocs}
+            groups: dict = {}
+            for a in allocs:
+                groups.setdefault((a.operands[0], a.operands[1]), []).append(a)
+            for group in groups.values():
+                for k, a in enumerate(group[1:], start=1):
+                    base = const_value(a.operands[1])
+                    extra = k
+                    if base is not None:
+                        while base + extra in sizes:
+                            extra += 1
+                        sizes.add(base + extra)
+                    with ir.InsertionPoint(a), a.location:
+                        c = ir.Operation.create("arith.constant", results=[index],
+                                                attributes={"value": ir.IntegerAttr.get(index, extra)})
+                        total = ir.Operation.create("arith.addi", results=[index],
+                                                    operands=[a.operands[1], c.result])
+                    a.operands[1] = total.result
+                    changed = True
+    return str(module) if changed else hal_text
+
+
+def compile_module(mlir_text: str, workdir: Path, *, name: str, triple: str | None = None,
+                   cpu: str | None = None) -> CompiledModule:
+    """Runs iree-compile on ``mlir_text``; artifacts are written to ``workdir``.
+
+    ``workdir`` receives ``NAME.mlir`` (the input), ``NAME.vm.mlir`` (host
+    program) and ``NAME_kernels.o``; the caller decides whether to keep it.
+    """
+    triple = triple or host_triple()
+    if cpu is None:
+        cpu = default_cpu(triple)
+    if cpu == "host" and not is_host_triple(triple):
+        raise TfaotError(
+            f"--cpu=host is only valid when building for this machine ({host_triple()}); "
+            f"for {triple} name a CPU (e.g. cortex-m4) or use generic")
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = workdir / f"{name}.mlir"
+    src.write_text(mlir_text)
+    vm_asm = workdir / f"{name}.vm.mlir"
+    kernels = workdir / f"{name}_kernels.o"
+    for stale in (vm_asm, kernels, workdir / "iree-compile.cmd"):
+        stale.unlink(missing_ok=True)
+    # Phase 1 (to the end of the HAL phase) writes the kernel object; between
+    # the phases allocations are made distinct (see split_allocations);
+    # phase 2 lowers to the VM program. Relative paths keep temp directories
+    # out of anything the compiler records.
+    hal_stage = workdir / f"{name}.hal.mlir"
+    flags = cpu_flags(triple=triple, cpu=cpu, kernel_object=Path(kernels.name))
+    _run_iree_compile([src.name, *flags, "--compile-to=hal", "-o", hal_stage.name],
+                      workdir, name, triple, cpu, expect=[hal_stage, kernels])
+    hal_stage.write_text(split_allocations(hal_stage.read_text()))
+    _run_iree_compile([hal_stage.name, "--compile-from=hal", *flags, "-o", vm_asm.name],
+                      workdir, name, triple, cpu, expect=[vm_asm])
+    return CompiledModule(
+        vm_asm_path=vm_asm,
+        kernel_object=kernels,
+        library_query=_query_symbol(kernels),
+        compiler_version=compiler_version(),
+        triple=triple,
+        cpu=cpu,
+    )

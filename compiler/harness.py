@@ -1,0 +1,139 @@
+"""Verify helper: drive a built model's shared library from Python (ctypes).
+
+    m = tfaot.harness.load("out/model")   # reads model.json, loads libmodel.so, calls init()
+    y = m.step(x)                          # x: numpy array of the input shape/dtype
+    ys = m.step_n(xs)                      # xs: (n, *input shape)
+    m.reset()
+
+Each ``Model`` owns one context (64-byte aligned memory that it allocates
+once), so several models or several contexts of one model can coexist.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TfaotError
+
+
+class Model:
+    """One context of a built model library."""
+
+    def __init__(self, lib_dir: Path, manifest: dict, lib: ctypes.CDLL):
+        self.dir = lib_dir
+        self.manifest = manifest
+        self.name = manifest["name"]
+        self._lib = lib
+        inp, out = manifest["inputs"][0], manifest["outputs"][0]
+        self.input_shape = tuple(inp["shape"])
+        self.output_shape = tuple(out["shape"])
+        self.input_dtype = np.dtype(inp["dtype"])
+        self.output_dtype = np.dtype(out["dtype"])
+        self._fn = {}
+        for fn, restype, argtypes in (
+                ("ctx_size", ctypes.c_size_t, []),
+                ("init", ctypes.c_int, [ctypes.c_void_p]),
+                ("reset", ctypes.c_int, [ctypes.c_void_p]),
+                ("step", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
+                ("step_n", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.c_size_t]),
+                ("deinit", None, [ctypes.c_void_p]),
+                ("status_string", ctypes.c_char_p, [ctypes.c_int])):
+            f = getattr(lib, f"{self.name}_{fn}")
+            f.restype = restype
+            f.argtypes = argtypes
+            self._fn[fn] = f
+        size = int(self._fn["ctx_size"]())
+        align = int(manifest.get("ctx_align", 64))
+        if manifest.get("ctx_size") and size > manifest["ctx_size"]:
+            raise TfaotError(f"{self.name}: library context size {size} exceeds the manifest's "
+                             f"{manifest['ctx_size']}; the build folder is inconsistent")
+        self._mem = np.zeros(size + align, dtype=np.uint8)
+        base = self._mem.ctypes.data
+        self._ctx = ctypes.c_void_p(base + (-base % align))
+        self._live = False
+
+    # -- helpers ---------------------------------------------------------------
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            text = self._fn["status_string"](status).decode()
+            raise TfaotError(f"{self.name}_{what} failed with status {status}: {text}")
+
+    def _as_input(self, x, batch: int | None) -> np.ndarray:
+        x = np.asarray(x)
+        want = self.input_shape if batch is None else (batch, *self.input_shape)
+        if x.dtype != self.input_dtype:
+            raise TfaotError(f"{self.name}: input has dtype {x.dtype}, the model takes "
+                             f"{self.input_dtype} (convert with .astype(np.{self.input_dtype}))")
+        if tuple(x.shape) != tuple(want):
+            hint = "(n, " + ", ".join(map(str, self.input_shape)) + ")" if batch is not None \
+                else str(self.input_shape)
+            raise TfaotError(f"{self.name}: input has shape {tuple(x.shape)}, expected {hint}")
+        return np.ascontiguousarray(x)
+
+    # -- API ---------------------------------------------------------------------
+    def init(self) -> None:
+        """(Re)initialises the context: state = initial value."""
+        if self._live:
+            self._fn["deinit"](self._ctx)
+        self._check(self._fn["init"](self._ctx), "init")
+        self._live = True
+
+    def reset(self) -> None:
+        self._check(self._fn["reset"](self._ctx), "reset")
+
+    def step(self, x) -> np.ndarray:
+        """One step; returns a new array of the output shape."""
+        x = self._as_input(x, None)
+        y = np.empty(self.output_shape, dtype=self.output_dtype)
+        self._check(self._fn["step"](self._ctx, x.ctypes.data, y.ctypes.data), "step")
+        return y
+
+    def step_n(self, xs) -> np.ndarray:
+        """Runs len(xs) steps in order; returns (n, *output shape)."""
+        xs = np.asarray(xs)
+        n = xs.shape[0] if xs.ndim else 0
+        xs = self._as_input(xs, n)
+        ys = np.empty((n, *self.output_shape), dtype=self.output_dtype)
+        self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, ys.ctypes.data, n), "step_n")
+        return ys
+
+    def close(self) -> None:
+        if self._live:
+            self._fn["deinit"](self._ctx)
+            self._live = False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
+    """Loads ``lib_dir/NAME.json`` and ``lib_dir/libNAME.so``; calls init() unless told not to."""
+    lib_dir = Path(lib_dir)
+    if name is None:
+        manifests = sorted(lib_dir.glob("*.json"))
+        if len(manifests) != 1:
+            raise TfaotError(f"{lib_dir}: expected one model manifest (*.json), found "
+                             f"{len(manifests)}; pass name=")
+        path = manifests[0]
+    else:
+        path = lib_dir / f"{name}.json"
+    if not path.exists():
+        raise TfaotError(f"{lib_dir}: no manifest {path.name}; build the model first")
+    manifest = json.loads(path.read_text())
+    so = lib_dir / f"lib{manifest['name']}.so"
+    if not so.exists():
+        raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
+                         f"host triple (this build: {manifest.get('triple')})")
+    if len(manifest["inputs"]) != 1 or len(manifest["outputs"]) != 1:
+        raise TfaotError(f"{manifest['name']}: the harness supports one input and one output")
+    model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
+    if init:
+        model.init()
+    return model

@@ -1,0 +1,436 @@
+"""Load stage for graph formats: frozen GraphDefs and SavedModels.
+
+Every graph format ends up as one *frozen* ``GraphDef`` (weights are
+``Const`` nodes) plus the names of its input placeholder(s) and output
+tensors; ``streamify_graph`` works on that.
+
+* frozen GraphDef: binary ``.pb`` or text ``.pbtxt``, told apart by content
+  (a text proto parses as text, anything else is tried as binary).
+* SavedModel v2 (``tf.saved_model.save``, Keras 3 ``model.export``):
+  ``tf.saved_model.load`` -> the serving signature -> re-traced at batch 1
+  with the time dimension kept as in the signature (usually ``None``) ->
+  ``convert_variables_to_constants_v2(lower_control_flow=False)``, which
+  keeps functional ``While`` loops (tf-import-notes §2.1, §4).
+* SavedModel v1 (TF1 ``SavedModelBuilder``): loaded into a TF1 session and
+  frozen with ``convert_variables_to_constants``; its loops are usually v1
+  control flow (Enter/Exit/...), which ``streamify_graph`` functionalises.
+
+Inputs are the ``Placeholder`` nodes (the dangling
+``unused_control_flow_input*`` ones that freezing leaves behind are
+ignored) or the signature inputs; outputs are the nodes nothing consumes or
+the signature outputs. Both can be overridden.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import TfaotError
+
+# Node types that are never a model output even if nothing consumes them.
+_NOT_OUTPUTS = {"NoOp", "Assert", "Placeholder", "Const", "VarHandleOp", "VariableV2",
+                "SaveV2", "RestoreV2", "Enter", "NextIteration", "LoopCond"}
+_UNUSED_CF_INPUT = re.compile(r"(^|/)unused_control_flow_input(_\d+)?$")
+
+
+@dataclass
+class GraphInput:
+    """One input placeholder of the graph (its full, sequence shape)."""
+
+    name: str  # node name, no ":0"
+    dtype: str  # numpy dtype name
+    shape: tuple[int | None, ...] | None  # None for an unknown rank / dim
+    time_axis: int | None = None  # None: chosen by streamify_graph
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype,
+                "shape": None if self.shape is None else list(self.shape),
+                "time_axis": self.time_axis}
+
+
+@dataclass
+class LoadedGraph:
+    """A frozen graph and its interface, as ``streamify_graph`` needs it."""
+
+    path: Path  # the model path, for messages
+    format: str  # "graphdef" or "savedmodel"
+    graph_def: Any  # tf.compat.v1.GraphDef, frozen
+    inputs: list[GraphInput]
+    outputs: list[str]  # tensor names, "node:0"
+    output_names: list[str]  # user-facing names (signature keys or node names)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------
+# Public entry points
+
+
+def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = None,
+               outputs: Sequence[str] | str | None = None,
+               time_axis: int | None = None) -> LoadedGraph:
+    """Load a frozen GraphDef (.pb/.pbtxt) or a SavedModel folder (v1 or v2).
+
+    ``inputs``: ``NAME:SHAPE`` strings (``"x:1x100x40"``, ``"x:1,?,40"``; a
+    comma-separated string of several is accepted too); ``outputs``: node or
+    tensor names; ``time_axis``: the time axis of the (first) input.
+    """
+    from .tfenv import quiet_tensorflow
+
+    quiet_tensorflow()
+    path = Path(path)
+    if not path.exists():
+        raise TfaotError(f"{path}: no such file or directory")
+    input_specs = parse_input_specs(inputs, path)
+    output_specs = parse_output_specs(outputs)
+    if path.is_dir():
+        if not ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
+            raise TfaotError(f"{path}: a folder, but not a SavedModel (no saved_model.pb inside)")
+        loaded = _load_saved_model(path, input_specs, output_specs)
+    else:
+        graph_def, text = read_graph_def(path)
+        loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
+        loaded.details["text_format"] = text
+    if time_axis is not None:
+        if not loaded.inputs:
+            raise TfaotError(f"{path}: --time-axis given but the graph has no input")
+        inp = loaded.inputs[0]
+        rank = None if inp.shape is None else len(inp.shape)
+        if rank is not None and not -rank <= time_axis < rank:
+            raise TfaotError(f"{path}: time axis {time_axis} is out of range for input "
+                             f"'{inp.name}' of shape {_fmt_shape(inp.shape)}")
+        inp.time_axis = time_axis % rank if rank else time_axis
+    return loaded
+
+
+def read_graph_def(path: Path):
+    """Read a GraphDef, text or binary (detected from the content)."""
+    import tensorflow as tf
+    from google.protobuf import message, text_format
+
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TfaotError(f"{path}: cannot read: {e.strerror}") from None
+    if not data:
+        raise TfaotError(f"{path}: the file is empty")
+    graph_def = tf.compat.v1.GraphDef()
+    if _looks_like_text(data):
+        try:
+            text_format.Parse(data.decode("utf-8"), graph_def)
+        except (text_format.ParseError, UnicodeDecodeError) as e:
+            raise TfaotError(f"{path}: not a valid text GraphDef (.pbtxt): {e}") from None
+        _check_nonempty(graph_def, path)
+        return graph_def, True
+    try:
+        graph_def.ParseFromString(data)
+    except (message.DecodeError, RuntimeError, ValueError) as e:
+        raise TfaotError(f"{path}: not a valid GraphDef: cannot parse it as a binary "
+                         f"protobuf ({e}); the file may be truncated or not a model") from None
+    _check_nonempty(graph_def, path)
+    # A random byte string can parse as a protobuf with garbage fields; a
+    # real GraphDef has nodes with an op and a name.
+    for node in graph_def.node:
+        if not node.op or not node.name:
+            raise TfaotError(f"{path}: not a valid GraphDef: a node without an op or name "
+                             "(the file may be truncated or not a model)")
+    return graph_def, False
+
+
+def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
+                        output_specs=None, details: dict | None = None) -> LoadedGraph:
+    """Find inputs/outputs of an in-memory frozen GraphDef."""
+    import tensorflow as tf
+
+    nodes = {n.name: n for n in graph_def.node}
+    consumed = set()
+    for n in graph_def.node:
+        for i in n.input:
+            consumed.add(_node_of(i))
+    inputs: list[GraphInput] = []
+    if input_specs:
+        for name, shape in input_specs:
+            node = nodes.get(name)
+            if node is None:
+                raise TfaotError(f"{path}: input node '{name}' is not in the graph")
+            dtype = tf.dtypes.as_dtype(node.attr["dtype"].type).name if "dtype" in node.attr \
+                else "float32"
+            if shape is None:
+                shape = _placeholder_shape(node)
+            inputs.append(GraphInput(name, dtype, shape))
+    else:
+        for n in graph_def.node:
+            if n.op in ("Placeholder", "PlaceholderV2") and not _UNUSED_CF_INPUT.search(n.name):
+                if n.name not in consumed:
+                    continue  # dangling placeholder (freezing leftovers)
+                inputs.append(GraphInput(n.name, tf.dtypes.as_dtype(n.attr["dtype"].type).name,
+                                         _placeholder_shape(n)))
+        if not inputs:
+            raise TfaotError(f"{path}: the graph has no input: no Placeholder node found "
+                             "(give one with --inputs NAME:SHAPE)")
+    if output_specs:
+        outputs = []
+        for name in output_specs:
+            node_name, _, idx = name.partition(":")
+            if node_name not in nodes:
+                raise TfaotError(f"{path}: output node '{node_name}' is not in the graph")
+            outputs.append(f"{node_name}:{idx or 0}")
+        output_names = [o.partition(":")[0] for o in output_specs]
+    else:
+        outs = [n for n in graph_def.node
+                if n.name not in consumed and n.op not in _NOT_OUTPUTS
+                and not n.op.startswith("Save") and not n.op.startswith("Restore")]
+        if not outs:
+            raise TfaotError(f"{path}: cannot find the graph's output: every node is "
+                             "consumed by another (give them with --outputs NAME,...)")
+        outputs = [f"{n.name}:0" for n in outs]
+        output_names = [n.name for n in outs]
+    return LoadedGraph(path, fmt, graph_def, inputs, outputs, output_names, dict(details or {}))
+
+
+def parse_input_specs(inputs, path=None) -> list[tuple[str, tuple | None]] | None:
+    """``"x:1x100x40"`` / ``["x:1,?,40", "y"]`` -> ``[("x", (1, None, 40)), ...]``."""
+    if inputs is None:
+        return None
+    if isinstance(inputs, str):
+        # "a:1x2x3,b:4x5"; a piece that is only a dimension ("x:1,?,40")
+        # continues the previous item.
+        items = []
+        for piece in inputs.split(","):
+            piece = piece.strip()
+            if items and re.fullmatch(r"\?|-?\d+|None", piece) and ":" in items[-1]:
+                items[-1] += "," + piece
+            elif piece:
+                items.append(piece)
+    else:
+        items = list(inputs)
+    specs = []
+    for item in items:
+        item = item.strip()
+        name, sep, shape_text = item.rpartition(":")
+        if not sep:
+            specs.append((item, None))
+            continue
+        if name.endswith(":0"):
+            name = name[:-2]
+        dims = [d for d in re.split(r"[x,\s]+", shape_text.strip("[]() ")) if d]
+        shape = []
+        for d in dims:
+            if d in ("?", "-1", "None", "none"):
+                shape.append(None)
+            elif re.fullmatch(r"\d+", d):
+                shape.append(int(d))
+            else:
+                where = f"{path}: " if path else ""
+                raise TfaotError(f"{where}bad input spec '{item}': expected NAME:SHAPE "
+                                 "like x:1x100x40 (use ? for an unknown dimension)")
+        specs.append((name, tuple(shape)))
+    return specs
+
+
+def parse_output_specs(outputs) -> list[str] | None:
+    if outputs is None:
+        return None
+    if isinstance(outputs, str):
+        outputs = [o for o in outputs.split(",")]
+    out = [o.strip() for o in outputs if o.strip()]
+    return out or None
+
+
+# --------------------------------------------------------------------------
+# SavedModel
+
+
+def saved_model_version(path: Path) -> int:
+    """1 for a TF1 (Builder) SavedModel, 2 for one with an object graph."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel()
+    try:
+        if (path / "saved_model.pb").is_file():
+            sm.ParseFromString((path / "saved_model.pb").read_bytes())
+        else:
+            text_format.Parse((path / "saved_model.pbtxt").read_text(), sm)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as e:
+        raise TfaotError(f"{path}: saved_model.pb cannot be parsed (truncated?): {e}") from None
+    if not sm.meta_graphs:
+        raise TfaotError(f"{path}: the SavedModel has no meta graph")
+    return 2 if len(sm.meta_graphs[0].object_graph_def.nodes) > 0 else 1
+
+
+def _load_saved_model(path: Path, input_specs, output_specs) -> LoadedGraph:
+    if saved_model_version(path) == 2:
+        return _load_saved_model_v2(path, input_specs, output_specs)
+    return _load_saved_model_v1(path, input_specs, output_specs)
+
+
+def _pick_signature(sigs: dict, path: Path):
+    if not sigs:
+        raise TfaotError(f"{path}: the SavedModel has no signatures (save it with a "
+                         "serving signature, e.g. Keras model.export(dir))")
+    key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+    return key, sigs[key]
+
+
+def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    try:
+        obj = tf.saved_model.load(str(path))
+    except Exception as e:
+        raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel: "
+                         f"{_first_line(e)}") from None
+    key, sig = _pick_signature(dict(obj.signatures), path)
+    _, kw_specs = sig.structured_input_signature
+    if len(kw_specs) != 1:
+        raise TfaotError(f"{path}: signature '{key}' has {len(kw_specs)} inputs "
+                         f"({', '.join(sorted(kw_specs))}); only one streamed input is supported")
+    in_key, spec = next(iter(kw_specs.items()))
+    shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
+    if input_specs:
+        shape = list(input_specs[0][1]) if input_specs[0][1] is not None else shape
+    if shape is None:
+        raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
+                         "give its shape with --inputs NAME:SHAPE")
+    if shape and shape[0] is None:
+        shape[0] = 1  # batch 1
+    out_keys = sorted(sig.structured_outputs)
+
+    def call(x):
+        res = sig(**{in_key: x})
+        return [res[k] for k in out_keys]
+
+    try:
+        cf = tf.function(call).get_concrete_function(tf.TensorSpec(shape, spec.dtype, name=in_key))
+        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
+    except Exception as e:
+        raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape "
+                         f"{_fmt_shape(shape)}: {_first_line(e)}") from None
+    gd = frozen.graph.as_graph_def()
+    in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
+    outs = [t.name for t in frozen.outputs]
+    loaded = graph_def_to_loaded(
+        gd, path, "savedmodel",
+        [(in_names[0], tuple(shape))],
+        None if output_specs is None else output_specs,
+        details={"savedmodel_version": 2, "signature": key, "signature_input": in_key})
+    if output_specs is None:
+        loaded.outputs = outs
+        loaded.output_names = out_keys
+    return loaded
+
+
+def _load_saved_model_v1(path: Path, input_specs, output_specs) -> LoadedGraph:
+    import tensorflow as tf
+    from google.protobuf import text_format  # noqa: F401
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: F401
+
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
+        try:
+            sm_tags = _first_tags(path)
+            meta = tf.compat.v1.saved_model.loader.load(sess, sm_tags, str(path))
+        except TfaotError:
+            raise
+        except Exception as e:
+            raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel (v1): "
+                             f"{_first_line(e)}") from None
+        key, sig = _pick_signature(dict(meta.signature_def), path)
+        in_items = sorted(sig.inputs.items())
+        out_items = sorted(sig.outputs.items())
+        if input_specs:
+            spec_inputs = input_specs
+        else:
+            if len(in_items) != 1:
+                raise TfaotError(f"{path}: signature '{key}' has {len(in_items)} inputs; "
+                                 "only one streamed input is supported")
+            spec_inputs = [(in_items[0][1].name.partition(":")[0], None)]
+        if output_specs:
+            out_tensors = [o if ":" in o else o + ":0" for o in output_specs]
+            out_names = [o.partition(":")[0] for o in output_specs]
+        else:
+            out_tensors = [v.name for _, v in out_items]
+            out_names = [k for k, _ in out_items]
+        out_nodes = sorted({t.partition(":")[0] for t in out_tensors})
+        try:
+            gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+                sess, graph.as_graph_def(), out_nodes)
+        except Exception as e:
+            raise TfaotError(f"{path}: cannot freeze the SavedModel (v1) variables: "
+                             f"{_first_line(e)}") from None
+    gd = tf.compat.v1.graph_util.extract_sub_graph(gd, out_nodes)
+    loaded = graph_def_to_loaded(gd, path, "savedmodel", spec_inputs, out_tensors,
+                                 details={"savedmodel_version": 1, "signature": key})
+    loaded.output_names = out_names
+    return loaded
+
+
+def _first_tags(path: Path) -> list[str]:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel()
+    if (path / "saved_model.pb").is_file():
+        sm.ParseFromString((path / "saved_model.pb").read_bytes())
+    else:
+        from google.protobuf import text_format
+
+        text_format.Parse((path / "saved_model.pbtxt").read_text(), sm)
+    tags = list(sm.meta_graphs[0].meta_info_def.tags)
+    return tags or ["serve"]
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def _looks_like_text(data: bytes) -> bool:
+    head = data[:4096]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # A multi-byte character cut at 4096 is fine; real binary is not.
+        try:
+            text = head[:-4].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    if "\x00" in text:
+        return False
+    stripped = text.lstrip()
+    return bool(re.match(r"(#|node\s*[{<]|library\s*[{<]|versions\s*[{<]|[a-z_]+\s*[:{<])",
+                         stripped))
+
+
+def _check_nonempty(graph_def, path: Path) -> None:
+    if len(graph_def.node) == 0:
+        raise TfaotError(f"{path}: not a valid GraphDef: it contains no nodes")
+
+
+def _placeholder_shape(node) -> tuple[int | None, ...] | None:
+    if "shape" not in node.attr:
+        return None
+    shp = node.attr["shape"].shape
+    if shp.unknown_rank:
+        return None
+    return tuple(None if d.size < 0 else int(d.size) for d in shp.dim)
+
+
+def _node_of(tensor_name: str) -> str:
+    name = tensor_name[1:] if tensor_name.startswith("^") else tensor_name
+    return name.partition(":")[0]
+
+
+def _fmt_shape(shape) -> str:
+    if shape is None:
+        return "<unknown>"
+    return "x".join("?" if d is None else str(d) for d in shape)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,227 @@
+"""Import stage: step program -> MLIR with only func, stablehlo and ml_program.
+
+1. Freeze the pure step (variables become constants, so weights stay
+   constants in the module rather than globals).
+2. TensorFlow's own converter: ``convert_function`` to the TF dialect, then
+   the ``tf-lower-to-mlprogram-and-hlo`` pipeline, which ends in StableHLO.
+3. Legality: that pipeline keeps ops it cannot lower *silently* (and
+   iree-compile then crashes), so every op is checked here and an op outside
+   the allowed dialects is an error naming the TF op type and node.
+4. Wrap: one private mutable ``ml_program.global`` per state, declared before
+   the functions (IREE 3.13 fails on globals declared after their users),
+   ``@step`` loading the states, calling the pure step and storing the new
+   states, and ``@reset`` storing the initial values.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .errors import TfaotError
+from .program import StateInfo, StepProgram, TensorInfo
+
+ALLOWED_DIALECTS = {"builtin", "func", "stablehlo", "ml_program"}
+PURE_STEP = "pure_step"
+
+
+def import_program(program: StepProgram) -> str:
+    """Return the MLIR text of the streaming module for ``program``."""
+    tf_text = _to_tf_dialect(program)
+    hlo_text = _lower_to_stablehlo(tf_text, program.source)
+    return _wrap(hlo_text, program)
+
+
+def _to_tf_dialect(program: StepProgram) -> str:
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    frozen = convert_variables_to_constants_v2(program.pure_step)
+    try:
+        text = tf.mlir.experimental.convert_function(
+            frozen, pass_pipeline="tf-standard-pipeline", show_debug_info=True)
+    except Exception as e:
+        raise TfaotError(f"{program.source}: TensorFlow could not import the step "
+                         f"function to MLIR: {_first_line(e)}") from None
+    return _rename_single_func(text, "main")
+
+
+def _rename_single_func(text: str, new_name: str) -> str:
+    names = re.findall(r"func\.func @([\w.$-]+)\(", text)
+    public = [n for n in names if not re.search(rf"func\.func private @{re.escape(n)}\(", text)]
+    if len(public) != 1:
+        raise TfaotError(f"internal: expected one public function, found {public}")
+    return re.sub(rf"@{re.escape(public[0])}\b", f"@{new_name}", text)
+
+
+def _lower_to_stablehlo(tf_text: str, source: str) -> str:
+    from tensorflow.python import pywrap_mlir
+
+    try:
+        return pywrap_mlir.experimental_run_pass_pipeline(
+            tf_text, "tf-lower-to-mlprogram-and-hlo", True)
+    except Exception as e:
+        raise TfaotError(f"{source}: lowering to StableHLO failed: {_first_line(e)}") from None
+
+
+# --------------------------------------------------------------------------
+# legality
+
+
+def check_legality(module, source: str) -> None:
+    """Raise naming every op outside the allowed dialects (at most 10)."""
+    bad: list[str] = []
+
+    def visit(op):
+        name = op.name
+        if name.split(".", 1)[0] not in ALLOWED_DIALECTS:
+            bad.append(_describe_illegal(name, op.location))
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    if bad:
+        shown = "; ".join(dict.fromkeys(bad))  # unique, in order
+        raise TfaotError(f"{source}: {len(bad)} op(s) have no StableHLO lowering: "
+                         f"{_shorten(shown)}")
+
+
+def _describe_illegal(op_name: str, location) -> str:
+    tf_type, node = _tf_origin(str(location))
+    where = f" (TF op {tf_type}, node '{node}')" if node else ""
+    return f"'{op_name}'{where}"
+
+
+def _tf_origin(location: str) -> tuple[str | None, str | None]:
+    """Find the TF op type and node name in a debug location.
+
+    With show_debug_info the importer fuses ``loc("OpType:")`` with
+    ``loc("node/name"(callsite...))`` for each op.
+    """
+    op_type = re.search(r'"([A-Za-z0-9_]+):"', location)
+    node = re.search(r'"([^":]+)"\(', location) or re.search(r'"([^":]+)"', location)
+    return (op_type.group(1) if op_type else None, node.group(1) if node else None)
+
+
+def _shorten(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+# --------------------------------------------------------------------------
+# wrapper
+
+
+def _wrap(hlo_text: str, program: StepProgram) -> str:
+    from iree.compiler import ir
+
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        try:
+            module = ir.Module.parse(hlo_text)
+        except Exception as e:
+            raise TfaotError(f"{program.source}: internal: cannot parse lowered "
+                             f"module: {_first_line(e)}") from None
+        check_legality(module, program.source)
+        pure = _single_func(module)
+        pure.attributes["sym_name"] = ir.StringAttr.get(PURE_STEP)
+        pure.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        body = _strip_module(module.operation.get_asm(enable_debug_info=False))
+    sig = program.signature
+    return "\n".join([
+        f"// tfaot streaming module for {program.source.rsplit('/', 1)[-1]}",
+        "module @streaming {",
+        *(_global_decl(i, s) for i, s in enumerate(sig.states)),
+        _step_func(sig.inputs[0], sig.outputs[0], sig.states),
+        _reset_func(sig.states),
+        body,
+        "}",
+        "",
+    ])
+
+
+def _single_func(module):
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    if len(funcs) != 1:
+        raise TfaotError(f"internal: lowered module has {len(funcs)} functions, expected 1")
+    return funcs[0].operation
+
+
+def _strip_module(asm: str) -> str:
+    """The body of ``module { ... }`` as printed, without the wrapper lines."""
+    lines = asm.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("module"))
+    return "\n".join(lines[start + 1:-1])
+
+
+def _tensor_type(t: TensorInfo) -> str:
+    elem = {"float32": "f32"}[t.dtype]
+    return f"tensor<{'x'.join(str(d) for d in t.shape)}x{elem}>"
+
+
+def _dense(value: np.ndarray) -> str:
+    flat = np.asarray(value, np.float32).ravel()
+    if flat.size and np.all(flat == flat[0]):
+        return f"dense<{_f32(flat[0])}>"
+    return f'dense<"0x{flat.astype("<f4").tobytes().hex().upper()}">'
+
+
+def _f32(x) -> str:
+    return f"{float(x):.9e}"
+
+
+def _global_decl(i: int, s: StateInfo) -> str:
+    return (f"  // state {s.name}\n"
+            f"  ml_program.global private mutable @state{i}({_dense(s.initial)} : "
+            f"{_tensor_type(s)}) : {_tensor_type(s)}")
+
+
+def _step_func(x: TensorInfo, y: TensorInfo, states) -> str:
+    types = [_tensor_type(s) for s in states]
+    lines = [f"  func.func @step(%x: {_tensor_type(x)}) -> {_tensor_type(y)} {{"]
+    for i, t in enumerate(types):
+        lines.append(f"    %s{i} = ml_program.global_load @state{i} : {t}")
+    args = ", ".join(["%x"] + [f"%s{i}" for i in range(len(types))])
+    arg_types = ", ".join([_tensor_type(x)] + types)
+    result_types = ", ".join([_tensor_type(y)] + types)
+    lines.append(f"    %r:{1 + len(types)} = func.call @{PURE_STEP}({args}) : "
+                 f"({arg_types}) -> ({result_types})")
+    for i, t in enumerate(types):
+        lines.append(f"    ml_program.global_store @state{i} = %r#{i + 1} : {t}")
+    lines.append(f"    return %r#0 : {_tensor_type(y)}")
+    lines.append("  }")
+    return "\n".join(lines)
+
+
+def _reset_func(states) -> str:
+    """Store each state's initial value.
+
+    IREE 3.13's inline execution model drops constants stored straight into
+    a global (iree-notes §1.4), so the value is computed from the current
+    state: ``select(is_finite(s), s, 0) * 0 + initial``. That equals
+    ``initial`` exactly for every s, NaN and Inf included.
+    """
+    lines = ["  func.func @reset() {"]
+    for i, s in enumerate(states):
+        t = _tensor_type(s)
+        b = t.replace("xf32>", "xi1>")
+        lines += [
+            f"    %old{i} = ml_program.global_load @state{i} : {t}",
+            f"    %zero{i} = stablehlo.constant dense<0.0> : {t}",
+            f"    %init{i} = stablehlo.constant {_dense(s.initial)} : {t}",
+            f"    %finite{i} = stablehlo.is_finite %old{i} : ({t}) -> {b}",
+            f"    %kept{i} = stablehlo.select %finite{i}, %old{i}, %zero{i} : {b}, {t}",
+            f"    %cleared{i} = stablehlo.multiply %kept{i}, %zero{i} : {t}",
+            f"    %new{i} = stablehlo.add %cleared{i}, %init{i} : {t}",
+            f"    ml_program.global_store @state{i} = %new{i} : {t}",
+        ]
+    lines += ["    return", "  }"]
+    return "\n".join(lines)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

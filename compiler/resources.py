@@ -1,0 +1,29 @@
+"""Where tfaot's package data lives: C templates and the runtime shim.
+
+An installed wheel carries them inside the package (``tfaot/codegen_templates``,
+``tfaot/runtime_shim``); a source checkout has them next to ``compiler/``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+_PKG_DIR = Path(__file__).resolve().parent
+
+
+def _find(name: str) -> Path:
+    for candidate in (_PKG_DIR / name, _PKG_DIR.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"tfaot package data folder '{name}' not found next to {_PKG_DIR}; "
+        "the installation is incomplete (reinstall tfaot)")
+
+
+def template_dir() -> Path:
+    """Folder with the jinja2 templates of generated C/H text."""
+    return _find("codegen_templates")
+
+
+def shim_dir() -> Path:
+    """Folder with the runtime shim sources (tfrt.h, tfrt.c, tfrt_abi.h)."""
+    return _find("runtime_shim")

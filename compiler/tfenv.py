@@ -1,0 +1,38 @@
+"""Import TensorFlow quietly.
+
+TensorFlow's C++ side prints several lines (oneDNN, CUDA probing, absl
+warnings) to stderr when it loads; for a command-line tool that is noise
+that hides our own progress and errors. We raise the log level and silence
+file descriptor 2 only while the import runs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_loaded = False
+
+
+def quiet_tensorflow():
+    """Import and return ``tensorflow`` with its start-up chatter suppressed."""
+    global _loaded
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if _loaded or "tensorflow" in sys.modules:
+        _loaded = True
+        import tensorflow as tf
+
+        return tf
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow as tf
+            import keras  # noqa: F401  (also noisy on first import)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    tf.get_logger().setLevel("ERROR")
+    _loaded = True
+    return tf

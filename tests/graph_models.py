@@ -1,0 +1,157 @@
+"""Small recurrent models for the graph-frontend tests (fixed seeds, no network).
+
+Keras 3 models are frozen the two ways ``convert_variables_to_constants_v2``
+can (functional ``While`` and lowered v1 control flow) and saved as SavedModels
+by both writers; TF1 graphs are built with ``tf.compat.v1.while_loop`` +
+``TensorArray`` with control flow v2 switched off, which gives the classic
+Enter/Merge/Switch/NextIteration/Exit frames and ``TensorArrayV3`` ops of TF1
+``dynamic_rnn`` without needing tf_keras.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def keras_model(kind: str, units=(16,), features=8, timesteps=None, return_sequences=True,
+                dense=3, seed=0):
+    """A Sequential of len(units) ``kind`` layers (LSTM/GRU/SimpleRNN), optional Dense."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    layer = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU,
+             "simplernn": keras.layers.SimpleRNN}[kind.lower()]
+    layers = [keras.Input((timesteps, features), batch_size=1 if timesteps else None)]
+    for k, u in enumerate(units):
+        last = k == len(units) - 1
+        layers.append(layer(u, return_sequences=return_sequences or not last))
+    if dense:
+        layers.append(keras.layers.Dense(dense, activation="tanh"))
+    return keras.Sequential(layers)
+
+
+def freeze_keras(model, timesteps: int, features: int, lower_control_flow: bool):
+    """Frozen GraphDef of ``model`` at input shape (1, timesteps, features)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    cf = tf.function(lambda x: model(x)).get_concrete_function(
+        tf.TensorSpec((1, timesteps, features), tf.float32, name="x"))
+    frozen = convert_variables_to_constants_v2(cf, lower_control_flow=lower_control_flow)
+    return frozen.graph.as_graph_def()
+
+
+def write_graph_def(graph_def, path, text: bool):
+    from google.protobuf import text_format
+
+    if text:
+        with open(path, "w") as f:
+            f.write(text_format.MessageToString(graph_def))
+    else:
+        with open(path, "wb") as f:
+            f.write(graph_def.SerializeToString())
+    return path
+
+
+def build_tf1_lstm(units=12, features=6, dense=4, timesteps=None, seed=0,
+                   variables=False):
+    """A TF1-style LSTM loop: v1 while_loop over TensorArrayV3, then a Dense.
+
+    Returns (graph, input tensor, output tensor). With ``variables`` the
+    weights are VariableV2 (for a SavedModel v1), else constants.
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((features + units, 4 * units)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal((4 * units,)) * 0.1).astype(np.float32)
+    wd = (rng.standard_normal((units, dense)) * 0.3).astype(np.float32)
+    bd = (rng.standard_normal((dense,)) * 0.1).astype(np.float32)
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, (1, timesteps, features), name="x")
+            if variables:
+                mk = lambda v, n: tf.compat.v1.Variable(v, name=n, use_resource=False)  # noqa
+            else:
+                mk = lambda v, n: tf.constant(v, name=n)  # noqa
+            W, B, Wd, Bd = mk(w, "kernel"), mk(b, "bias"), mk(wd, "dense_kernel"), \
+                mk(bd, "dense_bias")
+            with tf.compat.v1.variable_scope("rnn"):
+                xs = tf.transpose(x, [1, 0, 2])
+                T = tf.shape(xs)[0]
+                ta_in = tf.TensorArray(tf.float32, size=T, name="input_ta").unstack(xs)
+                ta_out = tf.TensorArray(tf.float32, size=T, name="output_ta")
+                h0 = tf.zeros((1, units))
+                c0 = tf.zeros((1, units))
+
+                def body(t, h, c, ta):
+                    z = tf.matmul(tf.concat([ta_in.read(t), h], 1), W) + B
+                    i, j, f, o = tf.split(z, 4, axis=1)
+                    c = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(j)
+                    h = tf.sigmoid(o) * tf.tanh(c)
+                    return t + 1, h, c, ta.write(t, h)
+
+                _, h, c, ta = tf.compat.v1.while_loop(
+                    lambda t, *_: t < T, body, [tf.constant(0), h0, c0, ta_out])
+                ys = tf.transpose(ta.stack(), [1, 0, 2])  # (1, T, units)
+            flat = tf.reshape(ys, [-1, units])
+            y = tf.reshape(tf.tanh(tf.matmul(flat, Wd) + Bd), [1, -1, dense], name="y")
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+    return g, x, y
+
+
+def tf1_frozen_graph_def(**kw):
+    import tensorflow as tf
+
+    g, x, y = build_tf1_lstm(**kw)
+    return tf.compat.v1.graph_util.extract_sub_graph(g.as_graph_def(), [y.op.name])
+
+
+def save_tf1_saved_model(path, **kw):
+    """A SavedModel v1 (SavedModelBuilder) of the TF1 LSTM, VariableV2 weights."""
+    import tensorflow as tf
+
+    g, x, y = build_tf1_lstm(variables=True, **kw)
+    with g.as_default(), tf.compat.v1.Session(graph=g) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        builder = tf.compat.v1.saved_model.Builder(str(path))
+        sig = tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": y})
+        builder.add_meta_graph_and_variables(sess, ["serve"],
+                                             signature_def_map={"serving_default": sig})
+        builder.save()
+    return path
+
+
+def run_graph_def(graph_def, input_name: str, output: str, x: np.ndarray) -> np.ndarray:
+    """Run a frozen graph on a whole sequence in a TF1 session."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            return sess.run(output, {f"{input_name}:0": x})
+
+
+def stream(program, x: np.ndarray, time_axis: int = 1) -> np.ndarray:
+    """Run ``program.pure_step`` step by step (eagerly) from the initial state."""
+    import tensorflow as tf
+
+    states = [tf.constant(s.initial) for s in program.signature.states]
+    ys = []
+    for t in range(x.shape[time_axis]):
+        out = program.pure_step(tf.constant(np.take(x, t, axis=time_axis)), *states)
+        ys.append(out[0].numpy())
+        states = list(out[1:])
+    return np.stack(ys, axis=0)  # (T, *y_t shape)
