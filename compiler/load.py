@@ -7,7 +7,9 @@ files become a Keras model; graph formats are handed to ``load_graph``.
 from __future__ import annotations
 
 import os
+import tempfile
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,13 +66,26 @@ def _load_keras(path: Path, fmt: str):
     if fmt == "keras" and not zipfile.is_zipfile(path):
         raise TfaotError(f"{path}: not a readable .keras archive (truncated?)")
     try:
-        if fmt == "keras":
-            return keras.models.load_model(path, compile=False)
-        return _load_h5(path)
+        with _with_suffix(path, "." + fmt) as named:
+            if fmt == "keras":
+                return keras.models.load_model(named, compile=False)
+            return _load_h5(named)
     except TfaotError:
         raise
     except Exception as e:  # Keras raises many types; keep the first line
         raise TfaotError(f"{path}: cannot load the Keras model: {_first_line(e)}") from None
+
+
+@contextmanager
+def _with_suffix(path: Path, suffix: str):
+    """Keras picks its reader by file suffix; give it one that matches the content."""
+    if path.suffix == suffix:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tfaot-") as tmp:
+        link = Path(tmp) / f"model{suffix}"
+        link.symlink_to(path.resolve())
+        yield link
 
 
 def _load_h5(path: Path):

@@ -48,10 +48,11 @@ def load_and_streamify(model_path: str, progress: Progress,
                        graph_options: GraphOptions | None = None) -> StepProgram:
     from .tfenv import quiet_tensorflow
 
+    from .load import detect_format, load_model
+
+    detect_format(Path(model_path))  # a missing file fails before TensorFlow loads
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
-        from .load import load_model
-
         loaded = load_model(model_path)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:

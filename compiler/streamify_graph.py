@@ -542,8 +542,8 @@ class _Probe:
     outputs: list[np.ndarray]
 
 
-def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], shape_of: list[str],
-           value_of: list[str]) -> _Probe:
+def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], time_axis: int | None,
+           shape_of: list[str], value_of: list[str]) -> _Probe:
     import tensorflow as tf
 
     inp = loaded.inputs[0]
@@ -575,7 +575,7 @@ def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], shape_of: list[str],
     shapes = {k[2:]: tuple(int(d) for d in v) for k, v in res.items() if k.startswith("s:")}
     values = {k[2:]: v for k, v in res.items() if k.startswith("v:")}
     outs = [res[f"o:{k}"] for k in range(len(loaded.outputs))]
-    return _Probe(x_shape[inp.time_axis], shapes, values, outs)
+    return _Probe(None if time_axis is None else x_shape[time_axis], shapes, values, outs)
 
 
 # --------------------------------------------------------------------------
@@ -583,7 +583,9 @@ def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], shape_of: list[str],
 
 
 class _Emitter:
-    def __init__(self, g: _Graph, loaded, probe: _Probe, state_order: list[tuple[str, int]]):
+    def __init__(self, g: _Graph, loaded, probe: _Probe, state_order: list[tuple[str, int]],
+                 time_axis: int | None):
+        self.time_axis = time_axis
         self.g = g
         self.loaded = loaded
         self.probe = probe
@@ -665,9 +667,12 @@ class _Emitter:
         for name in self.g.order:
             node = self.g.nodes[name]
             if name == inp.name:
+                if self.time_axis is None:
+                    self.set(node, [tf.identity(x_t, name=_scope(name)[:-1])], [STEP])
+                    continue
                 with tf.name_scope(_scope(name)):
-                    x = tf.expand_dims(x_t, inp.time_axis)
-                self.set(node, [x], [_seq(inp.time_axis)])
+                    x = tf.expand_dims(x_t, self.time_axis)
+                self.set(node, [x], [_seq(self.time_axis)])
                 continue
             if node.op == LOOP_OP or node.op in _WHILE_OPS:
                 self.emit_loop(node)
@@ -1136,35 +1141,36 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     if len(loaded.inputs) != 1:
         raise _Fail("the graph has {} inputs ({}); only one streamed input is supported "
                     "(choose it with --inputs)".format(
-                        len(loaded.inputs), ", ".join(i.name for i in loaded.inputs)))
+                        len(loaded.inputs), ", ".join(f"'{i.name}'" for i in loaded.inputs)))
     inp = loaded.inputs[0]
     if inp.shape is None:
         raise _Fail(f"input '{inp.name}' has an unknown shape; give it with --inputs NAME:SHAPE")
     shape = list(inp.shape)
-    if inp.time_axis is None:
-        unknown = [d for d, s in enumerate(shape) if s is None and d != 0]
-        inp.time_axis = unknown[0] if len(unknown) == 1 else (1 if len(shape) >= 3 else 0)
+    g = _analyse(loaded)
+    stateless = not g.loops and inp.time_axis is None
     a = inp.time_axis
-    if not 0 <= a < len(shape):
+    if a is None:
+        unknown = [d for d, s in enumerate(shape) if s is None and d != 0]
+        a = unknown[0] if len(unknown) == 1 else (1 if len(shape) >= 3 else 0)
+    if stateless:
+        a = None  # no loop: the step is one inference on the input as it is
+    elif not 0 <= a < len(shape):
         raise _Fail(f"time axis {a} is out of range for input '{inp.name}' of rank {len(shape)}")
     for d, s in enumerate(shape):
         if s is None and d != a:
             if d == 0:
                 shape[d] = 1
             else:
-                raise _Fail(f"input '{inp.name}' has unknown dimension {d} besides the time "
-                            f"axis {a}; give the shape with --inputs NAME:SHAPE")
-    if shape[0] not in (1,) and a != 0 and len(shape) >= 3:
+                raise _Fail(f"input '{inp.name}' has unknown dimension {d}"
+                            + ("" if a is None else f" besides the time axis {a}")
+                            + "; give the shape with --inputs NAME:SHAPE")
+    if a is not None and shape[0] != 1 and a != 0 and len(shape) >= 3:
         raise _Fail(f"input '{inp.name}' has batch size {shape[0]}; streaming needs batch 1")
-    dynamic = shape[a] is None
+    dynamic = a is not None and shape[a] is None
     full = list(shape)
     if dynamic:
         full[a] = probe_T
     x_t_shape = tuple(s for d, s in enumerate(full) if d != a)
-
-    g = _analyse(loaded)
-    if not g.loops:
-        raise _Fail("no time loop (While) found in the graph; nothing to stream")
     # States in loop order.
     loop_order = [n for n in g.order if n in g.loops]
     state_order = [(ln, v.index) for ln in loop_order for v in g.loops[ln].vars
@@ -1176,7 +1182,7 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
             shape_of.append(_tname(n.input[0]))
             shape_of.append(f"{name}:0")
     value_of = [g.loops[ln].vars[i].operand for ln, i in state_order]
-    probe = _probe(loaded, g, tuple(full), shape_of, value_of)
+    probe = _probe(loaded, g, tuple(full), a, shape_of, value_of)
 
     states: list[StateInfo] = []
     used = set()
@@ -1193,7 +1199,7 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     holder: dict[str, Any] = {}
 
     def pure_step(x_t, *st):
-        em = _Emitter(g, loaded, probe, state_order)
+        em = _Emitter(g, loaded, probe, state_order, a)
         ys, new = em.run(x_t, list(st))
         holder["emitter"] = em
         return tuple(ys) + tuple(tf.identity(s) for s in new)
@@ -1218,9 +1224,11 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     sig = ProgramSignature(inputs, outputs, tuple(states))
     state_names = {key: s.name for key, s in zip(state_order, states)}
     report = {
-        "mode": "graph (loop bodies of the frozen graph)",
-        "input": {**inp.to_json(), "probed_shape": list(full)},
+        "mode": "stateless graph (one inference per step)" if stateless else
+                "graph (loop bodies of the frozen graph)",
+        "input": {**inp.to_json(), "time_axis": a, "probed_shape": list(full)},
         "dynamic_time": dynamic,
+        "stateless": stateless,
         "loops": [
             {"name": ln, "form": g.loops[ln].form,
              "vars": {str(v.index): v.kind + (f"({v.detail['mode']})" if "mode" in v.detail

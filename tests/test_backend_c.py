@@ -1,0 +1,167 @@
+"""Backend, C level: warnings, sanitizers, no heap after init, ABI version,
+determinism, several models in one program."""
+from __future__ import annotations
+
+import filecmp
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import backend_models
+from tfaot import harness
+
+C_DIR = Path(__file__).parent / "data" / "backend" / "c"
+MODELS = sorted(backend_models.ALL)
+COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
+WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+
+
+def _run(cmd, cwd=None, **kw):
+    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def _model_defs(name: str) -> list[str]:
+    return [f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}",
+            f'-DTFAOT_HEADER="{name}.h"']
+
+
+def _loop_reference(name: str) -> np.ndarray:
+    """What step_loop.c computes, through the ctypes harness."""
+    spec, out, manifest = backend_models.built(name)
+    m = harness.load(out)
+    n_in = spec.signature.inputs[0].size
+    ys = []
+    for t in range(200):
+        if t == 100:
+            m.reset()
+        x = np.array([((t * 7 + i * 3) % 11) * 0.1 - 0.5 for i in range(n_in)], np.float32)
+        ys.append(m.step(x.reshape(spec.input_shape)).ravel())
+    return np.stack(ys)
+
+
+@pytest.mark.parametrize("cc", COMPILERS)
+@pytest.mark.parametrize("name", MODELS)
+def test_generated_c_compiles_without_warnings(name, cc, tmp_path):
+    _, out, _ = backend_models.built(name)
+    for opt in ("-O0", "-O2"):
+        _run([cc, *WARN, opt, "-c", out / "src" / f"{name}.c", "-o", tmp_path / "m.o"])
+    # The public header is valid C++ too (extern "C" guards).
+    if shutil.which("g++"):
+        (tmp_path / "h.cc").write_text(f'#include "{name}.h"\nint main() {{ return 0; }}\n')
+        _run(["g++", "-Wall", "-Wextra", "-Werror", "-I", out, "-c", tmp_path / "h.cc",
+              "-o", tmp_path / "h.o"])
+
+
+def test_abi_header_static_asserts_hold_for_ilp32(tmp_path):
+    if not shutil.which("clang"):
+        pytest.skip("clang not installed")
+    shim = Path(backend_models.built("accumulator")[1]) / "src"
+    (tmp_path / "t.c").write_text('#include "tfrt_abi.h"\nint x;\n')
+    for target in ("i386-unknown-none", "armv7m-none-eabi", "x86_64-unknown-none",
+                   "aarch64-unknown-none"):
+        _run(["clang", f"--target={target}", "-ffreestanding", *WARN, "-fsyntax-only",
+              "-I", shim, tmp_path / "t.c"])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_sanitizers_clean_and_matches_harness(name, tmp_path):
+    _, out, _ = backend_models.built(name)
+    src = out / "src"
+    exe = tmp_path / "loop"
+    _run(["gcc", *WARN, "-O1", "-g", "-fsanitize=address,undefined",
+          "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", *_model_defs(name),
+          "-I", src, C_DIR / "step_loop.c", src / f"{name}.c", src / f"{name}_kernels.o",
+          "-lm", "-o", exe])
+    proc = _run([exe], env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+                            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
+    assert "runtime error" not in proc.stderr and "AddressSanitizer" not in proc.stderr
+    ys = np.array([[float(v) for v in line.split()] for line in proc.stdout.splitlines()])
+    np.testing.assert_allclose(ys, _loop_reference(name), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_no_heap_calls_during_steps(name, tmp_path):
+    _, out, _ = backend_models.built(name)
+    lib = out / f"lib{name}.a"
+    undefined = _run(["nm", "-u", lib]).stdout.split()
+    for fn in ("malloc", "calloc", "realloc", "free"):
+        assert fn not in undefined, f"lib{name}.a references {fn}"
+    exe = tmp_path / "loop"
+    _run(["gcc", *WARN, "-O2", "-DCOUNT_HEAP", *_model_defs(name), "-I", out,
+          C_DIR / "step_loop.c", lib, "-lm",
+          "-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free", "-o", exe])
+    proc = _run([exe])
+    assert "heap calls during steps: 0" in proc.stderr
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_static_library_exports_only_the_api(name):
+    _, out, _ = backend_models.built(name)
+    defined = _run(["nm", "-g", "--defined-only", out / f"lib{name}.a"]).stdout
+    symbols = {line.split()[-1] for line in defined.splitlines() if line.count(" ") >= 2}
+    assert symbols == {f"{name}_{fn}" for fn in ("ctx_size", "init", "reset", "step",
+                                                  "step_n", "deinit", "status_string")}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_kernel_object_speaks_abi_version_6(name, tmp_path):
+    """Fails loudly when the pinned compiler's kernel ABI is not the one the shim declares."""
+    _, out, manifest = backend_models.built(name)
+    src = out / "src"
+    exe = tmp_path / "abi"
+    _run(["gcc", *WARN, f"-DQUERY={manifest['kernel_query_symbol']}", "-I", src,
+          C_DIR / "abi_check.c", src / f"{name}_kernels.o", "-lm", "-o", exe])
+    proc = subprocess.run([exe], capture_output=True, text=True)
+    assert proc.returncode == 0, (
+        f"kernel object of {name} does not speak executable-library ABI v6 "
+        f"(runtime_shim/tfrt_abi.h): {proc.stdout.strip()}")
+    assert proc.stdout.startswith("version=6 ")
+    assert "imports=0" in proc.stdout
+
+
+def test_abi_version_mismatch_is_reported_at_init(tmp_path):
+    name = "accumulator"
+    _, out, manifest = backend_models.built(name)
+    src = out / "src"
+    exe = tmp_path / "loop"
+    _run(["gcc", *WARN, *_model_defs(name), f"-DQUERY={manifest['kernel_query_symbol']}",
+          "-I", src, C_DIR / "step_loop.c", src / f"{name}.c", C_DIR / "fake_kernels.c",
+          "-lm", "-o", exe])
+    proc = subprocess.run([exe], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert "init: 4 kernel object does not implement executable-library ABI v6" in proc.stderr
+
+
+def test_two_models_link_into_one_program(tmp_path):
+    a = backend_models.built("accumulator")[1]
+    m = backend_models.built("multi")[1]
+    exe = tmp_path / "two"
+    _run(["gcc", *WARN, "-I", a, "-I", m, C_DIR / "two_models.c", a / "libaccumulator.a",
+          m / "libmulti.a", "-lm", "-o", exe])
+    assert _run([exe]).stdout.strip() == "12 3"
+
+
+def test_two_builds_are_byte_identical(tmp_path):
+    from tfaot.backend import build_library
+
+    spec = backend_models.ALL["lstm"]()
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        build_library(spec.mlir, spec.signature, out, name=spec.name,
+                      workdir=tmp_path / f"work{i}")
+        outs.append(out)
+    cmp = filecmp.dircmp(outs[0], outs[1])
+    files = sorted(p.relative_to(outs[0]) for p in outs[0].rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(outs[1]) for p in outs[1].rglob("*") if p.is_file())
+    for rel in files:
+        assert (outs[0] / rel).read_bytes() == (outs[1] / rel).read_bytes(), f"{rel} differs"
+    assert not cmp.diff_files
+    for f in files:
+        text = (outs[0] / f).read_bytes()
+        assert str(tmp_path).encode() not in text, f"{f} contains the build path"

@@ -1,0 +1,87 @@
+"""Models that cannot stream: the error names the layer and the reason."""
+import keras
+import numpy as np
+import pytest
+from keras import layers
+
+from tfaot.errors import TfaotError
+from tfaot.mlir_import import import_program
+from tfaot.program import ProgramSignature, StepProgram, TensorInfo
+from tfaot.streamify_keras import streamify_keras
+
+
+def _seq(f=4):
+    return keras.Input((None, f), batch_size=1)
+
+
+def _expect(model, *fragments):
+    with pytest.raises(TfaotError) as info:
+        streamify_keras(model, "m.keras", "keras")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_bidirectional():
+    m = keras.Sequential([_seq(), layers.Bidirectional(layers.LSTM(4), name="bidi")])
+    _expect(m, "'bidi'", "Bidirectional", "backwards")
+
+
+def test_go_backwards():
+    m = keras.Sequential([_seq(), layers.GRU(4, go_backwards=True, name="rev_gru")])
+    _expect(m, "'rev_gru'", "go_backwards")
+
+
+def test_masking():
+    m = keras.Sequential([_seq(), layers.Masking(name="mask"), layers.LSTM(4)])
+    _expect(m, "'mask'", "Masking")
+
+
+def test_conv1d_over_time():
+    m = keras.Sequential([_seq(), layers.Conv1D(4, 3, name="conv"), layers.LSTM(4)])
+    _expect(m, "'conv'", "Conv1D", "time steps")
+
+
+def test_pooling_over_time():
+    m = keras.Sequential([_seq(), layers.LSTM(4, return_sequences=True),
+                          layers.GlobalAveragePooling1D(name="pool")])
+    _expect(m, "'pool'", "GlobalAveragePooling1D", "not a per-time-step layer")
+
+
+def test_attention_over_sequence():
+    x = _seq()
+    h = layers.LSTM(4, return_sequences=True)(x)
+    a = layers.Attention(name="att")([h, h])
+    _expect(keras.Model(x, a), "'att'", "Attention", "whole sequence")
+
+
+def test_concatenate_along_time():
+    x = _seq()
+    h = layers.LSTM(4, return_sequences=True)(x)
+    c = layers.Concatenate(axis=1, name="cat_t")([h, h])
+    _expect(keras.Model(x, c), "'cat_t'", "time axis")
+
+
+def test_stateful_with_batch_above_one():
+    m = keras.Sequential([keras.Input((None, 4), batch_size=4),
+                          layers.LSTM(4, stateful=True, name="sf")])
+    _expect(m, "'sf'", "stateful=True", "batch size 4")
+
+
+def test_illegal_op_after_lowering_names_tf_op_and_node():
+    """An op without a StableHLO lowering is caught before iree-compile."""
+    import tensorflow as tf
+
+    def pure(x):
+        text = tf.strings.as_string(x, name="my_as_string")
+        return tf.cast(tf.strings.length(text, name="my_length"), tf.float32)
+
+    cf = tf.function(pure, input_signature=[tf.TensorSpec((1, 3))]).get_concrete_function()
+    sig = ProgramSignature((TensorInfo("x_t", "float32", (1, 3)),),
+                           (TensorInfo("y_t", "float32", (1, 3)),), ())
+    with pytest.raises(TfaotError) as info:
+        import_program(StepProgram("strings.pb", "graphdef", sig, cf))
+    message = str(info.value)
+    assert "AsString" in message and "my_as_string" in message, message
+    assert "strings.pb" in message
