@@ -48,6 +48,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_graph_options(p)
+
+    p = sub.add_parser("build", help="compile MODEL into a C library (.h, .a, .so, manifest)",
+                       description="Run load -> streamify -> import -> compile -> emit -> "
+                                   "package and write a folder with NAME.h, libNAME.a, "
+                                   "libNAME.so (host triple only), NAME.json and the sources "
+                                   "a firmware build needs (src/). The folder appears only "
+                                   "when the build succeeds.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--target", default="cpu", choices=["cpu"],
+                   help="code generation target (default: cpu)")
+    p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: build/NAME)")
+    p.add_argument("--name", help="C symbol prefix (default: the model file's stem)")
+    p.add_argument("--triple", help="target triple, e.g. aarch64-linux-gnu (default: the host's)")
+    p.add_argument("--cpu", help="target CPU, e.g. cortex-m4 (default: host for the host "
+                                 "triple, generic otherwise)")
+    p.add_argument("--keep-temps", action="store_true",
+                   help="keep every stage's artifacts (MLIR, VM program, kernels) in DIR/temps")
+    _add_graph_options(p)
+
+    p = sub.add_parser("verify", help="compare a built library with TensorFlow",
+                       description="Run a random input sequence through TensorFlow on the "
+                                   "original model (whole sequence) and through the built "
+                                   ".so step by step; print the max abs error per output. "
+                                   "Exit status 1 if it is above the tolerance.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("dir", metavar="DIR", help="the folder `tfaot build` wrote")
+    p.add_argument("--steps", type=int, default=200, help="sequence length (default: 200)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--tol", type=float, default=1e-5, help="max abs error allowed (default: 1e-5)")
+    _add_graph_options(p)
     return parser
 
 
@@ -90,4 +120,35 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-COMMANDS = {"import": cmd_import, "inspect": cmd_inspect}
+def cmd_build(args) -> int:
+    from .pipeline import BuildOptions, Progress, build_model
+
+    options = BuildOptions(out_dir=Path(args.output) if args.output else None, name=args.name,
+                           triple=args.triple, cpu=args.cpu, keep_temps=args.keep_temps,
+                           graph_options=_graph_options(args))
+    progress = Progress(enabled=not args.quiet)
+    out_dir = build_model(args.model, options, progress)
+    if not args.quiet:
+        total = sum(progress.timings.values())
+        print(f"tfaot: built {out_dir} in {total:.1f} s", file=sys.stderr)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .tfenv import quiet_tensorflow
+    from .verify import verify
+
+    if args.steps < 1:
+        raise TfaotError("--steps must be at least 1")
+    quiet_tensorflow()
+    results = verify(args.model, Path(args.dir), steps=args.steps, seed=args.seed,
+                     tol=args.tol, graph_options=_graph_options(args))
+    for r in results:
+        verdict = "ok" if r.ok else "FAIL"
+        print(f"{r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} steps "
+              f"(tolerance {r.tolerance:g}): {verdict}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+COMMANDS = {"import": cmd_import, "inspect": cmd_inspect, "build": cmd_build,
+            "verify": cmd_verify}

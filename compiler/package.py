@@ -183,13 +183,17 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     library_name = _library_name(vm, compiled)
     query_symbol = f"{name}_kernels_library_query"
     cc = CCompiler.for_triple(compiled.triple)
-    objcopy = cc.objcopy if cc else "objcopy"
+    # Binutils of the host only read host objects; llvm-objcopy reads all targets.
+    objcopy = cc.objcopy if cc else (shutil.which("llvm-objcopy") or "objcopy")
     kernels = src / f"{name}_kernels.o"
     proc = subprocess.run([objcopy, f"--redefine-sym={compiled.library_query}={query_symbol}",
                            str(compiled.kernel_object), str(kernels)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise TfaotError(f"package: renaming the kernel query symbol failed: {proc.stderr.strip()}")
+        raise TfaotError(
+            f"package: renaming the kernel query symbol with {objcopy} failed: "
+            f"{proc.stderr.strip()} (for {compiled.triple} install llvm (llvm-objcopy) or the "
+            "target's binutils)")
 
     # Pass 1: measure sizeof(ctx) with the target compiler; pass 2: final text.
     ctx_size = 0

@@ -6,7 +6,11 @@ in its own module; this one only sequences them.
 """
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,3 +94,78 @@ def write_atomically(path: Path, text: str) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@dataclass
+class BuildOptions:
+    out_dir: Path | None = None  # default: build/NAME
+    name: str | None = None  # default: the model file's stem as a C identifier
+    triple: str | None = None  # default: the host's
+    cpu: str | None = None  # default: host for the host triple, generic otherwise
+    keep_temps: bool = False
+    graph_options: GraphOptions = field(default_factory=GraphOptions)
+
+
+def default_name(model_path: str) -> str:
+    """The model file's stem as a C identifier ("kws-v2.keras" -> "kws_v2")."""
+    stem = Path(str(model_path).rstrip("/")).name.split(".")[0] or "model"
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+    return name if not name[0].isdigit() else f"m_{name}"
+
+
+def build_model(model_path: str, options: BuildOptions, progress: Progress) -> Path:
+    """load -> ... -> package into a folder that appears only when complete.
+
+    Everything is written to a temporary sibling of the output folder, which
+    replaces the output folder at the end; a failed build leaves no folder
+    behind and an existing one untouched.
+    """
+    from . import compile as compile_stage
+    from . import emit as emit_stage
+    from . import package as package_stage
+
+    name = options.name or default_name(model_path)
+    package_stage.check_name(name)
+    out_dir = Path(options.out_dir or Path("build") / name)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is not
+    temps = staging / "temps" if options.keep_temps else Path(tempfile.mkdtemp(prefix="tfaot-"))
+    try:
+        program, mlir_text = run_frontend(model_path, progress, options.graph_options)
+        temps.mkdir(parents=True, exist_ok=True)
+        (temps / f"{name}.mlir").write_text(mlir_text)
+        with progress.stage("compile", f"iree-compile, llvm-cpu {options.triple or 'host'}"):
+            compiled = compile_stage.compile_module(
+                mlir_text, temps / "compile", name=name, triple=options.triple, cpu=options.cpu)
+        with progress.stage("emit"):
+            vm = emit_stage.translate(compiled.vm_asm, prefix=name)
+        with progress.stage("package"):
+            package_stage.package(vm, program.signature, compiled, staging, name=name,
+                                  workdir=temps / "package")
+        _replace_dir(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        if not options.keep_temps:
+            shutil.rmtree(temps, ignore_errors=True)
+    return out_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _replace_dir(new: Path, target: Path) -> None:
+    """Move ``new`` to ``target``, replacing an existing folder."""
+    if not target.exists():
+        new.rename(target)
+        return
+    old = target.with_name(f".{target.name}.tfaot-old")
+    shutil.rmtree(old, ignore_errors=True)
+    target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)

@@ -85,7 +85,7 @@ def streamify_keras(model, source: str, fmt: str) -> StepProgram:
     import tensorflow as tf
 
     x_spec = _step_input_spec(model, source)
-    streaming = _has_recurrent_layer(model) or _has_dynamic_time(model)
+    streaming = is_streaming(model)
 
     # Pass 1 (eager, zeros): discover state slots and check every layer.
     discover = _Replay(streaming, states=None)
@@ -122,7 +122,7 @@ def _step_input_spec(model, source: str) -> TensorInfo:
     if dtype != "float32":
         raise TfaotError(f"{source}: input dtype is {dtype}; only float32 is supported")
     _check_batch(model, shape[0])
-    streaming = _has_recurrent_layer(model) or _has_dynamic_time(model)
+    streaming = is_streaming(model)
     feature_dims = shape[2:] if streaming else shape[1:]
     if streaming and len(shape) < 3:
         raise TfaotError(
@@ -143,6 +143,15 @@ def _check_batch(model, batch) -> None:
             raise TfaotError(
                 f"layer '{layer.name}' ({type(layer).__name__}) is stateful=True "
                 f"with batch size {batch}; tfaot streams batch 1 only")
+
+
+def is_streaming(model) -> bool:
+    """True if the model has a time axis to stream over (axis 1 of its input).
+
+    That is the case with a recurrent layer or an input whose axis 1 is of
+    unknown length; otherwise step() is one whole inference.
+    """
+    return _has_recurrent_layer(model) or _has_dynamic_time(model)
 
 
 def _all_layers(model):

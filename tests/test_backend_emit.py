@@ -1,0 +1,144 @@
+"""Backend, build-time checks: clear errors for what the backend cannot do."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import backend_models
+from tfaot import emit
+from tfaot.backend import build_library
+from tfaot.compile import compile_module, cpu_flags, default_cpu, host_triple, split_allocations
+from tfaot.errors import TfaotError
+from tfaot.program import ProgramSignature, TensorInfo
+
+DATA = Path(__file__).parent / "data" / "backend"
+SIG_1x4 = ProgramSignature(inputs=(TensorInfo("x", "float32", (1, 4)),),
+                           outputs=(TensorInfo("y", "float32", (1, 4)),), states=())
+
+
+def test_null_constant_bug_is_refused_at_build_time(tmp_path):
+    with pytest.raises(TfaotError) as e:
+        build_library((DATA / "null_constant.mlir").read_text(), SIG_1x4, tmp_path / "out",
+                      name="null_constant", workdir=tmp_path / "work")
+    msg = str(e.value)
+    assert "null buffer" in msg and "@reset" in msg and "dropped-constant bug" in msg
+    assert "state * 0 + constant" in msg
+
+
+def test_op_without_rule_is_an_error_naming_op_and_location():
+    vm_asm = """module {
+  vm.module public @m {
+    vm.func private @step(%arg0: f32) -> f32 {
+      %0 = vm.add.f32 %arg0, %arg0 : f32
+      vm.return %0 : f32
+    }
+    vm.export @step
+  }
+}"""
+    with pytest.raises(TfaotError, match=r"no C emit rule for VM op 'vm.add.f32'.*@step.*line 4"):
+        emit.translate(vm_asm, prefix="m")
+
+
+def test_unknown_import_is_an_error():
+    vm_asm = """module {
+  vm.module public @m {
+    vm.import private @hal.devices.count() -> i32
+    vm.func private @step() -> i32 {
+      %0 = vm.call @hal.devices.count() : () -> i32
+      vm.return %0 : i32
+    }
+    vm.export @step
+  }
+}"""
+    with pytest.raises(TfaotError, match="no C emit rule for import 'hal.devices.count'"):
+        emit.translate(vm_asm, prefix="m")
+
+
+def test_integer_ops_and_loops_translate():
+    """Block arguments, back-edges and integer rules produce C (no compile here)."""
+    vm_asm = """module {
+  vm.module public @m {
+    vm.func private @count(%n: i32) -> i64 {
+      %c0 = vm.const.i32.zero
+      %c1 = vm.const.i32 1
+      %z = vm.const.i64.zero
+      vm.br ^bb1(%c0, %z : i32, i64)
+    ^bb1(%i: i32, %acc: i64):
+      %lt = vm.cmp.lt.i32.s %i, %n : i32
+      vm.cond_br %lt, ^bb2, ^bb3
+    ^bb2:
+      %e = vm.ext.i32.i64.s %i : i32 -> i64
+      %acc2 = vm.add.i64 %acc, %e : i64
+      %i2 = vm.add.i32 %i, %c1 : i32
+      vm.br ^bb1(%i2, %acc2 : i32, i64)
+    ^bb3:
+      vm.return %acc : i64
+    }
+    vm.export @count
+  }
+}"""
+    prog = emit.translate(vm_asm, prefix="m")
+    body = prog.functions["count"].body
+    assert "goto bb1;" in body and "bb3:" in body
+    assert prog.ops_used["vm.cond_br"] == 1
+
+
+def test_compile_error_names_the_first_compiler_error(tmp_path):
+    with pytest.raises(TfaotError, match=r"iree-compile failed .*error:"):
+        compile_module("module { func.func @step( }", tmp_path, name="bad")
+
+
+def test_cpu_defaults_and_flags():
+    assert default_cpu(host_triple()) == "host"
+    assert default_cpu("aarch64-unknown-linux-gnu") in ("generic", "host")
+    flags = cpu_flags(triple="thumbv7em-none-eabihf", cpu="generic", kernel_object=Path("k.o"))
+    assert "--iree-llvmcpu-target-cpu=generic" in flags
+    assert not any("cpu-features=host" in f for f in flags)
+    with pytest.raises(TfaotError, match="cpu=host"):
+        compile_module("module {}", Path("/nonexistent"), name="x",
+                       triple="thumbv7em-none-eabihf", cpu="host")
+
+
+def test_bad_model_name_is_refused(tmp_path):
+    with pytest.raises(TfaotError, match="not a valid C identifier"):
+        build_library("module {}", SIG_1x4, tmp_path, name="my-model", workdir=tmp_path)
+
+
+def test_signature_mismatch_is_refused(tmp_path):
+    spec = backend_models.ALL["accumulator"]()
+    sig = ProgramSignature(inputs=(TensorInfo("x", "float32", (1, 5)),),
+                           outputs=(TensorInfo("y", "float32", (1, 4)),), states=())
+    with pytest.raises(TfaotError, match=r"input 'x' is float32\[1, 5\].*tensor<1x4xf32>"):
+        build_library(spec.mlir, sig, tmp_path / "out", name="acc", workdir=tmp_path / "w")
+
+
+def test_equal_allocations_are_kept_apart():
+    """Work-around for VM CSE merging equal hal_inline.buffer.allocate calls."""
+    hal = """module {
+  util.func public @f() -> (!hal.buffer, !hal.buffer) {
+    %c64 = arith.constant 64 : index
+    %c16 = arith.constant 16 : index
+    %b0, %s0 = hal_inline.buffer.allocate alignment(%c64) : !hal.buffer{%c16} in !util.buffer
+    %b1, %s1 = hal_inline.buffer.allocate alignment(%c64) : !hal.buffer{%c16} in !util.buffer
+    util.return %b0, %b1 : !hal.buffer, !hal.buffer
+  }
+}"""
+    out = split_allocations(hal)
+    assert out.count("hal_inline.buffer.allocate") == 2
+    assert "arith.addi %c16" in out
+
+
+def test_cross_target_build_writes_sources(tmp_path):
+    spec = backend_models.ALL["accumulator"]()
+    manifest = build_library(spec.mlir, spec.signature, tmp_path / "out", name="acc_arm",
+                             triple="aarch64-unknown-linux-gnu", cpu="generic",
+                             workdir=tmp_path / "work")
+    out = tmp_path / "out"
+    assert manifest["triple"] == "aarch64-unknown-linux-gnu" and manifest["cpu"] == "generic"
+    assert (out / "src" / "acc_arm.c").is_file() and (out / "acc_arm.h").is_file()
+    assert not (out / "libacc_arm.so").exists()
+    import subprocess
+    head = subprocess.run(["objdump", "-f", out / "src" / "acc_arm_kernels.o"],
+                          capture_output=True, text=True).stdout
+    assert "aarch64" in head or "elf64-little" in head
