@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -91,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfaot: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug in tfaot: say so plainly, traceback on request
+        if os.environ.get("TFAOT_DEBUG"):
+            raise
+        print(f"tfaot: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+              " (this is a tfaot bug; set TFAOT_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
 
 
 def _graph_options(args):

@@ -32,7 +32,8 @@ from .errors import TfaotError
 
 # Node types that are never a model output even if nothing consumes them.
 _NOT_OUTPUTS = {"NoOp", "Assert", "Placeholder", "Const", "VarHandleOp", "VariableV2",
-                "SaveV2", "RestoreV2", "Enter", "NextIteration", "LoopCond"}
+                "SaveV2", "RestoreV2", "Enter", "NextIteration", "LoopCond",
+                "TensorListReserve", "EmptyTensorList", "TensorArrayV3", "TensorListFromTensor"}
 _UNUSED_CF_INPUT = re.compile(r"(^|/)unused_control_flow_input(_\d+)?$")
 
 
@@ -181,7 +182,13 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
     else:
         outs = [n for n in graph_def.node
                 if n.name not in consumed and n.op not in _NOT_OUTPUTS
-                and not n.op.startswith("Save") and not n.op.startswith("Restore")]
+                and not n.op.startswith("Save") and not n.op.startswith("Restore")
+                and _out_dtype(n) not in _NON_DATA_TYPES]
+        if len(outs) > 1:
+            # Unused final loop values (an Identity of a While/Exit output) are
+            # not outputs when there is anything else.
+            rest = [n for n in outs if not _reads_loop_result(n, nodes)]
+            outs = rest or outs
         if not outs:
             raise TfaotError(f"{path}: cannot find the graph's output: every node is "
                              "consumed by another (give them with --outputs NAME,...)")
@@ -387,6 +394,28 @@ def _first_tags(path: Path) -> list[str]:
 
 # --------------------------------------------------------------------------
 # helpers
+
+
+_NON_DATA_TYPES = (20, 21, 7)  # DT_RESOURCE, DT_VARIANT, DT_STRING
+
+
+def _out_dtype(node) -> int | None:
+    for a in ("T", "dtype", "out_type", "DstT", "output_type"):
+        if a in node.attr and node.attr[a].type:
+            return node.attr[a].type
+    return None
+
+
+def _reads_loop_result(node, nodes) -> bool:
+    seen = 0
+    while node is not None and seen < 50:
+        if node.op in ("While", "StatelessWhile", "Exit", "RefExit"):
+            return True
+        if node.op not in ("Identity", "IdentityN") or not node.input:
+            return False
+        node = nodes.get(_node_of(node.input[0]))
+        seen += 1
+    return False
 
 
 def _looks_like_text(data: bytes) -> bool:

@@ -63,6 +63,9 @@ _ARG_REDUCTIONS = {"ArgMax", "ArgMin"}
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
 
 
+_HINT = [""]  # appended to axis errors when the time axis was guessed
+
+
 class _Fail(Exception):
     """Internal: becomes a TfaotError with the file name in front."""
 
@@ -559,9 +562,11 @@ def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], time_axis: int | None,
         orig = lambda t: g.alias.get(t, t)  # noqa: E731
         for t in shape_of:
             try:
-                fetch["s:" + t] = tf.shape(graph.get_tensor_by_name(orig(t)))
+                tensor = graph.get_tensor_by_name(orig(t))
             except (KeyError, ValueError, TypeError):
-                pass
+                continue
+            if tensor.dtype not in (tf.variant, tf.resource, tf.string):
+                fetch["s:" + t] = tf.shape(tensor)
         for t in value_of:
             fetch["v:" + t] = graph.get_tensor_by_name(orig(t))
         for k, t in enumerate(loaded.outputs):
@@ -876,7 +881,8 @@ class _Emitter:
             return
         if op == "TensorListFromTensor":
             if a != 0:
-                self.fail(node, f"makes a list along axis 0, but the time axis is {a}")
+                self.fail(node, f"makes a list along axis 0, but the time axis is {a}"
+                          + _HINT[0])
             with tf.name_scope(_scope(node.name)):
                 v_t = tf.squeeze(x, [0])
             self.list_values[node.name] = (v_t, "seq")
@@ -956,6 +962,9 @@ class _Emitter:
         import tensorflow as tf
 
         op = node.op
+        if op in _IDENTITY and len(ins) == 1:  # a list passed on unchanged
+            self.set(node, [self.tensors.get(_tname(ins[0]))], [metas[0]])
+            return
         if op in ("TensorListStack", "TensorArrayGatherV3", "TensorArrayPack"):
             m = metas[0] if op == "TensorListStack" else metas[-1]
             if m.kind != "list_done":
@@ -970,7 +979,7 @@ class _Emitter:
             if hm.kind != "ta" or metas[1].kind != "static" or metas[2].kind != "seq":
                 self.fail(node, "an unsupported TensorArray scatter")
             if metas[2].axis != 0:
-                self.fail(node, "scatters along an axis that is not the time axis")
+                self.fail(node, "scatters along an axis that is not the time axis" + _HINT[0])
             with tf.name_scope(_scope(node.name)):
                 self.ta_in[hm.key] = tf.squeeze(self.tensors[_tname(ins[2])], [0])
             self.set(node, [None], [Meta("ta_flow", key=hm.key)])
@@ -1104,8 +1113,14 @@ def _scope(name: str) -> str:
 
 
 def _first_line(e: BaseException) -> str:
+    """The informative line of an exception (TF's OpError puts it last)."""
     text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].startswith("Graph execution error"):
+        node = next((ln for ln in lines if ln.startswith("Detected at node")), "")
+        msg = next((ln for ln in reversed(lines) if not ln.startswith("[[")), lines[-1])
+        return f"{msg} ({node.split(' defined at')[0]})" if node else msg
+    return lines[0]
 
 
 # --------------------------------------------------------------------------
@@ -1151,7 +1166,16 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     a = inp.time_axis
     if a is None:
         unknown = [d for d, s in enumerate(shape) if s is None and d != 0]
-        a = unknown[0] if len(unknown) == 1 else (1 if len(shape) >= 3 else 0)
+        if len(unknown) == 1:
+            a = unknown[0]
+        elif shape and shape[0] is None and len(shape) >= 3 and shape[1] == 1:
+            a = 0  # time-major (T, 1, F)
+        else:
+            a = 1 if len(shape) >= 3 else 0
+        _HINT[0] = (f" (the time axis of input '{inp.name}' was taken to be {a}; "
+                    "set it with --time-axis if that is wrong)")
+    else:
+        _HINT[0] = ""
     if stateless:
         a = None  # no loop: the step is one inference on the input as it is
     elif not 0 <= a < len(shape):

@@ -93,6 +93,25 @@ def multi() -> ModelSpec:
     )
 
 
+def ctrl() -> ModelSpec:
+    z = np.zeros((1, 4), np.float32)
+
+    def step(x, st):
+        y = x
+        for _ in range(3):
+            y = y * np.float32(0.5) + st[0]
+        out = y * np.float32(2) if x.sum(dtype=np.float32) > 0 else -y
+        return out, [np.tanh(y)]
+
+    return ModelSpec(
+        name="ctrl",
+        mlir=(DATA / "ctrl.mlir").read_text(),
+        signature=_sig((1, 4), (1, 4), [("s", (1, 4), z)]),
+        init_state=lambda: [z.copy()],
+        step=step,
+    )
+
+
 def _dense(a: np.ndarray) -> str:
     def rec(x):
         if x.ndim == 1:
@@ -189,7 +208,7 @@ module @lstm {{
     )
 
 
-ALL = {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm}
+ALL = {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm, "ctrl": ctrl}
 
 
 # ---------------------------------------------------------------------------

@@ -155,3 +155,26 @@ def stream(program, x: np.ndarray, time_axis: int = 1) -> np.ndarray:
         ys.append(out[0].numpy())
         states = list(out[1:])
     return np.stack(ys, axis=0)  # (T, *y_t shape)
+
+
+def run_saved_model(path, x: np.ndarray) -> np.ndarray:
+    """Run a SavedModel's serving signature (v2, or v1 via a TF1 session)."""
+    import tensorflow as tf
+
+    from tfaot.load_graph import saved_model_version
+
+    from pathlib import Path
+
+    if saved_model_version(Path(path)) == 1:
+        g = tf.Graph()
+        with g.as_default(), tf.compat.v1.Session(graph=g) as sess:
+            meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], str(path))
+            sig = meta.signature_def["serving_default"]
+            (inp,) = sig.inputs.values()
+            out = sig.outputs[sorted(sig.outputs)[0]]
+            return sess.run(out.name, {inp.name: x})
+    sig = tf.saved_model.load(str(path)).signatures["serving_default"]
+    _, kw = sig.structured_input_signature
+    (key,) = kw
+    res = sig(**{key: tf.constant(x)})
+    return res[sorted(res)[0]].numpy()

@@ -165,3 +165,15 @@ def test_two_builds_are_byte_identical(tmp_path):
     for f in files:
         text = (outs[0] / f).read_bytes()
         assert str(tmp_path).encode() not in text, f"{f} contains the build path"
+
+
+@pytest.mark.parametrize("name", ["lstm", "multi"])
+def test_contexts_in_parallel_threads(name, tmp_path):
+    _, out, _ = backend_models.built(name)
+    src = out / "src"
+    exe = tmp_path / "threads"
+    _run(["gcc", *WARN, "-O1", "-g", "-fsanitize=thread", *_model_defs(name), "-I", src,
+          C_DIR / "threads.c", src / f"{name}.c", src / f"{name}_kernels.o", "-lm",
+          "-pthread", "-o", exe])
+    proc = _run([exe], env={"TSAN_OPTIONS": "halt_on_error=1"})
+    assert proc.stdout.strip() == "ok" and "ThreadSanitizer" not in proc.stderr

@@ -107,3 +107,13 @@ def test_harness_validates_inputs(model):
         m.step(np.zeros(spec.input_shape, np.float64))
     with pytest.raises(TfaotError, match=r"\(n, "):
         m.step_n(np.zeros(spec.input_shape, np.float32))
+
+
+def test_use_after_deinit_is_a_status_not_a_crash(model):
+    spec, out, _ = model
+    from tfaot.errors import TfaotError
+
+    m = harness.load(out)
+    m.close()
+    with pytest.raises(TfaotError, match="status 2: context not initialized"):
+        m.step(np.zeros(spec.input_shape, np.float32))

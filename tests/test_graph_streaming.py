@@ -100,8 +100,11 @@ def test_stream_matches_tensorflow(name, form, workdir, x):
     for s in sig.states:
         assert np.all(s.initial == 0) and s.initial.shape == s.shape
 
-    # TensorFlow running the original (loaded, frozen) graph on the whole sequence.
-    ref = gm.run_graph_def(loaded.graph_def, loaded.inputs[0].name, loaded.outputs[0], x)
+    # TensorFlow running the original model on the whole sequence.
+    if form.startswith("savedmodel"):
+        ref = gm.run_saved_model(path, x)
+    else:
+        ref = gm.run_graph_def(loaded.graph_def, loaded.inputs[0].name, loaded.outputs[0], x)
     ys = gm.stream(program, x)  # (T, 1, units)
     assert ys.shape[0] == T
     rs = MODELS[name][2]
@@ -152,8 +155,140 @@ def test_tf1_while_loop_tensorarray(form, workdir):
     assert loop["form"] == "v1"
     assert sorted(loop["vars"].values()).count("state") == 2
     xx = np.random.default_rng(7).standard_normal((1, 120, 6)).astype(np.float32)
-    ref = gm.run_graph_def(loaded.graph_def, "x", loaded.outputs[0], xx)
+    ref = gm.run_saved_model(path, xx) if form == "savedmodel_v1" else \
+        gm.run_graph_def(loaded.graph_def, "x", loaded.outputs[0], xx)
     ys = gm.stream(program, xx)
     err = np.abs(ys[:, 0] - ref[0]).max()
     assert err <= TOL, f"tf1 {form}: max abs error {err}"
     assert program.signature.outputs[0].shape == (1, 4)
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("fixture,loops,states", [
+    # TF1 dynamic_rnn(MultiRNNCell([LSTMCell(12), GRUCell(8)])) + tensordot Dense:
+    # one v1 frame with TensorArrayV3 in/out lists.
+    ("tf1_dynamic_rnn.pb", 1, 3),
+    # tf_keras (Keras 2) SavedModel: LSTM(10) -> GRU(6, reset_after=False) -> Dense(3).
+    ("keras2_savedmodel", 2, 3),
+])
+def test_committed_fixtures(fixture, loops, states):
+    from tfaot.load_graph import load_graph
+    from tfaot.streamify_graph import streamify_graph
+
+    loaded = load_graph(FIXTURES / fixture)
+    program = streamify_graph(loaded)
+    assert len(program.report["loops"]) == loops
+    assert len(program.signature.states) == states
+    assert program.signature.inputs[0].shape == (1, 6)
+    assert program.signature.outputs[0].shape == (1, 3)
+    xx = np.random.default_rng(5).standard_normal((1, 110, 6)).astype(np.float32)
+    if fixture.endswith(".pb"):
+        ref = gm.run_graph_def(loaded.graph_def, loaded.inputs[0].name, loaded.outputs[0], xx)
+    else:
+        ref = gm.run_saved_model(FIXTURES / fixture, xx)
+    ys = gm.stream(program, xx)
+    err = np.abs(ys[:, 0] - ref[0]).max()
+    assert err <= TOL, f"{fixture}: max abs error {err}"
+
+
+def _freeze_fn(fn, shape, lower_control_flow):
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    cf = tf.function(fn).get_concrete_function(tf.TensorSpec(shape, tf.float32, name="x"))
+    return convert_variables_to_constants_v2(
+        cf, lower_control_flow=lower_control_flow).graph.as_graph_def()
+
+
+def _stream_all(program, x, n_out, time_axis=1):
+    import tensorflow as tf
+
+    states = [tf.constant(s.initial) for s in program.signature.states]
+    outs = []
+    for t in range(x.shape[time_axis]):
+        res = program.pure_step(tf.constant(np.take(x, t, axis=time_axis)), *states)
+        outs.append([r.numpy() for r in res[:n_out]])
+        states = list(res[n_out:])
+    return [np.stack([o[k] for o in outs]) for k in range(n_out)]
+
+
+@pytest.mark.parametrize("lower_control_flow", [False, True])
+def test_return_state_outputs_and_masking(lower_control_flow):
+    """Several outputs (sequence + final h, c) and a Masking layer (a second input list)."""
+    import keras
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(11)
+    inp = keras.Input((None, 8))
+    masked = keras.layers.Masking()(inp)
+    seq, h, c = keras.layers.LSTM(6, return_sequences=True, return_state=True)(masked)
+    model = keras.Model(inp, [keras.layers.Dense(2)(seq), h, c])
+    gd = _freeze_fn(lambda v: model(v), (1, None, 8), lower_control_flow)
+    loaded = graph_def_to_loaded(gd, __import__("pathlib").Path("rs.pb"), "graphdef")
+    assert len(loaded.outputs) == 3
+    program = streamify_graph(loaded)
+    assert [o.shape for o in program.signature.outputs] == [(1, 2), (1, 6), (1, 6)]
+    x = np.random.default_rng(2).standard_normal((1, 100, 8)).astype(np.float32)
+    x[:, 30:34] = 0.0  # masked steps keep the state
+    got = _stream_all(program, x, 3)
+    for k, out in enumerate(loaded.outputs):
+        ref = gm.run_graph_def(gd, "x", out, x)
+        err = np.abs(got[k][:, 0] - ref[0]).max() if ref.ndim == 3 else \
+            np.abs(got[k][-1] - ref).max()
+        assert err <= TOL, f"output {k}: {err}"
+
+
+def test_time_major_tf2_graph_while():
+    """A graph built with tf.while_loop in a tf.Graph (control flow v2), input (T, 1, F)."""
+    import tensorflow as tf
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    w = (np.random.default_rng(0).standard_normal((14, 6)) * 0.3).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (None, 1, 8), name="x")
+        T = tf.shape(x)[0]
+        ta_in = tf.TensorArray(tf.float32, size=T).unstack(x)
+
+        def body(t, h, ta):
+            h = tf.tanh(tf.matmul(tf.concat([ta_in.read(t), h], 1), w))
+            return t + 1, h, ta.write(t, h)
+
+        _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
+                                 [0, tf.zeros((1, 6)), tf.TensorArray(tf.float32, size=T)])
+        tf.identity(ta.stack() * 2.0, name="y")
+    loaded = graph_def_to_loaded(g.as_graph_def(), __import__("pathlib").Path("tm.pb"),
+                                 "graphdef")
+    assert loaded.outputs == ["y:0"]
+    program = streamify_graph(loaded)
+    assert program.report["input"]["time_axis"] == 0
+    xs = np.random.default_rng(4).standard_normal((100, 1, 8)).astype(np.float32)
+    ref = gm.run_graph_def(g.as_graph_def(), "x", "y:0", xs)
+    ys = gm.stream(program, xs, time_axis=0)
+    assert np.abs(ys[:, 0] - ref[:, 0]).max() <= TOL
+
+
+def test_stateless_graph_is_one_inference():
+    import keras
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"),
+                              keras.layers.Dense(2)])
+    gd = _freeze_fn(lambda v: model(v), (None, 8), False)
+    program = streamify_graph(graph_def_to_loaded(gd, __import__("pathlib").Path("d.pb"),
+                                                  "graphdef"))
+    assert program.signature.states == ()
+    assert program.report["stateless"] is True
+    x = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)
+    assert np.abs(program.pure_step(x)[0].numpy() - model(x).numpy()).max() <= TOL
