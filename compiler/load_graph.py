@@ -32,7 +32,7 @@ from .errors import TfaotError
 
 # Node types that are never a model output even if nothing consumes them.
 _NOT_OUTPUTS = {"NoOp", "Assert", "Placeholder", "Const", "VarHandleOp", "VariableV2",
-                "SaveV2", "RestoreV2", "Enter", "NextIteration", "LoopCond",
+                "SaveV2", "RestoreV2", "Enter", "Exit", "NextIteration", "LoopCond",
                 "TensorListReserve", "EmptyTensorList", "TensorArrayV3", "TensorListFromTensor"}
 _UNUSED_CF_INPUT = re.compile(r"(^|/)unused_control_flow_input(_\d+)?$")
 
@@ -185,8 +185,8 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                 and not n.op.startswith("Save") and not n.op.startswith("Restore")
                 and _out_dtype(n) not in _NON_DATA_TYPES]
         if len(outs) > 1:
-            # Unused final loop values (an Identity of a While/Exit output) are
-            # not outputs when there is anything else.
+            # Unused final loop values (the Identity nodes tf.while_loop adds
+            # in the loop's scope) are not outputs when there is anything else.
             rest = [n for n in outs if not _reads_loop_result(n, nodes)]
             outs = rest or outs
         if not outs:
@@ -407,15 +407,12 @@ def _out_dtype(node) -> int | None:
 
 
 def _reads_loop_result(node, nodes) -> bool:
-    seen = 0
-    while node is not None and seen < 50:
-        if node.op in ("While", "StatelessWhile", "Exit", "RefExit"):
-            return True
-        if node.op not in ("Identity", "IdentityN") or not node.input:
-            return False
-        node = nodes.get(_node_of(node.input[0]))
-        seen += 1
-    return False
+    """An Identity that tf.while_loop adds in the loop's scope for a result."""
+    if node.op != "Identity" or not node.input:
+        return False
+    src = nodes.get(_node_of(node.input[0]))
+    return src is not None and src.op in ("While", "StatelessWhile") and \
+        node.name.startswith(src.name + "/")
 
 
 def _looks_like_text(data: bytes) -> bool:

@@ -161,6 +161,34 @@ def render(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModu
     return c_text, h_text
 
 
+def _measure_ctx_size(vm, sig, compiled, *, name: str, library_name: str, query_symbol: str,
+                      cmd: list[str], probe: Path) -> int:
+    """sizeof(struct NAME_ctx) for the target, rounded up to CTX_ALIGN."""
+    c_text, h_text = render(vm, sig, compiled, name=name, ctx_size=0,
+                            library_name=library_name, query_symbol=query_symbol)
+    probe.mkdir(parents=True, exist_ok=True)
+    for f in SHIM_FILES:
+        shutil.copyfile(shim_dir() / f, probe / f)
+    (probe / f"{name}.c").write_text(
+        c_text + f"\nchar {name}_ctx_probe_[sizeof(struct {name}_ctx)];\n")
+    (probe / f"{name}.h").write_text(h_text)
+    proc = subprocess.run([*cmd, "-fno-common", "-c", f"{name}.c", "-o", "probe.o"], cwd=probe,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:200])
+        raise TfaotError(f"package: compiling the generated C for {compiled.triple} failed "
+                         f"({cmd[0]}): {first}")
+    nm = shutil.which("llvm-nm") or "nm"
+    out = subprocess.run([nm, "-S", "probe.o"], cwd=probe, capture_output=True, text=True,
+                         check=False).stdout
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[-1] == f"{name}_ctx_probe_" and len(parts) >= 2:
+            size = int(parts[1], 16)
+            return -(-size // CTX_ALIGN) * CTX_ALIGN
+    raise TfaotError(f"package: could not measure the context size for {compiled.triple}")
+
+
 def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:
     """The library name the program passes to executable.load (= query prefix)."""
     name = compiled.library_query[: -len("_library_query")]
@@ -195,29 +223,19 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
             f"{proc.stderr.strip()} (for {compiled.triple} install llvm (llvm-objcopy) or the "
             "target's binutils)")
 
-    # Pass 1: measure sizeof(ctx) with the target compiler; pass 2: final text.
-    ctx_size = 0
+    # Pass 1: measure sizeof(ctx) with a compiler for the target (the target
+    # toolchain, else clang --target in freestanding mode); pass 2: final text.
+    probe_cmd = None
     if cc is not None:
-        c_text, h_text = render(vm, sig, compiled, name=name, ctx_size=0,
-                                library_name=library_name, query_symbol=query_symbol)
-        probe = Path(workdir) / "ctx_probe"
-        probe.mkdir(parents=True, exist_ok=True)
-        for f in SHIM_FILES:
-            shutil.copyfile(shim_dir() / f, probe / f)
-        (probe / f"{name}.c").write_text(
-            c_text + f"\nchar {name}_ctx_probe_[sizeof(struct {name}_ctx)];\n")
-        (probe / f"{name}.h").write_text(h_text)
-        cc.run([cc.cc, *C_FLAGS, *cc.extra_flags, "-fno-common", "-c", f"{name}.c", "-o",
-                "probe.o"], probe, "compiling the generated C (size probe)")
-        out = subprocess.run([cc.nm, "-S", "probe.o"], cwd=probe, capture_output=True,
-                             text=True, check=True).stdout
-        for line in out.splitlines():
-            parts = line.split()
-            if parts and parts[-1] == f"{name}_ctx_probe_":
-                ctx_size = int(parts[1], 16)
-        if not ctx_size:
-            raise TfaotError("package: could not measure the context size")
-        ctx_size = -(-ctx_size // CTX_ALIGN) * CTX_ALIGN
+        probe_cmd = [cc.cc, *C_FLAGS, *cc.extra_flags]
+    elif shutil.which("clang"):
+        probe_cmd = ["clang", f"--target={compiled.triple}", "-ffreestanding",
+                     "-DTFRT_FREESTANDING", *C_FLAGS]
+    ctx_size = 0
+    if probe_cmd is not None:
+        ctx_size = _measure_ctx_size(vm, sig, compiled, name=name, library_name=library_name,
+                                     query_symbol=query_symbol, cmd=probe_cmd,
+                                     probe=Path(workdir) / "ctx_probe")
     c_text, h_text = render(vm, sig, compiled, name=name, ctx_size=ctx_size,
                             library_name=library_name, query_symbol=query_symbol)
     (src / f"{name}.c").write_text(c_text)

@@ -84,7 +84,7 @@ def streamify_keras(model, source: str, fmt: str) -> StepProgram:
     """Build the step program of a loaded Keras model."""
     import tensorflow as tf
 
-    x_spec = _step_input_spec(model, source)
+    x_spec = step_input_spec(model, source)
     streaming = is_streaming(model)
 
     # Pass 1 (eager, zeros): discover state slots and check every layer.
@@ -112,7 +112,7 @@ def streamify_keras(model, source: str, fmt: str) -> StepProgram:
 # model-level checks
 
 
-def _step_input_spec(model, source: str) -> TensorInfo:
+def step_input_spec(model, source: str) -> TensorInfo:
     if len(model.inputs) != 1 or len(model.outputs) != 1:
         raise TfaotError(
             f"{source}: the model has {len(model.inputs)} inputs and "

@@ -36,6 +36,7 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
     xs = rng.normal(size=(steps, *lib.input_shape)).astype(np.float32)
     loaded = load_model(model_path)
     if loaded.keras_model is not None:
+        _check_input_shape(loaded.keras_model, lib, model_path, lib_dir)
         want = keras_reference(loaded.keras_model, xs)
     else:
         want = graph_reference(loaded, xs, graph_options)
@@ -46,6 +47,15 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
     error = float(np.abs(got.astype(np.float64) - want).max())
     name = lib.manifest["outputs"][0]["name"]
     return [VerifyResult(name, steps, error, tol)]
+
+
+def _check_input_shape(model, lib, model_path, lib_dir) -> None:
+    from .streamify_keras import step_input_spec
+
+    expected = step_input_spec(model, str(model_path)).shape
+    if tuple(expected) != tuple(lib.input_shape):
+        raise TfaotError(f"{lib_dir}: the library takes {tuple(lib.input_shape)} per step but "
+                         f"{model_path} takes {tuple(expected)}; was it built from this model?")
 
 
 def keras_reference(model, xs: np.ndarray) -> np.ndarray:

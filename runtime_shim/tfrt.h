@@ -18,7 +18,19 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#ifdef TFRT_FREESTANDING
+/* No C library headers (e.g. -ffreestanding); the few functions used are
+ * provided by every embedded libc or by the compiler runtime. */
+void *memcpy(void *dst, const void *src, size_t n);
+void *memmove(void *dst, const void *src, size_t n);
+void *memset(void *dst, int c, size_t n);
+int memcmp(const void *a, const void *b, size_t n);
+int strcmp(const char *a, const char *b);
+size_t strlen(const char *s);
+#else
 #include <string.h>
+#endif
 
 #include "tfrt_abi.h"
 

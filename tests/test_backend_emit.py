@@ -129,16 +129,30 @@ def test_equal_allocations_are_kept_apart():
     assert "arith.addi %c16" in out
 
 
-def test_cross_target_build_writes_sources(tmp_path):
-    spec = backend_models.ALL["accumulator"]()
-    manifest = build_library(spec.mlir, spec.signature, tmp_path / "out", name="acc_arm",
-                             triple="aarch64-unknown-linux-gnu", cpu="generic",
-                             workdir=tmp_path / "work")
-    out = tmp_path / "out"
-    assert manifest["triple"] == "aarch64-unknown-linux-gnu" and manifest["cpu"] == "generic"
-    assert (out / "src" / "acc_arm.c").is_file() and (out / "acc_arm.h").is_file()
-    assert not (out / "libacc_arm.so").exists()
+@pytest.mark.parametrize("triple,cpu", [("aarch64-unknown-linux-gnu", "generic"),
+                                       ("thumbv7em-none-eabihf", "cortex-m4")])
+def test_cross_target_build_writes_sources(triple, cpu, tmp_path):
+    import shutil
     import subprocess
-    head = subprocess.run(["objdump", "-f", out / "src" / "acc_arm_kernels.o"],
+
+    spec = backend_models.ALL["lstm"]()
+    name = "cross"
+    manifest = build_library(spec.mlir, spec.signature, tmp_path / "out", name=name,
+                             triple=triple, cpu=cpu, workdir=tmp_path / "work")
+    out = tmp_path / "out"
+    assert manifest["triple"] == triple and manifest["cpu"] == cpu
+    assert (out / "src" / f"{name}.c").is_file() and (out / f"{name}.h").is_file()
+    assert not (out / f"lib{name}.so").exists()
+    syms = subprocess.run([shutil.which("llvm-nm") or "nm", out / "src" / f"{name}_kernels.o"],
                           capture_output=True, text=True).stdout
-    assert "aarch64" in head or "elf64-little" in head
+    assert f"T {name}_kernels_library_query" in syms
+    if shutil.which("clang"):
+        # The generated C compiles warning-free for the target (ILP32 for Cortex-M),
+        # and the header's context size is the target's.
+        assert manifest["ctx_size"] > 0
+        assert f"#define CROSS_CTX_SIZE {manifest['ctx_size']}" in (out / f"{name}.h").read_text()
+        proc = subprocess.run(
+            ["clang", f"--target={triple}", "-ffreestanding", "-DTFRT_FREESTANDING", "-std=c11",
+             "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-c", f"{name}.c",
+             "-o", tmp_path / "x.o"], cwd=out / "src", capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
