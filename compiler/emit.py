@@ -56,6 +56,23 @@ ELEMENT_TYPES: dict[str, tuple[int, str]] = {
 }
 
 _ARENA_ALIGN = 64
+_OPS_TEMPLATE = None
+
+
+def ops_template():
+    """The jinja2 macros of codegen_templates/vm_ops.j2 (loaded once)."""
+    global _OPS_TEMPLATE
+    if _OPS_TEMPLATE is None:
+        import jinja2
+
+        from .resources import template_dir
+
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir())),
+                                 trim_blocks=True, lstrip_blocks=True,
+                                 undefined=jinja2.StrictUndefined)
+        env.filters["tfrt_u32"] = lambda v: f"(uint32_t){v}"
+        _OPS_TEMPLATE = env.get_template("vm_ops.j2").module
+    return _OPS_TEMPLATE
 _LOOP_SITE_WEIGHT = 3  # live copies assumed for an allocation inside a loop
 
 
@@ -416,6 +433,11 @@ class FunctionEmitter:
     def line(self, text: str) -> None:
         self.lines.append("  " + text)
 
+    def block(self, text: str, indent: str = "  ") -> None:
+        for ln in str(text).splitlines():
+            if ln.strip():
+                self.lines.append(indent + ln)
+
     def result(self, op, i: int = 0) -> str:
         return self.declare(op.results[i])
 
@@ -460,33 +482,16 @@ class FunctionEmitter:
         for b in self.blocks[1:]:
             for arg in b.arguments:
                 self.declare(arg)
-        prologue = []
-        for i, (name, type_str) in enumerate(params):
-            if is_ref(type_str):
-                prologue.append(f"  {name} = tfrt_retain(arg{i});")
-            else:
-                prologue.append(f"  {name} = arg{i};")
-        for i, t in enumerate(self.info.result_types):
-            prologue.append(f"  *result{i} = {'NULL' if is_ref(t) else '0'};")
         for bi, block in enumerate(self.blocks):
             self._cur_block = bi
             if bi > 0:
                 self.lines.append(f"bb{bi}:")
             for op in block.operations:
                 self.emit_op(op)
-        decl_lines = []
-        for name, ctype in self.decls.items():
-            init = "NULL" if ctype.endswith("*") else "0"
-            sep = "" if ctype.endswith("*") else " "
-            decl_lines.append(f"  {ctype}{sep}{name} = {init};")
-        epilogue = ["done:"]
-        for name in self.decls:
-            if name not in self.ref_locals and self.uses.get(name, 0) == 0:
-                epilogue.append(f"  (void){name};")
-        for name in self.ref_locals:
-            epilogue.append(f"  tfrt_release(rt, {name});")
-        epilogue.append("  return status;")
-        return "\n".join(decl_lines + prologue + self.lines + epilogue)
+        unused = [n for n in self.decls if n not in self.ref_locals and not self.uses.get(n)]
+        return ops_template().function_body(
+            list(self.decls.items()), [(n, is_ref(t)) for n, t in params],
+            [is_ref(t) for t in self.info.result_types], self.lines, unused, self.ref_locals)
 
     def emit_op(self, op) -> None:
         name = op.name
@@ -557,8 +562,7 @@ class FunctionEmitter:
     def op_vm_global_store_ref(self, op):
         g = self._global(op)
         v = self.val(op.operands[0])
-        self.line(f"{{ void *old_ = ctx->g.{g.cname}; ctx->g.{g.cname} = tfrt_retain({v}); "
-                  f"tfrt_release(rt, old_); }}")
+        self.block(ops_template().global_store_ref(g.cname, v))
 
     # -- refs ------------------------------------------------------------------
     def op_vm_discard_refs(self, op):
@@ -574,54 +578,28 @@ class FunctionEmitter:
         self.line(f"{r} = tfrt_retain({c} ? {a} : {b});")
 
     # -- control flow ----------------------------------------------------------
-    def _branch(self, block, operands) -> list[str]:
+    def _branch(self, block, operands) -> str:
         """Parallel copy of branch operands into the target's block args."""
-        idx = self.block_index[block]
-        out = []
-        args = list(block.arguments)
-        if args:
-            tmps = []
-            for arg, v in zip(args, operands):
-                t = f"t{self._tmp}_"
-                self._tmp += 1
-                ctype = ctype_of(str(arg.type))
-                src = self.val(v)
-                sep = "" if ctype.endswith("*") else " "
-                if is_ref(str(arg.type)):
-                    out.append(f"{ctype}{sep}{t} = tfrt_retain({src});")
-                else:
-                    out.append(f"{ctype}{sep}{t} = {src};")
-                tmps.append((self.names[arg], t, is_ref(str(arg.type))))
-            for dst, t, ref in tmps:
-                if ref:
-                    out.append(f"tfrt_release(rt, {dst});")
-                out.append(f"{dst} = {t};")
-        out.append(f"goto bb{idx};")
-        return out
+        copies = []
+        for arg, v in zip(block.arguments, operands):
+            tmp = f"t{self._tmp}_"
+            self._tmp += 1
+            copies.append((tmp, ctype_of(str(arg.type)), self.val(v), self.names[arg],
+                           is_ref(str(arg.type))))
+        return ops_template().branch(copies, self.block_index[block])
 
     def op_vm_br(self, op):
-        copies = self._branch(op.successors[0], list(op.operands))
-        if len(copies) == 1:
-            self.line(copies[0])
-        else:
-            self.line("{")
-            for c in copies:
-                self.line("  " + c)
-            self.line("}")
+        self.block(self._branch(op.successors[0], list(op.operands)))
 
     def op_vm_cond_br(self, op):
         t_block, f_block = op.successors
         n_true = len(t_block.arguments)
         operands = list(op.operands)
         cond = self.val(operands[0])
-        t_ops = operands[1:1 + n_true]
-        f_ops = operands[1 + n_true:]
         self.line(f"if ({cond}) {{")
-        for c in self._branch(t_block, t_ops):
-            self.line("  " + c)
+        self.block(self._branch(t_block, operands[1:1 + n_true]), "    ")
         self.line("} else {")
-        for c in self._branch(f_block, f_ops):
-            self.line("  " + c)
+        self.block(self._branch(f_block, operands[1 + n_true:]), "    ")
         self.line("}")
 
     def op_vm_return(self, op):
@@ -851,21 +829,10 @@ class FunctionEmitter:
             if self.is_null_const(buf):
                 raise self.program.null_constant_error(
                     self, op, f"binding {i} of dispatch '{label}'")
-        self.line(f"{{ /* dispatch {label} */")
-        if consts:
-            self.line("  const uint32_t c_[] = {" +
-                      ", ".join(f"(uint32_t){self.val(c)}" for c in consts) + "};")
-        if binds:
-            self.line("  const tfrt_binding b_[] = {" + ", ".join(
-                f"{{{self.val(b)}, {self.val(o)}, {self.val(n)}}}" for b, o, n in binds) + "};")
-            self.line(f"  void *bp_[{len(binds)}];")
-            self.line(f"  size_t bl_[{len(binds)}];")
-        self.line(f"  TFRT_TRY(tfrt_executable_dispatch({self.val(exe)}, {self.val(fid)}, "
-                  f"{self.val(wx)}, {self.val(wy)}, {self.val(wz)}, "
-                  f"{len(consts)}u, {'c_' if consts else 'NULL'}, "
-                  f"{len(binds)}u, {'b_' if binds else 'NULL'}, "
-                  f"{'bp_' if binds else 'NULL'}, {'bl_' if binds else 'NULL'}));")
-        self.line("}")
+        self.block(ops_template().dispatch(
+            label, self.val(exe), self.val(fid), self.val(wx), self.val(wy), self.val(wz),
+            [self.val(c) for c in consts],
+            [(self.val(b), self.val(o), self.val(n)) for b, o, n in binds]))
 
 
 # ---------------------------------------------------------------------------
