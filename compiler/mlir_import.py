@@ -137,6 +137,7 @@ def _wrap(hlo_text: str, program: StepProgram) -> str:
         *(_global_decl(i, s) for i, s in enumerate(sig.states)),
         _step_func(sig.inputs[0], sig.outputs[0], sig.states),
         _reset_func(sig.states),
+        *_state_access_funcs(sig.states),
         body,
         "}",
         "",
@@ -220,6 +221,30 @@ def _reset_func(states) -> str:
         ]
     lines += ["    return", "  }"]
     return "\n".join(lines)
+
+
+def _state_access_funcs(states) -> list[str]:
+    """``@get_state() -> (s0, s1, ...)`` and ``@set_state(s0, s1, ...)``.
+
+    They let the caller save and restore the recurrent state (to multiplex
+    streams, or to checkpoint). IREE may pack several globals into one
+    buffer with a layout of its choosing, so the C side cannot address the
+    states itself; going through these functions keeps that layout private.
+    """
+    if not states:
+        return []
+    types = [_tensor_type(s) for s in states]
+    names = [f"%s{i}" for i in range(len(types))]
+    get = [f"  func.func @get_state() -> ({', '.join(types)}) {{"]
+    get += [f"    {n} = ml_program.global_load @state{i} : {t}"
+            for i, (n, t) in enumerate(zip(names, types))]
+    get += [f"    return {', '.join(names)} : {', '.join(types)}", "  }"]
+    args = ", ".join(f"{n}: {t}" for n, t in zip(names, types))
+    put = [f"  func.func @set_state({args}) {{"]
+    put += [f"    ml_program.global_store @state{i} = {n} : {t}"
+            for i, (n, t) in enumerate(zip(names, types))]
+    put += ["    return", "  }"]
+    return ["\n".join(get), "\n".join(put)]
 
 
 def _first_line(e: BaseException) -> str:
