@@ -301,24 +301,22 @@ class _Replay:
                                    "time axis; tfaot cannot tell how they align")
 
     def _reshape(self, op, x: Streamed) -> Streamed:
+        """Reshape the features of each step; the time axis must stay first.
+
+        The target's first entry is the time length (-1, or the model's
+        fixed T); the rest must hold exactly one step's features, which also
+        rules out a fixed first entry other than T.
+        """
         import tensorflow as tf
 
         target = tuple(op.target_shape)
         per_step = tuple(int(d) for d in x.value.shape[2:])
         rest = target[1:]
-        if target[0] not in (-1, None) and not self._time_dim_ok(target[0]):
-            raise _layer_error(op, f"target shape {target} changes the time axis")
         if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
             raise _layer_error(op, f"target shape {target} mixes the time axis "
                                    f"with the features {per_step}")
         with tf.name_scope(op.name):
             return Streamed(tf.reshape(x.value, (1, 1, *rest)), SEQ)
-
-    def _time_dim_ok(self, dim) -> bool:
-        # A fixed time length in a Reshape is harmless when it is just T
-        # (the model's fixed sequence length); we cannot know T here beyond
-        # that it is positive, and the features check above guards the rest.
-        return isinstance(dim, int) and dim > 0
 
     # -- recurrent layers --------------------------------------------------
 

@@ -85,3 +85,23 @@ def test_illegal_op_after_lowering_names_tf_op_and_node():
     message = str(info.value)
     assert "AsString" in message and "my_as_string" in message, message
     assert "strings.pb" in message
+
+
+def test_reshape_that_merges_time_steps():
+    m = keras.Sequential([_seq(8), layers.LSTM(8, return_sequences=True),
+                          layers.Reshape((-1, 16), name="pairs")])
+    _expect(m, "'pairs'", "Reshape", "mixes the time axis")
+
+
+def test_permute_that_moves_time():
+    m = keras.Sequential([_seq(8), layers.LSTM(8, return_sequences=True),
+                          layers.Permute((2, 1), name="swap")])
+    _expect(m, "'swap'", "Permute", "moves the time axis")
+
+
+def test_recurrent_layer_after_last_output():
+    x = _seq()
+    h = layers.LSTM(4)(x)  # last output: no time axis any more
+    y = layers.Reshape((1, 4))(h)
+    y = layers.GRU(3, name="late_gru")(y)
+    _expect(keras.Model(x, y), "'late_gru'", "no time axis")
