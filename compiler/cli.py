@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--tol", type=float, default=1e-5, help="max abs error allowed (default: 1e-5)")
     _add_graph_options(p)
+
+    sub.add_parser("cmake-path", help="print the path of tfaot.cmake (tfaot_add_model)",
+                   description="Print the absolute path of tfaot.cmake, for "
+                               "include() in a CMake project.")
     return parser
 
 
@@ -138,6 +142,24 @@ def cmd_build(args) -> int:
     if not args.quiet:
         total = sum(progress.timings.values())
         print(f"tfaot: built {out_dir} in {total:.1f} s", file=sys.stderr)
+        _print_footprint(out_dir, options.name)
+    return 0
+
+
+def _print_footprint(out_dir: Path, name: str | None) -> None:
+    import json
+
+    manifests = [out_dir / f"{name}.json"] if name else sorted(out_dir.glob("*.json"))
+    fp = json.loads(manifests[0].read_text()).get("footprint") if manifests else None
+    if fp:
+        print(f"tfaot: footprint: code {fp['code_bytes']} B, weights {fp['weight_bytes']} B, "
+              f"RAM {fp['ram_bytes']} B per context", file=sys.stderr)
+
+
+def cmd_cmake_path(args) -> int:
+    from .resources import cmake_module
+
+    print(cmake_module())
     return 0
 
 
@@ -158,4 +180,4 @@ def cmd_verify(args) -> int:
 
 
 COMMANDS = {"import": cmd_import, "inspect": cmd_inspect, "build": cmd_build,
-            "verify": cmd_verify}
+            "verify": cmd_verify, "cmake-path": cmd_cmake_path}

@@ -104,6 +104,10 @@ def cpu_flags(*, triple: str, cpu: str, kernel_object: Path) -> list[str]:
         "--mlir-print-elementsattrs-with-hex-if-larger=0",
         "--output-format=vm-asm",
     ]
+    if triple.endswith("eabihf"):
+        # Float arguments in FPU registers, as arm-none-eabi-gcc -mfloat-abi=hard
+        # expects (iree-notes 5); LLVM's default for the triple is soft.
+        flags.insert(5, "--iree-llvmcpu-target-float-abi=hard")
     return flags
 
 

@@ -4,6 +4,8 @@
     y = m.step(x)                          # x: numpy array of the input shape/dtype
     ys = m.step_n(xs)                      # xs: (n, *input shape)
     m.reset()
+    s = m.get_state()                      # list of arrays, manifest order
+    m.set_state(s)                         # restore (this or another context)
 
 Each ``Model`` owns one context (64-byte aligned memory that it allocates
 once), so several models or several contexts of one model can coexist.
@@ -40,12 +42,23 @@ class Model:
                 ("step", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
                 ("step_n", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                           ctypes.c_size_t]),
+                ("state_size", ctypes.c_size_t, []),
+                ("get_state", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+                ("set_state", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
                 ("deinit", None, [ctypes.c_void_p]),
                 ("status_string", ctypes.c_char_p, [ctypes.c_int])):
             f = getattr(lib, f"{self.name}_{fn}")
             f.restype = restype
             f.argtypes = argtypes
             self._fn[fn] = f
+        self.state_specs = [(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]))
+                            for s in manifest.get("state", [])]
+        self.state_bytes = int(self._fn["state_size"]())
+        want = sum(dt.itemsize * int(np.prod(shape)) for _, dt, shape in self.state_specs)
+        if self.state_bytes != want:
+            raise TfaotError(f"{self.name}: library state size {self.state_bytes} does not match "
+                             f"the manifest's states ({want} bytes); the build folder is "
+                             "inconsistent")
         size = int(self._fn["ctx_size"]())
         align = int(manifest.get("ctx_align", 64))
         if manifest.get("ctx_size") and size > manifest["ctx_size"]:
@@ -100,6 +113,33 @@ class Model:
         ys = np.empty((n, *self.output_shape), dtype=self.output_dtype)
         self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, ys.ctypes.data, n), "step_n")
         return ys
+
+    def get_state(self) -> list[np.ndarray]:
+        """A copy of the recurrent state: one array per state, manifest order."""
+        buf = np.zeros(max(self.state_bytes, 1), dtype=np.uint8)
+        self._check(self._fn["get_state"](self._ctx, buf.ctypes.data), "get_state")
+        out, offset = [], 0
+        for _, dtype, shape in self.state_specs:
+            n = dtype.itemsize * int(np.prod(shape))
+            out.append(buf[offset:offset + n].view(dtype).reshape(shape).copy())
+            offset += n
+        return out
+
+    def set_state(self, states) -> None:
+        """Replaces the state with ``states`` (as returned by get_state)."""
+        states = list(states)
+        if len(states) != len(self.state_specs):
+            raise TfaotError(f"{self.name}: set_state got {len(states)} arrays, the model has "
+                             f"{len(self.state_specs)} states")
+        parts = []
+        for s, (sname, dtype, shape) in zip(states, self.state_specs):
+            s = np.asarray(s)
+            if s.dtype != dtype or tuple(s.shape) != shape:
+                raise TfaotError(f"{self.name}: state '{sname}' must be {dtype}{list(shape)}, "
+                                 f"got {s.dtype}{list(s.shape)}")
+            parts.append(np.ascontiguousarray(s).view(np.uint8).ravel())
+        buf = np.concatenate(parts) if parts else np.zeros(1, np.uint8)
+        self._check(self._fn["set_state"](self._ctx, buf.ctypes.data), "set_state")
 
     def close(self) -> None:
         if self._live:

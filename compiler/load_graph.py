@@ -217,8 +217,8 @@ def parse_input_specs(inputs, path=None) -> list[tuple[str, tuple | None]] | Non
     for item in items:
         item = item.strip()
         name, sep, shape_text = item.rpartition(":")
-        if not sep:
-            specs.append((item, None))
+        if not sep or shape_text == "0":  # "x" or the tensor name "x:0": no shape
+            specs.append((name if sep else item, None))
             continue
         if name.endswith(":0"):
             name = name[:-2]
@@ -335,8 +335,6 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
 
 def _load_saved_model_v1(path: Path, input_specs, output_specs) -> LoadedGraph:
     import tensorflow as tf
-    from google.protobuf import text_format  # noqa: F401
-    from tensorflow.core.protobuf import saved_model_pb2  # noqa: F401
 
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:

@@ -11,6 +11,11 @@ Output folder ``out_dir`` (all names fixed, contents deterministic):
 
 The kernel object's query symbol is renamed to ``NAME_kernels_library_query``
 so several models link into one program.
+
+Cross targets: a ``*-linux-gnu`` triple uses Debian's ``<arch>-linux-gnu-gcc``;
+a bare-metal Arm triple (``thumbv7em-none-eabihf`` ...) uses ``arm-none-eabi-gcc``
+with the flags of ``ARM_CPU_FLAGS``. Without that compiler only src/ is
+written (the firmware build compiles it).
 """
 from __future__ import annotations
 
@@ -35,6 +40,19 @@ SHIM_FILES = ("tfrt.h", "tfrt.c", "tfrt_abi.h")
 CTX_ALIGN = 64
 #: Flags every build of generated C uses (warnings are errors in tests, not here).
 C_FLAGS = ["-std=c11", "-O2", "-ffunction-sections", "-fdata-sections"]
+
+#: The library's global symbols (after the NAME_ prefix); everything else is local.
+PUBLIC_FUNCTIONS = ("ctx_size", "init", "reset", "step", "step_n", "state_size", "get_state",
+                    "set_state", "read_input", "write_output", "run", "deinit", "status_string")
+
+#: arm-none-eabi-gcc flags per CPU; must agree with the kernels' float ABI
+#: (hard-float triples get --iree-llvmcpu-target-float-abi=hard, see compile.py).
+ARM_CPU_FLAGS = {
+    "cortex-m4": ("-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"),
+    "cortex-m7": ("-mcpu=cortex-m7", "-mfpu=fpv5-d16"),
+    "cortex-m33": ("-mcpu=cortex-m33", "-mfpu=fpv5-sp-d16"),
+    "cortex-m55": ("-mcpu=cortex-m55",),
+}
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -91,6 +109,25 @@ def _check_signature_against_vm(sig: ProgramSignature, step: emit_mod.FunctionIn
                     f"but tensor<{ttext}> in the compiled step function")
 
 
+def is_bare_metal_arm(triple: str) -> bool:
+    return triple.startswith(("thumb", "arm")) and "-none-eabi" in triple
+
+
+def arm_flags(triple: str, cpu: str) -> tuple[str, ...]:
+    """arm-none-eabi-gcc flags matching the kernels built for (triple, cpu)."""
+    hard = triple.endswith("eabihf")
+    if cpu in ARM_CPU_FLAGS:
+        cpu_flags = ARM_CPU_FLAGS[cpu] if hard else ARM_CPU_FLAGS[cpu][:1]
+    elif cpu in ("generic", ""):
+        cpu_flags = ()
+    else:
+        cpu_flags = (f"-mcpu={cpu}",)
+    if hard and not cpu_flags:
+        raise TfaotError(f"package: {triple} is hard-float; name the CPU with --cpu "
+                         f"(one of {', '.join(ARM_CPU_FLAGS)}) so the C code uses its FPU")
+    return ("-mthumb", *cpu_flags, f"-mfloat-abi={'hard' if hard else 'soft'}")
+
+
 @dataclass
 class CCompiler:
     """The C compiler and binutils used to build the library."""
@@ -101,8 +138,10 @@ class CCompiler:
     nm: str
     extra_flags: tuple[str, ...] = ()
 
+    pic: bool = True         # -fPIC (not for bare-metal targets)
+
     @classmethod
-    def for_triple(cls, triple: str) -> "CCompiler | None":
+    def for_triple(cls, triple: str, cpu: str = "generic") -> "CCompiler | None":
         if is_host_triple(triple):
             return cls(cc=os.environ.get("CC", "cc"), ar="ar", objcopy="objcopy", nm="nm")
         parts = triple.split("-")
@@ -110,6 +149,10 @@ class CCompiler:
             gnu = f"{parts[0]}-linux-gnu"
             if shutil.which(f"{gnu}-gcc"):
                 return cls(cc=f"{gnu}-gcc", ar=f"{gnu}-ar", objcopy=f"{gnu}-objcopy", nm=f"{gnu}-nm")
+        if is_bare_metal_arm(triple) and shutil.which("arm-none-eabi-gcc"):
+            return cls(cc="arm-none-eabi-gcc", ar="arm-none-eabi-ar",
+                       objcopy="arm-none-eabi-objcopy", nm="arm-none-eabi-nm",
+                       extra_flags=arm_flags(triple, cpu), pic=False)
         return None
 
     def run(self, args: list[str], cwd: Path, what: str) -> None:
@@ -120,8 +163,41 @@ class CCompiler:
             raise TfaotError(f"package: {what} failed ({' '.join(args[:1])}): {first}")
 
 
+def _state_layout(states: list[dict]) -> tuple[int, int]:
+    """Adds ``offset`` (packed, the public layout) and ``slot`` (64-byte aligned,
+    the context's scratch copy) to each state; returns both total sizes."""
+    offset = slot = 0
+    for s in states:
+        s["offset"], s["slot"] = offset, slot
+        offset += s["bytes"]
+        slot += -(-s["bytes"] // CTX_ALIGN) * CTX_ALIGN
+    return offset, slot
+
+
+def _state_functions(vm: emit_mod.VMProgram, name: str, states: list[dict]):
+    """The program's @get_state / @set_state, checked against the states."""
+    if not states:
+        return None, None
+    fns = []
+    for export, kind in (("get_state", "result_types"), ("set_state", "arg_types")):
+        fn = vm.functions.get(vm.exports.get(export, ""))
+        if fn is None:
+            raise TfaotError(
+                f"package: model '{name}' has {len(states)} state tensors but the compiled "
+                f"program has no '{export}' function (exports: {', '.join(vm.exports)}); the "
+                "frontend writes get_state/set_state next to step and reset")
+        types = getattr(fn, kind)
+        if types != ["!vm.ref<!hal.buffer_view>"] * len(states):
+            raise TfaotError(f"package: {export} of model '{name}' has VM signature "
+                             f"{fn.arg_types} -> {fn.result_types}; expected one tensor per "
+                             f"state ({len(states)})")
+        fns.append(fn)
+    return fns[0], fns[1]
+
+
 def render(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModule, *,
-           name: str, ctx_size: int, library_name: str, query_symbol: str) -> tuple[str, str]:
+           name: str, ctx_size: int, library_name: str, query_symbol: str,
+           footprint: dict | None = None) -> tuple[str, str]:
     """Renders (NAME.c, NAME.h) from the templates."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir())),
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -143,6 +219,8 @@ def render(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModu
         raise TfaotError(f"package: step has VM signature {step_fn.arg_types} -> "
                          f"{step_fn.result_types}; expected one tensor in and one tensor out")
     _check_signature_against_vm(sig, step_fn)
+    state_bytes, state_slot_bytes = _state_layout(states)
+    get_fn, set_fn = _state_functions(vm, name, states)
     ctx = dict(
         name=name, P=name.upper(), tfaot_version=_tfaot_version(), triple=compiled.triple,
         cpu=compiled.cpu, compiler_version=compiled.compiler_version, vm=vm,
@@ -154,6 +232,8 @@ def render(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModu
         step_fn=step_fn,
         reset_fn=vm.functions.get(vm.exports.get("reset", ""), None),
         init_fn=vm.functions.get(vm.exports.get("__init", ""), None),
+        get_fn=get_fn, set_fn=set_fn, state_bytes=state_bytes, state_slot_bytes=state_slot_bytes,
+        footprint=footprint or {"code_bytes": 0, "weight_bytes": 0},
         signature=emit_mod.function_signature,
     )
     c_text = env.get_template("model.c.j2").render(**ctx)
@@ -189,6 +269,82 @@ def _measure_ctx_size(vm, sig, compiled, *, name: str, library_name: str, query_
     raise TfaotError(f"package: could not measure the context size for {compiled.triple}")
 
 
+def elf_sections(data: bytes) -> dict[str, int]:
+    """Section name -> size of an ELF relocatable object (32/64-bit, either endianness).
+
+    Read here rather than with size(1) so every target's objects can be measured
+    without that target's binutils.
+    """
+    import struct
+
+    if data[:4] != b"\x7fELF":
+        raise TfaotError("package: footprint: not an ELF object")
+    is64, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    if is64:
+        shoff, = struct.unpack_from(end + "Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", data, 0x3A)
+    else:
+        shoff, = struct.unpack_from(end + "I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", data, 0x2E)
+
+    def header(i):  # (name offset, type, flags, offset, size)
+        base = shoff + i * shentsize
+        if is64:
+            name, typ, flags, _, off, size = struct.unpack_from(end + "IIQQQQ", data, base)
+        else:
+            name, typ, flags, _, off, size = struct.unpack_from(end + "IIIIII", data, base)
+        return name, typ, flags, off, size
+
+    strtab_off = header(shstrndx)[3]
+    sections = {}
+    for i in range(1, shnum):
+        name_off, _, flags, _, size = header(i)
+        if not flags & 0x2:  # SHF_ALLOC: only what ends up in the image
+            continue
+        end_name = data.index(b"\0", strtab_off + name_off)
+        name = data[strtab_off + name_off:end_name].decode()
+        sections[name] = sections.get(name, 0) + size
+    return sections
+
+
+def _sum(sections: dict[str, int], *prefixes: str) -> int:
+    return sum(size for name, size in sections.items()
+               if any(name == p or name.startswith(p + ".") for p in prefixes))
+
+
+def measure_footprint(kernels: bytes, host: bytes | None, ctx_size: int) -> dict:
+    """Bytes of flash (code, weights, constants) and RAM (one context) on the target.
+
+    ``weight_bytes`` is the kernels' read-only data (the weights are baked into
+    the dispatch functions); ``static_data_bytes`` is the library's own
+    .data/.bss (immutable buffer headers), shared by all contexts.
+    """
+    k = elf_sections(kernels)
+    h = elf_sections(host) if host is not None else {}
+    return {
+        "code_bytes": _sum(k, ".text") + _sum(h, ".text"),
+        "weight_bytes": _sum(k, ".rodata", ".lrodata"),
+        "const_bytes": _sum(h, ".rodata"),
+        "static_data_bytes": _sum(k, ".data", ".bss") + _sum(h, ".data", ".bss"),
+        "ram_bytes": ctx_size,
+        "host_program_measured": host is not None,
+    }
+
+
+def CMAKE_FILES(name: str) -> list[str]:  # noqa: N802 - reads as a constant
+    """The CMake files of a build folder: for find_package and add_subdirectory."""
+    return [f"{name}Config.cmake", "CMakeLists.txt"]
+
+
+def write_cmake_files(out_dir: Path, manifest: dict) -> None:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir())),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    values = dict(manifest, tfaot_version=_tfaot_version())
+    for file, template in zip(CMAKE_FILES(manifest["name"]),
+                              ("Config.cmake.j2", "CMakeLists.txt.j2")):
+        (out_dir / file).write_text(env.get_template(template).render(**values))
+
+
 def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:
     """The library name the program passes to executable.load (= query prefix)."""
     name = compiled.library_query[: -len("_library_query")]
@@ -210,7 +366,7 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
         shutil.copyfile(shim_dir() / f, src / f)
     library_name = _library_name(vm, compiled)
     query_symbol = f"{name}_kernels_library_query"
-    cc = CCompiler.for_triple(compiled.triple)
+    cc = CCompiler.for_triple(compiled.triple, compiled.cpu)
     # Binutils of the host only read host objects; llvm-objcopy reads all targets.
     objcopy = cc.objcopy if cc else (shutil.which("llvm-objcopy") or "objcopy")
     kernels = src / f"{name}_kernels.o"
@@ -243,17 +399,21 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     (out_dir / f"{name}.h").write_text(h_text)
 
     built = []
+    host_object = None
     if cc is not None:
         obj = Path(workdir) / f"{name}.o"
-        cc.run([cc.cc, *C_FLAGS, *cc.extra_flags, "-fPIC", "-c", f"{name}.c", "-o", str(obj)],
+        pic = ["-fPIC"] if cc.pic else []
+        cc.run([cc.cc, *C_FLAGS, *cc.extra_flags, *pic, "-c", f"{name}.c", "-o", str(obj)],
                src, "compiling the generated C")
+        host_object = obj.read_bytes()  # measured below; obj's path is reused for the archive
         # One relocatable object with only the public API global.
         combined = Path(workdir) / f"{name}_lib.o"
-        cc.run([cc.cc, "-r", "-nostdlib", "-o", str(combined), str(obj), str(kernels)],
+        # The kernel object has no .note.GNU-stack; say the stack is not executable.
+        cc.run([cc.cc, "-r", "-nostdlib", "-Wl,-z,noexecstack", "-o", str(combined), str(obj),
+                str(kernels)],
                src, "combining objects")
         keep = Path(workdir) / "public.syms"
-        public = [f"{name}_{fn}" for fn in ("ctx_size", "init", "reset", "step", "step_n",
-                                             "deinit", "status_string")]
+        public = [f"{name}_{fn}" for fn in PUBLIC_FUNCTIONS]
         keep.write_text("\n".join(public) + "\n")
         cc.run([cc.objcopy, f"--keep-global-symbols={keep}", str(combined)], src,
                "hiding internal symbols")
@@ -269,6 +429,13 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
                    "linking the shared library")
             built.append(lib_so.name)
 
+    footprint = measure_footprint(kernels.read_bytes(), host_object, ctx_size)
+    _, h_text = render(vm, sig, compiled, name=name, ctx_size=ctx_size, library_name=library_name,
+                       query_symbol=query_symbol, footprint=footprint)
+    (src / f"{name}.h").write_text(h_text)
+    (out_dir / f"{name}.h").write_text(h_text)
+    states = [_tensor(t) for t in sig.states]
+    state_bytes, _ = _state_layout(states)
     manifest = {
         "name": name,
         "target": "cpu",
@@ -276,15 +443,20 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
         "cpu": compiled.cpu,
         "compiler_version": compiled.compiler_version,
         **sig.to_json(),
+        "state_bytes": state_bytes,
+        "state_offsets": [s["offset"] for s in states],
         "ctx_size": ctx_size,
         "ctx_align": CTX_ALIGN,
+        "footprint": footprint,
+        "c_flags": [*C_FLAGS, *(cc.extra_flags if cc else ())],
         "arena_bytes": vm.arena_bytes,
         "arena_pools": [list(p) for p in vm.pools],
         "kernel_library": library_name,
         "kernel_query_symbol": query_symbol,
         "link_libs": ["m"],
-        "files": sorted(built + [f"{name}.h", f"{name}.json"]) + sorted(
+        "files": sorted(built + [f"{name}.h", f"{name}.json", *CMAKE_FILES(name)]) + sorted(
             f"src/{p.name}" for p in src.iterdir()),
     }
     (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    write_cmake_files(out_dir, manifest)
     return manifest

@@ -1,4 +1,4 @@
-"""Where tfaot's package data lives: C templates and the runtime shim.
+"""Where tfaot's package data lives: C templates, the runtime shim, CMake helpers.
 
 An installed wheel carries them inside the package (``tfaot/codegen_templates``,
 ``tfaot/runtime_shim``); a source checkout has them next to ``compiler/``.
@@ -27,3 +27,8 @@ def template_dir() -> Path:
 def shim_dir() -> Path:
     """Folder with the runtime shim sources (tfrt.h, tfrt.c, tfrt_abi.h)."""
     return _find("runtime_shim")
+
+
+def cmake_module() -> Path:
+    """cmake/tfaot.cmake (tfaot_add_model), for include() in a CMake project."""
+    return _find("cmake") / "tfaot.cmake"

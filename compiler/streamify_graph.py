@@ -22,9 +22,15 @@ function ``(x_t, *states) -> (y_t, *new_states)`` (tf-import-notes §2):
    ``tf.function`` while a *time meta* is tracked for every tensor: static,
    ``seq`` (has a time axis, each step depends on its own step only),
    ``step`` (no time axis, depends on the steps so far: the last output, a
-   final state), or a sequence list. Each loop body is imported once with
-   the states as arguments. An op that mixes time steps (``ReverseV2``,
-   ``Pad``, ``Mean`` over time, ...) is a ``TfaotError`` naming the node.
+   final state), ``item`` (time step k alone, from an unrolled per-step map
+   that must be stacked back whole), ``static_t`` (computed from the
+   sequence length: fine as a shape, an error as data), or a sequence list.
+   Each loop body is imported once with the states as arguments. An op that
+   mixes time steps (``ReverseV2``, ``Pad``, ``Mean`` over time, ...) is a
+   ``TfaotError`` naming the node.
+
+Stateless graphs (no loop and no ``time_axis`` given) pass through: the step
+is one inference on the input as it is.
 """
 from __future__ import annotations
 
@@ -76,20 +82,27 @@ class _Fail(Exception):
 
 @dataclass(frozen=True)
 class Meta:
-    kind: str  # static | seq | step | list_in | list_out | list_done | ta | ta_flow | dead
-    axis: int | None = None  # seq: the time axis
-    key: str | None = None  # lists: identity
+    kind: str  # static | static_t | seq | step | item | list_in | list_out | list_done |
+    #            ta | ta_flow | dead
+    axis: int | None = None  # seq: the time axis; item: T
+    key: str | None = None  # lists: identity; item: the step index
     mode: str = ""  # list_done: "seq" (one item per step) or "last"
     why: str = ""  # dead: why it cannot be used
 
     def __str__(self):
         if self.kind == "seq":
             return f"seq(axis {self.axis})"
+        if self.kind == "item":
+            return f"time step {self.key} alone"
         return self.kind
 
 
 STATIC = Meta("static")
+# Static, but computed from the shape of a sequence tensor: in the T=1 graph it
+# has its T=1 value, which is right for shapes and list sizes, but not as data.
+STATIC_T = Meta("static_t")
 STEP = Meta("step")
+_STATIC_KINDS = {"static", "static_t"}
 _LIST_KINDS = {"list_in", "list_out", "list_done", "ta", "ta_flow"}
 
 
@@ -135,7 +148,7 @@ def _tname(name: str) -> str:
     return f"{node}:{idx}"
 
 
-def _functional_loops(graph_def, nodes: dict) -> list[Loop]:
+def _functional_loops(graph_def) -> list[Loop]:
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
 
     funcs = {f.signature.name: f for f in graph_def.library.function}
@@ -171,7 +184,7 @@ def _functional_loops(graph_def, nodes: dict) -> list[Loop]:
     return loops
 
 
-def _functionalize_v1(graph_def, path) -> tuple[list, list[Loop], dict[str, str]]:
+def _functionalize_v1(graph_def) -> tuple[list, list[Loop], dict[str, str]]:
     """Replace every v1 while frame by a LOOP_OP node.
 
     Returns (new node list, loops, {exit node name: "loop:i"}).
@@ -259,7 +272,6 @@ def _functionalize_v1(graph_def, path) -> tuple[list, list[Loop], dict[str, str]
                 if nodes[c].op in ("Exit", "RefExit"):
                     exits[idx] = c
         # Body: backward closure from the returns, stopping at the arguments.
-        body_nodes: dict[str, Any] = {}
         arg_names = {v.arg for v in vars_}
         work = [_tensor(v.ret)[0] for v in vars_
                 if _tname(v.ret) not in src_map and _tensor(v.ret)[0] not in arg_names]
@@ -362,8 +374,7 @@ def _classify(loop: Loop) -> None:
         """Follow Identity chains back to the producing tensor."""
         seen = 0
         while True:
-            node, idx = _tensor(t)
-            n = body.get(node)
+            n = body.get(_tensor(t)[0])
             if n is None or n.op not in _IDENTITY or seen > 100:
                 return _tname(t)
             t = _tname(n.input[0])
@@ -404,7 +415,7 @@ def _classify(loop: Loop) -> None:
         if v.kind:
             continue
         r = resolve(v.ret)
-        rnode, ridx = _tensor(r)
+        rnode = _tensor(r)[0]
         rn = body.get(rnode)
         if rnode == v.arg:
             v.kind = "passthrough"
@@ -461,13 +472,10 @@ def _classify(loop: Loop) -> None:
                 continue
             if c == v.detail["increment"]:
                 continue
-            raise _Fail(f"loop '{loop.name}': the loop counter '{v.arg}' is used by node '{c}' "
+            raise _Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}, "
+                        f"initially '{v.operand}') is used by node '{c}' "
                         f"(op {op}); streaming that would need a step counter, which is not "
                         "supported")
-    # Lists that are not read or written must not be used otherwise.
-    for v in loop.vars:
-        if v.kind == "passthrough" and v.dtype in (_DT_VARIANT,):
-            v.detail["list"] = True
 
 
 def _dtype_name(t: int) -> str:
@@ -494,10 +502,10 @@ class _Graph:
 
 def _analyse(loaded) -> _Graph:
     gd = loaded.graph_def
-    new_nodes, v1_loops, exit_map = _functionalize_v1(gd, loaded.path)
+    new_nodes, v1_loops, exit_map = _functionalize_v1(gd)
     nodes = {n.name: n for n in new_nodes}
     loops = {lp.name: lp for lp in v1_loops}
-    for lp in _functional_loops(gd, nodes):
+    for lp in _functional_loops(gd):
         loops[lp.name] = lp
     alias = {v: k + ":0" for k, v in exit_map.items()}
     for lp in loops.values():
@@ -551,7 +559,12 @@ def _probe(loaded, g: _Graph, x_shape: tuple[int, ...], time_axis: int | None,
 
     inp = loaded.inputs[0]
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(x_shape).astype(inp.dtype)
+    if np.issubdtype(np.dtype(inp.dtype), np.integer):
+        x = rng.integers(0, 2, x_shape).astype(inp.dtype)  # valid ids for any embedding
+    elif inp.dtype == "bool":
+        x = rng.integers(0, 2, x_shape).astype(bool)
+    else:
+        x = rng.standard_normal(x_shape).astype(inp.dtype)
     graph = tf.Graph()
     with graph.as_default():
         try:
@@ -627,7 +640,10 @@ class _Emitter:
 
         gd = tf.compat.v1.GraphDef()
         gd.node.extend(node_defs)
-        if library is not None and not self.library_loaded and len(library.function):
+        if library is not None and not self.library_loaded and len(library.function) and \
+                any(_calls_function(n) for n in node_defs):
+            # Only graphs that call functions (a nested loop, a PartitionedCall)
+            # need the library; it then comes along once.
             gd.library.CopyFrom(library)
             self.library_loaded = True
         return tf.graph_util.import_graph_def(gd, input_map=input_map,
@@ -687,7 +703,9 @@ class _Emitter:
         for out in self.loaded.outputs:
             t, m = self.tensors.get(_tname(out)), self.metas.get(_tname(out))
             node = self.g.nodes[_tensor(out)[0]]
-            if m is None or t is None or m.kind in _LIST_KINDS or m.kind == "dead":
+            if m is not None and m.kind == "item" and int(m.key) == m.axis - 1:
+                m = STEP  # the last time step: what the stream has at this step
+            if m is None or t is None or m.kind in _LIST_KINDS or m.kind in ("dead", "item"):
                 self.fail(node, f"the output '{out}' has no streamable value ({m})")
             if m.kind == "seq":
                 with tf.name_scope("output"):
@@ -697,8 +715,6 @@ class _Emitter:
         return ys, new
 
     def emit(self, node):
-        import tensorflow as tf
-
         ins = [i for i in node.input if not i.startswith("^")]
         metas = [self.metas.get(_tname(i)) for i in ins]
         for i, m in zip(ins, metas):
@@ -711,7 +727,7 @@ class _Emitter:
             self.fail(node, "a second graph input; only one streamed input is supported "
                       "(give the input with --inputs)")
         if op in ("TensorListReserve", "EmptyTensorList"):
-            if kinds - {"static"}:
+            if kinds - _STATIC_KINDS:
                 self.fail(node, "a list whose size depends on the sequence in an unsupported way")
             self.set(node, [None], [Meta("list_out", key=node.name)])
             return
@@ -723,13 +739,17 @@ class _Emitter:
             self.fail(node, m.why)
         if kinds & _LIST_KINDS:
             return self.emit_list_op(node, ins, metas)
-        if kinds <= {"static"}:
-            self.set(node, self.emit_generic(node), [STATIC] * 64)
+        if kinds <= _STATIC_KINDS:
+            outs = self.emit_generic(node)
+            self.set(node, outs, [STATIC_T if "static_t" in kinds else STATIC] * len(outs))
             return
         if op in _SHAPE_OPS:
             outs = self.emit_generic(node)
-            self.set(node, outs, [STATIC] * len(outs))
+            t_dep = op in ("Shape", "ShapeN", "Size") and "seq" in kinds
+            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
             return
+        if "item" in kinds:
+            return self.emit_item(node, ins, metas)
         if "seq" in kinds and "step" in kinds:
             self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "
                       "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
@@ -749,13 +769,22 @@ class _Emitter:
         x = self.tensors[_tname(ins[k0])]
         rank = x.shape.rank
 
-        def others_static(allowed=(k0,)):
+        def no_length(kinds=("static_t",)):
             for k, m in enumerate(metas):
-                if k not in allowed and m.kind != "static":
+                if m.kind in kinds:
+                    self.fail(node, f"input {k} ('{ins[k]}') is computed from the sequence "
+                              "length, which a stream does not know")
+
+        def others_static(allowed=(k0,)):
+            if op != "Reshape":  # Reshape's shape operand is replaced (see emit_reshape)
+                no_length()
+            for k, m in enumerate(metas):
+                if k not in allowed and m.kind not in _STATIC_KINDS:
                     self.fail(node, f"input {k} ('{ins[k]}') is time-dependent; only input "
                               f"{allowed[0]} may be")
 
         if op in _ELEMENTWISE:
+            no_length()
             outs = self.emit_generic(node)
             out_rank = outs[0].shape.rank
             if out_rank is None:
@@ -790,7 +819,7 @@ class _Emitter:
             return
         if op == "MatMul":
             others_static()
-            ta, tb = node.attr["transpose_a"].b, node.attr["transpose_b"].b
+            ta = node.attr["transpose_a"].b
             if k0 != 0 or (a == 1) != ta:
                 self.fail(node, "multiplies along the time axis")
             self.set(node, self.emit_generic(node), [_seq(1 if ta else 0)])
@@ -798,15 +827,31 @@ class _Emitter:
         if op in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
             others_static()
             adj = node.attr["adj_x"].b
-            if k0 != 0 or a >= rank - 2 or adj and a >= rank - 2:
+            rows = rank - 1 if adj else rank - 2  # x's axis that stays in the result
+            if k0 != 0 or (a >= rank - 2 and a != rows):
                 self.fail(node, "multiplies along the time axis")
             outs = self.emit_generic(node)
-            b = self.tensors[_tname(ins[1])]
             out_rank = outs[0].shape.rank
-            pos = a - (out_rank - b.shape.rank)
+            if a == rows:
+                self.set(node, outs, [_seq(out_rank - 2)])
+                return
+            b = self.tensors[_tname(ins[1])]
+            pos = a + out_rank - rank - (out_rank - b.shape.rank)
             if 0 <= pos < b.shape.rank - 2 and b.shape[pos] not in (None, 1):
                 self.fail(node, "its second operand has a time-sized batch dimension")
             self.set(node, outs, [_seq(a + out_rank - rank)])
+            return
+        if op == "Einsum":
+            eq = node.attr["equation"].s.decode().replace(" ", "")
+            lhs, _, out = eq.partition("->")
+            terms = lhs.split(",")
+            if "." in eq or not out or len(terms) != len(ins) or len(seq_axes) != 1:
+                self.fail(node, f"einsum '{eq}' on a time-dependent tensor is not supported")
+            label = terms[k0][a]
+            if label not in out or any(label in t for k, t in enumerate(terms) if k != k0):
+                self.fail(node, f"einsum '{eq}' contracts or mixes the time axis "
+                          f"('{label}')")
+            self.set(node, self.emit_generic(node), [_seq(out.index(label))])
             return
         if op == "Transpose":
             others_static()
@@ -840,7 +885,7 @@ class _Emitter:
             return self.emit_reshape(node, ins, x, a)
         if op == "StridedSlice":
             others_static()
-            return self.emit_strided_slice(node, ins, x, a, rank)
+            return self.emit_strided_slice(node, ins, x, a)
         if op in _REDUCTIONS or op in _ARG_REDUCTIONS:
             others_static()
             axes = np.atleast_1d(self.const_value(node, 1)).astype(int) % rank
@@ -861,6 +906,19 @@ class _Emitter:
                 self.fail(node, "concatenates along the time axis")
             self.set(node, self.emit_generic(node), [_seq(a)])
             return
+        if op == "Unpack":
+            others_static()
+            axis = node.attr["axis"].i % rank
+            full = self.full_shape(ins[0])
+            if axis != a or full is None:
+                self.fail(node, "unstacks a time-dependent tensor along another axis")
+            with tf.name_scope(_scope(node.name)):
+                step = tf.squeeze(x, [a])
+            T = full[a]
+            for k in range(T):
+                self.tensors[f"{node.name}:{k}"] = step
+                self.metas[f"{node.name}:{k}"] = Meta("item", key=str(k), axis=T)
+            return
         if op == "Pack":
             axis = node.attr["axis"].i % (rank + 1)
             for k, m in enumerate(metas):
@@ -879,6 +937,15 @@ class _Emitter:
             outs = self.emit_generic(node)
             self.set(node, outs, [_seq(a)] * len(outs))
             return
+        if op in ("GatherV2", "ResourceGather", "Gather") and k0 == 1 and \
+                metas[0].kind == "static" and all(m.kind == "static" for m in metas[2:]):
+            # An embedding lookup: indices carry the time axis.
+            axis = int(self.const_value(node, 2)) if op == "GatherV2" else 0
+            if axis != 0 or node.attr["batch_dims"].i:
+                self.fail(node, "a gather with time-dependent indices along axis "
+                          f"{axis} is not supported")
+            self.set(node, self.emit_generic(node), [_seq(a)])
+            return
         if op == "TensorListFromTensor":
             if a != 0:
                 self.fail(node, f"makes a list along axis 0, but the time axis is {a}"
@@ -890,6 +957,36 @@ class _Emitter:
             return
         self.fail(node, f"op {op} on a time-dependent tensor is not supported (input "
                   f"'{ins[k0]}' has its time axis at {a}); it may mix time steps")
+
+    def emit_item(self, node, ins, metas):
+        """Ops on one time step taken out of a sequence (an unrolled per-step map).
+
+        Step k of a fixed-length sequence is fine as long as all T steps are
+        stacked back in order (Keras' fixed-T TimeDistributed unrolls so);
+        step T-1 on its own is the last step, like a ``step`` tensor.
+        """
+        import tensorflow as tf
+
+        items = {(m.key, m.axis) for m in metas if m.kind == "item"}
+        others = {m.kind for m in metas if m.kind != "item"}
+        k, T = next(iter(items))
+        if node.op == "Pack" and others <= {"step"}:
+            keys = [int(m.key) if m.kind == "item" else T - 1 for m in metas]
+            if keys != list(range(T)):
+                self.fail(node, f"stacks time steps {keys}, not the whole sequence 0..{T - 1}")
+            axis = node.attr["axis"].i % (self.tensors[_tname(ins[0])].shape.rank + 1)
+            with tf.name_scope(_scope(node.name)):
+                y = tf.expand_dims(self.tensors[_tname(ins[0])], axis)
+            self.set(node, [y], [_seq(axis)])
+            return
+        if len(items) > 1 or others - _STATIC_KINDS - {"step"} or \
+                ("step" in others and int(k) != T - 1):
+            self.fail(node, f"combines time step {k} of a sequence with other time steps or "
+                      "with the whole sequence")
+        if "static_t" in others:
+            self.fail(node, "combines a time step with a value computed from the sequence length")
+        outs = self.emit_generic(node)
+        self.set(node, outs, [Meta("item", key=k, axis=T)] * len(outs))
 
     def emit_reshape(self, node, ins, x, a):
         import tensorflow as tf
@@ -915,7 +1012,7 @@ class _Emitter:
             y = tf.reshape(x, step_shape)
         self.set(node, [y], [_seq(b)])
 
-    def emit_strided_slice(self, node, ins, x, a, rank):
+    def emit_strided_slice(self, node, ins, x, a):
         import tensorflow as tf
 
         begin = [int(v) for v in self.const_value(node, 1)]
@@ -933,9 +1030,13 @@ class _Emitter:
         else:
             b, e, s = begin[a], end[a], strides[a]
             if sm >> a & 1:
+                begin[a], end[a] = 0, 1
                 if b == -1 or (T is not None and b == T - 1):
-                    begin[a], end[a] = 0, 1
                     meta = STEP
+                elif T is not None and 0 <= b < T:
+                    # Step b alone: fine only if all T steps are stacked back
+                    # (a fixed-T TimeDistributed unrolls like this).
+                    meta = Meta("item", key=str(b), axis=T)
                 else:
                     self.fail(node, f"takes time step {b} only; only the last step (-1) can be "
                               "streamed")
@@ -976,7 +1077,7 @@ class _Emitter:
             return
         if op == "TensorArrayScatterV3":
             hm = metas[0]
-            if hm.kind != "ta" or metas[1].kind != "static" or metas[2].kind != "seq":
+            if hm.kind != "ta" or metas[1].kind not in _STATIC_KINDS or metas[2].kind != "seq":
                 self.fail(node, "an unsupported TensorArray scatter")
             if metas[2].axis != 0:
                 self.fail(node, "scatters along an axis that is not the time axis" + _HINT[0])
@@ -989,10 +1090,6 @@ class _Emitter:
                 y = tf.constant(1, tf.int32)
             self.set(node, [y], [STATIC])
             return
-        if op in ("TensorListElementShape", "TensorArrayCloseV3"):
-            outs = []
-            self.set(node, [None], [Meta("dead", why="unsupported list op")])
-            return
         self.fail(node, "an unsupported use of a TensorList/TensorArray outside a loop (inputs: "
                   + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
 
@@ -1002,7 +1099,7 @@ class _Emitter:
 
         loop = self.g.loops[node.name]
         input_map: dict[str, Any] = {}
-        body = {n.name: n for n in loop.body.node}
+        length_args: set[str] = set()
         replace_reads: dict[str, Any] = {}
         fetch: list[str] = []
         out_metas: dict[int, Meta] = {}
@@ -1012,7 +1109,7 @@ class _Emitter:
             if m is None:
                 raise _Fail(f"loop '{loop.name}': operand '{v.operand}' was not produced")
             if v.kind == "state":
-                if m.kind != "static":
+                if m.kind not in _STATIC_KINDS:
                     raise _Fail(f"loop '{loop.name}': the initial value of state {v.index} "
                                 f"('{v.operand}') depends on the input ({m}); only constant "
                                 "initial states can be streamed")
@@ -1047,12 +1144,12 @@ class _Emitter:
                     raise _Fail(f"loop '{loop.name}': the whole input sequence '{v.operand}' "
                                 "is used inside the loop (not one step at a time); this "
                                 "cannot be streamed")
-                if t is not None:
+                if t is not None and m.kind != "static_t":
                     input_map[f"{v.arg}:0"] = t
+                if m.kind == "static_t":
+                    length_args.add(v.arg)
                 out_metas[v.index] = m
         # Body nodes: reads of the input sequence become placeholders.
-        import tensorflow as tf2  # noqa: F401
-
         gd = tf.compat.v1.GraphDef()
         for n in loop.body.node:
             c = gd.node.add()
@@ -1074,6 +1171,10 @@ class _Emitter:
         except Exception as e:
             raise _Fail(f"loop '{loop.name}': cannot extract its body: {_first_line(e)}") from None
         for n in sub.node:
+            if n.op == "Placeholder" and n.name in length_args:
+                raise _Fail(f"loop '{loop.name}': the body computes with loop variable "
+                            f"'{n.name}', which is derived from the sequence length; a stream "
+                            "does not know the length")
             if n.op == "Placeholder" and f"{n.name}:0" not in input_map:
                 kind = next((v.kind for v in loop.vars if v.arg == n.name), "?")
                 raise _Fail(f"loop '{loop.name}': the body uses loop variable '{n.name}' "
@@ -1083,10 +1184,8 @@ class _Emitter:
                 raise _Fail(f"loop '{loop.name}': body node '{n.name}' ({n.op}) uses a "
                             "sequence list in a way that cannot be streamed")
         im = {k: v for k, v in input_map.items() if _tensor(k)[0] in {n.name for n in sub.node}}
-        sub.library.CopyFrom(loop.body.library)
         try:
-            if True:
-                res = self._import(list(sub.node), im, [_tname(f) for f in fetch],
+            res = self._import(list(sub.node), im, [_tname(f) for f in fetch],
                                    library=loop.body.library)
         except _Fail:
             raise
@@ -1106,6 +1205,11 @@ class _Emitter:
             self.metas[f"{node.name}:{v.index}"] = out_metas[v.index]
             if v.kind == "passthrough" and out_metas[v.index].kind not in _LIST_KINDS:
                 self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)
+
+
+def _calls_function(node) -> bool:
+    return any(v.HasField("func") or (v.HasField("list") and len(v.list.func))
+               for v in node.attr.values())
 
 
 def _scope(name: str) -> str:
@@ -1141,7 +1245,11 @@ def streamify_graph(loaded, probe_T: int = 13) -> StepProgram:
 
 
 def streamify_graph_model(path, fmt: str, options) -> StepProgram:
-    """Pipeline entry: load ``path`` (a graph format) and stream it."""
+    """Pipeline entry: load ``path`` (a graph format) and stream it.
+
+    ``fmt`` is load.py's detected format (unused: ``load_graph`` detects it
+    again from the content); ``options`` is pipeline.GraphOptions.
+    """
     from .load_graph import load_graph
 
     loaded = load_graph(path, inputs=getattr(options, "inputs", None),
@@ -1202,7 +1310,7 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     shape_of = []
     for name in g.order:
         n = g.nodes[name]
-        if n.op in ("Reshape", "Squeeze", "StridedSlice") and n.input:
+        if n.op in ("Reshape", "Squeeze", "StridedSlice", "Unpack") and n.input:
             shape_of.append(_tname(n.input[0]))
             shape_of.append(f"{name}:0")
     value_of = [g.loops[ln].vars[i].operand for ln, i in state_order]
@@ -1212,7 +1320,7 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     used = set()
     for ln, i in state_order:
         init = np.asarray(probe.values[g.loops[ln].vars[i].operand])
-        sname = _state_name(ln, g.loops[ln].vars[i], used)
+        sname = _state_name(ln, used)
         states.append(StateInfo(sname, init.dtype.name, tuple(init.shape), initial=init,
                                 layer=ln))
     dtype = tf.as_dtype(inp.dtype)
@@ -1274,7 +1382,7 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     return program
 
 
-def _state_name(loop_name: str, v: LoopVar, used: set) -> str:
+def _state_name(loop_name: str, used: set) -> str:
     parts = [p for p in loop_name.split("/")
              if not re.fullmatch(r"(Stateful)?PartitionedCall(_\d+)?|while|while_context|__loop",
                                  p)]

@@ -33,20 +33,23 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
 
     lib = harness.load(lib_dir)
     rng = np.random.default_rng(seed)
-    xs = rng.normal(size=(steps, *lib.input_shape)).astype(np.float32)
     loaded = load_model(model_path)
     if loaded.keras_model is not None:
         _check_input_shape(loaded.keras_model, lib, model_path, lib_dir)
+        xs = rng.normal(size=(steps, *lib.input_shape)).astype(np.float32)
         want = keras_reference(loaded.keras_model, xs)
     else:
-        want = graph_reference(loaded, xs, graph_options)
-    got = np.stack([lib.step(x) for x in xs])
+        reference = GraphReference(loaded, graph_options)
+        reference.check_library(lib, lib_dir)
+        xs = rng.normal(size=(reference.steps(steps), *lib.input_shape)).astype(np.float32)
+        want = reference.outputs(xs)
+    got = np.stack([lib.step(x) for x in xs])[-len(want):]
     if got.shape != want.shape:
         raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
                          f"{model_path} gives {want.shape[1:]}; was it built from this model?")
     error = float(np.abs(got.astype(np.float64) - want).max())
     name = lib.manifest["outputs"][0]["name"]
-    return [VerifyResult(name, steps, error, tol)]
+    return [VerifyResult(name, len(want), error, tol)]
 
 
 def _check_input_shape(model, lib, model_path, lib_dir) -> None:
@@ -107,10 +110,71 @@ def _sequence_twin(model):
     return twin
 
 
-def graph_reference(loaded, xs: np.ndarray, graph_options) -> np.ndarray:
-    try:
-        from .streamify_graph import reference_outputs
-    except ImportError:
-        raise TfaotError(f"{loaded.path}: verifying {loaded.format} models is not "
-                         "supported yet") from None
-    return reference_outputs(loaded.path, loaded.format, xs, graph_options)
+class GraphReference:
+    """TensorFlow running an original frozen graph / SavedModel on whole sequences."""
+
+    def __init__(self, loaded, graph_options):
+        from .load_graph import load_graph
+        from .pipeline import GraphOptions
+        from .streamify_graph import streamify_graph_model
+
+        options = graph_options or GraphOptions()
+        # The streamer's analysis says where the time axis is and whether
+        # the sequence length is fixed in the graph.
+        program = streamify_graph_model(loaded.path, loaded.format, options)
+        self.report = program.report
+        self.step_input = program.signature.inputs[0].shape
+        self.step_output = program.signature.outputs[0].shape
+        graph = load_graph(loaded.path, options.inputs, options.outputs, options.time_axis)
+        self._run = _session_runner(graph)
+        self.source = loaded.path
+
+    @property
+    def time_axis(self) -> int:
+        return self.report["input"]["time_axis"]
+
+    def check_library(self, lib, lib_dir) -> None:
+        if tuple(self.step_input) != tuple(lib.input_shape):
+            raise TfaotError(f"{lib_dir}: the library takes {tuple(lib.input_shape)} per step "
+                             f"but {self.source} takes {tuple(self.step_input)}; was it built "
+                             "from this model?")
+
+    def steps(self, wanted: int) -> int:
+        """The sequence length to test: a graph with a fixed length gets exactly that."""
+        if self.report.get("stateless") or self.report.get("dynamic_time", True):
+            return wanted
+        return int(self.report["input"]["shape"][self.time_axis])
+
+    def outputs(self, xs: np.ndarray) -> np.ndarray:
+        """Reference per step; only the last step for fixed-length last-output graphs."""
+        if self.report.get("stateless"):
+            return np.stack([self._run(x) for x in xs])
+        seq = np.moveaxis(xs, 0, self.time_axis)
+        full = np.asarray(self._run(seq))
+        if full.ndim == len(self.step_output) + 1:
+            return self._per_step(full, len(xs))
+        if not self.report.get("dynamic_time", True):
+            return full[None]  # the graph only ever saw the whole fixed-length sequence
+        return np.stack([self._run(np.take(seq, range(t + 1), axis=self.time_axis))
+                         for t in range(len(xs))])
+
+    def _per_step(self, full: np.ndarray, steps: int) -> np.ndarray:
+        for axis in range(full.ndim):
+            rest = full.shape[:axis] + full.shape[axis + 1:]
+            if full.shape[axis] == steps and tuple(rest) == tuple(self.step_output):
+                return np.moveaxis(full, axis, 0)
+        raise TfaotError(f"{self.source}: cannot find the time axis of the output "
+                         f"{full.shape} (step output {tuple(self.step_output)})")
+
+
+def _session_runner(graph):
+    """A function running the first output of a frozen graph in a TF1 session."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph.graph_def, name="")
+    session = tf.compat.v1.Session(graph=g)
+    feed = f"{graph.inputs[0].name}:0"
+    fetch = graph.outputs[0]
+    return lambda x: session.run(fetch, {feed: x})

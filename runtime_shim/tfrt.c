@@ -391,6 +391,7 @@ TFRT_INTERNAL const char *tfrt_status_string(int status) {
     case TFRT_STATUS_OUT_OF_RANGE: return "buffer access out of range";
     case TFRT_STATUS_NULL_REF: return "null buffer, view or executable used";
     case TFRT_STATUS_NOT_FOUND: return "kernel library or dispatch function not found";
+    case TFRT_STATUS_IO: return "an I/O hook (read_input or write_output) reported an error";
     default: return "unknown status";
   }
 }

@@ -58,6 +58,7 @@ enum {
   TFRT_STATUS_OUT_OF_RANGE = 8,      /* buffer access outside its bounds */
   TFRT_STATUS_NULL_REF = 9,          /* a NULL buffer/view/executable was used */
   TFRT_STATUS_NOT_FOUND = 10,        /* kernel library or dispatch not found */
+  TFRT_STATUS_IO = 11,               /* an I/O hook (read_input/write_output) failed */
   TFRT_STATUS_COUNT_
 };
 

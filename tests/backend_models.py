@@ -6,6 +6,7 @@ Each model has: MLIR text (globals first, private mutable; ``@step`` and a
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,6 +16,27 @@ import numpy as np
 from tfaot.program import ProgramSignature, StateInfo, TensorInfo
 
 DATA = Path(__file__).parent / "data" / "backend"
+
+
+_GLOBAL = re.compile(r"ml_program\.global private mutable @(\w+)\(.*\) : (tensor<[^>]*>)")
+
+
+def with_state_access(mlir: str) -> str:
+    """Adds @get_state/@set_state over the mutable globals, in declaration
+    order, as the frontend does (compiler/mlir_import.py)."""
+    found = _GLOBAL.findall(mlir)
+    if not found:
+        return mlir
+    names, types = [f"%s{i}" for i in range(len(found))], [t for _, t in found]
+    get = [f"  func.func @get_state() -> ({', '.join(types)}) {{"]
+    get += [f"    {n} = ml_program.global_load @{g} : {t}" for n, (g, t) in zip(names, found)]
+    get += [f"    return {', '.join(names)} : {', '.join(types)}", "  }"]
+    put = [f"  func.func @set_state({', '.join(f'{n}: {t}' for n, t in zip(names, types))}) {{"]
+    put += [f"    ml_program.global_store @{g} = {n} : {t}" for n, (g, t) in zip(names, found)]
+    put += ["    return", "  }"]
+    body = mlir.rstrip()
+    assert body.endswith("}"), "module must end with its closing brace"
+    return body[:-1] + "\n".join(get + put) + "\n}\n"
 
 
 @dataclass
@@ -208,7 +230,18 @@ module @lstm {{
     )
 
 
-ALL = {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm, "ctrl": ctrl}
+def _stitched(make: Callable[..., ModelSpec]) -> Callable[..., ModelSpec]:
+    def make_with_state_access(*args, **kwargs) -> ModelSpec:
+        spec = make(*args, **kwargs)
+        spec.mlir = with_state_access(spec.mlir)
+        return spec
+    return make_with_state_access
+
+
+#: The models as the frontend would write them (with @get_state/@set_state).
+ALL = {name: _stitched(make) for name, make in
+       {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm,
+        "ctrl": ctrl}.items()}
 
 
 # ---------------------------------------------------------------------------

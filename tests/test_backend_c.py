@@ -12,6 +12,7 @@ import pytest
 
 import backend_models
 from tfaot import harness
+from tfaot.package import PUBLIC_FUNCTIONS
 
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 MODELS = sorted(backend_models.ALL)
@@ -104,8 +105,9 @@ def test_static_library_exports_only_the_api(name):
     _, out, _ = backend_models.built(name)
     defined = _run(["nm", "-g", "--defined-only", out / f"lib{name}.a"]).stdout
     symbols = {line.split()[-1] for line in defined.splitlines() if line.count(" ") >= 2}
-    assert symbols == {f"{name}_{fn}" for fn in ("ctx_size", "init", "reset", "step",
-                                                  "step_n", "deinit", "status_string")}
+    assert symbols == {f"{name}_{fn}" for fn in PUBLIC_FUNCTIONS}
+    weak = {line.split()[-1] for line in defined.splitlines() if " W " in line}
+    assert weak == {f"{name}_read_input", f"{name}_write_output"}
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -75,12 +75,14 @@ def test_default_name_and_folder(tmp_path, monkeypatch, capsys):
     assert main(["build", str(model_path), "--target=cpu"]) == 0
     out = tmp_path / "build" / "my_kws"
     assert sorted(p.name for p in out.iterdir()) == [
-        "libmy_kws.a", "libmy_kws.so", "my_kws.h", "my_kws.json", "src"]
+        "CMakeLists.txt", "libmy_kws.a", "libmy_kws.so", "my_kws.h", "my_kws.json",
+        "my_kwsConfig.cmake", "src"]
     assert oct(out.stat().st_mode & 0o777) != "0o700"
     err = capsys.readouterr().err
     for stage in ("load", "streamify", "import", "compile", "emit", "package"):
         assert re.search(rf"tfaot: {stage}\s+done in \d+\.\d\d s", err), err
     assert "tfaot: built build/my_kws" in err
+    assert re.search(r"tfaot: footprint: code \d+ B, weights \d+ B, RAM \d+ B per context", err)
 
 
 def test_failed_build_leaves_nothing_and_keeps_existing(tmp_path, built):

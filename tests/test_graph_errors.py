@@ -86,3 +86,81 @@ def test_two_inputs_are_rejected():
     with pytest.raises(TfaotError) as e:
         streamify_graph(loaded)
     assert "two.pbtxt" in str(e.value) and "'a'" in str(e.value) and "'b'" in str(e.value)
+
+
+def test_loop_counter_used_in_the_math_is_rejected():
+    """A body that uses the time index as a value would need a step counter."""
+    import tensorflow as tf
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        xs = tf.transpose(x, [1, 0, 2])
+        T = tf.shape(xs)[0]
+        ta_in = tf.TensorArray(tf.float32, size=T).unstack(xs)
+
+        def body(t, h, ta):
+            pos = tf.cast(t, tf.float32, name="position")
+            h = tf.tanh(h + ta_in.read(t) * pos)
+            return t + 1, h, ta.write(t, h)
+
+        _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
+                                 [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
+        tf.identity(ta.stack(), name="y")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path("pos.pb"), "graphdef")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(loaded)
+    msg = str(e.value)
+    assert "pos.pb" in msg and "position" in msg and "counter" in msg, msg
+
+
+def test_matmul_over_time_is_rejected():
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(0)
+    lstm = keras.layers.LSTM(6, return_sequences=True)
+    cf = tf.function(lambda v: tf.matmul(tf.transpose(lstm(v), [0, 2, 1]), tf.ones((30, 2)),
+                                         name="time_matmul")).get_concrete_function(
+        tf.TensorSpec((1, 30, 8), tf.float32, name="x"))
+    gd = convert_variables_to_constants_v2(cf, lower_control_flow=False).graph.as_graph_def()
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(graph_def_to_loaded(gd, Path("tm.pb"), "graphdef"))
+    assert "time_matmul" in str(e.value) and "BatchMatMulV2" in str(e.value)
+
+
+@pytest.mark.parametrize("timesteps", [30, None])
+def test_values_from_the_sequence_length_are_rejected(timesteps):
+    """A position ramp (from tf.shape or a T-sized constant) cannot be streamed."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(0)
+    lstm = keras.layers.LSTM(6, return_sequences=True)
+
+    def fn(v):
+        pos = tf.cast(tf.range(tf.shape(v)[1]), tf.float32)[None, :, None]
+        return tf.add(lstm(v), pos, name="add_position")
+
+    cf = tf.function(fn).get_concrete_function(tf.TensorSpec((1, timesteps, 8), tf.float32,
+                                                             name="x"))
+    gd = convert_variables_to_constants_v2(cf, lower_control_flow=False).graph.as_graph_def()
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(graph_def_to_loaded(gd, Path("pos.pb"), "graphdef"))
+    msg = str(e.value)
+    assert "add_position" in msg and ("sequence length" in msg or "along the time axis" in msg)

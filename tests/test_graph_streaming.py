@@ -305,3 +305,86 @@ def test_stateless_graph_is_one_inference():
     assert program.report["stateless"] is True
     x = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)
     assert np.abs(program.pure_step(x)[0].numpy() - model(x).numpy()).max() <= TOL
+
+
+@pytest.mark.parametrize("lower_control_flow", [False, True])
+def test_embedding_int_input(lower_control_flow):
+    """Token ids (int32, shape (1, T)) -> Embedding -> GRU -> Dense."""
+    import keras
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(6)
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
+                              keras.layers.GRU(6, return_sequences=True), keras.layers.Dense(3)])
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    cf = tf.function(lambda v: model(v)).get_concrete_function(
+        tf.TensorSpec((1, None), tf.int32, name="x"))
+    gd = convert_variables_to_constants_v2(
+        cf, lower_control_flow=lower_control_flow).graph.as_graph_def()
+    program = streamify_graph(graph_def_to_loaded(gd, __import__("pathlib").Path("e.pb"),
+                                                  "graphdef"))
+    assert program.signature.inputs[0].shape == (1,)
+    assert program.signature.inputs[0].dtype == "int32"
+    x = np.random.default_rng(0).integers(0, 50, (1, 100)).astype(np.int32)
+    ref = gm.run_graph_def(gd, "x", "Identity:0", x)
+    ys = gm.stream(program, x)
+    assert np.abs(ys[:, 0] - ref[0]).max() <= TOL
+
+
+_W = np.random.default_rng(0).standard_normal((6, 3)).astype(np.float32)
+HEADS = {
+    "batch_matmul_2d": lambda y: __import__("tensorflow").matmul(y, _W),
+    "batch_matmul_3d": lambda y: __import__("tensorflow").matmul(y, _W[None]),
+    "einsum": lambda y: __import__("tensorflow").einsum("btf,fu->btu", y, _W),
+    "adjoint": lambda y: __import__("tensorflow").matmul(
+        __import__("tensorflow").transpose(y, [0, 2, 1]), _W, adjoint_a=True),
+    "layer_norm": lambda y: __import__("tensorflow").nn.l2_normalize(y, axis=-1),
+}
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_per_step_heads_after_the_loop(head):
+    """Time-pointwise ops on the sequence output (matmul forms, einsum, reductions)."""
+    import keras
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(8)
+    lstm = keras.layers.LSTM(6, return_sequences=True)
+    fn = HEADS[head]
+    gd = _freeze_fn(lambda v: fn(lstm(v)), (1, T, 8), False)
+    loaded = graph_def_to_loaded(gd, __import__("pathlib").Path(f"{head}.pb"), "graphdef")
+    program = streamify_graph(loaded)
+    x = np.random.default_rng(3).standard_normal((1, T, 8)).astype(np.float32)
+    ref = gm.run_graph_def(gd, "x", loaded.outputs[0], x)
+    ys = gm.stream(program, x)
+    assert np.abs(ys[:, 0] - ref[0]).max() <= TOL
+
+
+@pytest.mark.parametrize("lower_control_flow", [False, True])
+def test_fixed_t_time_distributed_unrolled(lower_control_flow):
+    """Keras 3 TimeDistributed at a fixed T unrolls into T slices + Pack."""
+    import keras
+
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(12)
+    L = keras.layers
+    model = keras.Sequential([keras.Input((None, 8)), L.TimeDistributed(L.Dense(5)),
+                              L.GRU(4, return_sequences=True),
+                              L.TimeDistributed(L.Dense(2, activation="softmax"))])
+    gd = gm.freeze_keras(model, T, 8, lower_control_flow)
+    loaded = graph_def_to_loaded(gd, __import__("pathlib").Path("td.pb"), "graphdef")
+    program = streamify_graph(loaded)
+    x = np.random.default_rng(3).standard_normal((1, T, 8)).astype(np.float32)
+    ref = gm.run_graph_def(gd, "x", loaded.outputs[0], x)
+    ys = gm.stream(program, x)
+    assert np.abs(ys[:, 0] - ref[0]).max() <= TOL

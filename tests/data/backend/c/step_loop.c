@@ -2,7 +2,10 @@
  * every output value.  Built by tests/test_backend_c.py with
  *   -DTFAOT_MODEL=<name> -DTFAOT_UPPER=<NAME> -DTFAOT_HEADER='"<name>.h"'
  * and optionally -DCOUNT_HEAP (links with -Wl,--wrap=malloc,... and fails if
- * any heap function is called between the first and the last step). */
+ * any heap function is called between the first and the last step).  At
+ * step 50 the state is saved and restored (no effect on the outputs), and
+ * the run loop is called with the default hooks (0 steps), so the heap
+ * check covers those functions too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@ void __wrap_free(void *p) { heap_calls += counting; __real_free(p); }
 
 static _Alignas(MACRO(_CTX_ALIGN)) unsigned char ctx_mem[MACRO(_CTX_SIZE)];
 static CAT(TFAOT_MODEL, _output_t) outputs[STEPS][MACRO(_OUTPUT_SIZE)];
+static unsigned char saved_state[MACRO(_STATE_BYTES) + 1];
 
 int main(void) {
   CAT(TFAOT_MODEL, _ctx) *ctx = (CAT(TFAOT_MODEL, _ctx) *)ctx_mem;
@@ -49,6 +53,13 @@ int main(void) {
 #endif
   for (int t = 0; t < STEPS; ++t) {
     if (t == STEPS / 2) FN(_reset)(ctx);
+    if (t == 50) {
+      if (FN(_get_state)(ctx, saved_state) || FN(_set_state)(ctx, saved_state) ||
+          FN(_run)(ctx, NULL, -1) != 0) {
+        fprintf(stderr, "state save/restore or run failed\n");
+        return 6;
+      }
+    }
     for (int i = 0; i < MACRO(_INPUT_SIZE); ++i)
       in[i] = (CAT(TFAOT_MODEL, _input_t))(((t * 7 + i * 3) % 11) * 0.1 - 0.5);
     status = FN(_step)(ctx, in, outputs[t]);

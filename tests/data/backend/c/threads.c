@@ -1,5 +1,6 @@
 /* Runs THREADS contexts of one model at the same time, one per thread, and
- * checks each against the same sequence run alone first.  Built with
+ * checks each against the same sequence run alone first (each thread also
+ * saves and restores its state half-way).  Built with
  * -fsanitize=thread by tests/test_backend_c.py. */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ typedef struct job {
   _Alignas(64) unsigned char mem[MACRO(_CTX_SIZE)];
   int seed;
   int status;
+  unsigned char state[MACRO(_STATE_BYTES) + 1];
   float out[STEPS][MACRO(_OUTPUT_SIZE)];
 } job;
 
@@ -32,6 +34,10 @@ static void *run(void *arg) {
     for (int i = 0; i < MACRO(_INPUT_SIZE); ++i)
       in[i] = (float)(((t * 5 + i * 3 + j->seed * 7) % 13) * 0.1 - 0.6);
     j->status = FN(_step)(ctx, in, j->out[t]);
+    if (t == STEPS / 2 && j->status == 0) {  /* state round trip: no effect on outputs */
+      j->status = FN(_get_state)(ctx, j->state);
+      if (j->status == 0) j->status = FN(_set_state)(ctx, j->state);
+    }
   }
   FN(_deinit)(ctx);
   return NULL;

@@ -1,0 +1,86 @@
+# tfaot.cmake - add a TensorFlow/Keras model to a CMake build with one call.
+#
+#   include(/path/to/tfaot.cmake)         # path: `tfaot cmake-path`
+#   tfaot_add_model(<target> MODEL <file> [NAME <c-prefix>] [TRIPLE <triple>]
+#                   [CPU <cpu>] [FROM_SOURCE] [BUILD_ARGS <args>...])
+#   target_link_libraries(app PRIVATE <target>)
+#
+# At build time (not configure time) this runs `tfaot build` on <file> into
+# ${CMAKE_CURRENT_BINARY_DIR}/tfaot/<name> and defines the library <target>:
+# by default the prebuilt lib<name>.a that tfaot made (for TRIPLE, with the
+# compiler tfaot finds for it); with FROM_SOURCE, the generated sources
+# (src/<name>.c + src/<name>_kernels.o) compiled by this project's own C
+# compiler and flags, e.g. a firmware toolchain.  <name> defaults to the
+# model file's stem as a C identifier (as `tfaot build`).  The tfaot command
+# is TFAOT_EXECUTABLE (cache variable; found on PATH by default).
+cmake_minimum_required(VERSION 3.19)  # add_dependencies on INTERFACE libraries
+
+find_program(TFAOT_EXECUTABLE tfaot DOC "The tfaot command line")
+
+function(tfaot_add_model target)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "FROM_SOURCE" "MODEL;NAME;TRIPLE;CPU" "BUILD_ARGS")
+  if(ARG_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "tfaot_add_model(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT ARG_MODEL)
+    message(FATAL_ERROR "tfaot_add_model(${target}): MODEL <file> is required")
+  endif()
+  if(NOT TFAOT_EXECUTABLE)
+    message(FATAL_ERROR "tfaot_add_model(${target}): the tfaot command was not found; "
+                        "install tfaot or set TFAOT_EXECUTABLE")
+  endif()
+  get_filename_component(model "${ARG_MODEL}" ABSOLUTE)
+  if(NOT EXISTS "${model}")
+    message(FATAL_ERROR "tfaot_add_model(${target}): model ${model} does not exist")
+  endif()
+  set(name "${ARG_NAME}")
+  if(NOT name)
+    get_filename_component(name "${model}" NAME_WE)
+    string(MAKE_C_IDENTIFIER "${name}" name)
+  endif()
+
+  set(out "${CMAKE_CURRENT_BINARY_DIR}/tfaot/${name}")
+  set(args -q build "${model}" -o "${out}" --name "${name}")
+  if(ARG_TRIPLE)
+    list(APPEND args --triple "${ARG_TRIPLE}")
+  endif()
+  if(ARG_CPU)
+    list(APPEND args --cpu "${ARG_CPU}")
+  endif()
+  set(lib "${out}/lib${name}.a")
+  set(sources "${out}/src/${name}.c" "${out}/src/${name}_kernels.o")
+  # A model folder is a directory: depend on its files so edits rebuild.
+  set(deps "${model}")
+  if(IS_DIRECTORY "${model}")
+    file(GLOB_RECURSE deps CONFIGURE_DEPENDS "${model}/*")
+  endif()
+  set(outputs "${out}/${name}.h" ${sources})
+  if(NOT ARG_FROM_SOURCE)
+    list(APPEND outputs "${lib}")
+  endif()
+  add_custom_command(
+    OUTPUT ${outputs}
+    COMMAND "${TFAOT_EXECUTABLE}" ${args} ${ARG_BUILD_ARGS}
+    DEPENDS ${deps}
+    COMMENT "tfaot: building model ${name} from ${ARG_MODEL}"
+    VERBATIM)
+  add_custom_target(${target}_tfaot_build DEPENDS ${outputs})
+  file(MAKE_DIRECTORY "${out}/src")
+
+  if(ARG_FROM_SOURCE)
+    add_library(${target} STATIC ${sources})
+    set_source_files_properties(${sources} PROPERTIES GENERATED TRUE)
+    set_target_properties(${target} PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
+    set(scope PUBLIC)
+    target_include_directories(${target} PUBLIC "${out}/src")
+  else()
+    add_library(${target} INTERFACE)
+    set(scope INTERFACE)
+    target_include_directories(${target} INTERFACE "${out}")
+    target_link_libraries(${target} INTERFACE "${lib}")
+  endif()
+  add_dependencies(${target} ${target}_tfaot_build)
+  # Kernels call floorf/fmaf (libm); the soft-double helpers come with libgcc.
+  target_link_libraries(${target} ${scope} m)
+  set_property(TARGET ${target} PROPERTY TFAOT_OUTPUT_DIR "${out}")
+endfunction()

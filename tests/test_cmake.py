@@ -1,0 +1,53 @@
+"""CMake integration: a build folder works with find_package(NAME CONFIG) and
+with add_subdirectory (sources compiled by the project); tfaot.cmake's
+tfaot_add_model is exercised end to end by tests/test_examples.py."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import backend_models
+import toolchains
+
+DATA = Path(__file__).parent / "data"
+
+
+def _run(cmd, **kw):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.mark.parametrize("project", ["find_package", "subdirectory"])
+def test_two_models_through_cmake(project, tmp_path):
+    toolchains.require("cmake")
+    acc = backend_models.built("accumulator")[1]
+    multi = backend_models.built("multi")[1]
+    build = tmp_path / "build"
+    _run(["cmake", "-S", DATA / "cmake" / project, "-B", build, f"-DACCUMULATOR_DIR={acc}",
+          f"-DMULTI_DIR={multi}", f"-DTWO_MODELS_C={DATA / 'backend' / 'c' / 'two_models.c'}"])
+    _run(["cmake", "--build", build])
+    assert _run([build / "two"]).stdout.strip() == "12 3"
+
+
+def test_build_folder_has_cmake_files():
+    spec, out, manifest = backend_models.built("multi")
+    config = (out / "multiConfig.cmake").read_text()
+    assert "add_library(tfaot::multi STATIC IMPORTED)" in config
+    assert f"set(multi_STATE_BYTES {manifest['state_bytes']})" in config
+    assert "add_library(tfaot::multi ALIAS multi)" in (out / "CMakeLists.txt").read_text()
+    assert {"multiConfig.cmake", "CMakeLists.txt"} <= set(manifest["files"])
+
+
+def test_cmake_path_command():
+    from tfaot.cli import main
+    from tfaot.resources import cmake_module
+
+    path = cmake_module()
+    assert path.name == "tfaot.cmake" and "function(tfaot_add_model" in path.read_text()
+    proc = subprocess.run([__import__("sys").executable, "-m", "tfaot", "cmake-path"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and Path(proc.stdout.strip()) == path
+    assert main(["cmake-path"]) == 0

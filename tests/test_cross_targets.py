@@ -1,0 +1,132 @@
+"""Cross targets: the library built for aarch64 Linux runs under qemu-aarch64,
+the Cortex-M4/M7 static libraries link into bare-metal images (newlib libm,
+libgcc, no heap) that run under qemu-system-arm; outputs match the host
+build through the harness. Uses the small backend LSTM (fast to compile)."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import backend_models
+import toolchains
+from tfaot import harness
+
+DATA = Path(__file__).parent / "data" / "backend"
+STEPS = 24
+TOL = 1e-5  # host build uses cpu=host (AVX-512); cross builds are generic / Cortex-M
+
+
+def _run(cmd, **kw):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+_CROSS: dict = {}
+
+
+def _cross(triple: str, cpu: str, tmp_factory) -> tuple[Path, dict]:
+    """The backend LSTM built for (triple, cpu), once per session."""
+    if (triple, cpu) not in _CROSS:
+        from tfaot.backend import build_library
+
+        spec = backend_models.ALL["lstm"]()
+        root = tmp_factory.mktemp(f"{cpu}")
+        manifest = build_library(spec.mlir, spec.signature, root / "out", name="lstm",
+                                 triple=triple, cpu=cpu, workdir=root / "work")
+        _CROSS[(triple, cpu)] = (root / "out", manifest)
+    return _CROSS[(triple, cpu)]
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    spec, out, _ = backend_models.built("lstm")
+    xs = np.random.default_rng(11).standard_normal((STEPS, *spec.input_shape)).astype(np.float32)
+    return xs, harness.load(out).step_n(xs).reshape(STEPS, -1)
+
+
+def _check_footprint(manifest: dict) -> None:
+    fp = manifest["footprint"]
+    assert fp["host_program_measured"]
+    assert fp["code_bytes"] > 1000 and fp["weight_bytes"] > 0
+    assert fp["ram_bytes"] == manifest["ctx_size"] > manifest["arena_bytes"]
+
+
+def test_aarch64_linux_under_qemu(inputs, tmp_path_factory, tmp_path):
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    out, manifest = _cross("aarch64-linux-gnu", "generic", tmp_path_factory)
+    assert (out / "liblstm.a").is_file() and not (out / "liblstm.so").exists()
+    _check_footprint(manifest)
+    xs, expected = inputs
+    xs.tofile(tmp_path / "in.f32")
+    exe = tmp_path / "run"
+    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+          "-DTFAOT_MODEL=lstm", "-DTFAOT_UPPER=LSTM", '-DTFAOT_HEADER="lstm.h"', "-I", out,
+          DATA / "c" / "run_hooks.c", out / "liblstm.a", "-lm", "-o", exe])
+    proc = _run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", exe, tmp_path / "in.f32"])
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == f"run={STEPS}"
+    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=TOL)
+
+
+# Bare-metal Arm: (cpu, gcc flags, QEMU machine with that core).
+ARM = {
+    "cortex-m4": (["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"], "mps2-an386"),
+    "cortex-m7": (["-mcpu=cortex-m7", "-mfpu=fpv5-d16"], "mps2-an500"),
+}
+
+
+def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Path:
+    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
+    (tmp_path / "inputs.h").write_text(
+        f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
+        f"{rows}\n}};\n")
+    image = tmp_path / "image.elf"
+    cm = DATA / "cortexm"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
+          *ARM[cpu][0], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
+          "-DTFAOT_MODEL=lstm", "-DTFAOT_UPPER=LSTM", '-DTFAOT_HEADER="lstm.h"',
+          "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
+          "-Wl,--gc-sections", "-Wl,-z,noexecstack", "-Wl,--fatal-warnings", cm / "startup.c", cm / "main.c",
+          out / "liblstm.a", "-lm", "-lc", "-lgcc", "-o", image])
+    return image
+
+
+@pytest.mark.parametrize("cpu", sorted(ARM))
+def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
+    toolchains.require("arm-none-eabi-gcc")
+    out, manifest = _cross("thumbv7em-none-eabihf", cpu, tmp_path_factory)
+    _check_footprint(manifest)
+    assert manifest["ctx_size"] % 64 == 0
+    attrs = _run(["arm-none-eabi-readelf", "-A", out / "liblstm.a"]).stdout
+    assert "Tag_ABI_VFP_args: VFP registers" in attrs  # hard-float, as the gcc flags
+    xs, expected = inputs
+    image = _bare_metal_image(cpu, out, xs, tmp_path)
+    symbols = _run(["arm-none-eabi-nm", image]).stdout.split()
+    for heap_fn in ("malloc", "free", "_sbrk", "_malloc_r"):
+        assert heap_fn not in symbols, f"bare-metal image pulls in {heap_fn}"
+    toolchains.require("qemu-system-arm")
+    proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][1], "-nographic", "-monitor", "none",
+                           "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    # QEMU writes semihosting output to stderr; keep only the program's lines.
+    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines and lines[-1] == "done", proc.stdout + proc.stderr
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=TOL)
+
+
+def test_hard_float_arm_without_cpu_is_refused(tmp_path):
+    toolchains.require("arm-none-eabi-gcc")
+    from tfaot.backend import build_library
+    from tfaot.errors import TfaotError
+
+    spec = backend_models.ALL["accumulator"]()
+    with pytest.raises(TfaotError, match="is hard-float; name the CPU with --cpu"):
+        build_library(spec.mlir, spec.signature, tmp_path / "out", name="acc",
+                      triple="thumbv7em-none-eabihf", cpu="generic", workdir=tmp_path / "w")
