@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tfaot: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `tfaot inspect --json m.pb | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # a bug in tfaot: say so plainly, traceback on request
         if os.environ.get("TFAOT_DEBUG"):
             raise

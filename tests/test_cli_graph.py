@@ -1,0 +1,82 @@
+"""Graph formats from the command line: inspect, and bad input (one line, nothing written)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import graph_models as gm
+from tfaot.cli import main
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graph_cli")
+    model = gm.keras_model("lstm", (16,), 8, None, True, 3, seed=1)
+    path = tmp / "lstm.pb"
+    gm.write_graph_def(gm.freeze_keras(model, None, 8, False), path, text=False)
+    return path
+
+
+def test_inspect_shows_loops_and_classification(frozen, capsys):
+    assert main(["inspect", str(frozen), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["format"] == "graphdef"
+    (loop,) = report["loops"]
+    kinds = sorted(set(loop["vars"].values()))
+    assert {"counter", "inlist", "passthrough", "state"} <= set(kinds)
+    assert any(k.startswith("outlist") for k in kinds)
+    assert [s["shape"] for s in report["state"]] == [[1, 16], [1, 16]]
+    assert report["inputs"][0]["shape"] == [1, 8] and report["outputs"][0]["shape"] == [1, 3]
+    assert main(["inspect", str(frozen)]) == 0
+    assert "loops:" in capsys.readouterr().out
+
+
+def _strings_graph(path):
+    """A frozen graph whose per-step work has an op without a StableHLO lowering."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, 4), name="x")
+        text = tf.strings.as_string(x, name="to_text")
+        tf.cast(tf.strings.length(text, name="text_length"), tf.float32, name="y")
+    gm.write_graph_def(g.as_graph_def(), path, text=False)
+    return path
+
+
+def _no_placeholder_graph(path):
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.constant(np.ones((2, 2), np.float32), name="c")
+    gm.write_graph_def(g.as_graph_def(), path, text=True)
+    return path
+
+
+@pytest.mark.parametrize("case", ["truncated_pb", "random_pb", "bad_pbtxt", "no_placeholder",
+                                  "unlowerable_op"])
+def test_bad_graphs(case, frozen, tmp_path, capsys):
+    if case == "truncated_pb":
+        path, words = tmp_path / "t.pb", []
+        path.write_bytes(frozen.read_bytes()[:1500])
+    elif case == "random_pb":
+        path, words = tmp_path / "r.pb", []
+        path.write_bytes(os.urandom(3000))
+    elif case == "bad_pbtxt":
+        path, words = tmp_path / "b.pbtxt", []
+        path.write_text('node {\n  name: "x"\n  op: "Placeholder"\n  attr { key: \n')
+    elif case == "no_placeholder":
+        path, words = _no_placeholder_graph(tmp_path / "c.pbtxt"), ["placeholder"]
+    else:
+        path, words = _strings_graph(tmp_path / "s.pb"), ["AsString", "to_text"]
+    out = tmp_path / "out"
+    assert main(["build", str(path), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tfaot: error: ") and str(path) in err[-1], err
+    for word in words:
+        assert word.lower() in err[-1].lower(), err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
