@@ -7,6 +7,8 @@ runners interleaved in every repetition so machine noise hits all alike:
   c_loop        per-step time of libNAME.a in a C loop (tfaot)
   iree_bench    iree-benchmark-module on the same streaming module compiled
                 the default way (async model, local-sync device)
+  iree_plain    the same, on the module without tfaot's matvec weight layout
+                (weights as TensorFlow stores them)
   iree_python   iree.runtime per call from Python (local-sync)
   keras         Keras stateful model(x_t) per call (eager)
 
@@ -113,6 +115,20 @@ def compile_default_vmfb(lib_dir: Path, name: str) -> Path:
     return vmfb
 
 
+def compile_plain_vmfb(model, lib_dir: Path) -> Path:
+    """The streaming module with TensorFlow's weight layout, compiled the default way."""
+    from tfaot.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    mlir = lib_dir / "plain.mlir"
+    mlir.write_text(import_program(streamify_keras(model, "bench", "keras"), matvec_layout=False))
+    vmfb = lib_dir / "plain.vmfb"
+    subprocess.run([str(VENV_BIN / "iree-compile"), str(mlir), "--iree-input-type=stablehlo",
+                    "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=host",
+                    "-o", str(vmfb)], check=True)
+    return vmfb
+
+
 def run_c_loop(exe: Path, steps: int) -> float:
     return float(subprocess.run([str(exe), str(steps)], check=True, capture_output=True,
                                 text=True).stdout)
@@ -194,6 +210,8 @@ def main() -> None:
         runners[name] = {
             "c_loop": lambda exe=exe: run_c_loop(exe, 2000),
             "iree_bench": lambda vmfb=vmfb: run_iree_bench(vmfb, 40),
+            "iree_plain": lambda vmfb=compile_plain_vmfb(models[name], lib_dir):
+                run_iree_bench(vmfb, 40),
             "iree_python": make_iree_python(vmfb, 40),
             "keras": make_keras_stateful(models[name], 40),
         }
@@ -208,7 +226,7 @@ def main() -> None:
 
     shim_bytes = host_text_bytes(work / "build" / wanted[0], wanted[0])
     rows = []
-    print(f"\n{'model':<10} {'c_loop':>9} {'iree_bench':>11} {'iree_py':>9} {'keras':>9} "
+    print(f"\n{'model':<10} {'c_loop':>9} {'iree_bench':>11} {'iree_plain':>11} {'iree_py':>9} {'keras':>9} "
           f"{'bench/c':>8} {'min b/c':>8} {'build s':>8}   (µs/step, medians of {args.reps})")
     for name in wanted:
         med = {k: statistics.median(v) for k, v in samples[name].items()}
@@ -218,7 +236,7 @@ def main() -> None:
                      "iree_bench_over_c_loop": ratio,
                      "iree_bench_over_c_loop_min": best["iree_bench"] / best["c_loop"],
                      "build_s": build_s[name]})
-        print(f"{name:<10} {med['c_loop']:>9.2f} {med['iree_bench']:>11.2f} "
+        print(f"{name:<10} {med['c_loop']:>9.2f} {med['iree_bench']:>11.2f} {med['iree_plain']:>11.2f} "
               f"{med['iree_python']:>9.2f} {med['keras']:>9.1f} {ratio:>8.2f} "
               f"{rows[-1]['iree_bench_over_c_loop_min']:>8.2f} {build_s[name]:>8.1f}")
     print(f"\nhost program + runtime shim .text ({wanted[0]}): {shim_bytes} bytes (cc -O2, x86-64)")

@@ -6,6 +6,7 @@ frontend has produced MLIR and a ``ProgramSignature``. It writes only into
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 from . import compile as compile_mod
@@ -16,16 +17,24 @@ from .program import ProgramSignature
 
 def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *, name: str,
                   triple: str | None = None, cpu: str | None = None,
-                  workdir: Path) -> dict:
+                  workdir: Path, progress=None) -> dict:
     """Builds the C library of one model; returns its manifest (also NAME.json).
 
     ``triple`` defaults to the host's, ``cpu`` to ``host`` for the host's
-    triple and ``generic`` otherwise. Raises ``TfaotError`` on any failure.
+    triple and ``generic`` otherwise. ``progress``, if given, has a
+    ``stage(name, detail)`` context manager (``pipeline.Progress``) that
+    reports each stage. Raises ``TfaotError`` on any failure.
     """
+    def stage(label: str, detail: str = ""):
+        return progress.stage(label, detail) if progress else nullcontext()
+
     package_mod.check_name(name)
     workdir = Path(workdir)
-    compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
-                                          triple=triple, cpu=cpu)
-    vm = emit_mod.translate(compiled.vm_asm, prefix=name)
-    return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
-                               workdir=workdir / "package")
+    with stage("compile", f"iree-compile, llvm-cpu {triple or 'host'}"):
+        compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
+                                              triple=triple, cpu=cpu)
+    with stage("emit"):
+        vm = emit_mod.translate(compiled.vm_asm, prefix=name)
+    with stage("package"):
+        return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
+                                   workdir=workdir / "package")

@@ -120,12 +120,11 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> P
     replaces the output folder at the end; a failed build leaves no folder
     behind and an existing one untouched.
     """
-    from . import compile as compile_stage
-    from . import emit as emit_stage
-    from . import package as package_stage
+    from .backend import build_library
+    from .package import check_name
 
     name = options.name or default_name(model_path)
-    package_stage.check_name(name)
+    check_name(name)
     out_dir = Path(options.out_dir or Path("build") / name)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -135,14 +134,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> P
         program, mlir_text = run_frontend(model_path, progress, options.graph_options)
         temps.mkdir(parents=True, exist_ok=True)
         (temps / f"{name}.mlir").write_text(mlir_text)
-        with progress.stage("compile", f"iree-compile, llvm-cpu {options.triple or 'host'}"):
-            compiled = compile_stage.compile_module(
-                mlir_text, temps / "compile", name=name, triple=options.triple, cpu=options.cpu)
-        with progress.stage("emit"):
-            vm = emit_stage.translate(compiled.vm_asm, prefix=name)
-        with progress.stage("package"):
-            package_stage.package(vm, program.signature, compiled, staging, name=name,
-                                  workdir=temps / "package")
+        build_library(mlir_text, program.signature, staging, name=name, triple=options.triple,
+                      cpu=options.cpu, workdir=temps, progress=progress)
         _replace_dir(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
