@@ -238,10 +238,31 @@ def _stitched(make: Callable[..., ModelSpec]) -> Callable[..., ModelSpec]:
     return make_with_state_access
 
 
+def keras_branched() -> ModelSpec:
+    """Real frontend output: a functional Keras model (LSTM, GRU, Dense, Add,
+    Multiply, Concatenate) through streamify + import, so every C-level test
+    also covers what users build. The reference is TensorFlow running the
+    pure step function eagerly."""
+    import keras_models
+    from tfaot.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    program = streamify_keras(keras_models.build("functional_branched"),
+                              "keras_branched.keras", "keras")
+
+    def step(x, state):
+        out = program.pure_step(x, *state)
+        return out[0].numpy(), [o.numpy() for o in out[1:]]
+
+    return ModelSpec("keras_branched", import_program(program), program.signature,
+                     lambda: [s.initial for s in program.signature.states], step)
+
+
 #: The models as the frontend would write them (with @get_state/@set_state).
 ALL = {name: _stitched(make) for name, make in
        {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm,
         "ctrl": ctrl}.items()}
+ALL["keras_branched"] = keras_branched  # the frontend already wrote its state access
 
 
 # ---------------------------------------------------------------------------
