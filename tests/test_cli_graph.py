@@ -80,3 +80,18 @@ def test_bad_graphs(case, frozen, tmp_path, capsys):
     assert "Traceback" not in "\n".join(err)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_overrides_from_the_command_line(frozen, capsys):
+    args = ["inspect", str(frozen), "--json", "--inputs", "x:1x?x8", "--outputs", "Identity",
+            "--time-axis", "1"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["input"]["time_axis"] == 1
+    assert report["outputs"][0]["name"] == "Identity"
+    # A time axis that does not exist is a one-line error naming the file.
+    assert main(["inspect", str(frozen), "--time-axis", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("tfaot: error: ") and str(frozen) in err and "time axis" in err
+    assert main(["inspect", str(frozen), "--outputs", "no_such_node"]) == 1
+    assert "no_such_node" in capsys.readouterr().err
