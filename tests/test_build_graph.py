@@ -69,3 +69,45 @@ def test_built_library_matches_tensorflow(case, tmp_path):
           f"over {result.steps} steps")
     assert result.steps == STEPS
     assert result.ok, result
+
+
+# The full matrix of graph forms x cell kinds x depth x head, through the .so.
+# About 48 builds (~4 minutes on 2 cores): run with `pytest -m slow`.
+FORMS = ["pb_while", "pbtxt_v1cf", "savedmodel_export", "savedmodel_tf_save"]
+MATRIX = [(form, kind, layers, head) for form in FORMS for kind in ("lstm", "gru", "simplernn")
+          for layers in (1, 2) for head in (True, False)]
+
+
+def _write_form(form: str, model, tmp: Path) -> Path:
+    import tensorflow as tf
+
+    if form == "pb_while":
+        path = tmp / "m.pb"
+        gm.write_graph_def(gm.freeze_keras(model, None, 8, False), path, text=False)
+    elif form == "pbtxt_v1cf":
+        path = tmp / "m.pbtxt"
+        gm.write_graph_def(gm.freeze_keras(model, None, 8, True), path, text=True)
+    elif form == "savedmodel_export":
+        path = tmp / "exported"
+        model.export(path)
+    else:
+        path = tmp / "saved"
+        tf.saved_model.save(model, str(path))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form,kind,layers,head", MATRIX,
+                         ids=[f"{f}-{k}-{n}x-{'dense' if h else 'nohead'}"
+                              for f, k, n, h in MATRIX])
+def test_graph_matrix_through_library(form, kind, layers, head, tmp_path):
+    units = (12, 10)[:layers]
+    # Two-layer models end in a last-output layer; one-layer ones return sequences.
+    model = gm.keras_model(kind, units, 8, None, layers == 1, 3 if head else 0, seed=layers)
+    model_path = _write_form(form, model, tmp_path)
+    out = build_model(str(model_path), BuildOptions(out_dir=tmp_path / "lib"), Progress(False))
+    (result,) = verify(str(model_path), out, steps=STEPS, seed=1, tol=1e-5,
+                       graph_options=GraphOptions())
+    print(f"{form} {kind} {layers}x {'dense' if head else 'nohead'}: "
+          f"max abs error {result.max_abs_error:.3g} over {result.steps} steps")
+    assert result.steps == STEPS and result.ok, result
