@@ -32,9 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfaot", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    # Also accepted after the command (`tfaot build -q m.keras`); SUPPRESS keeps
+    # a value given before the command.
+    quiet = argparse.ArgumentParser(add_help=False)
+    quiet.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                       help="no progress lines")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("import", help="write the streaming module as StableHLO + ml_program MLIR",
+    p = sub.add_parser("import", parents=[quiet], help="write the streaming module as StableHLO + ml_program MLIR",
                        description="Load, streamify and import MODEL; write MLIR that "
                                    "contains only func, stablehlo and ml_program ops.")
     p.add_argument("model", metavar="MODEL")
@@ -50,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_graph_options(p)
 
-    p = sub.add_parser("build", help="compile MODEL into a C library (.h, .a, .so, manifest)",
+    p = sub.add_parser("build", parents=[quiet], help="compile MODEL into a C library (.h, .a, .so, manifest)",
                        description="Run load -> streamify -> import -> compile -> emit -> "
                                    "package and write a folder with NAME.h, libNAME.a, "
                                    "libNAME.so (host triple only), NAME.json and the sources "

@@ -10,7 +10,8 @@
 4. Wrap: one private mutable ``ml_program.global`` per state, declared before
    the functions (IREE 3.13 fails on globals declared after their users),
    ``@step`` loading the states, calling the pure step and storing the new
-   states, and ``@reset`` storing the initial values.
+   states, ``@reset`` storing the initial values, and ``@get_state`` /
+   ``@set_state`` for callers that save and restore the state.
 """
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def _lower_to_stablehlo(tf_text: str, source: str) -> str:
 
 
 def check_legality(module, source: str) -> None:
-    """Raise naming every op outside the allowed dialects (at most 10)."""
+    """Raise naming every op outside the allowed dialects (the message is cut
+    after about 600 characters)."""
     bad: list[str] = []
 
     def visit(op):
@@ -141,7 +143,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool) -> str:
         f"// tfaot streaming module for {program.source.rsplit('/', 1)[-1]}",
         "module @streaming {",
         *(_global_decl(i, s) for i, s in enumerate(sig.states)),
-        _step_func(sig.inputs[0], sig.outputs[0], sig.states),
+        _step_func(sig.inputs[0], sig.outputs, sig.states),
         _reset_func(sig.states),
         *_state_access_funcs(sig.states),
         body,
@@ -249,19 +251,25 @@ def _global_decl(i: int, s: StateInfo) -> str:
             f"{_tensor_type(s)}) : {_tensor_type(s)}")
 
 
-def _step_func(x: TensorInfo, y: TensorInfo, states) -> str:
-    types = [_tensor_type(s) for s in states]
-    lines = [f"  func.func @step(%x: {_tensor_type(x)}) -> {_tensor_type(y)} {{"]
-    for i, t in enumerate(types):
+def _step_func(x: TensorInfo, outputs, states) -> str:
+    """``@step(x) -> (y...)``: load the states, call the pure step, store them back.
+
+    The pure step returns the outputs first, then the new states.
+    """
+    out_types = [_tensor_type(y) for y in outputs]
+    state_types = [_tensor_type(s) for s in states]
+    lines = [f"  func.func @step(%x: {_tensor_type(x)}) -> ({', '.join(out_types)}) {{"]
+    for i, t in enumerate(state_types):
         lines.append(f"    %s{i} = ml_program.global_load @state{i} : {t}")
-    args = ", ".join(["%x"] + [f"%s{i}" for i in range(len(types))])
-    arg_types = ", ".join([_tensor_type(x)] + types)
-    result_types = ", ".join([_tensor_type(y)] + types)
-    lines.append(f"    %r:{1 + len(types)} = func.call @{PURE_STEP}({args}) : "
+    args = ", ".join(["%x"] + [f"%s{i}" for i in range(len(state_types))])
+    arg_types = ", ".join([_tensor_type(x)] + state_types)
+    result_types = ", ".join(out_types + state_types)
+    lines.append(f"    %r:{len(out_types) + len(state_types)} = func.call @{PURE_STEP}({args}) : "
                  f"({arg_types}) -> ({result_types})")
-    for i, t in enumerate(types):
-        lines.append(f"    ml_program.global_store @state{i} = %r#{i + 1} : {t}")
-    lines.append(f"    return %r#0 : {_tensor_type(y)}")
+    for i, t in enumerate(state_types):
+        lines.append(f"    ml_program.global_store @state{i} = %r#{len(out_types) + i} : {t}")
+    results = ", ".join(f"%r#{i}" for i in range(len(out_types)))
+    lines.append(f"    return {results} : {', '.join(out_types)}")
     lines.append("  }")
     return "\n".join(lines)
 

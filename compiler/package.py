@@ -208,7 +208,8 @@ def render(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModu
     if len(inputs) != 1 or len(outputs) != 1:
         raise TfaotError(
             f"package: model '{name}' has {len(inputs)} inputs and {len(outputs)} outputs; the "
-            "C API of this version supports exactly one step input and one step output")
+            "C API of this version supports exactly one step input and one step output "
+            "(for a graph, pick one with --outputs NAME)")
     for export in ("step",):
         if export not in vm.exports:
             raise TfaotError(f"package: the compiled program has no '{export}' function "

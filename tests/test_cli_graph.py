@@ -95,3 +95,21 @@ def test_overrides_from_the_command_line(frozen, capsys):
     assert err.startswith("tfaot: error: ") and str(frozen) in err and "time axis" in err
     assert main(["inspect", str(frozen), "--outputs", "no_such_node"]) == 1
     assert "no_such_node" in capsys.readouterr().err
+
+
+def test_several_outputs_build_error_suggests_outputs_flag(tmp_path, capsys):
+    """The import handles several outputs; the C API takes one, and says how to pick it."""
+    import keras
+    from keras import layers
+
+    x = keras.Input((None, 4))
+    y, h, c = layers.LSTM(6, return_sequences=True, return_state=True)(x)
+    path = tmp_path / "three.pb"
+    gm.write_graph_def(gm.freeze_keras(keras.Model(x, [y, h, c]), None, 4, False), path,
+                       text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "out")]) == 1
+    assert "--outputs NAME" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    mlir = tmp_path / "three.mlir"
+    assert main(["import", str(path), "-o", str(mlir)]) == 0
+    assert "-> (tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6xf32>)" in mlir.read_text()
