@@ -1,7 +1,8 @@
 """Cross targets: the library built for aarch64 Linux runs under qemu-aarch64,
 the Cortex-M4/M7 static libraries link into bare-metal images (newlib libm,
 libgcc, no heap) that run under qemu-system-arm; outputs match the host
-build through the harness. Uses the small backend LSTM (fast to compile)."""
+build and TensorFlow running the original Keras model (functional LSTM/GRU
+with Dense, Add, Multiply, Concatenate: backend_models.keras_branched)."""
 from __future__ import annotations
 
 import subprocess
@@ -26,16 +27,17 @@ def _run(cmd, **kw):
 
 
 _CROSS: dict = {}
+MODEL = "keras_branched"
 
 
 def _cross(triple: str, cpu: str, tmp_factory) -> tuple[Path, dict]:
-    """The backend LSTM built for (triple, cpu), once per session."""
+    """The model built for (triple, cpu), once per session."""
     if (triple, cpu) not in _CROSS:
         from tfaot.backend import build_library
 
-        spec = backend_models.ALL["lstm"]()
+        spec = backend_models.ALL[MODEL]()
         root = tmp_factory.mktemp(f"{cpu}")
-        manifest = build_library(spec.mlir, spec.signature, root / "out", name="lstm",
+        manifest = build_library(spec.mlir, spec.signature, root / "out", name=MODEL,
                                  triple=triple, cpu=cpu, workdir=root / "work")
         _CROSS[(triple, cpu)] = (root / "out", manifest)
     return _CROSS[(triple, cpu)]
@@ -43,9 +45,22 @@ def _cross(triple: str, cpu: str, tmp_factory) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def inputs():
-    spec, out, _ = backend_models.built("lstm")
+    """Inputs and the expected outputs: TensorFlow on the original model,
+    checked against the host build too."""
+    import keras_models
+    from tfaot.verify import keras_reference
+
+    spec, out, _ = backend_models.built(MODEL)
     xs = np.random.default_rng(11).standard_normal((STEPS, *spec.input_shape)).astype(np.float32)
-    return xs, harness.load(out).step_n(xs).reshape(STEPS, -1)
+    expected = keras_reference(keras_models.build("functional_branched"), xs).reshape(STEPS, -1)
+    host = harness.load(out).step_n(xs).reshape(STEPS, -1)
+    np.testing.assert_allclose(host, expected, rtol=0, atol=TOL)
+    return xs, expected
+
+
+def _model_defs() -> list[str]:
+    return [f"-DTFAOT_MODEL={MODEL}", f"-DTFAOT_UPPER={MODEL.upper()}",
+            f'-DTFAOT_HEADER="{MODEL}.h"']
 
 
 def _check_footprint(manifest: dict) -> None:
@@ -58,14 +73,14 @@ def _check_footprint(manifest: dict) -> None:
 def test_aarch64_linux_under_qemu(inputs, tmp_path_factory, tmp_path):
     toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
     out, manifest = _cross("aarch64-linux-gnu", "generic", tmp_path_factory)
-    assert (out / "liblstm.a").is_file() and not (out / "liblstm.so").exists()
+    assert (out / f"lib{MODEL}.a").is_file() and not (out / f"lib{MODEL}.so").exists()
     _check_footprint(manifest)
     xs, expected = inputs
     xs.tofile(tmp_path / "in.f32")
     exe = tmp_path / "run"
     _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
-          "-DTFAOT_MODEL=lstm", "-DTFAOT_UPPER=LSTM", '-DTFAOT_HEADER="lstm.h"', "-I", out,
-          DATA / "c" / "run_hooks.c", out / "liblstm.a", "-lm", "-o", exe])
+          *_model_defs(), "-I", out, DATA / "c" / "run_hooks.c", out / f"lib{MODEL}.a", "-lm",
+          "-o", exe])
     proc = _run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", exe, tmp_path / "in.f32"])
     lines = proc.stdout.splitlines()
     assert lines[-1] == f"run={STEPS}"
@@ -89,10 +104,9 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
     cm = DATA / "cortexm"
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
           *ARM[cpu][0], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
-          "-DTFAOT_MODEL=lstm", "-DTFAOT_UPPER=LSTM", '-DTFAOT_HEADER="lstm.h"',
-          "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
+          *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
           "-Wl,--gc-sections", "-Wl,-z,noexecstack", "-Wl,--fatal-warnings", cm / "startup.c", cm / "main.c",
-          out / "liblstm.a", "-lm", "-lc", "-lgcc", "-o", image])
+          out / f"lib{MODEL}.a", "-lm", "-lc", "-lgcc", "-o", image])
     return image
 
 
@@ -102,7 +116,7 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     out, manifest = _cross("thumbv7em-none-eabihf", cpu, tmp_path_factory)
     _check_footprint(manifest)
     assert manifest["ctx_size"] % 64 == 0
-    attrs = _run(["arm-none-eabi-readelf", "-A", out / "liblstm.a"]).stdout
+    attrs = _run(["arm-none-eabi-readelf", "-A", out / f"lib{MODEL}.a"]).stdout
     assert "Tag_ABI_VFP_args: VFP registers" in attrs  # hard-float, as the gcc flags
     xs, expected = inputs
     image = _bare_metal_image(cpu, out, xs, tmp_path)
