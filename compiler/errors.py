@@ -9,3 +9,10 @@ escape as a traceback.
 
 class TfaotError(Exception):
     """A user-facing error: the message is complete and printed as is."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (or its type name), for
+    wrapping third-party errors into a one-line ``TfaotError``."""
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

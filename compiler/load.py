@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TfaotError
+from .errors import TfaotError, first_line
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -73,7 +73,7 @@ def _load_keras(path: Path, fmt: str):
     except TfaotError:
         raise
     except Exception as e:  # Keras raises many types; keep the first line
-        raise TfaotError(f"{path}: cannot load the Keras model: {_first_line(e)}") from None
+        raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
 
 
 @contextmanager
@@ -115,10 +115,5 @@ def _load_h5(path: Path):
         with h5py.File(path, "r"):
             pass
     except Exception as e:
-        raise TfaotError(f"{path}: not a readable HDF5 file (truncated?): {_first_line(e)}") from None
+        raise TfaotError(f"{path}: not a readable HDF5 file (truncated?): {first_line(e)}") from None
     return keras.models.load_model(path, custom_objects=custom, compile=False)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

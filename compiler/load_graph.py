@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import TfaotError
+from .errors import TfaotError, first_line
 
 # Node types that are never a model output even if nothing consumes them.
 _NOT_OUTPUTS = {"NoOp", "Assert", "Placeholder", "Const", "VarHandleOp", "VariableV2",
@@ -292,7 +292,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
         obj = tf.saved_model.load(str(path))
     except Exception as e:
         raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel: "
-                         f"{_first_line(e)}") from None
+                         f"{first_line(e)}") from None
     key, sig = _pick_signature(dict(obj.signatures), path)
     _, kw_specs = sig.structured_input_signature
     if len(kw_specs) != 1:
@@ -318,7 +318,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:
         raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape "
-                         f"{_fmt_shape(shape)}: {_first_line(e)}") from None
+                         f"{_fmt_shape(shape)}: {first_line(e)}") from None
     gd = frozen.graph.as_graph_def()
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
@@ -345,7 +345,7 @@ def _load_saved_model_v1(path: Path, input_specs, output_specs) -> LoadedGraph:
             raise
         except Exception as e:
             raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel (v1): "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
         key, sig = _pick_signature(dict(meta.signature_def), path)
         in_items = sorted(sig.inputs.items())
         out_items = sorted(sig.outputs.items())
@@ -368,7 +368,7 @@ def _load_saved_model_v1(path: Path, input_specs, output_specs) -> LoadedGraph:
                 sess, graph.as_graph_def(), out_nodes)
         except Exception as e:
             raise TfaotError(f"{path}: cannot freeze the SavedModel (v1) variables: "
-                             f"{_first_line(e)}") from None
+                             f"{first_line(e)}") from None
     gd = tf.compat.v1.graph_util.extract_sub_graph(gd, out_nodes)
     loaded = graph_def_to_loaded(gd, path, "savedmodel", spec_inputs, out_tensors,
                                  details={"savedmodel_version": 1, "signature": key})
@@ -453,8 +453,3 @@ def _fmt_shape(shape) -> str:
     if shape is None:
         return "<unknown>"
     return "x".join("?" if d is None else str(d) for d in shape)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

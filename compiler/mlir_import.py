@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from .errors import TfaotError
+from .errors import TfaotError, first_line
 from .program import StateInfo, StepProgram, TensorInfo
 
 ALLOWED_DIALECTS = {"builtin", "func", "stablehlo", "ml_program"}
@@ -49,7 +49,7 @@ def _to_tf_dialect(program: StepProgram) -> str:
             frozen, pass_pipeline="tf-standard-pipeline", show_debug_info=True)
     except Exception as e:
         raise TfaotError(f"{program.source}: TensorFlow could not import the step "
-                         f"function to MLIR: {_first_line(e)}") from None
+                         f"function to MLIR: {first_line(e)}") from None
     return _rename_single_func(text, "main")
 
 
@@ -68,7 +68,7 @@ def _lower_to_stablehlo(tf_text: str, source: str) -> str:
         return pywrap_mlir.experimental_run_pass_pipeline(
             tf_text, "tf-lower-to-mlprogram-and-hlo", True)
     except Exception as e:
-        raise TfaotError(f"{source}: lowering to StableHLO failed: {_first_line(e)}") from None
+        raise TfaotError(f"{source}: lowering to StableHLO failed: {first_line(e)}") from None
 
 
 # --------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool) -> str:
             module = ir.Module.parse(hlo_text)
         except Exception as e:
             raise TfaotError(f"{program.source}: internal: cannot parse lowered "
-                             f"module: {_first_line(e)}") from None
+                             f"module: {first_line(e)}") from None
         check_legality(module, program.source)
         pure = _single_func(module)
         if matvec_layout:
@@ -322,8 +322,3 @@ def _state_access_funcs(states) -> list[str]:
             for i, (n, t) in enumerate(zip(names, types))]
     put += ["    return", "  }"]
     return ["\n".join(get), "\n".join(put)]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import TfaotError
 from .program import StepProgram
 
 
@@ -67,11 +66,8 @@ def load_and_streamify(model_path: str, progress: Progress,
 
 
 def _streamify_graph(loaded, options: GraphOptions) -> StepProgram:
-    try:
-        from .streamify_graph import streamify_graph_model
-    except ImportError:
-        raise TfaotError(f"{loaded.path}: {loaded.format} models are not supported "
-                         "yet; use a .keras or .h5 file") from None
+    from .streamify_graph import streamify_graph_model
+
     return streamify_graph_model(loaded.path, loaded.format, options)
 
 

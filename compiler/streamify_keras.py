@@ -17,8 +17,7 @@ error naming the layer. The result is a pure function
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -74,12 +73,6 @@ class Streamed:
         self.meta = meta
 
 
-@dataclass
-class StateSlot:
-    info: StateInfo
-    cell_index: int  # position within its layer's cell state list
-
-
 def streamify_keras(model, source: str, fmt: str) -> StepProgram:
     """Build the step program of a loaded Keras model."""
     import tensorflow as tf
@@ -90,7 +83,7 @@ def streamify_keras(model, source: str, fmt: str) -> StepProgram:
     # Pass 1 (eager, zeros): discover state slots and check every layer.
     discover = _Replay(streaming, states=None)
     y0 = discover.run_model(model, tf.zeros(x_spec.shape, tf.float32))
-    states = tuple(slot.info for slot in discover.new_slots)
+    states = tuple(discover.new_states)
 
     # Pass 2: trace the pure function with the states as arguments.
     def pure_step(x, *state_values):
@@ -194,7 +187,7 @@ class _Replay:
         self.streaming = streaming
         self.discovering = states is None
         self.incoming = states
-        self.new_slots: list[StateSlot] = []
+        self.new_states: list[StateInfo] = []  # found while discovering
         self.new_values: list = []
         self.layer_rows: list[dict[str, Any]] = []
 
@@ -355,9 +348,9 @@ class _Replay:
 
         if self.discovering:
             name = f"{layer.name}/{_state_name(layer, index)}"
-            info = StateInfo(name, "float32", (1, units),
-                             initial=np.zeros((1, units), np.float32), layer=layer.name)
-            self.new_slots.append(StateSlot(info, index))
+            self.new_states.append(StateInfo(name, "float32", (1, units),
+                                             initial=np.zeros((1, units), np.float32),
+                                             layer=layer.name))
             return tf.zeros((1, units), tf.float32)
         return self.incoming.pop(0)
 
@@ -408,7 +401,7 @@ def _layer_error(op, reason: str) -> TfaotError:
 def _leaves(structure) -> list:
     from keras import tree
 
-    return [x for x in tree.flatten(structure)]
+    return tree.flatten(structure)
 
 
 def _unwrap(structure):

@@ -3,13 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfaot.verify import keras_sequence_reference
-
-
-def keras_stream_reference(model, x: np.ndarray) -> np.ndarray:
-    """What step t must return: Keras on the whole sequence x[:, :t+1]."""
-    return keras_sequence_reference(model, x)
-
 
 def compile_with_iree(mlir_text: str):
     """Compile for llvm-cpu (IREE's default execution model) and load it."""

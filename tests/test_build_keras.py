@@ -1,5 +1,4 @@
 """`tfaot build` end to end on every Keras model kind, through the built .so."""
-import os
 import re
 
 import numpy as np

@@ -1,6 +1,5 @@
 """Models that cannot stream: the error names the layer and the reason."""
 import keras
-import numpy as np
 import pytest
 from keras import layers
 

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 import keras_models
-from reference import compile_with_iree, keras_stream_reference, run_steps
+from reference import compile_with_iree, run_steps
 from tfaot.load import load_model
 from tfaot.mlir_import import import_program
 from tfaot.streamify_keras import streamify_keras
+from tfaot.verify import keras_sequence_reference
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -27,7 +28,7 @@ def test_keras3_files(tmp_path, suffix, fmt):
     loaded, module = _stream_file(path)
     assert loaded.format == fmt
     x = np.random.default_rng(1).normal(size=(1, 100, keras_models.F)).astype(np.float32)
-    err = np.abs(run_steps(module, x) - keras_stream_reference(model, x)).max()
+    err = np.abs(run_steps(module, x) - keras_sequence_reference(model, x)).max()
     print(f"{suffix}: max abs error {err:.3g}")
     assert err <= 1e-5
 

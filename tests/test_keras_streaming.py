@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 import keras_models
-from reference import compile_with_iree, keras_stream_reference, run_steps
+from reference import compile_with_iree, run_steps
 from tfaot.mlir_import import import_program
 from tfaot.streamify_keras import streamify_keras
+from tfaot.verify import keras_sequence_reference
 
 STEPS = 120
 TOL = 1e-5
@@ -25,7 +26,7 @@ def test_streaming_matches_keras(name):
     module = compile_with_iree(mlir_text)
     x = np.random.default_rng(7).normal(size=(1, STEPS, keras_models.F)).astype(np.float32)
     got = run_steps(module, x)
-    want = keras_stream_reference(model, x)
+    want = keras_sequence_reference(model, x)
     err = float(np.abs(got - want).max())
     print(f"{name}: max abs error {err:.3g} over {STEPS} steps")
     assert err <= TOL
