@@ -17,6 +17,13 @@ cmake_minimum_required(VERSION 3.19)  # add_dependencies on INTERFACE libraries
 
 find_program(TFAOT_EXECUTABLE tfaot DOC "The tfaot command line")
 
+# The runtime shim that `tfaot build` writes next to src/<name>.c, which
+# includes it (core + CPU backend + the generated status header): byproducts
+# of the build command.  Must list compiler/package.py's SHIM_FILES and
+# SHIM_STATUS_HEADER (tests/test_cmake.py checks it).
+set(TFAOT_SHIM_FILES tfrt.h tfrt_backend.h tfrt_core.c tfrt_cpu.h tfrt_cpu.c tfrt_abi.h
+    tfrt_status.h)
+
 function(tfaot_add_model target)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "FROM_SOURCE" "MODEL;NAME;TRIPLE;CPU" "BUILD_ARGS")
   if(ARG_UNPARSED_ARGUMENTS)
@@ -40,7 +47,9 @@ function(tfaot_add_model target)
   endif()
 
   set(out "${CMAKE_CURRENT_BINARY_DIR}/tfaot/${name}")
-  set(args -q build "${model}" -o "${out}" --name "${name}")
+  # --force: the folder is this function's own, but holds what the generator
+  # made there (src/, created for the outputs) besides tfaot's files.
+  set(args -q build "${model}" -o "${out}" --force --name "${name}")
   if(ARG_TRIPLE)
     list(APPEND args --triple "${ARG_TRIPLE}")
   endif()
@@ -55,11 +64,16 @@ function(tfaot_add_model target)
     file(GLOB_RECURSE deps CONFIGURE_DEPENDS "${model}/*")
   endif()
   set(outputs "${out}/${name}.h" ${sources})
+  set(shim "")
+  foreach(f IN LISTS TFAOT_SHIM_FILES)
+    list(APPEND shim "${out}/src/${f}")
+  endforeach()
   if(NOT ARG_FROM_SOURCE)
     list(APPEND outputs "${lib}")
   endif()
   add_custom_command(
     OUTPUT ${outputs}
+    BYPRODUCTS ${shim}
     COMMAND "${TFAOT_EXECUTABLE}" ${args} ${ARG_BUILD_ARGS}
     DEPENDS ${deps}
     COMMENT "tfaot: building model ${name} from ${ARG_MODEL}"

@@ -1,4 +1,4 @@
-"""The CPU backend: compile -> emit -> package, in one call.
+"""The backend: compile -> emit -> package, in one call.
 
 ``build_library`` is what the ``tfaot build`` orchestrator calls once the
 frontend has produced MLIR and a ``ProgramSignature``. It writes only into
@@ -12,29 +12,34 @@ from pathlib import Path
 from . import compile as compile_mod
 from . import emit as emit_mod
 from . import package as package_mod
-from .program import ProgramSignature
+from .names import check_name
+from .program import ProgramSignature, StreamInfo
+from .target import Target, make_target
 
 
 def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *, name: str,
-                  triple: str | None = None, cpu: str | None = None,
-                  workdir: Path, progress=None) -> dict:
+                  target: Target | None = None, triple: str | None = None,
+                  cpu: str | None = None, workdir: Path, progress=None,
+                  stream: StreamInfo | None = None) -> dict:
     """Builds the C library of one model; returns its manifest (also NAME.json).
 
-    ``triple`` defaults to the host's, ``cpu`` to ``host`` for the host's
-    triple and ``generic`` otherwise. ``progress``, if given, has a
+    ``target`` defaults to ``make_target("cpu", triple, cpu)``: the host's
+    triple and CPU unless named. ``progress``, if given, has a
     ``stage(name, detail)`` context manager (``pipeline.Progress``) that
-    reports each stage. Raises ``TfaotError`` on any failure.
+    reports each stage. ``stream`` (how steps relate to the model's time
+    axis) goes into the manifest. Raises ``TfaotError`` on any failure.
     """
     def stage(label: str, detail: str = ""):
         return progress.stage(label, detail) if progress else nullcontext()
 
-    package_mod.check_name(name)
+    check_name(name)
+    target = target or make_target("cpu", triple, cpu)
     workdir = Path(workdir)
-    with stage("compile", f"iree-compile, llvm-cpu {triple or 'host'}"):
+    with stage("compile", f"iree-compile, {target.describe()}"):
         compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
-                                              triple=triple, cpu=cpu)
+                                              target=target)
     with stage("emit"):
         vm = emit_mod.translate(compiled.vm_asm, prefix=name)
     with stage("package"):
         return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
-                                   workdir=workdir / "package")
+                                   workdir=workdir / "package", stream=stream)

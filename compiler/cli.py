@@ -17,10 +17,20 @@ Model formats: .keras, .h5 (Keras 3 or Keras 2), SavedModel folders, frozen
 GraphDefs (.pb, .pbtxt)."""
 
 
+def _add_stream_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--whole-window", action="store_true",
+                   help="a model with a fixed window and no recurrence (e.g. a keyword "
+                        "spotter over 49 frames, or an image model) runs one whole-window "
+                        "inference per step instead of streaming frame by frame")
+
+
 def _add_graph_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("graph formats (frozen .pb/.pbtxt, SavedModel)")
-    g.add_argument("--inputs", metavar="NAME:SHAPE,...",
-                   help="input node and full shape, e.g. x:1x100x40 (default: found automatically)")
+    g.add_argument("--inputs", metavar="NAME[:INDEX][:SHAPE],...",
+                   help="the streamed input: a placeholder or any tensor inside the graph, "
+                        "where the graph is cut (everything that only feeds it is dropped), "
+                        "optionally with its full shape, e.g. Mfcc:1x100x10 or x:0:1x100x40 "
+                        "(default: found automatically)")
     g.add_argument("--outputs", metavar="NAME,...",
                    help="output nodes (default: nodes nothing consumes / signature outputs)")
     g.add_argument("--time-axis", type=int, metavar="AXIS",
@@ -45,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("-o", "--output", metavar="OUT.mlir",
                    help="output file (default: MODEL's name with .mlir, in the current folder)")
+    _add_stream_options(p)
     _add_graph_options(p)
 
     p = sub.add_parser("inspect", help="show layers, state tensors and the step signature",
@@ -53,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "shapes and the parameter count.")
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_stream_options(p)
     _add_graph_options(p)
 
     p = sub.add_parser("build", parents=[quiet], help="compile MODEL into a C library (.h, .a, .so, manifest)",
@@ -64,13 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--target", default="cpu", choices=["cpu"],
                    help="code generation target (default: cpu)")
-    p.add_argument("-o", "--output", metavar="DIR", help="output folder (default: build/NAME)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="output folder (default: build/NAME); an existing folder is replaced "
+                        "only if it is empty or a previous tfaot output")
+    p.add_argument("--force", action="store_true",
+                   help="replace the output folder even if it holds files tfaot did not "
+                        "write (they are deleted; the model itself never is)")
     p.add_argument("--name", help="C symbol prefix (default: the model file's stem)")
-    p.add_argument("--triple", help="target triple, e.g. aarch64-linux-gnu (default: the host's)")
+    p.add_argument("--triple", help="target triple (ELF only), e.g. aarch64-linux-gnu or "
+                                    "thumbv7em-none-eabihf (default: the host's)")
     p.add_argument("--cpu", help="target CPU, e.g. cortex-m4 (default: host for the host "
                                  "triple, generic otherwise)")
     p.add_argument("--keep-temps", action="store_true",
                    help="keep every stage's artifacts (MLIR, VM program, kernels) in DIR/temps")
+    p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="pack the weights once at init into a RAM copy laid out for faster "
+                        "steps (default: on for Linux triples when the model has 16 KiB of "
+                        "weights or more; off for bare metal, where weights stay in flash)")
+    _add_stream_options(p)
     _add_graph_options(p)
 
     p = sub.add_parser("verify", help="compare a built library with TensorFlow",
@@ -98,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except TfaotError as e:
         print(f"tfaot: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # the file system said no (disk full, permissions, ...)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tfaot: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tfaot: interrupted", file=sys.stderr)
         return 130
@@ -122,19 +149,33 @@ def cmd_import(args) -> int:
     from .pipeline import Progress, run_frontend, write_atomically
 
     out = Path(args.output) if args.output else Path(Path(args.model).name).with_suffix(".mlir")
+    check_output_file(out)
     progress = Progress(enabled=not args.quiet)
-    _, mlir_text = run_frontend(args.model, progress, _graph_options(args))
+    _, mlir_text = run_frontend(args.model, progress, _graph_options(args),
+                                whole_window=args.whole_window)
     write_atomically(out, mlir_text)
     if not args.quiet:
         print(f"tfaot: wrote {out}", file=sys.stderr)
     return 0
 
 
+def check_output_file(out: Path) -> None:
+    """An output file's place must be a writable folder; checked before the slow stages."""
+    if out.is_dir():
+        raise TfaotError(f"-o {out}: is a folder; give a file name (e.g. model.mlir)")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise TfaotError(f"-o {out}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TfaotError(f"-o {out}: the folder {parent} is not writable")
+
+
 def cmd_inspect(args) -> int:
     from .inspect_report import inspect_json, inspect_text
     from .pipeline import Progress, load_and_streamify
 
-    program = load_and_streamify(args.model, Progress(enabled=False), _graph_options(args))
+    program = load_and_streamify(args.model, Progress(enabled=False), _graph_options(args),
+                                 whole_window=args.whole_window)
     print(inspect_json(program) if args.json else inspect_text(program))
     return 0
 
@@ -143,25 +184,19 @@ def cmd_build(args) -> int:
     from .pipeline import BuildOptions, Progress, build_model
 
     options = BuildOptions(out_dir=Path(args.output) if args.output else None, name=args.name,
-                           triple=args.triple, cpu=args.cpu, keep_temps=args.keep_temps,
+                           target=args.target, triple=args.triple, cpu=args.cpu,
+                           keep_temps=args.keep_temps, force=args.force,
+                           pack_weights=args.pack_weights, whole_window=args.whole_window,
                            graph_options=_graph_options(args))
     progress = Progress(enabled=not args.quiet)
-    out_dir = build_model(args.model, options, progress)
+    built = build_model(args.model, options, progress)
     if not args.quiet:
         total = sum(progress.timings.values())
-        print(f"tfaot: built {out_dir} in {total:.1f} s", file=sys.stderr)
-        _print_footprint(out_dir, options.name)
-    return 0
-
-
-def _print_footprint(out_dir: Path, name: str | None) -> None:
-    import json
-
-    manifests = [out_dir / f"{name}.json"] if name else sorted(out_dir.glob("*.json"))
-    fp = json.loads(manifests[0].read_text()).get("footprint") if manifests else None
-    if fp:
+        print(f"tfaot: built {built.path} in {total:.1f} s", file=sys.stderr)
+        fp = built.manifest["footprint"]
         print(f"tfaot: footprint: code {fp['code_bytes']} B, weights {fp['weight_bytes']} B, "
               f"RAM {fp['ram_bytes']} B per context", file=sys.stderr)
+    return 0
 
 
 def cmd_cmake_path(args) -> int:

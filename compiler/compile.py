@@ -1,8 +1,9 @@
 """Compile stage: StableHLO + ml_program MLIR -> IREE VM program + kernel object.
 
-This module is the one place where tfaot's options become iree-compile flags
-(``cpu_flags``); everything else calls ``compile_module``. The flag set and
-the reasons for each flag are in shared/iree-notes.md section 0:
+The flags come from the ``Target`` (``Target.iree_flags``: the one place where
+tfaot's options become iree-compile flags); this module adds the phases and
+runs the compiler. The flag set and the reasons for each flag are in
+shared/iree-notes.md section 0:
 
 * ``inline-dynamic`` execution model: the host program is a small VM module
   that calls 9 ``hal_inline``/``hal_loader`` imports, which our runtime shim
@@ -11,16 +12,19 @@ the reasons for each flag are in shared/iree-notes.md section 0:
   relocatable object with a single ``<lib>_library_query`` entry point;
 * ``inline-constants-max-byte-length`` + ``const-expr-hoisting=false``: the
   workaround for the inline-mode dropped-constant bug (iree-notes 1.4).
+* ``Target.pack_weights`` (hosted targets): data tiling + const-expr
+  hoisting pack the weights once in ``__init``, and long matvecs are split
+  into short independent reductions first (bench/bench_litert.py).
 """
 from __future__ import annotations
 
-import platform
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import TfaotError
+from .target import Target
 
 #: The compiler release the backend is tested against (kernel ABI, VM op set).
 PINNED_COMPILER_VERSION = "3.13.0"
@@ -34,36 +38,19 @@ class CompiledModule:
     kernel_object: Path      # relocatable object with the dispatch functions
     library_query: str       # the object's exported query symbol
     compiler_version: str    # e.g. "3.13.0rc20261016 @ 89ece87b..."
-    triple: str
-    cpu: str
+    target: Target
+
+    @property
+    def triple(self) -> str:
+        return self.target.triple
+
+    @property
+    def cpu(self) -> str:
+        return self.target.cpu
 
     @property
     def vm_asm(self) -> str:
         return self.vm_asm_path.read_text()
-
-
-def host_triple() -> str:
-    """The LLVM target triple of the machine running tfaot."""
-    machine = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    system = platform.system().lower()
-    if system == "linux":
-        return f"{arch}-unknown-linux-gnu"
-    if system == "darwin":
-        return f"{arch}-apple-darwin"
-    return f"{arch}-unknown-{system}"
-
-
-def is_host_triple(triple: str) -> bool:
-    """True when code for ``triple`` runs on this machine (arch and OS match)."""
-    want = host_triple().split("-")
-    got = triple.split("-")
-    return got[0] == want[0] and want[2] in triple
-
-
-def default_cpu(triple: str) -> str:
-    """``host`` for the host's triple (fastest code here), else ``generic``."""
-    return "host" if is_host_triple(triple) else "generic"
 
 
 def iree_compile_binary() -> str:
@@ -83,32 +70,6 @@ def compiler_version() -> str:
                          text=True, check=False).stdout
     m = re.search(r"IREE compiler version (\S+(?: @ \S+)?)", out)
     return m.group(1) if m else out.strip().splitlines()[0] if out.strip() else "unknown"
-
-
-def cpu_flags(*, triple: str, cpu: str, kernel_object: Path) -> list[str]:
-    """iree-compile flags of the CPU (llvm-cpu, inline-dynamic, static) build."""
-    flags = [
-        "--iree-input-type=stablehlo",
-        "--iree-execution-model=inline-dynamic",
-        "--iree-hal-target-backends=llvm-cpu",
-        f"--iree-llvmcpu-target-triple={triple}",
-        f"--iree-llvmcpu-target-cpu={cpu}",
-        # Never pass --iree-llvmcpu-target-cpu-features=host: combined with
-        # cpu=generic it crashes iree-compile (iree-notes 1.3).
-        "--iree-llvmcpu-link-embedded=false",
-        "--iree-llvmcpu-link-static",
-        f"--iree-llvmcpu-static-library-output-path={kernel_object}",
-        "--iree-flow-inline-constants-max-byte-length=1000000000",
-        "--iree-opt-const-expr-hoisting=false",
-        # Exact bytes for composite rodata (non-splat initial values of globals).
-        "--mlir-print-elementsattrs-with-hex-if-larger=0",
-        "--output-format=vm-asm",
-    ]
-    if triple.endswith("eabihf"):
-        # Float arguments in FPU registers, as arm-none-eabi-gcc -mfloat-abi=hard
-        # expects (iree-notes 5); LLVM's default for the triple is soft.
-        flags.insert(5, "--iree-llvmcpu-target-float-abi=hard")
-    return flags
 
 
 def _first_error_line(stderr: str) -> str:
@@ -208,22 +169,30 @@ def split_allocations(hal_text: str) -> str:
     return str(module) if changed else hal_text
 
 
-def compile_module(mlir_text: str, workdir: Path, *, name: str, triple: str | None = None,
-                   cpu: str | None = None) -> CompiledModule:
-    """Runs iree-compile on ``mlir_text``; artifacts are written to ``workdir``.
+_HEX_CONSTANT = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
+
+
+def constant_bytes(mlir_text: str) -> int:
+    """Bytes of the module's large constants (the weights), from their hex form."""
+    return sum(len(m.group(1)) // 2 for m in _HEX_CONSTANT.finditer(mlir_text))
+
+
+def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) -> CompiledModule:
+    """Runs iree-compile on ``mlir_text`` for ``target``; artifacts go to ``workdir``.
 
     ``workdir`` receives ``NAME.mlir`` (the input), ``NAME.vm.mlir`` (host
     program) and ``NAME_kernels.o``; the caller decides whether to keep it.
     """
-    triple = triple or host_triple()
-    if cpu is None:
-        cpu = default_cpu(triple)
-    if cpu == "host" and not is_host_triple(triple):
-        raise TfaotError(
-            f"--cpu=host is only valid when building for this machine ({host_triple()}); "
-            f"for {triple} name a CPU (e.g. cortex-m4) or use generic")
+    target = target.for_weights(constant_bytes(mlir_text))
+    triple, cpu = target.triple, target.cpu
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if target.pack_weights:
+        # With packed weights each matvec is one serial FMA chain per output
+        # tile; shorter chains overlap (mlir_import.split_matvec_reductions).
+        from .mlir_import import split_matvec_reductions
+
+        mlir_text, _ = split_matvec_reductions(mlir_text)
     src = workdir / f"{name}.mlir"
     src.write_text(mlir_text)
     vm_asm = workdir / f"{name}.vm.mlir"
@@ -235,7 +204,7 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, triple: str | No
     # phase 2 lowers to the VM program. Relative paths keep temp directories
     # out of anything the compiler records.
     hal_stage = workdir / f"{name}.hal.mlir"
-    flags = cpu_flags(triple=triple, cpu=cpu, kernel_object=Path(kernels.name))
+    flags = target.iree_flags(Path(kernels.name))
     _run_iree_compile([src.name, *flags, "--compile-to=hal", "-o", hal_stage.name],
                       workdir, name, triple, cpu, expect=[hal_stage, kernels])
     hal_stage.write_text(split_allocations(hal_stage.read_text()))
@@ -246,6 +215,5 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, triple: str | No
         kernel_object=kernels,
         library_query=_query_symbol(kernels),
         compiler_version=compiler_version(),
-        triple=triple,
-        cpu=cpu,
+        target=target,
     )

@@ -18,19 +18,52 @@ def inspect_json(program: StepProgram) -> str:
     return json.dumps(inspect_dict(program), indent=2)
 
 
+# Per-layer streaming facts (the Keras streamifier's rows), printed in this order.
+_ROW_KEYS = ("buffer", "window", "kernel", "stride", "dilation", "delay", "pad", "crop", "state")
+
+
+def _stream_line(stream: dict) -> str:
+    if stream["mode"] == "window":
+        text = f"window {stream['window']} frames"
+    else:
+        text = "prefix (frames 0..t)"
+    text += f", {stream['frames_per_step']} frame{'s' if stream['frames_per_step'] != 1 else ''}" \
+            " per step"
+    text += f", outputs valid from step {stream['first_valid_step']}"
+    if stream.get("delay"):
+        text += f", window ends {stream['delay']} frame(s) before the step's last"
+    if stream.get("recompute"):
+        text += ", whole window recomputed each step"
+    return text
+
+
 def inspect_text(program: StepProgram) -> str:
     r = inspect_dict(program)
     lines = [f"model:      {r['model']}", f"format:     {r['format']}"]
     if "mode" in r:
         lines.append(f"mode:       {r['mode']}")
+    stream = r.get("stream")
+    if stream and stream.get("mode") != "stateless":
+        lines.append("stream:     " + _stream_line(stream))
     if "parameters" in r:
         lines.append(f"parameters: {r['parameters']:,}")
+    for c in r.get("cut", []):  # graph formats cut with --inputs
+        lines.append(f"cut:        at {c['tensor']} (op {c['op']}); dropped "
+                     f"{c['dropped_nodes']} nodes before it ({', '.join(c['dropped_ops'])})")
+    for u in r.get("unrolled", []):
+        lines.append(f"unrolled:   {u['steps']} copies of one cell (sliced by "
+                     f"'{u['slicer']}'), streamed as a loop")
+    for note in r.get("notes", []):
+        lines.append(f"note:       {note}")
     if r.get("layers"):
         lines.append("layers:")
         for row in r["layers"]:
             extra = ""
             if row.get("role") == "recurrent":
                 extra = f"  units={row.get('units')} return_sequences={row.get('return_sequences')}"
+            keys = [k for k in _ROW_KEYS if k in row]
+            if keys:
+                extra += "  " + " ".join(f"{k}={row[k]}" for k in keys)
             lines.append(f"  {row['name']:<24} {row['type']:<20} {row['role']}{extra}")
     for key in ("loops",):
         if r.get(key):

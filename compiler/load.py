@@ -2,7 +2,8 @@
 
 The format is detected from the content (zip for .keras, the HDF5 magic for
 .h5, saved_model.pb for SavedModel folders), not only from the suffix. Keras
-files become a Keras model; graph formats are handed to ``load_graph``.
+files become a Keras model; graph formats are loaded by ``load_graph`` into a
+frozen graph already cut to the chosen inputs and outputs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class LoadedModel:
     path: Path
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
+    graph: Any = None  # for "savedmodel" and "graphdef": a load_graph.LoadedGraph
 
 
 def detect_format(path: Path) -> str:
@@ -52,12 +54,22 @@ def detect_format(path: Path) -> str:
     return "graphdef"
 
 
-def load_model(path: str | os.PathLike) -> LoadedModel:
+def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = None
+               ) -> LoadedModel:
+    """Load ``path``: a Keras model, or a frozen graph cut to the chosen inputs/outputs.
+
+    ``graph_options`` (``load_graph.GraphOptions``) applies to graph formats;
+    ``fmt`` is ``detect_format(path)`` when the caller already has it.
+    """
     path = Path(path)
-    fmt = detect_format(path)
+    fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
         return LoadedModel(path, fmt, keras_model=_load_keras(path, fmt))
-    return LoadedModel(path, fmt)
+    from .load_graph import GraphOptions, load_graph
+
+    options = graph_options or GraphOptions()
+    return LoadedModel(path, fmt, graph=load_graph(path, options.inputs, options.outputs,
+                                                   options.time_axis))
 
 
 def _load_keras(path: Path, fmt: str):
@@ -68,6 +80,11 @@ def _load_keras(path: Path, fmt: str):
     try:
         with _with_suffix(path, "." + fmt) as named:
             if fmt == "keras":
+                from . import keras2
+
+                if keras2.is_keras2_file(named, fmt):  # saved by tf_keras
+                    return keras2.load_archive_as_keras3(named)
+                keras2.register()  # a .keras re-saved from a Keras 2 file names them
                 return keras.models.load_model(named, compile=False)
             return _load_h5(named)
     except TfaotError:
@@ -93,6 +110,8 @@ def _load_h5(path: Path):
 
     Keras 2 wrote a ``time_major`` argument that Keras 3's recurrent layers
     no longer accept; the subclasses below swallow it (tf-import-notes §4).
+    A Keras 2 file (``keras_version`` attribute < 3) also gets its Keras 2
+    meanings mapped to Keras 3 objects (``keras2``: hard_sigmoid, ...).
     """
     import keras
 
@@ -116,4 +135,8 @@ def _load_h5(path: Path):
             pass
     except Exception as e:
         raise TfaotError(f"{path}: not a readable HDF5 file (truncated?): {first_line(e)}") from None
+    from . import keras2
+
+    if keras2.is_keras2_h5(path):
+        return keras2.load_h5_as_keras3(path)  # time_major handled there
     return keras.models.load_model(path, custom_objects=custom, compile=False)

@@ -322,3 +322,104 @@ def _state_access_funcs(states) -> list[str]:
             for i, (n, t) in enumerate(zip(names, types))]
     put += ["    return", "  }"]
     return ["\n".join(get), "\n".join(put)]
+
+
+# --------------------------------------------------------------------------
+# target-dependent rewrites (the compile stage applies them)
+
+#: Longest dot product kept as one FMA chain by ``split_matvec_reductions``.
+SPLIT_CHUNK = 32
+
+
+def split_matvec_reductions(mlir_text: str, chunk: int = SPLIT_CHUNK) -> tuple[str, int]:
+    """Split each long constant-matrix matvec into independent partial products.
+
+    ``W[N,K] . x[K,1]`` becomes a batched product of ``r`` slices of ``K/r``
+    columns (``W3[r,N,K/r]``, a constant, times ``x3[r,K/r,1]``) whose ``r``
+    partial results are added. With packed weights (``Target.pack_weights``)
+    IREE's CPU kernel for a matvec is one serial chain of vector FMAs per
+    output tile, bound by FMA latency; chains of at most ``chunk`` FMAs let
+    the CPU overlap several of them (bench/bench_litert.py). The sum is
+    reassociated, as any BLAS does (differences ~1e-7 relative). Matvecs
+    with ``K <= chunk``, or no divisor of K giving chunks of 8..chunk, are
+    left alone. Returns the new text and the number of products split.
+    """
+    from iree.compiler import ir
+
+    with ir.Context():
+        module = ir.Module.parse(mlir_text)
+        count = 0
+        for func in module.body.operations:
+            if func.operation.name != "func.func":
+                continue
+            for block in func.operation.regions[0].blocks:
+                for op in list(block.operations):
+                    count += _split_one(op, chunk)
+        if not count:
+            return mlir_text, 0
+        return module.operation.get_asm(enable_debug_info=False), count
+
+
+def _split_parts(k: int, chunk: int) -> int:
+    if k <= chunk:
+        return 1
+    for r in range(-(-k // chunk), k // 8 + 1):
+        if k % r == 0:
+            return r
+    return 1
+
+
+def _split_one(op, chunk: int) -> int:
+    from iree.compiler import ir
+
+    if op.operation.name != "stablehlo.dot" or len(op.operands) != 2:
+        return 0
+    w_op = op.operands[0].owner
+    if not isinstance(w_op, ir.OpView) or w_op.operation.name != "stablehlo.constant":
+        return 0
+    x_type = ir.RankedTensorType(op.operands[1].type)
+    value = ir.DenseElementsAttr(w_op.attributes["value"])
+    w_type = ir.RankedTensorType(value.type)
+    if (value.is_splat or w_type.rank != 2 or str(w_type.element_type) != "f32"
+            or x_type.rank != 2 or x_type.shape[1] != 1):
+        return 0
+    n, k = w_type.shape
+    r = _split_parts(k, chunk)
+    if r == 1:
+        return 0
+    kc = k // r
+    w3 = np.ascontiguousarray(np.array(value).reshape(n, r, kc).transpose(1, 0, 2))
+    f32 = ir.F32Type.get()
+
+    def arr(values):
+        return ir.DenseI64ArrayAttr.get(values)
+    with ir.InsertionPoint(op), op.location:
+        w_new = ir.Operation.create(
+            "stablehlo.constant", results=[ir.RankedTensorType.get((r, n, kc), f32)],
+            attributes={"value": ir.DenseElementsAttr.get(w3)})
+        x3 = ir.Operation.create(
+            "stablehlo.reshape", results=[ir.RankedTensorType.get((r, kc, 1), f32)],
+            operands=[op.operands[1]])
+        dims = ir.Attribute.parse(
+            "#stablehlo.dot<lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], "
+            "lhs_contracting_dimensions = [2], rhs_contracting_dimensions = [1]>")
+        parts = ir.Operation.create(
+            "stablehlo.dot_general", results=[ir.RankedTensorType.get((r, n, 1), f32)],
+            operands=[w_new.results[0], x3.results[0]], attributes={"dot_dimension_numbers": dims})
+        total = None
+        for j in range(r):
+            piece = ir.Operation.create(
+                "stablehlo.slice", results=[ir.RankedTensorType.get((1, n, 1), f32)],
+                operands=[parts.results[0]],
+                attributes={"start_indices": arr([j, 0, 0]), "limit_indices": arr([j + 1, n, 1]),
+                            "strides": arr([1, 1, 1])})
+            flat = ir.Operation.create("stablehlo.reshape", results=[op.results[0].type],
+                                       operands=[piece.results[0]])
+            total = flat if total is None else ir.Operation.create(
+                "stablehlo.add", results=[op.results[0].type],
+                operands=[total.results[0], flat.results[0]])
+    op.results[0].replace_all_uses_with(total.results[0])
+    op.operation.erase()
+    if not list(w_op.results[0].uses):
+        w_op.operation.erase()
+    return 1

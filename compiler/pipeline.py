@@ -6,16 +6,16 @@ in its own module; this one only sequences them.
 """
 from __future__ import annotations
 
-import os
-import re
 import shutil
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import output_dir
+from .load_graph import GraphOptions  # noqa: F401  (re-exported: cli.py imports it here)
+from .names import check_name, default_name
 from .program import StepProgram
 
 
@@ -37,44 +37,53 @@ class Progress:
         if self.enabled:
             print(f"tfaot: {name:<10} done in {elapsed:.2f} s", file=sys.stderr, flush=True)
 
-
-@dataclass
-class GraphOptions:
-    """Overrides for graph formats (frozen GraphDef, SavedModel)."""
-
-    inputs: str | None = None  # "NAME:D0xD1x...,..."
-    outputs: str | None = None  # "NAME,..."
-    time_axis: int | None = None
+    def note(self, text: str) -> None:
+        """A fact about the build the user should know (how the model streams)."""
+        if self.enabled:
+            print(f"tfaot: note: {text}", file=sys.stderr, flush=True)
 
 
 def load_and_streamify(model_path: str, progress: Progress,
-                       graph_options: GraphOptions | None = None) -> StepProgram:
+                       graph_options: GraphOptions | None = None, *,
+                       whole_window: bool = False) -> StepProgram:
+    """load -> streamify. ``whole_window``: a fixed-window model without
+    recurrence runs one whole-window inference per step instead of streaming
+    as a sliding window."""
     from .tfenv import quiet_tensorflow
 
     from .load import detect_format, load_model
 
-    detect_format(Path(model_path))  # a missing file fails before TensorFlow loads
+    fmt = detect_format(Path(model_path))  # a missing file fails before TensorFlow loads
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
-        loaded = load_model(model_path)
+        loaded = load_model(model_path, graph_options, fmt=fmt)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
             from .streamify_keras import streamify_keras
 
-            return streamify_keras(loaded.keras_model, str(loaded.path), loaded.format)
-        return _streamify_graph(loaded, graph_options or GraphOptions())
+            program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
+                                      fixed_window="whole" if whole_window else "stream")
+            if program.stream.mode == "window":
+                progress.note(
+                    f"{model_path}: streams as a sliding window of {program.stream.window} "
+                    f"frames, {program.stream.frames_per_step} per step (time axis 1); for one "
+                    "whole inference per step (e.g. an image model) use --whole-window")
+            return program
+        return _streamify_graph(loaded)
 
 
-def _streamify_graph(loaded, options: GraphOptions) -> StepProgram:
-    from .streamify_graph import streamify_graph_model
+def _streamify_graph(loaded) -> StepProgram:
+    from .streamify_graph import streamify_graph
 
-    return streamify_graph_model(loaded.path, loaded.format, options)
+    return streamify_graph(loaded.graph)
 
 
 def run_frontend(model_path: str, progress: Progress,
-                 graph_options: GraphOptions | None = None) -> tuple[StepProgram, str]:
+                 graph_options: GraphOptions | None = None, *,
+                 whole_window: bool = False) -> tuple[StepProgram, str]:
     """load -> streamify -> import; returns the program and the MLIR text."""
-    program = load_and_streamify(model_path, progress, graph_options)
+    program = load_and_streamify(model_path, progress, graph_options,
+                                 whole_window=whole_window)
     with progress.stage("import"):
         from .mlir_import import import_program
 
@@ -96,65 +105,56 @@ def write_atomically(path: Path, text: str) -> None:
 class BuildOptions:
     out_dir: Path | None = None  # default: build/NAME
     name: str | None = None  # default: the model file's stem as a C identifier
+    target: str = "cpu"  # the code generator (Target.kind)
     triple: str | None = None  # default: the host's
     cpu: str | None = None  # default: host for the host triple, generic otherwise
     keep_temps: bool = False
+    pack_weights: bool | None = None  # default: the target's (Target.pack_weights)
+    force: bool = False  # replace an output folder that holds files tfaot did not write
+    whole_window: bool = False  # fixed-window models: one whole inference per step
     graph_options: GraphOptions = field(default_factory=GraphOptions)
 
 
-def default_name(model_path: str) -> str:
-    """The model file's stem as a C identifier ("kws-v2.keras" -> "kws_v2")."""
-    stem = Path(str(model_path).rstrip("/")).name.split(".")[0] or "model"
-    name = re.sub(r"[^A-Za-z0-9_]", "_", stem)
-    return name if not name[0].isdigit() else f"m_{name}"
+@dataclass(frozen=True)
+class BuiltLibrary:
+    """What ``build_model`` made: the output folder and its manifest (also NAME.json)."""
+
+    path: Path
+    manifest: dict
 
 
-def build_model(model_path: str, options: BuildOptions, progress: Progress) -> Path:
+def build_model(model_path: str, options: BuildOptions, progress: Progress) -> BuiltLibrary:
     """load -> ... -> package into a folder that appears only when complete.
 
-    Everything is written to a temporary sibling of the output folder, which
-    replaces the output folder at the end; a failed build leaves no folder
-    behind and an existing one untouched.
+    The name, the target and the output folder are checked first, before
+    the slow stages. Everything is written to a staging sibling of the
+    output folder, which replaces the output folder at the end; a failed
+    build leaves no folder behind and an existing one untouched.
     """
     from .backend import build_library
-    from .package import check_name
+    from .load import detect_format
+    from .target import make_target
 
     name = options.name or default_name(model_path)
     check_name(name)
-    out_dir = Path(options.out_dir or Path("build") / name)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    staging.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result is not
-    temps = staging / "temps" if options.keep_temps else Path(tempfile.mkdtemp(prefix="tfaot-"))
+    target = make_target(options.target, options.triple, options.cpu,
+                         weight_packing=options.pack_weights)
+    detect_format(Path(model_path))
+    out_path = Path(options.out_dir or Path("build") / name)
+    out = output_dir.prepare(out_path, model_path, force=options.force)
+    temps = out.staging / "temps"
     try:
-        program, mlir_text = run_frontend(model_path, progress, options.graph_options)
-        temps.mkdir(parents=True, exist_ok=True)
+        program, mlir_text = run_frontend(model_path, progress, options.graph_options,
+                                          whole_window=options.whole_window)
+        temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)
-        build_library(mlir_text, program.signature, staging, name=name, triple=options.triple,
-                      cpu=options.cpu, workdir=temps, progress=progress)
-        _replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
+        manifest = build_library(mlir_text, program.signature, out.staging, name=name,
+                                 target=target, workdir=temps, progress=progress,
+                                 stream=program.stream)
         if not options.keep_temps:
-            shutil.rmtree(temps, ignore_errors=True)
-    return out_dir
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Move ``new`` to ``target``, replacing an existing folder."""
-    if not target.exists():
-        new.rename(target)
-        return
-    old = target.with_name(f".{target.name}.tfaot-old")
-    shutil.rmtree(old, ignore_errors=True)
-    target.rename(old)
-    new.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(temps)
+        out.commit()
+    except BaseException:
+        out.discard()
+        raise
+    return BuiltLibrary(out_path, manifest)

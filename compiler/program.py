@@ -57,6 +57,48 @@ class ProgramSignature:
         }
 
 
+@dataclass(frozen=True)
+class StreamInfo:
+    """How steps relate to the original model's time axis (the manifest's "stream").
+
+    ``mode`` is ``"prefix"`` when step t returns the original model on
+    frames 0..t (recurrent models), ``"window"`` when it returns the model
+    on the last ``window`` frames (fixed-window models streamed as a sliding
+    window), and ``"stateless"`` when each step is one whole inference of
+    the model on its input (no time axis). Outputs of steps before
+    ``first_valid_step`` are not defined (a window not yet full).
+
+    Step m consumes frames ``[m*P, (m+1)*P)`` (P = ``frames_per_step``, the
+    product of the time strides; the step input is then ``(1, P, ...)``).
+    In mode "window" its output is the model on the ``window`` frames that
+    end ``delay`` frames before the step's last frame. ``recompute`` is
+    empty when the stream is incremental, else why each step runs the whole
+    window (the exact fallback).
+    """
+
+    mode: str = "stateless"
+    time_axis: int | None = None      # the time axis of the original model's input
+    fixed_length: int | None = None   # T, when the original model's length is fixed
+    frames_per_step: int = 1          # input frames one step consumes
+    window: int | None = None         # W for mode "window"
+    first_valid_step: int = 0
+    delay: int = 0                    # frames between the window's end and the step's last
+    recompute: str = ""               # why each step recomputes the whole window ("" = no)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "time_axis": self.time_axis,
+                "fixed_length": self.fixed_length, "frames_per_step": self.frames_per_step,
+                "window": self.window, "first_valid_step": self.first_valid_step,
+                "delay": self.delay, "recompute": self.recompute}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "StreamInfo":
+        if not data:
+            return cls()
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass
 class StepProgram:
     """Output of the streamify stage, input of the import stage.
@@ -75,3 +117,5 @@ class StepProgram:
     # What `tfaot inspect` prints besides the signature: layers or loops found,
     # how each tensor was classified, the parameter count. JSON-serialisable.
     report: dict[str, Any] = field(default_factory=dict)
+    # What verify, the harness and firmware need to know about the time axis.
+    stream: StreamInfo = field(default_factory=StreamInfo)

@@ -5,6 +5,7 @@ An installed wheel carries them inside the package (``tfaot/codegen_templates``,
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 _PKG_DIR = Path(__file__).resolve().parent
@@ -25,10 +26,22 @@ def template_dir() -> Path:
 
 
 def shim_dir() -> Path:
-    """Folder with the runtime shim sources (tfrt.h, tfrt.c, tfrt_abi.h)."""
+    """Folder with the runtime shim sources (core tfrt_core.c/tfrt.h, backends tfrt_cpu.*)."""
     return _find("runtime_shim")
 
 
 def cmake_module() -> Path:
     """cmake/tfaot.cmake (tfaot_add_model), for include() in a CMake project."""
     return _find("cmake") / "tfaot.cmake"
+
+
+@functools.lru_cache(maxsize=None)
+def template_env():
+    """The one jinja2 environment of every generated text (C, headers, CMake)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir())),
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    env.filters["tfrt_u32"] = lambda v: f"(uint32_t){v}"
+    return env

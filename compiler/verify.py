@@ -33,39 +33,113 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
 
     lib = harness.load(lib_dir)
     rng = np.random.default_rng(seed)
-    loaded = load_model(model_path)
+    loaded = load_model(model_path, graph_options)
     if loaded.keras_model is not None:
-        _check_input_shape(loaded.keras_model, lib, model_path, lib_dir)
+        model = loaded.keras_model
+        stream = library_stream(lib, model, model_path)
+        _check_input_shape(model, lib, model_path, lib_dir, stream)
+        fixed = fixed_time_length(model) if stream.mode == "prefix" else None
+        if fixed is not None:
+            steps = min(steps, fixed)  # the model defines only its T steps
+        if steps <= stream.first_valid_step:
+            raise TfaotError(f"{lib_dir}: outputs are valid from step {stream.first_valid_step} "
+                             f"on; verify it with --steps {stream.first_valid_step + 100}")
         xs = rng.normal(size=(steps, *lib.input_shape)).astype(np.float32)
-        want = keras_reference(loaded.keras_model, xs)
+        # The reference is the file's own framework: Keras 2 files run in
+        # Keras 2 (tf_keras), not in the Keras 3 model the build used.
+        want = keras_reference(keras_reference_model(loaded), xs, stream=stream,
+                               step_output=lib.output_shape)
     else:
-        reference = GraphReference(loaded, graph_options)
-        reference.check_library(lib, lib_dir)
+        reference = GraphReference(loaded, lib, lib_dir)
         xs = rng.normal(size=(reference.steps(steps), *lib.input_shape)).astype(np.float32)
         want = reference.outputs(xs)
     got = np.stack([lib.step(x) for x in xs])[-len(want):]
     if got.shape != want.shape:
         raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
                          f"{model_path} gives {want.shape[1:]}; was it built from this model?")
-    error = float(np.abs(got.astype(np.float64) - want).max())
+    # Steps whose reference is not defined (a window not yet full, a conv
+    # front end whose receptive field is not yet full) are NaN in ``want``.
+    defined = ~np.isnan(want.reshape(len(want), -1)).any(axis=1)
+    error = float(np.abs(got[defined].astype(np.float64) - want[defined]).max())
     name = lib.manifest["outputs"][0]["name"]
-    return [VerifyResult(name, len(want), error, tol)]
+    return [VerifyResult(name, int(defined.sum()), error, tol)]
 
 
-def _check_input_shape(model, lib, model_path, lib_dir) -> None:
+def library_stream(lib, model, model_path):
+    """The library's StreamInfo: from its manifest, else re-derived from the
+    model (a build whose step takes the whole window is stateless)."""
+    from .program import StreamInfo
+    from .streamify_keras import fixed_window_length, stream_info
+
+    if lib.manifest.get("stream"):
+        return StreamInfo.from_json(lib.manifest["stream"])
+    window = fixed_window_length(model)
+    if window is not None and len(lib.input_shape) >= 2 and lib.input_shape[1] == window \
+            and tuple(lib.input_shape[1:]) == tuple(model.inputs[0].shape[1:]):
+        return StreamInfo()
+    return stream_info(model, str(model_path))
+
+
+def step_input_shape(model, stream) -> tuple[int, ...]:
+    """The step input a build of ``model`` with ``stream`` takes."""
+    shape = tuple(model.inputs[0].shape)
+    if stream.mode == "stateless":
+        return (1, *(int(d) for d in shape[1:]))
+    features = tuple(int(d) for d in shape[2:])
+    p = stream.frames_per_step
+    return (1, *features) if p == 1 else (1, p, *features)
+
+
+def _check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
     from .streamify_keras import step_input_spec
 
-    expected = step_input_spec(model, str(model_path)).shape
+    expected = step_input_spec(model, str(model_path)).shape  # also the model-level checks
+    if stream is not None and len(model.inputs[0].shape) >= 3:
+        expected = step_input_shape(model, stream)
     if tuple(expected) != tuple(lib.input_shape):
         raise TfaotError(f"{lib_dir}: the library takes {tuple(lib.input_shape)} per step but "
                          f"{model_path} takes {tuple(expected)}; was it built from this model?")
 
 
-def keras_reference(model, xs: np.ndarray) -> np.ndarray:
-    """Keras outputs for each step of ``xs`` (steps, 1, features...)."""
+def keras_reference_model(loaded):
+    """The model to take reference outputs from: the file read by the
+    framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``)."""
+    from . import keras2
+
+    if keras2.is_keras2_file(loaded.path, loaded.format):
+        return keras2.load_reference(loaded.path, loaded.format)
+    return loaded.keras_model
+
+
+def fixed_time_length(model) -> int | None:
+    """T for a model whose input has a fixed time length (batch, T, ...)."""
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) >= 3 and shape[1] is not None:
+        return int(shape[1])
+    return None
+
+
+def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
+                    stream=None, step_output: tuple[int, ...] | None = None) -> np.ndarray:
+    """Keras outputs for each step of ``xs`` (steps, *step input shape).
+
+    ``model`` is a Keras 3 or a Keras 2 (tf_keras) model; for the latter
+    pass ``streaming`` (found on the Keras 3 twin of the file) or ``stream``
+    (the library's StreamInfo). With ``stream``, steps whose reference is not
+    defined are NaN (see ``keras_stream_reference``).
+    """
     from .streamify_keras import is_streaming
 
-    if not is_streaming(model):
+    if stream is not None:
+        if stream.mode == "stateless":
+            return np.stack([np.asarray(model(x)) for x in xs])
+        p = stream.frames_per_step
+        frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
+        frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
+        return keras_stream_reference(model, frames, stream, step_output)
+    if streaming is None:
+        streaming = is_streaming(model)
+    if not streaming:
         return np.stack([np.asarray(model(x)) for x in xs])
     return keras_sequence_reference(model, np.swapaxes(xs, 0, 1))
 
@@ -77,8 +151,12 @@ def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
     model, calling Keras once per prefix is slow (a retrace per length), so
     a twin whose recurrent layers return sequences gives every prefix at
     once; it is checked against true prefix calls at a few t and dropped
-    for per-prefix calls if it disagrees.
+    for per-prefix calls if it disagrees. A model with a fixed time length
+    T is run on T steps (see ``_fixed_time_reference``).
     """
+    fixed = fixed_time_length(model)
+    if fixed is not None:
+        return _fixed_time_reference(model, x, fixed)
     full = np.asarray(model(x))
     if full.ndim == 3:
         return np.stack([full[:, t] for t in range(x.shape[1])])
@@ -95,65 +173,216 @@ def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
     return per_step
 
 
-def _sequence_twin(model):
-    """A copy of ``model`` whose last-output recurrent layers return sequences."""
+def keras_stream_reference(model, frames: np.ndarray, stream,
+                           step_output: tuple[int, ...] | None = None) -> np.ndarray:
+    """What each step must return for the input stream ``frames`` (1, N, ...):
+    ``(N // P, *step output)``, NaN where the reference is not defined.
+
+    * window: the model on the ``window`` frames ending ``delay`` frames
+      before the step's last frame;
+    * prefix: the model on frames 0..(m+1)P-1 (its last output frame).
+
+    ``step_output``: the library's step output shape (tells whether the
+    model's output keeps a time axis); guessed from the model if absent.
+    """
+    p = stream.frames_per_step
+    steps = frames.shape[1] // p
+    if stream.mode == "window":
+        return _window_reference(model, frames, stream, steps)
+    if p == 1 and stream.first_valid_step == 0:
+        return keras_sequence_reference(model, frames)
+    return _prefix_reference(model, frames, stream, steps, step_output)
+
+
+def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
+    p, w, d = stream.frames_per_step, stream.window, stream.delay
+    valid = [m for m in range(steps) if (m + 1) * p - d - w >= 0]
+    windows = np.stack([frames[0, (m + 1) * p - d - w:(m + 1) * p - d] for m in valid])
+    batch = 1 if model.inputs[0].shape[0] is not None else 64
+    outs = np.concatenate([np.asarray(model(windows[i:i + batch]))
+                           for i in range(0, len(windows), batch)])
+    want = np.full((steps, 1, *outs.shape[1:]), np.nan, np.float32)
+    want[valid] = outs[:, None]
+    return want
+
+
+def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndarray:
+    """Prefix references for streams with several frames per step or a conv
+    front end: one run of an open-time, sequence-returning twin, checked
+    against true prefix runs at a few steps (per-prefix runs otherwise)."""
+    p, first = stream.frames_per_step, stream.first_valid_step
+    fixed = fixed_time_length(model)
+
+    def prefix_call(m):
+        y = np.asarray(model(frames[:, :(m + 1) * p]))
+        return y[:, -1] if _has_time(model, y, step_output) else y
+
+    checkable = [m for m in range(first, steps) if fixed is None or (m + 1) * p == fixed]
+    want = None
+    try:
+        twin = _sequence_twin(model, open_time=fixed is not None)
+        seq = np.asarray(twin(frames))
+        prev = np.asarray(twin(frames[:, :-p]))
+        rate = seq.shape[1] - prev.shape[1]
+        want = np.full((steps, *seq.shape[:1], *seq.shape[2:]), np.nan, np.float32)
+        for m in range(first, steps):
+            index = seq.shape[1] - 1 - (steps - 1 - m) * rate
+            if index >= 0:
+                want[m] = seq[:, index]
+        probes = sorted({checkable[0], checkable[len(checkable) // 2], checkable[-1]}) \
+            if checkable else []
+        if not probes or any(np.abs(want[m] - prefix_call(m)).max() > 1e-6 for m in probes):
+            want = None
+    except Exception:  # noqa: BLE001 - no usable twin: per-prefix calls below
+        want = None
+    if want is None:
+        outs = {m: prefix_call(m) for m in checkable}
+        if not outs:
+            raise TfaotError("no step of this stream has a reference output; use more --steps")
+        sample = next(iter(outs.values()))
+        want = np.full((steps, *sample.shape), np.nan, np.float32)
+        for m, y in outs.items():
+            want[m] = y
+    return want
+
+
+def _has_time(model, y, step_output) -> bool:
+    """Whether a model output ``y`` keeps a time axis."""
+    if step_output is not None:
+        return y.ndim == len(step_output) + 1
+    out = tuple(model.outputs[0].shape)
+    return len(out) >= 3 and (out[1] is None or len(out) == 3)
+
+
+def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
+    """Reference for a model whose input is (batch, T, ...) with T fixed.
+
+    The model itself only runs on exactly T steps, so it runs on x padded
+    (or cut) to T. A sequence output gives steps t < T directly (streamed
+    models are causal: padding after step t cannot change it). A last
+    output (Keras on x[:, :t+1]) and steps beyond T need an open-time twin:
+    the same layers and weights with input (batch, None, ...), whose
+    recurrent layers return sequences; it must agree with the model itself
+    on the T steps, else only what the model gives is compared.
+    """
+    steps = x.shape[1]
+    x_model = x[:, :length]
+    if steps < length:
+        pad = np.zeros((x.shape[0], length - steps, *x.shape[2:]), x.dtype)
+        x_model = np.concatenate([x, pad], axis=1)
+    full = np.asarray(model(x_model))
+    sequence_output = full.ndim == 3 and full.shape[1] == length
+    if sequence_output and steps <= length:
+        return np.stack([full[:, t] for t in range(steps)])
+    try:
+        twin = np.asarray(_sequence_twin(model, open_time=True)(
+            x if steps >= length else x_model))
+    except Exception:
+        twin = None
+    if twin is not None:
+        if sequence_output:
+            agrees = np.abs(twin[:, :length] - full).max() <= 1e-6
+        else:
+            agrees = np.abs(twin[:, length - 1] - full).max() <= 1e-6
+        if agrees:
+            return np.stack([twin[:, t] for t in range(steps)])
+    # No usable twin: only what the model itself defines, its T steps.
+    if steps != length:
+        raise TfaotError(
+            f"the model takes exactly {length} time steps and has no open-time twin "
+            f"to compare other lengths with; verify it with --steps {length}")
+    if sequence_output:
+        return np.stack([full[:, t] for t in range(length)])
+    return full[None]  # a last output: only the last step is defined
+
+
+def _keras_module(model):
+    """keras (Keras 3) or tf_keras (Keras 2), whichever built ``model``."""
+    if type(model).__module__.startswith("tf_keras"):
+        import tf_keras
+
+        return tf_keras
     import keras
+
+    return keras
+
+
+def _sequence_twin(model, open_time: bool = False):
+    """A copy of ``model`` whose last-output recurrent layers return sequences
+    (and, with ``open_time``, whose input takes any number of time steps)."""
+    k = _keras_module(model)
 
     def clone(layer):
         config = layer.get_config()
-        if isinstance(layer, keras.layers.RNN):
+        if isinstance(layer, k.layers.RNN):
             config["return_sequences"] = True
         return layer.__class__.from_config(config)
 
-    twin = keras.models.clone_model(model, clone_function=clone)
+    kwargs = {}
+    if open_time:
+        shape = tuple(model.inputs[0].shape)
+        kwargs["input_tensors"] = k.Input(batch_shape=(shape[0], None, *shape[2:]))
+    twin = k.models.clone_model(model, clone_function=clone, **kwargs)
     twin.set_weights(model.get_weights())
     return twin
 
 
 class GraphReference:
-    """TensorFlow running an original frozen graph / SavedModel on whole sequences."""
+    """TensorFlow running an original frozen graph / SavedModel on whole sequences.
 
-    def __init__(self, loaded, graph_options):
-        from .load_graph import load_graph
-        from .pipeline import GraphOptions
-        from .streamify_graph import streamify_graph_model
+    Where the time axis is, and whether the length is fixed, comes from the
+    library's manifest ("stream"), written by the build that analysed the
+    graph; the graph is not streamed again here.
+    """
 
-        options = graph_options or GraphOptions()
-        # The streamer's analysis says where the time axis is and whether
-        # the sequence length is fixed in the graph.
-        program = streamify_graph_model(loaded.path, loaded.format, options)
-        self.report = program.report
-        self.step_input = program.signature.inputs[0].shape
-        self.step_output = program.signature.outputs[0].shape
-        graph = load_graph(loaded.path, options.inputs, options.outputs, options.time_axis)
-        self._run = _session_runner(graph)
+    def __init__(self, loaded, lib, lib_dir):
+        """``loaded``: the load.LoadedModel of a graph format (``loaded.graph`` set)."""
+        from .program import StreamInfo
+
+        if "stream" not in lib.manifest:
+            raise TfaotError(f"{lib_dir}: built by an older tfaot (its manifest has no "
+                             "'stream'); rebuild it with this version")
+        self.stream = StreamInfo.from_json(lib.manifest["stream"])
+        self.step_output = tuple(lib.output_shape)
         self.source = loaded.path
+        self._run = _session_runner(loaded.graph)
+        self._check_input(loaded.graph.inputs[0].shape, tuple(lib.input_shape), lib_dir)
+
+    @property
+    def stateless(self) -> bool:
+        return self.stream.mode == "stateless"
 
     @property
     def time_axis(self) -> int:
-        return self.report["input"]["time_axis"]
+        return self.stream.time_axis
 
-    def check_library(self, lib, lib_dir) -> None:
-        if tuple(self.step_input) != tuple(lib.input_shape):
-            raise TfaotError(f"{lib_dir}: the library takes {tuple(lib.input_shape)} per step "
-                             f"but {self.source} takes {tuple(self.step_input)}; was it built "
-                             "from this model?")
+    def _check_input(self, graph_shape, step_shape, lib_dir) -> None:
+        """The graph's input, less its time axis, must be what the library's step takes."""
+        if graph_shape is None:
+            return
+        dims = [d for axis, d in enumerate(graph_shape)
+                if self.stateless or axis != self.time_axis]
+        if len(dims) != len(step_shape) or any(
+                d is not None and d != s for d, s in zip(dims[1:], step_shape[1:])):
+            raise TfaotError(f"{lib_dir}: the library takes {step_shape} per step but "
+                             f"{self.source} takes {tuple(graph_shape)} (time axis "
+                             f"{self.time_axis}); was it built from this model?")
 
     def steps(self, wanted: int) -> int:
         """The sequence length to test: a graph with a fixed length gets exactly that."""
-        if self.report.get("stateless") or self.report.get("dynamic_time", True):
+        if self.stateless or self.stream.fixed_length is None:
             return wanted
-        return int(self.report["input"]["shape"][self.time_axis])
+        return self.stream.fixed_length
 
     def outputs(self, xs: np.ndarray) -> np.ndarray:
         """Reference per step; only the last step for fixed-length last-output graphs."""
-        if self.report.get("stateless"):
+        if self.stateless:
             return np.stack([self._run(x) for x in xs])
         seq = np.moveaxis(xs, 0, self.time_axis)
         full = np.asarray(self._run(seq))
         if full.ndim == len(self.step_output) + 1:
             return self._per_step(full, len(xs))
-        if not self.report.get("dynamic_time", True):
+        if self.stream.fixed_length is not None:
             return full[None]  # the graph only ever saw the whole fixed-length sequence
         return np.stack([self._run(np.take(seq, range(t + 1), axis=self.time_axis))
                          for t in range(len(xs))])
@@ -168,13 +397,19 @@ class GraphReference:
 
 
 def _session_runner(graph):
-    """A function running the first output of a frozen graph in a TF1 session."""
+    """A function running the first output of the original graph in a TF1 session.
+
+    The graph as the file has it (before any cut or simplification), fed at
+    the streamed input: a tensor inside the graph when --inputs cut it there.
+    """
     import tensorflow as tf
 
+    source = graph.details.get("source_graph_def", graph.graph_def)
+    feeds = graph.details.get("feeds") or [f"{graph.inputs[0].name}:0"]
     g = tf.Graph()
     with g.as_default():
-        tf.graph_util.import_graph_def(graph.graph_def, name="")
+        tf.graph_util.import_graph_def(source, name="")
     session = tf.compat.v1.Session(graph=g)
-    feed = f"{graph.inputs[0].name}:0"
+    feed = feeds[0]
     fetch = graph.outputs[0]
     return lambda x: session.run(fetch, {feed: x})

@@ -1,17 +1,24 @@
-/* tfrt.h - tfaot's runtime shim: the few objects and imported functions that
+/* tfrt.h - core of tfaot's runtime shim: the objects, arena and buffers that
  * an IREE VM host program needs, in freestanding C11, with no heap.
  *
- * The generated model source includes this header and then tfrt.c (one
- * translation unit per model), so every shim function is static: two models
- * linked into one firmware image never clash, and the C compiler can inline
- * the shim into the generated program.
+ * The shim is a core (this header, tfrt_core.c) plus one backend per target
+ * kind (tfrt_cpu.h/.c: the CPU kernel library; see tfrt_backend.h for what a
+ * backend provides).  The generated model source includes the backend header
+ * and then tfrt_core.c and the backend's .c (one translation unit per model),
+ * so every shim function is static: two models linked into one firmware image
+ * never clash, and the C compiler can inline the shim into the program.
  *
  * Objects (all owned by one model context, no globals):
  *   tfrt_buffer     a refcounted byte buffer (IREE's !hal.buffer and
  *                   !vm.buffer are the same object here); carved from the
  *                   context arena, or static (rodata), or wrapping caller memory
  *   tfrt_view       a refcounted buffer view (!hal.buffer_view)
- *   tfrt_executable the loaded kernel library (!hal.executable)
+ *   tfrt_executable a loaded kernel library (!hal.executable), backend-defined
+ *
+ * tfaot computes the size of a model context from these struct definitions
+ * (compiler/c_layout.py), for targets whose compiler is not installed: keep
+ * every field a plain declaration (type, optional pointer stars, name,
+ * optional array size), no bit-fields.
  */
 #ifndef TFRT_H_
 #define TFRT_H_
@@ -32,7 +39,7 @@ size_t strlen(const char *s);
 #include <string.h>
 #endif
 
-#include "tfrt_abi.h"
+#include "tfrt_status.h"  /* generated from compiler/status.py at package time */
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,24 +50,6 @@ extern "C" {
 #else
 #define TFRT_INTERNAL static
 #endif
-
-/* Status codes.  0 is success; the generated header re-exports these under
- * the model's prefix and documents them. */
-enum {
-  TFRT_OK = 0,
-  TFRT_STATUS_INVALID_ARGUMENT = 1,  /* NULL pointer, wrong shape/type, bad id */
-  TFRT_STATUS_NOT_INITIALIZED = 2,   /* call before init / after deinit */
-  TFRT_STATUS_OUT_OF_MEMORY = 3,     /* the static arena or an object pool is full */
-  TFRT_STATUS_ABI_MISMATCH = 4,      /* kernel object does not speak library ABI v6 */
-  TFRT_STATUS_KERNEL_FAILED = 5,     /* a dispatch function returned non-zero */
-  TFRT_STATUS_PROGRAM_FAILED = 6,    /* the host program raised vm.fail */
-  TFRT_STATUS_UNIMPLEMENTED = 7,     /* feature the shim does not support */
-  TFRT_STATUS_OUT_OF_RANGE = 8,      /* buffer access outside its bounds */
-  TFRT_STATUS_NULL_REF = 9,          /* a NULL buffer/view/executable was used */
-  TFRT_STATUS_NOT_FOUND = 10,        /* kernel library or dispatch not found */
-  TFRT_STATUS_IO = 11,               /* an I/O hook (read_input/write_output) failed */
-  TFRT_STATUS_COUNT_
-};
 
 /* Element type codes used by buffer views (IREE's encoding). */
 #define TFRT_ELEMENT_TYPE_F32 0x21000020u
@@ -108,51 +97,34 @@ typedef struct tfrt_view {
   struct tfrt_view *next_free;
 } tfrt_view;
 
-/* A kernel library linked into the model: library name -> query function. */
-typedef struct tfrt_library_entry {
-  const char *name;
-  tfrt_abi_query_fn query;
-} tfrt_library_entry;
-
-typedef struct tfrt_executable {
-  tfrt_obj hdr;
-  const tfrt_abi_library_v6 *library;
-  uint32_t *function_ids;         /* resolved once at load, indexed by name slot */
-} tfrt_executable;
-
 /* One size class of the arena: `count` blocks of `size` bytes each. */
 typedef struct tfrt_pool_desc {
   size_t size;
   uint32_t count;
 } tfrt_pool_desc;
 
-/* Everything the shim needs from a model context.  The generated code fills
- * the pointers (into storage inside the context) before tfrt_runtime_init. */
-typedef struct tfrt_runtime {
-  /* arena */
+/* The core's part of a context: the arena, carved into size classes, and the
+ * object pools.  The generated code fills the pointers (into storage inside
+ * the context) before tfrt_runtime_init. */
+typedef struct tfrt_arena {
   uint8_t *arena;
   size_t arena_bytes;
   const tfrt_pool_desc *pools;
   uint32_t pool_count;
   tfrt_buffer *buffer_slots;      /* one per arena block, sum of pool counts */
   tfrt_buffer **free_heads;       /* pool_count free lists */
-  /* views */
   tfrt_view *view_slots;
   uint32_t view_count;
   tfrt_view *free_views;
-  /* kernel libraries and executables */
-  const tfrt_library_entry *libraries;
-  uint32_t library_count;
-  tfrt_executable *executables;
-  uint32_t executable_count;
-  uint32_t executables_used;
-  const char *const *function_names;  /* names used by lookup.function */
-  uint32_t function_name_count;
-  uint32_t *function_ids;             /* executable_count * function_name_count */
   /* diagnostics: high-water mark of arena bytes in use */
   size_t bytes_in_use;
   size_t bytes_high_water;
-} tfrt_runtime;
+} tfrt_arena;
+
+/* Defined by tfrt_backend.h: the core's tfrt_arena plus the backend's state. */
+typedef struct tfrt_runtime tfrt_runtime;
+/* Defined by the backend header (tfrt_cpu.h: a kernel library). */
+typedef struct tfrt_executable tfrt_executable;
 
 /* A (buffer, offset, length) binding of a dispatch. */
 typedef struct tfrt_binding {

@@ -178,3 +178,114 @@ def run_saved_model(path, x: np.ndarray) -> np.ndarray:
     (key,) = kw
     res = sig(**{key: tf.constant(x)})
     return res[sorted(res)[0]].numpy()
+
+
+# --------------------------------------------------------------------------
+# TF1 graphs as published keyword-spotting models are written: a TF1 session,
+# tf.compat.v1 RNN cells, the speech_commands audio front end (wav_data ->
+# DecodeWav -> AudioSpectrogram -> Mfcc) and its reshape round trip.
+
+
+def legacy_cells():
+    """The tf.compat.v1.nn.rnn_cell classes (they live in tf_keras; TF 2.21 only
+    exposes them under tf.compat.v1 with TF_USE_LEGACY_KERAS=1)."""
+    from tf_keras.src.layers.rnn import legacy_cells as lc
+
+    return lc
+
+
+def _v1_cell(kind: str, units: int):
+    lc = legacy_cells()
+    if kind == "lstm":
+        return lc.LSTMCell(units)
+    if kind == "lstm_peephole_proj":
+        return lc.LSTMCell(units, use_peepholes=True, num_proj=units // 2)
+    if kind == "basic_lstm":
+        return lc.BasicLSTMCell(units)
+    if kind == "gru":
+        return lc.GRUCell(units)
+    if kind == "rnn":
+        return lc.BasicRNNCell(units)
+    if kind == "multi":
+        return lc.MultiRNNCell([lc.LSTMCell(units), lc.GRUCell(units // 2)])
+    raise ValueError(kind)
+
+
+def build_kws_graph(cell="lstm", rnn="dynamic", frames=100, dct=10, units=12, labels=4,
+                    front_end=True, head="last", seed=0, sequence_length=None):
+    """A frozen TF1 keyword-spotting graph, as speech_commands' freeze.py writes them.
+
+    ``wav_data`` (string) -> DecodeWav -> AudioSpectrogram(window 480, stride
+    160) -> ``Mfcc`` [1, frames, dct] -> Reshape [1, frames*dct] -> Reshape
+    [-1, frames, dct] -> ``rnn`` ("dynamic": dynamic_rnn, v1 control flow;
+    "static": static_rnn, unrolled) over a tf.compat.v1 ``cell`` -> Dense ->
+    ``labels_softmax``. ``head``: "last" (the last output, a [1, labels]
+    result) or "seq" (softmax per frame, [1, frames, labels]). Without
+    ``front_end`` the graph starts at a float placeholder ``fingerprint_input``.
+    Returns the frozen GraphDef.
+    """
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.set_random_seed(seed)
+            if front_end:
+                wav = tf.compat.v1.placeholder(tf.string, [], name="wav_data")
+                audio, rate = tf.raw_ops.DecodeWav(contents=wav, desired_channels=1,
+                                                   desired_samples=480 + 160 * (frames - 1),
+                                                   name="decoded_sample_data")
+                spec = tf.raw_ops.AudioSpectrogram(input=audio, window_size=480, stride=160,
+                                                   magnitude_squared=True, name="AudioSpectrogram")
+                mfcc = tf.raw_ops.Mfcc(spectrogram=spec, sample_rate=rate,
+                                       dct_coefficient_count=dct, name="Mfcc")
+            else:
+                mfcc = tf.compat.v1.placeholder(tf.float32, [1, frames, dct],
+                                                name="fingerprint_input")
+            fingerprint = tf.reshape(mfcc, [-1, frames * dct], name="Reshape")
+            x = tf.reshape(fingerprint, [-1, frames, dct], name="Reshape_1")
+            c = _v1_cell(cell, units)
+            if rnn == "dynamic":
+                seq_len = None if sequence_length is None else \
+                    tf.constant([sequence_length], tf.int32, name="seq_len")
+                outs, _ = tf.compat.v1.nn.dynamic_rnn(c, x, dtype=tf.float32,
+                                                      sequence_length=seq_len)
+                out_units = outs.shape[-1]
+                per_step = None
+                last = outs[:, -1, :]
+            else:
+                steps = tf.unstack(x, frames, 1)
+                per_step, _ = tf.compat.v1.nn.static_rnn(c, steps, dtype=tf.float32)
+                out_units = per_step[-1].shape[-1]
+                last = per_step[-1]
+            w = tf.compat.v1.get_variable("final_fc_weights", (out_units, labels),
+                                          initializer=tf.compat.v1.glorot_uniform_initializer())
+            b = tf.compat.v1.get_variable("final_fc_bias", (labels,),
+                                          initializer=tf.compat.v1.random_normal_initializer())
+            if head == "last":
+                logits = tf.matmul(last, w) + b
+            else:
+                seq = outs if per_step is None else tf.stack(per_step, axis=1)
+                logits = tf.tensordot(seq, w, [[2], [0]]) + b
+            tf.nn.softmax(logits, name="labels_softmax")
+            with tf.compat.v1.Session(graph=g) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+                    sess, g.as_graph_def(), ["labels_softmax"])
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+    return tf.compat.v1.graph_util.extract_sub_graph(gd, ["labels_softmax"])
+
+
+def run_original(graph_def, feed: str, x: np.ndarray, fetch="labels_softmax:0") -> np.ndarray:
+    """TensorFlow running the original graph fed at any tensor (a TF1 session)."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            return sess.run(fetch, {feed: x})

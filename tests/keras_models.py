@@ -89,6 +89,26 @@ def stateless_dense():
                              layers.Dense(4, activation="softmax")])
 
 
+def fixed_t_functional_lstm_seq(frames: int = 12, features: int = 5):
+    """Functional, input (None, T, F) with T fixed, as a keyword spotter's."""
+    x = keras.Input((frames, features))
+    h = layers.LSTM(10, return_sequences=True)(x)
+    return keras.Model(x, layers.Dense(4)(h))
+
+
+def fixed_t_functional_lstm_last(frames: int = 12, features: int = 5):
+    x = keras.Input((frames, features))
+    h = layers.GRU(8, return_sequences=True)(x)
+    h = layers.LSTM(6)(h)
+    return keras.Model(x, layers.Dense(3, activation="softmax")(h))
+
+
+# Input (None, T, F) with a fixed T: Keras itself runs them on exactly T steps.
+FIXED_T = {
+    "fixed_t_lstm_seq": fixed_t_functional_lstm_seq,
+    "fixed_t_lstm_last": fixed_t_functional_lstm_last,
+}
+
 STREAMING = {
     "lstm_impl1_seq": lstm_impl1_seq,
     "lstm_impl2_stacked_last": lstm_impl2_stacked_last,
@@ -107,5 +127,5 @@ STATELESS = {
 
 def build(name: str):
     keras.utils.set_random_seed(zlib.crc32(name.encode()) % 1000)
-    factory = {**STREAMING, **STATELESS}[name]
+    factory = {**STREAMING, **STATELESS, **FIXED_T}[name]
     return factory()

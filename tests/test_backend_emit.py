@@ -8,7 +8,8 @@ import pytest
 import backend_models
 from tfaot import emit
 from tfaot.backend import build_library
-from tfaot.compile import compile_module, cpu_flags, default_cpu, host_triple, split_allocations
+from tfaot.compile import compile_module, split_allocations
+from tfaot.target import make_target
 from tfaot.errors import TfaotError
 from tfaot.program import ProgramSignature, TensorInfo
 
@@ -86,18 +87,7 @@ def test_integer_ops_and_loops_translate():
 
 def test_compile_error_names_the_first_compiler_error(tmp_path):
     with pytest.raises(TfaotError, match=r"iree-compile failed .*error:"):
-        compile_module("module { func.func @step( }", tmp_path, name="bad")
-
-
-def test_cpu_defaults_and_flags():
-    assert default_cpu(host_triple()) == "host"
-    assert default_cpu("aarch64-unknown-linux-gnu") in ("generic", "host")
-    flags = cpu_flags(triple="thumbv7em-none-eabihf", cpu="generic", kernel_object=Path("k.o"))
-    assert "--iree-llvmcpu-target-cpu=generic" in flags
-    assert not any("cpu-features=host" in f for f in flags)
-    with pytest.raises(TfaotError, match="cpu=host"):
-        compile_module("module {}", Path("/nonexistent"), name="x",
-                       triple="thumbv7em-none-eabihf", cpu="host")
+        compile_module("module { func.func @step( }", tmp_path, name="bad", target=make_target())
 
 
 def test_bad_model_name_is_refused(tmp_path):

@@ -62,7 +62,7 @@ CASES = ["pb_while_lstm2_last", "pbtxt_v1cf_gru_seq", "pb_fixed_T_simplernn_seq"
 @pytest.mark.parametrize("case", CASES)
 def test_built_library_matches_tensorflow(case, tmp_path):
     model_path = _make(case, tmp_path)
-    out = build_model(str(model_path), BuildOptions(out_dir=tmp_path / "lib"), Progress(False))
+    out = build_model(str(model_path), BuildOptions(out_dir=tmp_path / "lib"), Progress(False)).path
     (result,) = verify(str(model_path), out, steps=STEPS, seed=1, tol=1e-5,
                        graph_options=GraphOptions())
     print(f"{case}: .so vs TensorFlow max abs error {result.max_abs_error:.3g} "
@@ -105,7 +105,7 @@ def test_graph_matrix_through_library(form, kind, layers, head, tmp_path):
     # Two-layer models end in a last-output layer; one-layer ones return sequences.
     model = gm.keras_model(kind, units, 8, None, layers == 1, 3 if head else 0, seed=layers)
     model_path = _write_form(form, model, tmp_path)
-    out = build_model(str(model_path), BuildOptions(out_dir=tmp_path / "lib"), Progress(False))
+    out = build_model(str(model_path), BuildOptions(out_dir=tmp_path / "lib"), Progress(False)).path
     (result,) = verify(str(model_path), out, steps=STEPS, seed=1, tol=1e-5,
                        graph_options=GraphOptions())
     print(f"{form} {kind} {layers}x {'dense' if head else 'nohead'}: "

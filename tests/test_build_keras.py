@@ -26,7 +26,7 @@ def built(tmp_path_factory):
             model = keras_models.build(name)
             path = root / f"{name}.keras"
             model.save(path)
-            out = build_model(str(path), BuildOptions(out_dir=root / name), Progress(False))
+            out = build_model(str(path), BuildOptions(out_dir=root / name), Progress(False)).path
             cache[name] = (model, out)
         return cache[name]
     return get

@@ -98,3 +98,20 @@ def test_console_script_runs_without_traceback(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == f"tfaot: error: {tmp_path / 'nope.keras'}: no such file or directory"
     help_text = subprocess.run([exe, "--help"], capture_output=True, text=True).stdout
     assert "import" in help_text and "inspect" in help_text
+
+
+def test_whole_window_keeps_an_image_model_one_inference_per_step(tmp_path, capsys):
+    """A fixed-window model streams row by row unless --whole-window asks otherwise."""
+    import keras
+
+    path = tmp_path / "img.keras"
+    keras.Sequential([keras.Input((8, 8, 1), batch_size=1), keras.layers.Conv2D(2, 3),
+                      keras.layers.Flatten(), keras.layers.Dense(3)]).save(path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    streamed = json.loads(capsys.readouterr().out)
+    assert streamed["stream"]["mode"] == "window" and streamed["stream"]["window"] == 8
+    assert streamed["inputs"][0]["shape"] == [1, 8, 1]
+    assert main(["inspect", str(path), "--json", "--whole-window"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["stream"]["mode"] == "stateless"
+    assert whole["inputs"][0]["shape"] == [1, 8, 8, 1]

@@ -113,3 +113,57 @@ def test_several_outputs_build_error_suggests_outputs_flag(tmp_path, capsys):
     mlir = tmp_path / "three.mlir"
     assert main(["import", str(path), "-o", str(mlir)]) == 0
     assert "-> (tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6xf32>)" in mlir.read_text()
+
+
+def _corrupt_function_reference(frozen, path):
+    """Rename a node reference inside the While body function (one bad input)."""
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef()
+    gd.ParseFromString(frozen.read_bytes())
+    body = next(f for f in gd.library.function if "while_body" in f.signature.name)
+    node = next(n for n in body.node_def if n.input and n.input[0].count(":") == 2)
+    src, rest = node.input[0].split(":", 1)
+    node.input[0] = f"{src}_corrupt:{rest}"
+    path.write_bytes(gd.SerializeToString())
+    return body.signature.name, node.name
+
+
+def test_corrupted_loop_body_is_a_one_line_error(frozen, tmp_path):
+    """Issue 7: a dangling reference inside a loop body function, through `python -m tfaot`."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "corrupt.pb"
+    fname, node = _corrupt_function_reference(frozen, path)
+    res = subprocess.run([sys.executable, "-m", "tfaot", "inspect", str(path)],
+                         capture_output=True, text=True, timeout=600)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 1, res.stderr
+    assert len(err) == 1 and err[0].startswith("tfaot: error: "), err
+    for word in (str(path), "malformed graph", fname, node):
+        assert word in err[0], err[0]
+
+
+def test_byte_flips_never_give_an_internal_error(frozen, tmp_path, capsys):
+    """Issue 7: single-byte corruptions of a .pb with a functional While loop are
+    either harmless or a one-line error naming the file, never an internal error."""
+    import re
+
+    data = frozen.read_bytes()
+    # References between nodes of the loop body ("...lstm_cell/mul_2:z:0"):
+    # a changed byte there leaves an input that names no node.
+    refs = [m.start(1) for m in re.finditer(rb"/(mul|add|BiasAdd)(_\d+)?:(z|output):0", data)]
+    assert refs, "the fixture has no nested tensor references"
+    positions = refs[::max(1, len(refs) // 5)][:5] + [len(data) * k // 6 for k in range(1, 6)]
+    path = tmp_path / "flipped.pb"
+    for pos in positions:
+        corrupt = bytearray(data)
+        corrupt[pos] ^= 0x5A
+        path.write_bytes(bytes(corrupt))
+        rc = main(["inspect", str(path)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc in (0, 1), (pos, err)
+        if rc == 1:
+            assert len(err) == 1 and err[0].startswith("tfaot: error: ") and \
+                str(path) in err[0], (pos, err)

@@ -51,3 +51,17 @@ def test_cmake_path_command():
                           capture_output=True, text=True)
     assert proc.returncode == 0 and Path(proc.stdout.strip()) == path
     assert main(["cmake-path"]) == 0
+
+
+def test_cmake_module_lists_the_shim_files():
+    """tfaot.cmake declares the shim files the build writes into src/ as byproducts."""
+    import re
+
+    from tfaot.package import SHIM_FILES, SHIM_STATUS_HEADER
+    from tfaot.resources import cmake_module
+
+    text = cmake_module().read_text()
+    listed = re.search(r"set\(TFAOT_SHIM_FILES([^)]*)\)", text).group(1).split()
+    assert sorted(listed) == sorted([*SHIM_FILES, SHIM_STATUS_HEADER])
+    _, out, manifest = backend_models.built("multi")
+    assert {f"src/{f}" for f in listed} <= set(manifest["files"])

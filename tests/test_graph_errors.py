@@ -164,3 +164,48 @@ def test_values_from_the_sequence_length_are_rejected(timesteps):
         streamify_graph(graph_def_to_loaded(gd, Path("pos.pb"), "graphdef"))
     msg = str(e.value)
     assert "add_position" in msg and ("sequence length" in msg or "along the time axis" in msg)
+
+
+def _python_function_graph(kind: str):
+    """A graph whose work calls back into Python (outside or inside the time loop)."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3) if kind == "in_loop" else (1, 3),
+                                     name="x")
+        if kind == "in_loop":
+            xs = tf.transpose(x, [1, 0, 2])
+            T = tf.shape(xs)[0]
+            ta_in = tf.TensorArray(tf.float32, size=T).unstack(xs)
+
+            def body(t, h, ta):
+                h = tf.py_function(lambda a, b: tf.tanh(a + b), [h, ta_in.read(t)],
+                                   tf.float32, name="py_cell")
+                h.set_shape((1, 3))
+                return t + 1, h, ta.write(t, h)
+
+            _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
+                                     [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
+            tf.identity(ta.stack(), name="y")
+        else:
+            fn = tf.py_function if kind == "py_function" else tf.numpy_function
+            y = fn(lambda v: v * 2, [x], tf.float32, name="py_double")
+            tf.identity(tf.tanh(y), name="y")
+    return g.as_graph_def()
+
+
+@pytest.mark.parametrize("kind", ["py_function", "numpy_function", "in_loop"])
+def test_python_function_is_rejected_with_the_reason(kind):
+    """Issue 12b: the message names the node and says why it cannot be compiled."""
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    loaded = graph_def_to_loaded(_python_function_graph(kind), Path("py.pb"), "graphdef")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(loaded)
+    msg = str(e.value)
+    assert msg.startswith("py.pb: node '"), msg
+    assert ("py_cell" if kind == "in_loop" else "py_double") in msg, msg
+    assert "Python function" in msg and "cannot be compiled" in msg, msg
+    assert "tf.py_function" in msg and "tf.numpy_function" in msg, msg

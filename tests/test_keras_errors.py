@@ -37,9 +37,12 @@ def test_masking():
     _expect(m, "'mask'", "Masking")
 
 
-def test_conv1d_over_time():
-    m = keras.Sequential([_seq(), layers.Conv1D(4, 3, name="conv"), layers.LSTM(4)])
-    _expect(m, "'conv'", "Conv1D", "time steps")
+def test_conv1d_same_over_time():
+    # valid/causal convolutions stream (tests/test_keras_streaming_conv.py);
+    # 'same' padding in a recurrent model cannot.
+    m = keras.Sequential([_seq(), layers.Conv1D(4, 3, padding="same", name="conv"),
+                          layers.LSTM(4)])
+    _expect(m, "'conv'", "Conv1D", "padding='same'")
 
 
 def test_pooling_over_time():

@@ -1,0 +1,156 @@
+"""Streamed step vs whole-window inference for fixed-window keyword spotters.
+
+For a DS-CNN-style and a CNN-style Keras model with a 49-frame window of 40
+features (valid padding in time, as kws_streaming trains models meant to
+stream), two libraries are built from the same model in the same run:
+
+* streamed (the default build): a sliding window, one step per
+  ``frames_per_step`` frames, ring buffers for every conv/pool over time;
+* whole window (``fixed_window="whole"``): one inference on all 49 frames
+  per step, what firmware without streaming runs every frame.
+
+Both run through ctypes ``step_n`` over many steps (one C call, so Python
+overhead is amortised); the table gives µs per step, µs per input frame and
+the ratio. Target (issue 10): a streamed step <= 15% of a whole inference.
+
+    .venv/bin/python bench/bench_streaming.py [--steps N] [--repeats R]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+WINDOW, FEATURES = 49, 40
+RESULTS = Path(__file__).parent / "results"
+
+
+def ds_cnn():
+    import keras
+    from keras import layers as L
+
+    x = keras.Input((WINDOW, FEATURES))
+    h = L.Reshape((WINDOW, FEATURES, 1))(x)
+    h = L.Conv2D(64, (10, 4), strides=(2, 2), padding="valid")(h)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    for _ in range(4):
+        h = L.ZeroPadding2D(((0, 0), (1, 1)))(h)
+        h = L.DepthwiseConv2D((3, 3), padding="valid")(h)
+        h = L.BatchNormalization()(h)
+        h = L.ReLU()(h)
+        h = L.Conv2D(64, (1, 1))(h)
+        h = L.BatchNormalization()(h)
+        h = L.ReLU()(h)
+    h = L.GlobalAveragePooling2D()(h)
+    return keras.Model(x, L.Dense(12, activation="softmax")(h))
+
+
+def cnn():
+    import keras
+    from keras import layers as L
+
+    x = keras.Input((WINDOW, FEATURES))
+    h = L.Reshape((WINDOW, FEATURES, 1))(x)
+    h = L.Conv2D(28, (10, 4), activation="relu")(h)
+    h = L.MaxPooling2D((1, 2))(h)
+    h = L.Conv2D(30, (10, 4), strides=(2, 1), activation="relu")(h)
+    h = L.Conv2D(16, (5, 3), activation="relu")(h)
+    h = L.Flatten()(h)
+    h = L.Dense(128, activation="relu")(h)
+    return keras.Model(x, L.Dense(12, activation="softmax")(h))
+
+
+MODELS = {"ds_cnn": ds_cnn, "cnn": cnn}
+
+
+def build(model, fixed_window: str, out: Path, name: str) -> Path:
+    from tfaot.backend import build_library
+    from tfaot.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    program = streamify_keras(model, name, "keras", fixed_window=fixed_window)
+    work = out / "temps"
+    work.mkdir(parents=True, exist_ok=True)
+    build_library(import_program(program), program.signature, out, name=name, workdir=work,
+                  stream=program.stream)
+    return out
+
+
+def time_steps(lib_dir: Path, steps: int, repeats: int) -> float:
+    """Best-of-``repeats`` µs per step of ``step_n`` over ``steps`` steps."""
+    from tfaot import harness
+
+    lib = harness.load(lib_dir)
+    xs = np.random.default_rng(0).normal(size=(steps, *lib.input_shape)).astype(np.float32)
+    lib.step_n(xs[: min(steps, 50)])  # warm up
+    best = float("inf")
+    for _ in range(repeats):
+        lib.reset()
+        start = time.perf_counter()
+        lib.step_n(xs)
+        best = min(best, time.perf_counter() - start)
+    return best / steps * 1e6
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    import keras
+
+    from tfaot.tfenv import quiet_tensorflow
+
+    quiet_tensorflow()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for family, factory in MODELS.items():
+            keras.utils.set_random_seed(1)
+            model = factory()
+            streamed = build(model, "stream", Path(tmp) / f"{family}_stream", f"{family}_s")
+            whole = build(model, "whole", Path(tmp) / f"{family}_whole", f"{family}_w")
+            manifest = json.loads((streamed / f"{family}_s.json").read_text())
+            from tfaot.streamify_keras import stream_info
+
+            stream = stream_info(model)
+            us_step = time_steps(streamed, args.steps, args.repeats)
+            us_whole = time_steps(whole, max(args.steps // 10, 50), args.repeats)
+            frames = stream.frames_per_step
+            rows.append({
+                "model": family, "window": WINDOW, "features": FEATURES,
+                "frames_per_step": frames, "recompute": bool(stream.recompute),
+                "params": int(model.count_params()),
+                "state_bytes": sum(4 * int(np.prod(s["shape"])) for s in manifest["state"]),
+                "us_per_step": us_step, "us_per_frame": us_step / frames,
+                "us_whole_window": us_whole, "step_vs_whole": us_step / us_whole,
+                "frame_vs_whole": us_step / frames / us_whole,
+            })
+    header = (f"{'model':<8} {'frames/step':>11} {'µs/step':>9} {'µs/frame':>9} "
+              f"{'µs whole':>9} {'step/whole':>10} {'frame/whole':>11} {'state B':>8}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['model']:<8} {r['frames_per_step']:>11} {r['us_per_step']:>9.1f} "
+              f"{r['us_per_frame']:>9.1f} {r['us_whole_window']:>9.1f} "
+              f"{r['step_vs_whole']:>10.1%} {r['frame_vs_whole']:>11.1%} {r['state_bytes']:>8}")
+    print("target: a streamed step <= 15% of a whole-window inference")
+    RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = RESULTS / f"streaming-{stamp}.json"
+    path.write_text(json.dumps({"machine": platform.machine(), "python": sys.version.split()[0],
+                                "steps": args.steps, "repeats": args.repeats, "rows": rows},
+                               indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The function emitter: one ``vm.func`` -> the body of one C function.
+
+Modelled on MLIR's TranslateToCpp: the emitter owns a table from SSA values
+to C expressions and the output lines, and sends every op to its rule in
+``VM_RULES``. An op without a rule is a ``TfaotError`` naming the op and its
+location.
+
+What the generated function relies on (runtime_shim/tfrt.h): ref-typed
+locals own one reference: results of imports and global loads are +1,
+assigning a ref local releases its old value, ``vm.discard.refs`` releases,
+and all ref locals are released when the function exits.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import TfaotError
+from .c_types import c_ident, ctype_of, is_ref, ops_template
+from .program import FunctionInfo, VMModule
+from .vm_rules import VM_RULES
+from .vmir import blocks_in_cycles, location
+
+
+class FunctionEmitter:
+    """Emits one ``vm.func`` as a C function over the model context."""
+
+    def __init__(self, module: VMModule, func_op, info: FunctionInfo):
+        self.module = module
+        self.op = func_op
+        self.info = info
+        self.names: dict[Any, str] = {}      # SSA value -> C expression
+        self.decls: dict[str, str] = {}      # C local -> C type (declaration order)
+        self.ref_locals: list[str] = []
+        self.lines: list[str] = []
+        self.blocks = list(func_op.regions[0].blocks)
+        self.block_index = {b: i for i, b in enumerate(self.blocks)}
+        self.loop_blocks = blocks_in_cycles(self.blocks)
+        self.uses: dict[str, int] = {}
+        self._tmp = 0
+        self._cur_block = 0
+
+    # -- errors ----------------------------------------------------------------
+    def error(self, op, message: str) -> TfaotError:
+        return TfaotError(
+            f"emit: {message} (op '{op.name}' in function @{self.info.vm_name}, {location(op)})")
+
+    def null_constant_error(self, op, what: str) -> TfaotError:
+        return TfaotError(
+            f"emit: {what} in @{self.info.vm_name} is a null buffer ({location(op)}). This is the "
+            "iree-compile inline-dynamic dropped-constant bug (iree-notes 1.4): a constant that "
+            "needs its own buffer (e.g. storing a plain constant into a state global, or "
+            "returning a constant) is lost. Route the constant through a computation, e.g. "
+            "'state = state * 0 + constant', or give the global that initial value instead.")
+
+    # -- name table --------------------------------------------------------------
+    def declare(self, value) -> str:
+        """A new C local for ``value``."""
+        type_str = str(value.type)
+        raw = value.get_name() if hasattr(value, "get_name") else f"v{len(self.decls)}"
+        name = "v_" + c_ident(raw.lstrip("%"))
+        base, n = name, 1
+        while name in self.decls:
+            name = f"{base}_{n}"
+            n += 1
+        self.decls[name] = ctype_of(type_str, f" (value {raw} in @{self.info.vm_name})")
+        if is_ref(type_str):
+            self.ref_locals.append(name)
+        self.names[value] = name
+        return name
+
+    def val(self, value) -> str:
+        """The C expression of a used value."""
+        try:
+            expr = self.names[value]
+        except KeyError:
+            raise TfaotError(f"emit: value {value.get_name()} used before definition "
+                             f"in @{self.info.vm_name}") from None
+        self.uses[expr] = self.uses.get(expr, 0) + 1
+        rd = self.module.rodata_by_expr.get(expr)
+        if rd is not None:
+            rd.used = True
+        return expr
+
+    def result(self, op, i: int = 0) -> str:
+        return self.declare(op.results[i])
+
+    def temp_name(self) -> str:
+        """A fresh name for a block-local C temporary."""
+        tmp = f"t{self._tmp}_"
+        self._tmp += 1
+        return tmp
+
+    # -- output ------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " + text)
+
+    def block(self, text: str, indent: str = "  ") -> None:
+        for ln in str(text).splitlines():
+            if ln.strip():
+                self.lines.append(indent + ln)
+
+    def assign_ref(self, op, target: str) -> None:
+        """Before redefining a ref local inside a loop, drop its old value."""
+        if self._cur_block in self.loop_blocks:
+            self.line(f"tfrt_release(rt, {target}); {target} = NULL;")
+
+    # -- driver ------------------------------------------------------------------
+    def emit(self) -> str:
+        entry = self.blocks[0]
+        params = []
+        for arg in entry.arguments:
+            name = self.declare(arg)
+            params.append((name, str(arg.type)))
+        # Declare every block argument of the other blocks up front.
+        for b in self.blocks[1:]:
+            for arg in b.arguments:
+                self.declare(arg)
+        for bi, block in enumerate(self.blocks):
+            self._cur_block = bi
+            if bi > 0:
+                self.lines.append(f"bb{bi}:")
+            for op in block.operations:
+                self.emit_op(op)
+        unused = [n for n in self.decls if n not in self.ref_locals and not self.uses.get(n)]
+        return ops_template().function_body(
+            list(self.decls.items()), [(n, is_ref(t)) for n, t in params],
+            [is_ref(t) for t in self.info.result_types], self.lines, unused, self.ref_locals)
+
+    def emit_op(self, op) -> None:
+        name = op.name
+        self.module.ops_used[name] = self.module.ops_used.get(name, 0) + 1
+        rule = VM_RULES.get(name)
+        if rule is None:
+            raise self.error(op, f"no C emit rule for VM op '{name}'; tfaot supports the VM "
+                             "subset listed in shared/iree-notes.md section 1.2")
+        rule(self, op)

@@ -1,0 +1,97 @@
+"""Memory planning pass: arena size classes, view and executable slots.
+
+Runs after the functions are emitted, over the same ``vm.func`` ops. Every
+``hal_inline.buffer.allocate`` must have a constant size; it is rounded up to
+a size class. A function needs the sum of its allocation sites per class (a
+site inside a loop counts ``_LOOP_SITE_WEIGHT`` times); the program needs the
+maximum over its functions, plus one buffer per class for every buffer-typed
+global that holds an allocation (an unknown source gets the biggest class).
+
+An allocation that ``__init`` stores into a global that is still empty (the
+weights that packed builds lay out once at init) is counted once, as that
+global's buffer, not also as a transient of ``__init``: otherwise the arena
+would hold a second, never-used copy of the packed weights.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import TfaotError
+from .program import VMModule
+from .vmir import blocks_in_cycles, const_int, location, symbol
+
+_ARENA_ALIGN = 64
+_LOOP_SITE_WEIGHT = 3  # live copies assumed for an allocation inside a loop
+
+
+def plan_memory(module: VMModule) -> None:
+    """Fills ``pools``, ``view_count`` and ``executable_count`` of the program."""
+    per_function: list[dict[int, int]] = []
+    view_need = 1
+    exe_sites = 0
+    global_classes: dict[str, set[int]] = {}
+    all_classes: set[int] = set()
+    for fn_op in module.func_ops():
+        fn_name = symbol(fn_op.attributes["sym_name"])
+        blocks = list(fn_op.regions[0].blocks)
+        loops = blocks_in_cycles(blocks)
+        counts: dict[int, int] = {}
+        views = 0
+        alloc_class: dict[Any, int] = {}
+        alloc_site: dict[Any, tuple[int, int]] = {}  # value -> (site id, weight)
+        kept_sites: set[int] = set()  # __init allocations that only fill empty globals
+        stored_globals: set[str] = set()
+        for bi, block in enumerate(blocks):
+            weight = _LOOP_SITE_WEIGHT if bi in loops else 1
+            for op in block.operations:
+                callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+                if op.name == "vm.call" and callee == "hal_inline.buffer.allocate":
+                    size = const_int(op.operands[1])
+                    if size is None:
+                        raise TfaotError(
+                            f"emit: buffer size of an allocation in @{fn_name} is "
+                            f"not a constant ({location(op)}); dynamic shapes are not supported "
+                            "by the CPU backend yet")
+                    cls = max(_ARENA_ALIGN, -(-size // _ARENA_ALIGN) * _ARENA_ALIGN)
+                    counts[cls] = counts.get(cls, 0) + weight
+                    all_classes.add(cls)
+                    for r in op.results:
+                        alloc_class[r] = cls
+                        alloc_site[r] = (id(op), weight)
+                elif callee == "hal_inline.buffer_view.create":
+                    views += weight
+                elif callee == "hal_loader.executable.load":
+                    exe_sites += weight
+                elif op.name == "vm.call" and callee == "hal_inline.buffer.storage":
+                    src = op.operands[0]
+                    if src in alloc_class:
+                        alloc_class[op.results[0]] = alloc_class[src]
+                    if src in alloc_site:
+                        alloc_site[op.results[0]] = alloc_site[src]
+                elif op.name == "vm.global.store.ref":
+                    g = symbol(op.attributes["global"])
+                    if module.global_by_sym[g].ctype != "tfrt_buffer *":
+                        continue
+                    cls = alloc_class.get(op.operands[0])
+                    global_classes.setdefault(g, set()).add(cls if cls is not None else -1)
+                    site = alloc_site.get(op.operands[0])
+                    if (fn_name == "__init" and site is not None and g not in stored_globals
+                            and site[0] not in kept_sites):
+                        kept_sites.add(site[0])
+                        counts[cls] -= site[1]
+                    stored_globals.add(g)
+        per_function.append(counts)
+        view_need = max(view_need, views)
+    need: dict[int, int] = {}
+    for counts in per_function:
+        for cls, n in counts.items():
+            need[cls] = max(need.get(cls, 0), n)
+    biggest = max(all_classes) if all_classes else _ARENA_ALIGN
+    for classes in global_classes.values():
+        for cls in classes:
+            cls = biggest if cls == -1 else cls
+            need[cls] = need.get(cls, 0) + 1
+    prog = module.prog
+    prog.pools = sorted(need.items())
+    prog.view_count = view_need
+    prog.executable_count = max(1, exe_sites)

@@ -1,0 +1,277 @@
+"""Keras 2 (tf_keras) files keep Keras 2 meanings.
+
+tfaot builds every Keras model with Keras 3, whose streamer replays Keras 3
+cells. A ``.h5`` written by Keras 2 names things whose definitions changed
+between Keras 2 and Keras 3; loaded as they are, Keras 3 would silently
+compute something else. What changed (checked by reading tf_keras 2.21 and
+Keras 3.15 and by running every activation and activation layer through
+both; see tests/test_keras2_semantics.py):
+
+* ``hard_sigmoid`` (an activation name, e.g. the usual LSTM/GRU
+  ``recurrent_activation`` of older models): Keras 2 computes
+  ``clip(0.2 x + 0.5, 0, 1)``, Keras 3 ``relu6(x + 3) / 6``
+  = ``clip(x / 6 + 0.5, 0, 1)``. Rewritten to :func:`keras2_hard_sigmoid`.
+* ``ThresholdedReLU`` (layer): removed in Keras 3 (``Unknown layer``);
+  provided by :class:`ThresholdedReLU` with Keras 2's ``x * (x > theta)``.
+* ``time_major`` (recurrent layer argument): gone in Keras 3; Keras 2 files
+  always write it. ``False`` is Keras 3's only layout and is dropped;
+  ``True`` (input (time, batch, ...)) is refused, not silently misread.
+
+Unchanged, so nothing to do (every Keras 2 config writes its arguments
+explicitly, so changed *defaults* could not matter anyway): ``gelu``
+(exact, ``approximate=False``, in both), ``leaky_relu`` (slope 0.2 in both),
+``LeakyReLU`` (Keras 2 ``alpha`` is read by Keras 3 as ``negative_slope``;
+default 0.3 in both), ``relu6``, ``elu``/``ELU`` (alpha 1.0), ``selu``,
+``swish``/``silu``, ``softplus``, ``softsign``, ``exponential``, ``mish``,
+``linear``, ``softmax``/``log_softmax``, ``ReLU`` (max_value,
+negative_slope, threshold), ``PReLU``, ``Softmax``, GRU ``reset_after``
+(True in both), ``LayerNormalization`` and ``BatchNormalization`` epsilons
+(1e-3 in both). ``hard_swish``/``hard_silu`` do not exist as Keras 2
+activation names.
+
+A file is a Keras 2 file when the ``keras_version`` that every Keras save
+writes (the ``.h5`` attribute, or metadata.json in a ``.keras`` archive)
+has a major version below 3.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import TfaotError, first_line
+
+# Keras 2 activation names whose Keras 3 function computes something else.
+CHANGED_ACTIVATIONS = ("hard_sigmoid",)
+
+
+def h5_keras_version(path: Path) -> str | None:
+    """The ``keras_version`` attribute of a Keras ``.h5`` file, or None."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        version = f.attrs.get("keras_version")
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    return None if version is None else str(version)
+
+
+def is_keras2_version(version: str | None) -> bool:
+    """True for Keras 1/2 and tf.keras versions ("2.21.0", "2.2.4-tf")."""
+    if not version:
+        return False
+    try:
+        return int(version.split(".")[0]) < 3
+    except ValueError:
+        return False
+
+
+def is_keras2_h5(path: Path) -> bool:
+    return is_keras2_version(h5_keras_version(path))
+
+
+def archive_keras_version(path: Path) -> str | None:
+    """``keras_version`` from a ``.keras`` archive's metadata.json, or None."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            meta = json.loads(z.read("metadata.json"))
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return None
+    version = meta.get("keras_version") if isinstance(meta, dict) else None
+    return None if version is None else str(version)
+
+
+def is_keras2_file(path: Path, fmt: str) -> bool:
+    """True for a ``.h5`` or ``.keras`` file written by Keras 2 (tf_keras)."""
+    if fmt == "h5":
+        return is_keras2_h5(path)
+    if fmt == "keras":
+        return is_keras2_version(archive_keras_version(path))
+    return False
+
+
+# --------------------------------------------------------------------------
+# Keras 2 meanings as Keras 3 objects
+
+
+def _register():
+    import keras
+
+    @keras.saving.register_keras_serializable(package="tfaot", name="keras2_hard_sigmoid")
+    def keras2_hard_sigmoid(x):
+        """Keras 2's hard_sigmoid: clip(0.2 * x + 0.5, 0, 1)."""
+        x = keras.ops.convert_to_tensor(x)
+        return keras.ops.clip(x * 0.2 + 0.5, 0.0, 1.0)
+
+    @keras.saving.register_keras_serializable(package="tfaot", name="ThresholdedReLU")
+    class ThresholdedReLU(keras.layers.Layer):
+        """Keras 2's ThresholdedReLU (removed in Keras 3): x * (x > theta)."""
+
+        def __init__(self, theta=1.0, **kwargs):
+            super().__init__(**kwargs)
+            self.theta = float(theta)
+
+        def call(self, inputs):
+            return inputs * keras.ops.cast(keras.ops.greater(inputs, self.theta),
+                                           inputs.dtype)
+
+        def compute_output_shape(self, input_shape):
+            return input_shape
+
+        def get_config(self):
+            return {**super().get_config(), "theta": self.theta}
+
+    return keras2_hard_sigmoid, ThresholdedReLU
+
+
+_OBJECTS: tuple | None = None
+
+
+def _objects():
+    global _OBJECTS
+    if _OBJECTS is None:
+        _OBJECTS = _register()
+    return _OBJECTS
+
+
+def register() -> None:
+    """Register the Keras 2 objects (tfaot>...) with Keras 3's serializer."""
+    _objects()
+
+
+def custom_objects() -> dict[str, Any]:
+    """Layers that Keras 2 files may name but Keras 3 no longer has."""
+    hard_sigmoid, thresholded = _objects()
+    return {"ThresholdedReLU": thresholded, "keras2_hard_sigmoid": hard_sigmoid}
+
+
+def _activation_ref(name: str) -> dict:
+    import keras
+
+    fn = {"hard_sigmoid": _objects()[0]}[name]
+    return keras.saving.serialize_keras_object(fn)
+
+
+def rewrite_config(config: Any) -> tuple[Any, list[str]]:
+    """Map Keras 2 meanings in a model config (the ``model_config`` JSON)
+    to Keras 3 objects with the same numbers. Returns the new config and a
+    list of what was changed ("layer 'lstm' recurrent_activation=hard_sigmoid").
+    """
+    changes: list[str] = []
+
+    def walk(node, layer_name):
+        if isinstance(node, list):
+            return [walk(v, layer_name) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if "class_name" in node and isinstance(node.get("config"), dict):
+            layer_name = node["config"].get("name", layer_name)
+            if "time_major" in node["config"]:
+                node = {**node, "config": dict(node["config"])}
+                if node["config"].pop("time_major"):
+                    raise TfaotError(
+                        f"layer '{layer_name}' ({node['class_name']}) has time_major=True "
+                        "(input (time, batch, ...)), which Keras 3 and tfaot do not support")
+            if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
+                # the same slope, under its Keras 3 name (avoids a warning)
+                node = {**node, "config": {
+                    **{k: v for k, v in node["config"].items() if k != "alpha"},
+                    "negative_slope": node["config"]["alpha"]}}
+        out = {}
+        for key, value in node.items():
+            name = _activation_name(value)
+            if key.endswith("activation") and name in CHANGED_ACTIVATIONS:
+                out[key] = _activation_ref(name)
+                changes.append(f"layer '{layer_name}' {key}={name}")
+            else:
+                out[key] = walk(value, layer_name)
+        return out
+
+    return walk(config, None), changes
+
+
+def _activation_name(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    # Keras 2.13+ may write {"class_name": "function", "config": "hard_sigmoid",
+    # "module": "keras.activations", ...}
+    if isinstance(value, dict) and value.get("class_name") == "function" \
+            and isinstance(value.get("config"), str) \
+            and str(value.get("module", "keras.activations")).endswith("activations"):
+        return value["config"]
+    return None
+
+
+def load_h5_as_keras3(path: Path):
+    """Load a Keras 2 ``.h5`` with Keras 3, keeping Keras 2 meanings.
+
+    The model config is rewritten in a temporary copy of the file (Keras 3
+    reads the config from the file itself, and looks activation names up
+    without custom objects, so the config must name our objects).
+    """
+    import shutil
+    import tempfile
+
+    import h5py
+    import keras
+
+    with h5py.File(path, "r") as f:
+        raw = f.attrs.get("model_config")
+    if raw is None:
+        raise TfaotError(f"{path}: no model config in the file (a weights-only .h5?)")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8")
+    config, _ = rewrite_config(json.loads(raw))
+    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
+        copy = Path(tmp) / "model.h5"
+        shutil.copyfile(path, copy)
+        with h5py.File(copy, "r+") as f:
+            f.attrs["model_config"] = json.dumps(config)
+        return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False)
+
+
+def load_archive_as_keras3(path: Path):
+    """Load a ``.keras`` archive written by tf_keras with Keras 3, keeping
+    Keras 2 meanings (its config.json rewritten in a temporary copy)."""
+    import tempfile
+    import zipfile
+
+    import keras
+
+    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
+        copy = Path(tmp) / "model.keras"
+        with zipfile.ZipFile(path) as src, zipfile.ZipFile(copy, "w") as dst:
+            for name in src.namelist():
+                data = src.read(name)
+                if name == "config.json":
+                    config, _ = rewrite_config(json.loads(data))
+                    data = json.dumps(config).encode("utf-8")
+                dst.writestr(name, data)
+        return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False)
+
+
+# --------------------------------------------------------------------------
+# the Keras 2 reference for verify
+
+
+def load_reference(path: Path, fmt: str = "h5"):
+    """The file loaded by Keras 2 itself (tf_keras), for ``tfaot verify``."""
+    try:
+        import tf_keras
+    except ImportError:
+        raise TfaotError(f"{path} was saved by Keras 2; verifying it needs the tf_keras "
+                         "package (pip install tf-keras==2.21.0)") from None
+    try:
+        with _named(path, fmt) as named:
+            return tf_keras.models.load_model(named, compile=False)
+    except Exception as e:
+        raise TfaotError(f"{path}: Keras 2 (tf_keras) cannot load it: {first_line(e)}") \
+            from None
+
+
+def _named(path: Path, fmt: str):
+    from .load import _with_suffix
+
+    return _with_suffix(path, "." + fmt)

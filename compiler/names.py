@@ -1,0 +1,37 @@
+"""The model name: the C prefix of every symbol and file of a library.
+
+One check for every stage that takes a name, made before any slow stage.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .errors import TfaotError
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: The runtime shim's own prefix: its files (tfrt*.c/h) and symbols (tfrt_*)
+#: sit next to the model's in src/ and in the library.
+RESERVED_PREFIX = "tfrt"
+
+
+def check_name(name: str) -> None:
+    """Refuses names that are not C identifiers or collide with the runtime's files."""
+    if not _NAME_RE.match(name):
+        raise TfaotError(
+            f"model name '{name}' is not a valid C identifier; it prefixes every symbol of the "
+            "library (use letters, digits and '_', not starting with a digit)")
+    if name.lower() == RESERVED_PREFIX or name.lower().startswith(RESERVED_PREFIX + "_"):
+        raise TfaotError(
+            f"model name '{name}' is reserved: '{RESERVED_PREFIX}' and '{RESERVED_PREFIX}_*' "
+            "name the runtime's own files and symbols; choose another --name")
+
+
+def default_name(model_path: str) -> str:
+    """The model file's stem as a C identifier ("kws-v2.keras" -> "kws_v2")."""
+    stem = Path(str(model_path).rstrip("/")).name.split(".")[0] or "model"
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+    if not name[0].isdigit() and not name.lower().startswith(RESERVED_PREFIX):
+        return name
+    return f"m_{name}"

@@ -1,0 +1,174 @@
+"""The C API of one model: NAME.c and NAME.h, rendered from codegen_templates/.
+
+``ApiModel`` gathers, once, everything the templates need (tensors, state
+layout, the VM entry points, statuses, the shim backend) after checking the
+compiled program against the step signature.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import emit as emit_mod
+from .. import status as status_mod
+from ..compile import CompiledModule
+from ..dtypes import BY_MLIR, dtype
+from ..errors import TfaotError
+from ..program import ProgramSignature, TensorInfo
+from ..resources import template_env
+from .shim import SHIM_BACKENDS, SHIM_CORE_SOURCE
+
+CTX_ALIGN = 64
+_VIEW = "!vm.ref<!hal.buffer_view>"
+_TENSOR_DECL = re.compile(r"%?([\w.]+)\s*:\s*tensor<([^>]*)>")
+
+
+def tfaot_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tfaot")
+    except Exception:
+        return "dev"
+
+
+def tensor_dict(t: TensorInfo) -> dict:
+    """One input, output or state as the templates and the manifest describe it."""
+    d = dtype(t.dtype, f"tensor '{t.name}'")
+    return {"name": t.name, "dtype": t.dtype, "shape": [int(s) for s in t.shape],
+            "size": t.size, "bytes": t.size * d.size, "etype": d.iree_code, "ctype": d.ctype}
+
+
+def state_layout(states: list[dict]) -> tuple[int, int]:
+    """Adds ``offset`` (packed, the public layout) and ``slot`` (64-byte aligned,
+    the context's scratch copy) to each state; returns both total sizes."""
+    offset = slot = 0
+    for s in states:
+        s["offset"], s["slot"] = offset, slot
+        offset += s["bytes"]
+        slot += -(-s["bytes"] // CTX_ALIGN) * CTX_ALIGN
+    return offset, slot
+
+
+@dataclass
+class ApiModel:
+    """What NAME.c and NAME.h are rendered from."""
+
+    name: str
+    vm: emit_mod.VMProgram
+    compiled: CompiledModule
+    library_name: str
+    inputs: list[dict] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+    states: list[dict] = field(default_factory=list)
+    state_bytes: int = 0
+    state_slot_bytes: int = 0
+
+    @property
+    def query_symbol(self) -> str:
+        """The kernel object's query symbol, renamed so several models link together."""
+        return f"{self.name}_kernels_library_query"
+
+    @classmethod
+    def check(cls, vm: emit_mod.VMProgram, sig: ProgramSignature,
+              compiled: CompiledModule, name: str) -> "ApiModel":
+        """Checks the compiled program against ``sig``; raises naming the mismatch."""
+        model = cls(name, vm, compiled, _library_name(vm, compiled),
+                    [tensor_dict(t) for t in sig.inputs], [tensor_dict(t) for t in sig.outputs],
+                    [tensor_dict(t) for t in sig.states])
+        if len(model.inputs) != 1 or len(model.outputs) != 1:
+            raise TfaotError(
+                f"package: model '{name}' has {len(model.inputs)} inputs and "
+                f"{len(model.outputs)} outputs; the C API of this version supports exactly one "
+                "step input and one step output (for a graph, pick one with --outputs NAME)")
+        step = vm.step
+        if step is None:
+            raise TfaotError(f"package: the compiled program has no 'step' function "
+                             f"(exports: {', '.join(vm.exports)})")
+        if step.arg_types != [_VIEW] or step.result_types != [_VIEW]:
+            raise TfaotError(f"package: step has VM signature {step.arg_types} -> "
+                             f"{step.result_types}; expected one tensor in and one tensor out")
+        _check_signature_against_vm(sig, step)
+        model.state_bytes, model.state_slot_bytes = state_layout(model.states)
+        _check_state_functions(vm, name, len(model.states))
+        return model
+
+    def template_values(self, ctx_size: int, footprint: dict | None) -> dict[str, Any]:
+        name, vm, target = self.name, self.vm, self.compiled.target
+        statuses = status_mod.render(name=name, P=name.upper(), align=CTX_ALIGN)
+        backend = SHIM_BACKENDS[target.shim_backend]
+        has_states = bool(self.states)
+        return dict(
+            name=name, P=name.upper(), tfaot_version=tfaot_version(), triple=target.triple,
+            cpu=target.cpu, compiler_version=self.compiled.compiler_version, vm=vm,
+            inputs=self.inputs, outputs=self.outputs, states=self.states,
+            in_ctype=self.inputs[0]["ctype"], out_ctype=self.outputs[0]["ctype"],
+            in_etype=self.inputs[0]["etype"], out_etype=self.outputs[0]["etype"],
+            ctx_size=ctx_size, ctx_align=CTX_ALIGN, arena_bytes=vm.arena_bytes,
+            libraries=[{"name": self.library_name, "symbol": self.query_symbol}],
+            step_fn=vm.step, reset_fn=vm.reset, init_fn=vm.init,
+            get_fn=vm.get_state if has_states else None,
+            set_fn=vm.set_state if has_states else None,
+            state_bytes=self.state_bytes, state_slot_bytes=self.state_slot_bytes,
+            footprint=footprint or {"code_bytes": 0, "weight_bytes": 0},
+            signature=emit_mod.function_signature,
+            statuses=statuses,
+            status_width=max(len(st["api_name"]) + len(str(st["value"])) for st in statuses) + 1,
+            shim={"backend": target.shim_backend, "header": backend.header,
+                  "sources": (SHIM_CORE_SOURCE, backend.source)},
+        )
+
+    def render_c(self) -> str:
+        """NAME.c: it does not depend on the context size or the footprint."""
+        return template_env().get_template("model.c.j2").render(**self.template_values(0, None))
+
+    def render_h(self, ctx_size: int, footprint: dict | None = None) -> str:
+        return template_env().get_template("model.h.j2").render(
+            **self.template_values(ctx_size, footprint))
+
+
+def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:
+    """The library name the program passes to executable.load (= query prefix)."""
+    name = compiled.library_query[: -len("_library_query")]
+    if name not in vm.library_names:
+        raise TfaotError(f"package: kernel library '{name}' is not referenced by the program "
+                         f"(it loads {', '.join(vm.library_names) or 'none'})")
+    return name
+
+
+def _check_signature_against_vm(sig: ProgramSignature, step: emit_mod.FunctionInfo) -> None:
+    """The VM step function's reflection must agree with the signature."""
+    decl = step.declaration
+    if not decl or "->" not in decl:
+        return
+    args_text, res_text = decl.split("->", 1)
+    for what, text, tensors in (("input", args_text, sig.inputs), ("output", res_text, sig.outputs)):
+        found = _TENSOR_DECL.findall(text)
+        if len(found) != len(tensors):
+            raise TfaotError(f"package: the compiled step function has {len(found)} {what}s "
+                             f"({decl}), the signature declares {len(tensors)}")
+        for (_, ttext), t in zip(found, tensors):
+            parts = ttext.split("x")
+            shape, elem = [int(p) if p.isdigit() else -1 for p in parts[:-1]], parts[-1]
+            if shape != list(t.shape) or getattr(BY_MLIR.get(elem), "name", None) != t.dtype:
+                raise TfaotError(
+                    f"package: {what} '{t.name}' is {t.dtype}{list(t.shape)} in the signature "
+                    f"but tensor<{ttext}> in the compiled step function")
+
+
+def _check_state_functions(vm: emit_mod.VMProgram, name: str, count: int) -> None:
+    """The program's @get_state / @set_state take or return one tensor per state."""
+    if not count:
+        return
+    for export, fn, kind in (("get_state", vm.get_state, "result_types"),
+                             ("set_state", vm.set_state, "arg_types")):
+        if fn is None:
+            raise TfaotError(
+                f"package: model '{name}' has {count} state tensors but the compiled "
+                f"program has no '{export}' function (exports: {', '.join(vm.exports)}); the "
+                "frontend writes get_state/set_state next to step and reset")
+        if getattr(fn, kind) != [_VIEW] * count:
+            raise TfaotError(f"package: {export} of model '{name}' has VM signature "
+                             f"{fn.arg_types} -> {fn.result_types}; expected one tensor per "
+                             f"state ({count})")

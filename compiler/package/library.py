@@ -1,0 +1,91 @@
+"""The package stage's entry: the output folder of one library, with its manifest."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import emit as emit_mod
+from ..compile import CompiledModule
+from ..program import ProgramSignature, StreamInfo
+from ..resources import template_env
+from .c_api import CTX_ALIGN, ApiModel, tfaot_version
+from .ctx_size import ctx_size_for
+from .footprint import measure_footprint
+from .link import C_FLAGS, c_command, link_library, rename_query_symbol
+from .shim import write_shim
+
+
+def cmake_files(name: str) -> list[str]:
+    """The CMake files of a build folder: for find_package and add_subdirectory."""
+    return [f"{name}Config.cmake", "CMakeLists.txt"]
+
+
+def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModule,
+            out_dir: Path, *, name: str, workdir: Path,
+            stream: StreamInfo | None = None) -> dict:
+    """Builds the library files into ``out_dir``; returns the manifest (also NAME.json)."""
+    target = compiled.target
+    api = ApiModel.check(vm, sig, compiled, name)
+    out_dir, workdir = Path(out_dir).resolve(), Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    write_shim(src, target.shim_backend)
+    toolchain = target.toolchain()
+    kernels = src / f"{name}_kernels.o"
+    rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
+                        api.query_symbol, toolchain, target.triple)
+
+    c_text = api.render_c()
+    ctx_size = ctx_size_for(c_text, api.render_h(0), name=name, triple=target.triple,
+                            backend=target.shim_backend,
+                            probe_cmd=c_command(target, toolchain), probe=workdir / "ctx_probe")
+    (src / f"{name}.c").write_text(c_text)
+    (src / f"{name}.h").write_text(api.render_h(ctx_size))
+    built, host_object = [], None
+    if toolchain is not None:
+        built, host_object = link_library(target, toolchain, name=name, src=src,
+                                          kernels=kernels, out_dir=out_dir, workdir=workdir)
+    footprint = measure_footprint(kernels.read_bytes(), host_object, ctx_size)
+    h_text = api.render_h(ctx_size, footprint)
+    (src / f"{name}.h").write_text(h_text)
+    (out_dir / f"{name}.h").write_text(h_text)
+    manifest = _manifest(api, sig, compiled, ctx_size, footprint, stream or StreamInfo())
+    manifest["files"] = sorted(built + [f"{name}.h", f"{name}.json", *cmake_files(name)]) + \
+        sorted(f"src/{p.name}" for p in src.iterdir())
+    (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    write_cmake_files(out_dir, manifest)
+    return manifest
+
+
+def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ctx_size: int,
+              footprint: dict, stream: StreamInfo) -> dict:
+    target = compiled.target
+    return {
+        "name": api.name,
+        "target": target.kind,
+        "triple": target.triple,
+        "cpu": target.cpu,
+        "pack_weights": target.pack_weights,
+        "compiler_version": compiled.compiler_version,
+        **sig.to_json(),
+        "stream": stream.to_json(),
+        "state_bytes": api.state_bytes,
+        "state_offsets": [s["offset"] for s in api.states],
+        "ctx_size": ctx_size,
+        "ctx_align": CTX_ALIGN,
+        "footprint": footprint,
+        "c_flags": [*C_FLAGS, *target.c_flags()],
+        "arena_bytes": api.vm.arena_bytes,
+        "arena_pools": [list(p) for p in api.vm.pools],
+        "kernel_library": api.library_name,
+        "kernel_query_symbol": api.query_symbol,
+        "link_libs": list(target.link_libs),
+    }
+
+
+def write_cmake_files(out_dir: Path, manifest: dict) -> None:
+    values = dict(manifest, tfaot_version=tfaot_version())
+    for file, template in zip(cmake_files(manifest["name"]),
+                              ("Config.cmake.j2", "CMakeLists.txt.j2")):
+        (out_dir / file).write_text(template_env().get_template(template).render(**values))

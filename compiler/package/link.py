@@ -1,0 +1,88 @@
+"""Compiling and linking the library with the target's toolchain (Target.toolchain)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import TfaotError
+from ..target import Target, Toolchain
+
+#: Flags every build of generated C uses (warnings are errors in tests, not here).
+C_FLAGS = ("-std=c11", "-O2", "-ffunction-sections", "-fdata-sections")
+
+#: The library's global symbols (after the NAME_ prefix); everything else is local.
+PUBLIC_FUNCTIONS = ("ctx_size", "init", "reset", "step", "step_n", "state_size", "get_state",
+                    "set_state", "read_input", "write_output", "run", "deinit", "status_string")
+
+
+def c_command(target: Target, toolchain: Toolchain | None) -> list[str] | None:
+    """The C compiler command (without inputs) for the target, or None.
+
+    Without the target's toolchain, clang --target in freestanding mode still
+    compiles (for the context-size cross-check), but nothing is linked.
+    """
+    if toolchain is not None:
+        return [toolchain.cc, *C_FLAGS, *target.c_flags()]
+    if shutil.which("clang"):
+        return ["clang", f"--target={target.triple}", "-ffreestanding", "-DTFRT_FREESTANDING",
+                *C_FLAGS, *target.c_flags()]
+    return None
+
+
+def run(args: list[str], cwd: Path, what: str) -> None:
+    proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        first = next((ln for ln in msg if "error" in ln), msg[0] if msg else "")
+        raise TfaotError(f"package: {what} failed ({args[0]}): {first}")
+
+
+def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
+                        toolchain: Toolchain | None, triple: str) -> None:
+    """Copies the kernel object to ``dest`` with its query symbol renamed."""
+    # Binutils of the host only read host objects; llvm-objcopy reads all targets.
+    objcopy = toolchain.objcopy if toolchain else (shutil.which("llvm-objcopy") or "objcopy")
+    proc = subprocess.run([objcopy, f"--redefine-sym={old}={new}", str(kernel_object),
+                           str(dest)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise TfaotError(
+            f"package: renaming the kernel query symbol with {objcopy} failed: "
+            f"{proc.stderr.strip()} (for {triple} install llvm (llvm-objcopy) or the "
+            "target's binutils)")
+
+
+def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path, kernels: Path,
+                 out_dir: Path, workdir: Path) -> tuple[list[str], bytes]:
+    """Builds libNAME.a (and libNAME.so for the host) into ``out_dir``.
+
+    Returns the file names written and the bytes of the compiled NAME.o
+    (for the footprint).
+    """
+    cc = c_command(target, toolchain)
+    obj = workdir / f"{name}.o"
+    pic = ["-fPIC"] if toolchain.pic else []
+    run([*cc, *pic, "-c", f"{name}.c", "-o", obj], src, "compiling the generated C")
+    host_object = obj.read_bytes()
+    # One relocatable object with only the public API global.
+    combined = workdir / f"{name}_lib.o"
+    # The kernel object has no .note.GNU-stack; say the stack is not executable.
+    run([toolchain.cc, "-r", "-nostdlib", "-Wl,-z,noexecstack", "-o", combined, obj, kernels],
+        src, "combining objects")
+    keep = workdir / "public.syms"
+    keep.write_text("".join(f"{name}_{fn}\n" for fn in PUBLIC_FUNCTIONS))
+    run([toolchain.objcopy, f"--keep-global-symbols={keep}", combined], src,
+        "hiding internal symbols")
+    built = []
+    lib_a = out_dir / f"lib{name}.a"
+    lib_a.unlink(missing_ok=True)
+    shutil.copyfile(combined, obj)  # the archive member is named NAME.o
+    run([toolchain.ar, "rcsD", lib_a, obj.name], obj.parent, "creating the archive")
+    built.append(lib_a.name)
+    if target.is_host:
+        lib_so = out_dir / f"lib{name}.so"
+        run([toolchain.cc, "-shared", "-o", lib_so, combined,
+             *(f"-l{lib}" for lib in target.link_libs)], src, "linking the shared library")
+        built.append(lib_so.name)
+    return built, host_object

@@ -1,0 +1,256 @@
+"""Analysis of the outer graph before the replay.
+
+``analyse`` finds the loops (functionalising v1 frames), classifies their
+variables and orders the nodes the outputs need; ``probe`` runs the original
+graph once on a random sequence, which gives the full-sequence shapes (for
+``Reshape``/``StridedSlice``/``Squeeze``/``Unpack``) and the loop operands
+(the states' initial values).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import first_line
+from .classify import classify
+from .graphdef import PY_FUNC_OPS, Fail, node_of, parse_tensor, py_function_message
+from .loops import Loop, functional_loops, functionalize_v1
+
+
+@dataclass
+class Graph:
+    path: Path
+    nodes: dict[str, Any]  # outer nodes (loops replaced by LOOP_OP nodes)
+    order: list[str]  # topological order of the nodes needed for the outputs
+    loops: dict[str, Loop]
+    alias: dict[str, str]  # outer tensor -> tensor name in the original graph
+    unrolled: dict[str, Any] = field(default_factory=dict)  # pseudo node -> unrolled.Unrolled
+    not_unrolled: str = ""  # why no unrolled recurrence was found (for the notice)
+
+
+def analyse(loaded) -> Graph:
+    gd = loaded.graph_def
+    _check_references(gd)
+    new_nodes, v1_loops, exit_map = functionalize_v1(gd)
+    nodes = {n.name: n for n in new_nodes}
+    loops = {lp.name: lp for lp in v1_loops}
+    for lp in functional_loops(gd):
+        loops[lp.name] = lp
+    alias = {v: k + ":0" for k, v in exit_map.items()}
+    for lp in loops.values():
+        classify(lp)
+    # Topological order of what the outputs need (data inputs only).
+    needed: list[str] = []
+    state: dict[str, int] = {}
+    for out in loaded.outputs:
+        root = parse_tensor(out)[0]
+        if root not in nodes:
+            root = parse_tensor(exit_map.get(root, root))[0]
+        stack = [(root, False)]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                state[u] = 2
+                needed.append(u)
+                continue
+            if state.get(u):
+                continue
+            if u not in nodes:
+                raise Fail(f"node '{u}' is referenced but not in the graph")
+            state[u] = 1
+            stack.append((u, True))
+            for i in nodes[u].input:
+                if i.startswith("^"):
+                    continue
+                src = parse_tensor(i)[0]
+                if state.get(src) == 1:
+                    raise Fail(f"the graph has a cycle through node '{src}'")
+                if not state.get(src):
+                    stack.append((src, False))
+    _check_py_functions(nodes, needed, loops, gd.library)
+    g = Graph(Path(loaded.path), nodes, needed, loops, alias)
+    if not loops and loaded.inputs:
+        _find_unrolled(g, loaded)
+    return g
+
+
+def _find_unrolled(g: Graph, loaded) -> None:
+    """Replace an unrolled recurrence (``unrolled.py``) by one pseudo node."""
+    import tensorflow as tf
+
+    from .unrolled import UNROLLED_OP, NotUnrolled, find_unrolled
+
+    def const_value(t):
+        n = g.nodes.get(parse_tensor(t)[0])
+        if n is None or n.op != "Const":
+            return None
+        return tf.make_ndarray(n.attr["value"].tensor)
+
+    try:
+        u = find_unrolled(g.nodes, g.order, loaded.inputs[0].name, const_value)
+    except NotUnrolled as e:
+        g.not_unrolled = str(e)
+        return
+    pseudo = tf.compat.v1.NodeDef(name=u.name, op=UNROLLED_OP)
+    pseudo.input.extend(dict.fromkeys([u.slicer.source] + u.statics +
+                                      [s["init"] for s in u.states]))
+    nodes = {k: v for k, v in g.nodes.items() if k not in u.removed}
+    nodes[u.name] = pseudo
+    redirect = {r: u.name for r in u.removed}
+    g.order = _topological([parse_tensor(o)[0] for o in loaded.outputs], nodes, redirect)
+    g.nodes = nodes
+    g.unrolled = {u.name: u}
+
+
+def _topological(roots: list[str], nodes: dict, redirect: dict[str, str]) -> list[str]:
+    """Nodes the roots need (data inputs; ``redirect`` maps removed nodes), inputs first."""
+    order: list[str] = []
+    state: dict[str, int] = {}
+    for root in roots:
+        stack = [(redirect.get(root, root), False)]
+        while stack:
+            u, done = stack.pop()
+            if done:
+                state[u] = 2
+                order.append(u)
+                continue
+            if state.get(u):
+                continue
+            state[u] = 1
+            stack.append((u, True))
+            for i in nodes[u].input:
+                if i.startswith("^"):
+                    continue
+                src = parse_tensor(i)[0]
+                src = redirect.get(src, src)
+                if not state.get(src):
+                    stack.append((src, False))
+    return order
+
+
+def _check_references(graph_def) -> None:
+    """Every input of every node names a node of the graph (a corrupted file may not)."""
+    names = {n.name for n in graph_def.node}
+    for n in graph_def.node:
+        for i in n.input:
+            if node_of(i) not in names:
+                raise Fail(f"malformed graph: node '{n.name}' (op {n.op}) reads '{i}', "
+                           "which is not in the graph")
+
+
+def _check_py_functions(nodes, order, loops, library) -> None:
+    """A Python callback (tf.py_function, tf.numpy_function) cannot be compiled."""
+    funcs = {f.signature.name: f for f in library.function}
+    seen: set[str] = set()
+
+    def check(node_defs, where):
+        for n in node_defs:
+            if n.op in PY_FUNC_OPS:
+                raise Fail(py_function_message(n, where))
+            for v in n.attr.values():
+                called = [v.func] if v.HasField("func") else list(v.list.func)
+                for f in called:
+                    if f.name in funcs and f.name not in seen:
+                        seen.add(f.name)
+                        check(funcs[f.name].node_def, f" in function '{f.name}'")
+
+    check((nodes[u] for u in order), "")
+    for lp in loops.values():
+        check(lp.body.node, f" in loop '{lp.name}'")
+
+
+
+# --------------------------------------------------------------------------
+# Probe: run the original graph once
+
+
+@dataclass
+class Probe:
+    T: int
+    shapes: dict[str, tuple[int, ...]]
+    values: dict[str, np.ndarray]
+    outputs: list[np.ndarray]
+
+
+def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
+           shape_of: list[str], value_of: list[str]) -> Probe:
+    import tensorflow as tf
+
+    inp = loaded.inputs[0]
+    rng = np.random.default_rng(0)
+    if np.issubdtype(np.dtype(inp.dtype), np.integer):
+        x = rng.integers(0, 2, x_shape).astype(inp.dtype)  # valid ids for any embedding
+    elif inp.dtype == "bool":
+        x = rng.integers(0, 2, x_shape).astype(bool)
+    else:
+        x = rng.standard_normal(x_shape).astype(inp.dtype)
+    graph = tf.Graph()
+    with graph.as_default():
+        try:
+            tf.graph_util.import_graph_def(loaded.graph_def, name="")
+        except Exception as e:
+            raise Fail(f"TensorFlow cannot import the graph: {_error_text(e)}") from None
+        fetch: dict[str, Any] = {}
+        orig = lambda t: g.alias.get(t, t)  # noqa: E731
+        for t in shape_of:
+            try:
+                tensor = graph.get_tensor_by_name(orig(t))
+            except (KeyError, ValueError, TypeError):
+                continue
+            if tensor.dtype not in (tf.variant, tf.resource, tf.string):
+                fetch["s:" + t] = tf.shape(tensor)
+        for t in value_of:
+            fetch["v:" + t] = graph.get_tensor_by_name(orig(t))
+        for k, t in enumerate(loaded.outputs):
+            fetch[f"o:{k}"] = graph.get_tensor_by_name(t)
+        with tf.compat.v1.Session(graph=graph) as sess, _quiet_native_stderr():
+            try:
+                res = sess.run(fetch, {f"{inp.name}:0": x})
+            except Exception as e:
+                raise Fail(f"running the graph on a test sequence of shape {x_shape} failed: "
+                           f"{_error_text(e)}") from None
+    shapes = {k[2:]: tuple(int(d) for d in v) for k, v in res.items() if k.startswith("s:")}
+    values = {k[2:]: v for k, v in res.items() if k.startswith("v:")}
+    outs = [res[f"o:{k}"] for k in range(len(loaded.outputs))]
+    return Probe(None if time_axis is None else x_shape[time_axis], shapes, values, outs)
+
+
+@contextmanager
+def _quiet_native_stderr():
+    """Drop what TensorFlow's C++ side prints while the probe runs.
+
+    A malformed graph can make TensorFlow's graph optimiser print MLIR
+    diagnostics straight to file descriptor 2 (and then fall back and run
+    fine); errors that matter come back as exceptions. TFAOT_DEBUG=1 keeps them.
+    """
+    if os.environ.get("TFAOT_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _error_text(e: BaseException) -> str:
+    """One informative line from a TensorFlow runtime error, with the node at fault."""
+    import tensorflow as tf
+
+    if not isinstance(e, tf.errors.OpError):
+        return first_line(e)
+    lines = [ln.strip() for ln in (e.message or "").splitlines()
+             if ln.strip() and not ln.strip().startswith("[[")]
+    msg = lines[-1] if lines else type(e).__name__
+    op = getattr(e, "op", None)
+    return f"{msg} (node '{op.name}')" if op is not None else msg

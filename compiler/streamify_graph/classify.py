@@ -1,0 +1,131 @@
+"""Loop variable classification.
+
+Each variable of a ``Loop`` is one of: ``inlist`` (the sequence read at the
+time index), ``outlist`` (the sequence written at the time index, mode
+``seq``, or at a constant index, mode ``last``: the last output), ``counter``
+(an integer scalar that only counts and indexes), ``state`` (a float that
+changes every step) or ``passthrough`` (weights, bounds, list handles).
+Anything else cannot be streamed and is a ``Fail`` naming the loop and node.
+"""
+from __future__ import annotations
+
+from .graphdef import FLOAT_TYPES, IDENTITY, INT_TYPES, READ_OPS, Fail, dtype_name, \
+    parse_tensor, tname
+from .loops import Loop
+
+
+def classify(loop: Loop) -> None:
+    body = {n.name: n for n in loop.body.node}
+    arg_index = {v.arg: v.index for v in loop.vars}
+    consumers: dict[str, list[tuple[str, int]]] = {}
+    for n in loop.body.node:
+        for pos, i in enumerate(n.input):
+            if not i.startswith("^"):
+                consumers.setdefault(tname(i), []).append((n.name, pos))
+
+    def resolve(t: str) -> str:
+        """Follow Identity chains back to the producing tensor."""
+        seen = 0
+        while True:
+            n = body.get(parse_tensor(t)[0])
+            if n is None or n.op not in IDENTITY or seen > 100:
+                return tname(t)
+            t = tname(n.input[0])
+            seen += 1
+
+    def arg_of(t: str) -> int | None:
+        node, _ = parse_tensor(resolve(t))
+        return arg_index.get(node)
+
+    def forward(t: str) -> list[tuple[str, int]]:
+        """Consumers of t, looking through Identity chains."""
+        out, work = [], [tname(t)]
+        while work:
+            u = work.pop()
+            for c, pos in consumers.get(u, []):
+                if body[c].op in IDENTITY:
+                    work.append(f"{c}:0")
+                else:
+                    out.append((c, pos))
+        return out
+
+    for v in loop.vars:
+        v.kind, v.detail = "", {}
+    # Reads and writes of the sequences.
+    reads: dict[int, list[str]] = {}
+    for n in loop.body.node:
+        if n.op in READ_OPS:
+            a = arg_of(n.input[0])
+            if a is None:
+                raise Fail(f"loop '{loop.name}': node '{n.name}' ({n.op}) reads a list that is "
+                           "not a loop variable")
+            reads.setdefault(a, []).append(n.name)
+    for v in loop.vars:
+        if v.index in reads:
+            v.kind = "inlist"
+            v.detail = {"reads": reads[v.index]}
+    for v in loop.vars:
+        if v.kind:
+            continue
+        r = resolve(v.ret)
+        rnode = parse_tensor(r)[0]
+        rn = body.get(rnode)
+        if rnode == v.arg:
+            v.kind = "passthrough"
+            continue
+        if rn is not None and rn.op == "TensorListSetItem" and arg_of(rn.input[0]) == v.index:
+            v.kind = "outlist"
+            v.detail = {"write": rn.name, "item": tname(rn.input[2]), "index": tname(rn.input[1])}
+            continue
+        if rn is not None and rn.op == "TensorArrayWriteV3" and arg_of(rn.input[3]) == v.index:
+            v.kind = "outlist"
+            v.detail = {"write": rn.name, "item": tname(rn.input[2]),
+                        "index": tname(rn.input[1]), "handle_arg": arg_of(rn.input[0])}
+            continue
+        if v.dtype in INT_TYPES and rn is not None and rn.op in ("Add", "AddV2") and \
+                arg_of(rn.input[0]) == v.index and body.get(parse_tensor(resolve(rn.input[1]))[0]) \
+                is not None and body[parse_tensor(resolve(rn.input[1]))[0]].op == "Const":
+            v.kind = "counter"
+            v.detail = {"increment": rn.name}
+            continue
+        if v.dtype in FLOAT_TYPES:
+            v.kind = "state"
+            continue
+        raise Fail(f"loop '{loop.name}': loop variable {v.index} ('{v.arg}', dtype "
+                   f"{dtype_name(v.dtype)}) changes every step but is neither a float state, "
+                   f"a counter nor a sequence; it cannot be streamed (returned from node "
+                   f"'{rnode}', op {rn.op if rn is not None else '?'})")
+    # Index checks: reads/writes at the time counter (or a constant index).
+    for v in loop.vars:
+        if v.kind == "inlist":
+            for rname in v.detail["reads"]:
+                idx = arg_of(body[rname].input[1])
+                if idx is None or loop.vars[idx].kind != "counter":
+                    raise Fail(f"loop '{loop.name}': node '{rname}' reads the sequence at an "
+                               "index that is not the loop's time counter")
+        if v.kind == "outlist":
+            idx_t = resolve(v.detail["index"])
+            a = arg_of(idx_t)
+            if a is not None and loop.vars[a].kind == "counter":
+                v.detail["mode"] = "seq"
+            elif getattr(body.get(parse_tensor(idx_t)[0]), "op", None) == "Const":
+                v.detail["mode"] = "last"
+            else:
+                raise Fail(f"loop '{loop.name}': node '{v.detail['write']}' writes the output "
+                           "at an index that is neither the time counter nor a constant")
+    # Counters may only index and count; anything else would need a step counter.
+    for v in loop.vars:
+        if v.kind != "counter":
+            continue
+        for c, pos in forward(f"{v.arg}:0"):
+            op = body[c].op
+            if op in READ_OPS and pos == 1:
+                continue
+            if op in ("TensorListSetItem", "TensorArrayWriteV3") and pos == 1:
+                continue
+            if c == v.detail["increment"]:
+                continue
+            raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}, "
+                       f"initially '{v.operand}') is used by node '{c}' "
+                       f"(op {op}); streaming that would need a step counter, which is not "
+                       "supported")

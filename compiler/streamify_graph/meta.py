@@ -1,0 +1,42 @@
+"""The time meta of a tensor: what the replay at T=1 knows about its time axis.
+
+``static``: no time dependence. ``static_t``: static, but computed from the
+shape of a sequence tensor: in the T=1 graph it has its T=1 value, right for
+shapes and list sizes, wrong as data. ``seq``: has a time axis, each step
+depends on its own step only. ``step``: no time axis, depends on the steps
+so far (the last output, a final state). ``item``: time step k alone, from an
+unrolled per-step map that must be stacked back whole. ``list_in`` /
+``list_out`` / ``list_done`` / ``ta`` / ``ta_flow``: sequence lists.
+``dead``: cannot be used (``why`` says why).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Meta:
+    kind: str  # static | static_t | seq | step | item | list_in | list_out | list_done |
+    #            ta | ta_flow | dead
+    axis: int | None = None  # seq: the time axis; item: T
+    key: str | None = None  # lists: identity; item: the step index
+    mode: str = ""  # list_done: "seq" (one item per step) or "last"
+    why: str = ""  # dead: why it cannot be used
+
+    def __str__(self):
+        if self.kind == "seq":
+            return f"seq(axis {self.axis})"
+        if self.kind == "item":
+            return f"time step {self.key} alone"
+        return self.kind
+
+
+STATIC = Meta("static")
+STATIC_T = Meta("static_t")
+STEP = Meta("step")
+STATIC_KINDS = {"static", "static_t"}
+LIST_KINDS = {"list_in", "list_out", "list_done", "ta", "ta_flow"}
+
+
+def seq(axis: int) -> Meta:
+    return Meta("seq", axis=axis)

@@ -1,0 +1,429 @@
+"""The replay at T=1: the outer graph rebuilt node by node as one time step.
+
+``Emitter.run`` is called inside the ``tf.function`` of the step. It walks
+the nodes the outputs need, in order, and tracks a time meta for every
+tensor (``meta.py``): static and per-step work is copied as is, ops with a
+whole-sequence input go through their rule in ``rules.SEQ_RULES``, and every
+loop body is imported once with its states as arguments (``emit_loop``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import first_line
+from .analysis import Graph, Probe
+from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse_tensor, \
+    scope, tname
+from .loops import LOOP_OP
+from .unrolled import UNROLLED_OP
+from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq
+from .rules import apply_seq_rule
+from .state import StateRegistry
+
+_SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
+
+
+class Emitter:
+    def __init__(self, g: Graph, loaded, probe: Probe, states: StateRegistry,
+                 time_axis: int | None, axis_hint: str = ""):
+        self.time_axis = time_axis
+        self.axis_hint = axis_hint  # appended to axis errors when the time axis was guessed
+        self.g = g
+        self.loaded = loaded
+        self.probe = probe
+        self.states = states
+        self.tensors: dict[str, Any] = {}
+        self.metas: dict[str, Meta] = {}
+        self.list_values: dict[str, tuple[Any, str]] = {}  # key -> (v_t or y_t, mode)
+        self.ta_in: dict[str, Any] = {}
+        self.state_inputs: dict[Any, Any] = {}  # state key -> this step's value
+        self.new_states: dict[Any, Any] = {}  # state key -> the next step's value
+        self.library_loaded = False
+
+    # -- helpers
+    def fail(self, node, msg: str):
+        raise Fail(f"node '{node.name}' (op {node.op}): {msg}")
+
+    def const_value(self, node, pos: int):
+        import tensorflow as tf
+
+        t = self.tensors.get(tname(node.input[pos]))
+        v = None if t is None else tf.get_static_value(t)
+        if v is None:
+            src = self.g.nodes.get(parse_tensor(node.input[pos])[0])
+            if src is not None and src.op == "Const":
+                v = tf.make_ndarray(src.attr["value"].tensor)
+        if v is None:
+            self.fail(node, f"input {pos} ('{node.input[pos]}') must be a constant")
+        return np.asarray(v)
+
+    def full_shape(self, t: str):
+        return self.probe.shapes.get(tname(t))
+
+    def _import(self, node_defs, input_map, return_elements, library=None):
+        import tensorflow as tf
+
+        gd = tf.compat.v1.GraphDef()
+        gd.node.extend(node_defs)
+        if library is not None and not self.library_loaded and len(library.function) and \
+                any(calls_function(n) for n in node_defs):
+            # Only graphs that call functions (a nested loop, a PartitionedCall)
+            # need the library; it then comes along once.
+            gd.library.CopyFrom(library)
+            self.library_loaded = True
+        return tf.graph_util.import_graph_def(gd, input_map=input_map,
+                                              return_elements=return_elements, name="")
+
+    def emit_generic(self, node):
+        import tensorflow as tf
+
+        c = tf.compat.v1.NodeDef()
+        c.CopyFrom(node)
+        del c.input[:]
+        input_map = {}
+        for i in node.input:
+            if i.startswith("^"):
+                continue
+            t = self.tensors.get(tname(i))
+            if t is None:
+                self.fail(node, f"input '{i}' has no streamable value")
+            c.input.append(i)
+            input_map[tname(i)] = t
+        for a in ("_class", "_output_shapes"):
+            if a in c.attr:
+                del c.attr[a]
+        try:
+            op = self._import([c], input_map, [node.name],
+                              library=self.loaded.graph_def.library)[0]
+        except Exception as e:
+            self.fail(node, f"TensorFlow cannot rebuild it: {first_line(e)}")
+        return list(op.outputs)
+
+    def set(self, node, outs, metas):
+        for k, (t, m) in enumerate(zip(outs, metas)):
+            self.tensors[f"{node.name}:{k}"] = t
+            self.metas[f"{node.name}:{k}"] = m
+
+    # -- the walk
+    def run(self, x_t, states):
+        import tensorflow as tf
+
+        self.state_inputs = dict(zip(self.states.keys, states))
+        inp = self.loaded.inputs[0]
+        for name in self.g.order:
+            node = self.g.nodes[name]
+            if name == inp.name:
+                if self.time_axis is None:
+                    self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [STEP])
+                    continue
+                with tf.name_scope(scope(name)):
+                    x = tf.expand_dims(x_t, self.time_axis)
+                self.set(node, [x], [seq(self.time_axis)])
+                continue
+            if node.op == LOOP_OP or node.op in WHILE_OPS:
+                self.emit_loop(node)
+                continue
+            if node.op == UNROLLED_OP:
+                self.emit_unrolled(node)
+                continue
+            self.emit(node)
+        ys = []
+        for out in self.loaded.outputs:
+            t, m = self.tensors.get(tname(out)), self.metas.get(tname(out))
+            node = self.g.nodes[parse_tensor(out)[0]]
+            if m is not None and m.kind == "item" and int(m.key) == m.axis - 1:
+                m = STEP  # the last time step: what the stream has at this step
+            if m is None or t is None or m.kind in LIST_KINDS or m.kind in ("dead", "item"):
+                self.fail(node, f"the output '{out}' has no streamable value ({m})")
+            if m.kind == "seq":
+                with tf.name_scope("output"):
+                    t = tf.squeeze(t, [m.axis])
+            ys.append(t)
+        new = [self.new_states[k] for k in self.states.keys]
+        return ys, new
+
+    def emit(self, node):
+        ins = [i for i in node.input if not i.startswith("^")]
+        metas = [self.metas.get(tname(i)) for i in ins]
+        for i, m in zip(ins, metas):
+            if m is None:
+                self.fail(node, f"input '{i}' was not produced")
+        kinds = {m.kind for m in metas}
+        op = node.op
+        # Sources and list creation.
+        if op in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault") and not ins:
+            self.fail(node, "a second graph input; only one streamed input is supported "
+                      "(give the input with --inputs)")
+        if op in ("TensorListReserve", "EmptyTensorList"):
+            if kinds - STATIC_KINDS:
+                self.fail(node, "a list whose size depends on the sequence in an unsupported way")
+            self.set(node, [None], [Meta("list_out", key=node.name)])
+            return
+        if op == "TensorArrayV3":
+            self.set(node, [None, None],
+                     [Meta("ta", key=node.name), Meta("ta_flow", key=node.name)])
+            return
+        if "dead" in kinds:
+            m = next(m for m in metas if m.kind == "dead")
+            self.fail(node, m.why)
+        if kinds & LIST_KINDS:
+            return self.emit_list_op(node, ins, metas)
+        if kinds <= STATIC_KINDS:
+            outs = self.emit_generic(node)
+            self.set(node, outs, [STATIC_T if "static_t" in kinds else STATIC] * len(outs))
+            return
+        if op in _SHAPE_OPS:
+            outs = self.emit_generic(node)
+            t_dep = op in ("Shape", "ShapeN", "Size") and "seq" in kinds
+            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
+            return
+        if "item" in kinds:
+            return self.emit_item(node, ins, metas)
+        if "seq" in kinds and "step" in kinds:
+            self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "
+                      "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
+        if "seq" not in kinds:  # step (and static): a function of the current step only
+            outs = self.emit_generic(node)
+            self.set(node, outs, [STEP] * len(outs))
+            return
+        apply_seq_rule(self, node, ins, metas)
+
+    # -- one time step of an unrolled sequence
+    def emit_item(self, node, ins, metas):
+        """Ops on one time step taken out of a sequence (an unrolled per-step map).
+
+        Step k of a fixed-length sequence is fine as long as all T steps are
+        stacked back in order (Keras' fixed-T TimeDistributed unrolls so);
+        step T-1 on its own is the last step, like a ``step`` tensor.
+        """
+        import tensorflow as tf
+
+        items = {(m.key, m.axis) for m in metas if m.kind == "item"}
+        others = {m.kind for m in metas if m.kind != "item"}
+        k, T = next(iter(items))
+        if node.op == "Pack" and others <= {"step"}:
+            keys = [int(m.key) if m.kind == "item" else T - 1 for m in metas]
+            if keys != list(range(T)):
+                self.fail(node, f"stacks time steps {keys}, not the whole sequence 0..{T - 1}")
+            axis = node.attr["axis"].i % (self.tensors[tname(ins[0])].shape.rank + 1)
+            with tf.name_scope(scope(node.name)):
+                y = tf.expand_dims(self.tensors[tname(ins[0])], axis)
+            self.set(node, [y], [seq(axis)])
+            return
+        if node.op == "ConcatV2" and others - {"step"} <= STATIC_KINDS:
+            # Time steps put back side by side (each of size 1 along the axis).
+            keys = [int(m.key) if m.kind == "item" else T - 1 for m in metas[:-1]]
+            x0 = self.tensors[tname(ins[0])]
+            axis = int(self.const_value(node, len(ins) - 1)) % x0.shape.rank
+            if keys == list(range(T)) and x0.shape[axis] == 1 and \
+                    metas[-1].kind in STATIC_KINDS:
+                with tf.name_scope(scope(node.name)):
+                    y = tf.identity(x0)
+                self.set(node, [y], [seq(axis)])
+                return
+        if len(items) > 1 or others - STATIC_KINDS - {"step"} or \
+                ("step" in others and int(k) != T - 1):
+            self.fail(node, f"combines time step {k} of a sequence with other time steps or "
+                      "with the whole sequence")
+        if "static_t" in others:
+            self.fail(node, "combines a time step with a value computed from the sequence length")
+        outs = self.emit_generic(node)
+        self.set(node, outs, [Meta("item", key=k, axis=T)] * len(outs))
+
+    def emit_list_op(self, node, ins, metas):
+        import tensorflow as tf
+
+        op = node.op
+        if op in IDENTITY and len(ins) == 1:  # a list passed on unchanged
+            self.set(node, [self.tensors.get(tname(ins[0]))], [metas[0]])
+            return
+        if op in ("TensorListStack", "TensorArrayGatherV3", "TensorArrayPack"):
+            m = metas[0] if op == "TensorListStack" else metas[-1]
+            if m.kind != "list_done":
+                self.fail(node, f"stacks a list that is not a loop's output ({m})")
+            y_t, mode = self.list_values[m.key]
+            with tf.name_scope(scope(node.name)):
+                y = tf.expand_dims(y_t, 0)
+            self.set(node, [y], [seq(0) if mode == "seq" else STEP])
+            return
+        if op == "TensorArrayScatterV3":
+            hm = metas[0]
+            if hm.kind != "ta" or metas[1].kind not in STATIC_KINDS or metas[2].kind != "seq":
+                self.fail(node, "an unsupported TensorArray scatter")
+            if metas[2].axis != 0:
+                self.fail(node, "scatters along an axis that is not the time axis" + self.axis_hint)
+            with tf.name_scope(scope(node.name)):
+                self.ta_in[hm.key] = tf.squeeze(self.tensors[tname(ins[2])], [0])
+            self.set(node, [None], [Meta("ta_flow", key=hm.key)])
+            return
+        if op in ("TensorArraySizeV3", "TensorListLength"):
+            with tf.name_scope(scope(node.name)):
+                y = tf.constant(1, tf.int32)
+            self.set(node, [y], [STATIC])
+            return
+        self.fail(node, "an unsupported use of a TensorList/TensorArray outside a loop (inputs: "
+                  + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
+
+    # -- unrolled recurrences (unrolled.py)
+    def emit_unrolled(self, node):
+        """The repeated cell of an unrolled RNN, imported once as this step's body."""
+        import tensorflow as tf
+
+        u = self.g.unrolled[node.name]
+        sl = u.slicer
+        m, x = self.metas.get(sl.source), self.tensors.get(sl.source)
+        where = f"unrolled recurrence '{u.name}' (sliced by '{sl.node}')"
+        if m is None or m.kind != "seq":
+            raise Fail(f"{where}: the sliced tensor '{sl.source}' is not the input sequence "
+                       f"({m}){self.axis_hint}")
+        if m.axis != sl.axis:
+            raise Fail(f"{where}: slices axis {sl.axis} of '{sl.source}', whose time axis is "
+                       f"{m.axis}{self.axis_hint}")
+        with tf.name_scope(scope(u.name)):
+            item = tf.squeeze(x, [sl.axis]) if sl.squeeze else x
+        input_map = {sl.items[-1]: item}
+        for t in u.statics:
+            mt = self.metas.get(t)
+            if mt is None or self.tensors.get(t) is None or mt.kind not in STATIC_KINDS:
+                raise Fail(f"{where}: the cell reads '{t}' ({mt}), which is not a constant")
+            if mt.kind == "static_t":
+                raise Fail(f"{where}: the cell reads '{t}', which is computed from the "
+                           "sequence length")
+            input_map[t] = self.tensors[t]
+        for j, st in enumerate(u.states):
+            input_map[st["read"]] = self.state_inputs[(u.name, j)]
+        fetch = list(dict.fromkeys([st["new"] for st in u.states] +
+                                   [bt for bt, _ in u.outputs.values()]))
+        defs = []
+        for n in u.body:
+            c = tf.compat.v1.NodeDef()
+            c.CopyFrom(n)
+            c.input[:] = [i for i in n.input if not i.startswith("^")]
+            for a in ("_class", "_output_shapes"):
+                if a in c.attr:
+                    del c.attr[a]
+            defs.append(c)
+        try:
+            res = self._import(defs, input_map, fetch, library=self.loaded.graph_def.library)
+        except Exception as e:
+            raise Fail(f"{where}: TensorFlow cannot rebuild its cell: {first_line(e)}") from None
+        got = dict(zip(fetch, res))
+        for j, st in enumerate(u.states):
+            self.new_states[(u.name, j)] = got[st["new"]]
+        for t, (bt, k) in u.outputs.items():
+            self.tensors[t] = got[bt]
+            self.metas[t] = STEP if k == u.steps - 1 else Meta("item", key=str(k), axis=u.steps)
+
+    # -- loops
+    def emit_loop(self, node):
+        import tensorflow as tf
+
+        loop = self.g.loops[node.name]
+        input_map: dict[str, Any] = {}
+        length_args: set[str] = set()
+        replace_reads: dict[str, Any] = {}
+        fetch: list[str] = []
+        out_metas: dict[int, Meta] = {}
+        for v in loop.vars:
+            m = self.metas.get(v.operand)
+            t = self.tensors.get(v.operand)
+            if m is None:
+                raise Fail(f"loop '{loop.name}': operand '{v.operand}' was not produced")
+            if v.kind == "state":
+                if m.kind not in STATIC_KINDS:
+                    raise Fail(f"loop '{loop.name}': the initial value of state {v.index} "
+                               f"('{v.operand}') depends on the input ({m}); only constant "
+                               "initial states can be streamed")
+                input_map[f"{v.arg}:0"] = self.state_inputs[(loop.name, v.index)]
+                fetch.append(v.ret)
+                out_metas[v.index] = STEP
+            elif v.kind == "counter":
+                input_map[f"{v.arg}:0"] = tf.constant(0, tf.as_dtype(v.dtype))
+                out_metas[v.index] = Meta("dead", why=f"uses the final loop counter of loop "
+                                          f"'{loop.name}', which has no streaming equivalent")
+            elif v.kind == "inlist":
+                if m.kind == "list_in":
+                    v_t = self.list_values[m.key][0]
+                elif m.kind == "ta" and m.key in self.ta_in:
+                    v_t = self.ta_in[m.key]
+                else:
+                    raise Fail(f"loop '{loop.name}': loop variable {v.index} is read as the "
+                               f"input sequence but its operand '{v.operand}' is not a "
+                               f"sequence of the input ({m})")
+                for r in v.detail["reads"]:
+                    replace_reads[r] = v_t
+                out_metas[v.index] = m
+            elif v.kind == "outlist":
+                if m.kind not in ("list_out", "ta_flow"):
+                    raise Fail(f"loop '{loop.name}': loop variable {v.index} is written as the "
+                               f"output sequence but its operand '{v.operand}' is {m}")
+                fetch.append(v.detail["item"])
+                key = f"{loop.name}:{v.index}"
+                out_metas[v.index] = Meta("list_done", key=key, mode=v.detail["mode"])
+            else:  # passthrough
+                if m.kind in ("seq",):
+                    raise Fail(f"loop '{loop.name}': the whole input sequence '{v.operand}' "
+                               "is used inside the loop (not one step at a time); this "
+                               "cannot be streamed")
+                if t is not None and m.kind != "static_t":
+                    input_map[f"{v.arg}:0"] = t
+                if m.kind == "static_t":
+                    length_args.add(v.arg)
+                out_metas[v.index] = m
+        # Body nodes: reads of the input sequence become placeholders.
+        gd = tf.compat.v1.GraphDef()
+        for n in loop.body.node:
+            c = gd.node.add()
+            if n.name in replace_reads:
+                c.op = "Placeholder"
+                c.name = n.name
+                dt = n.attr["element_dtype"] if "element_dtype" in n.attr else n.attr["dtype"]
+                c.attr["dtype"].CopyFrom(dt)
+                input_map[f"{n.name}:0"] = replace_reads[n.name]
+            else:
+                c.CopyFrom(n)
+                c.input[:] = [i for i in n.input if not i.startswith("^")]
+                for a in ("_class", "_output_shapes"):
+                    if a in c.attr:
+                        del c.attr[a]
+        dest = sorted({parse_tensor(f)[0] for f in fetch})
+        try:
+            sub = tf.compat.v1.graph_util.extract_sub_graph(gd, dest)
+        except Exception as e:
+            raise Fail(f"loop '{loop.name}': cannot extract its body: {first_line(e)}") from None
+        for n in sub.node:
+            if n.op == "Placeholder" and n.name in length_args:
+                raise Fail(f"loop '{loop.name}': the body computes with loop variable "
+                           f"'{n.name}', which is derived from the sequence length; a stream "
+                           "does not know the length")
+            if n.op == "Placeholder" and f"{n.name}:0" not in input_map:
+                kind = next((v.kind for v in loop.vars if v.arg == n.name), "?")
+                raise Fail(f"loop '{loop.name}': the body uses loop variable '{n.name}' "
+                           f"({kind}) in a way that cannot be streamed")
+            if n.op in READ_OPS or n.op in ("TensorListSetItem", "TensorArrayWriteV3",
+                                             "TensorListPushBack", "TensorListPopBack"):
+                raise Fail(f"loop '{loop.name}': body node '{n.name}' ({n.op}) uses a "
+                           "sequence list in a way that cannot be streamed")
+        kept = {n.name for n in sub.node}
+        im = {k: v for k, v in input_map.items() if parse_tensor(k)[0] in kept}
+        try:
+            res = self._import(list(sub.node), im, [tname(f) for f in fetch],
+                               library=loop.body.library)
+        except Exception as e:
+            raise Fail(f"loop '{loop.name}': TensorFlow cannot rebuild its body: "
+                       f"{first_line(e)}") from None
+        got = dict(zip(fetch, res))
+        for v in loop.vars:
+            if v.kind == "state":
+                self.new_states[(loop.name, v.index)] = got[v.ret]
+            elif v.kind == "outlist":
+                key = f"{loop.name}:{v.index}"
+                self.list_values[key] = (got[v.detail["item"]], v.detail["mode"])
+        for v in loop.vars:
+            self.tensors[f"{node.name}:{v.index}"] = None if v.kind != "state" else \
+                got[v.ret]
+            self.metas[f"{node.name}:{v.index}"] = out_metas[v.index]
+            if v.kind == "passthrough" and out_metas[v.index].kind not in LIST_KINDS:
+                self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)

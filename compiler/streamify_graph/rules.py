@@ -1,0 +1,375 @@
+"""Sequence rules: one small function per op type that takes a whole-sequence input.
+
+The replay at T=1 (``replay.py``) calls ``SEQ_RULES[op]`` for a node with at
+least one ``seq`` input (and no ``step``, ``item`` or list input). A rule
+either emits the op at T=1 and says where the time axis of each output is,
+or refuses with a message naming the node (an op that mixes time steps).
+An op type without a rule is refused. Adding an op is adding one
+``@rule("OpType")`` function here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .graphdef import scope, tname
+from .meta import STATIC_KINDS, STEP, Meta, seq
+
+SEQ_RULES: dict[str, Callable[["SeqOp"], None]] = {}
+
+
+def rule(*ops: str):
+    """Register the decorated function as the sequence rule of ``ops``."""
+    def register(fn):
+        for op in ops:
+            SEQ_RULES[op] = fn
+        return fn
+    return register
+
+
+@dataclass
+class SeqOp:
+    """A node with a whole-sequence input, as a rule sees it."""
+
+    em: Any  # the replay.Emitter
+    node: Any  # NodeDef
+    ins: list[str]  # data inputs
+    metas: list[Meta]
+    k0: int  # the first input with a time axis ...
+    a: int  # ... and that axis
+    x: Any  # that input at T=1
+    rank: int
+
+    @property
+    def op(self) -> str:
+        return self.node.op
+
+    def fail(self, msg: str):
+        self.em.fail(self.node, msg)
+
+    def tensor(self, k: int):
+        return self.em.tensors[tname(self.ins[k])]
+
+    def const(self, pos: int) -> np.ndarray:
+        return self.em.const_value(self.node, pos)
+
+    def emit(self) -> list:
+        """The op itself, rebuilt on the T=1 inputs."""
+        return self.em.emit_generic(self.node)
+
+    def set(self, outs, metas):
+        self.em.set(self.node, outs, metas)
+
+    def no_length(self):
+        for k, m in enumerate(self.metas):
+            if m.kind == "static_t":
+                self.fail(f"input {k} ('{self.ins[k]}') is computed from the sequence "
+                          "length, which a stream does not know")
+
+    def others_static(self, check_length: bool = True):
+        """Only input ``k0`` may depend on time."""
+        if check_length:
+            self.no_length()
+        for k, m in enumerate(self.metas):
+            if k != self.k0 and m.kind not in STATIC_KINDS:
+                self.fail(f"input {k} ('{self.ins[k]}') is time-dependent; only input "
+                          f"{self.k0} may be")
+
+    def unsupported(self):
+        self.fail(f"op {self.op} on a time-dependent tensor is not supported (input "
+                  f"'{self.ins[self.k0]}' has its time axis at {self.a}); it may mix time steps")
+
+
+def apply_seq_rule(em, node, ins, metas) -> None:
+    k0, a = next((k, m.axis) for k, m in enumerate(metas) if m.kind == "seq")
+    x = em.tensors[tname(ins[k0])]
+    s = SeqOp(em, node, ins, metas, k0, a, x, x.shape.rank)
+    SEQ_RULES.get(node.op, SeqOp.unsupported)(s)
+
+
+# Ops that act on each element independently (with broadcasting).
+ELEMENTWISE = set("""
+Identity Snapshot StopGradient PreventGradient CheckNumerics EnsureShape
+Add AddV2 Sub Mul RealDiv Div DivNoNan FloorDiv FloorMod Mod TruncateDiv Maximum Minimum Pow
+SquaredDifference BiasAdd BiasAddV1 AddN Relu Relu6 Elu Selu LeakyRelu Gelu Sigmoid Tanh
+Softplus Softsign Exp Expm1 Log Log1p Sqrt Rsqrt Square Neg Abs Sign Floor Ceil Round Rint Cast
+Erf Erfc Reciprocal Inv Select SelectV2 ClipByValue Equal NotEqual Greater GreaterEqual Less
+LessEqual LogicalAnd LogicalOr LogicalNot ZerosLike OnesLike Sin Cos IsNan IsFinite IsInf
+HardSigmoid Swish Atan Atan2 Mish
+""".split())
+REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"}
+ARG_REDUCTIONS = {"ArgMax", "ArgMin"}
+
+
+@rule(*sorted(ELEMENTWISE))
+def _elementwise(s: SeqOp):
+    s.no_length()
+    outs = s.emit()
+    out_rank = outs[0].shape.rank
+    if out_rank is None:
+        s.fail("unknown output rank")
+    axis = None
+    for k, m in enumerate(s.metas):
+        r = s.tensor(k).shape.rank
+        if r is None:
+            s.fail(f"input {k} has unknown rank")
+        if m.kind == "seq":
+            ax = m.axis + out_rank - r
+            if axis is not None and ax != axis:
+                s.fail("its inputs have their time axes at different positions after "
+                       "broadcasting")
+            axis = ax
+    for k, m in enumerate(s.metas):
+        if m.kind == "static":
+            t = s.tensor(k)
+            r = t.shape.rank
+            pos = axis - (out_rank - r)
+            if 0 <= pos < r and t.shape[pos] not in (None, 1):
+                s.fail(f"input {k} ('{s.ins[k]}') is a constant with size {t.shape[pos]} "
+                       "along the time axis (a per-time-step constant cannot be streamed)")
+    s.set(outs, [seq(axis)] * len(outs))
+
+
+@rule("Softmax", "LogSoftmax")
+def _softmax(s: SeqOp):
+    if s.a == s.rank - 1:
+        s.fail("normalises over the time axis")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("MatMul")
+def _matmul(s: SeqOp):
+    s.others_static()
+    ta = s.node.attr["transpose_a"].b
+    if s.k0 != 0 or (s.a == 1) != ta:
+        s.fail("multiplies along the time axis")
+    s.set(s.emit(), [seq(1 if ta else 0)])
+
+
+@rule("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
+def _batch_matmul(s: SeqOp):
+    s.others_static()
+    a, rank = s.a, s.rank
+    rows = rank - 1 if s.node.attr["adj_x"].b else rank - 2  # x's axis kept in the result
+    if s.k0 != 0 or (a >= rank - 2 and a != rows):
+        s.fail("multiplies along the time axis")
+    outs = s.emit()
+    out_rank = outs[0].shape.rank
+    if a == rows:
+        s.set(outs, [seq(out_rank - 2)])
+        return
+    b = s.tensor(1)
+    pos = a + out_rank - rank - (out_rank - b.shape.rank)
+    if 0 <= pos < b.shape.rank - 2 and b.shape[pos] not in (None, 1):
+        s.fail("its second operand has a time-sized batch dimension")
+    s.set(outs, [seq(a + out_rank - rank)])
+
+
+@rule("Einsum")
+def _einsum(s: SeqOp):
+    eq = s.node.attr["equation"].s.decode().replace(" ", "")
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    if "." in eq or not out or len(terms) != len(s.ins) or \
+            sum(m.kind == "seq" for m in s.metas) != 1:
+        s.fail(f"einsum '{eq}' on a time-dependent tensor is not supported")
+    label = terms[s.k0][s.a]
+    if label not in out or any(label in t for k, t in enumerate(terms) if k != s.k0):
+        s.fail(f"einsum '{eq}' contracts or mixes the time axis ('{label}')")
+    s.set(s.emit(), [seq(out.index(label))])
+
+
+@rule("Transpose")
+def _transpose(s: SeqOp):
+    s.others_static()
+    perm = [int(p) % s.rank for p in s.const(1)]
+    s.set(s.emit(), [seq(perm.index(s.a))])
+
+
+@rule("ExpandDims")
+def _expand_dims(s: SeqOp):
+    s.others_static()
+    dim = int(s.const(1)) % (s.rank + 1)
+    s.set(s.emit(), [seq(s.a + 1 if dim <= s.a else s.a)])
+
+
+@rule("Squeeze")
+def _squeeze(s: SeqOp):
+    import tensorflow as tf
+
+    dims = list(s.node.attr["squeeze_dims"].list.i)
+    if not dims:
+        full = s.em.full_shape(s.ins[0])
+        if full is None:
+            s.fail("squeezes all size-1 dims of a tensor whose full shape is unknown")
+        dims = [d for d, n in enumerate(full) if n == 1]
+    dims = [d % s.rank for d in dims]
+    if s.a in dims:
+        s.fail("removes the time axis")
+    with tf.name_scope(scope(s.node.name)):
+        y = tf.squeeze(s.x, dims)
+    s.set([y], [seq(s.a - sum(d < s.a for d in dims))])
+
+
+@rule("Reshape")
+def _reshape(s: SeqOp):
+    """Fine when the time axis survives whole; the shape operand is recomputed."""
+    import tensorflow as tf
+
+    s.others_static(check_length=False)
+    a = s.a
+    full_in, full_out = s.em.full_shape(s.ins[0]), s.em.full_shape(f"{s.node.name}:0")
+    if full_in is None or full_out is None:
+        s.fail("cannot find its full-sequence shapes")
+    T = full_in[a]
+    left = int(np.prod(full_in[:a], dtype=np.int64))
+    right = int(np.prod(full_in[a + 1:], dtype=np.int64))
+    b = None
+    for j in range(len(full_out)):
+        if int(np.prod(full_out[:j], dtype=np.int64)) == left and full_out[j] == T and \
+                int(np.prod(full_out[j + 1:], dtype=np.int64)) == right:
+            b = j
+            break
+    if b is None:
+        s.fail(f"reshapes {list(full_in)} (time axis {a}) to {list(full_out)}, which merges "
+               "the time axis with other dimensions")
+    step_shape = list(full_out)
+    step_shape[b] = 1
+    with tf.name_scope(scope(s.node.name)):
+        y = tf.reshape(s.x, step_shape)
+    s.set([y], [seq(b)])
+
+
+@rule("StridedSlice")
+def _strided_slice(s: SeqOp):
+    import tensorflow as tf
+
+    s.others_static()
+    a = s.a
+    begin, end, strides = ([int(v) for v in s.const(k)] for k in (1, 2, 3))
+    at = s.node.attr
+    bm, em, sm = at["begin_mask"].i, at["end_mask"].i, at["shrink_axis_mask"].i
+    if at["ellipsis_mask"].i or at["new_axis_mask"].i:
+        s.fail("a slice with an ellipsis or new axis on a time-dependent tensor is not "
+               "supported")
+    full = s.em.full_shape(s.ins[0])
+    T = full[a] if full else None
+    if a >= len(begin):
+        meta = seq(a - sum(1 for d in range(len(begin)) if sm >> d & 1))
+    else:
+        b, e, st = begin[a], end[a], strides[a]
+        if sm >> a & 1:
+            begin[a], end[a] = 0, 1
+            if b == -1 or (T is not None and b == T - 1):
+                meta = STEP
+            elif T is not None and 0 <= b < T:
+                # Step b alone: fine only if all T steps are stacked back
+                # (a fixed-T TimeDistributed unrolls like this).
+                meta = Meta("item", key=str(b), axis=T)
+            else:
+                s.fail(f"takes time step {b} only; only the last step (-1) can be streamed")
+        elif st == 1 and (bm >> a & 1 or b == 0) and (em >> a & 1 or (T is not None and e >= T)):
+            bm |= 1 << a
+            em |= 1 << a
+            meta = seq(a - sum(1 for d in range(a) if sm >> d & 1))
+        elif st == 1 and (b == -1 or (T is not None and b == T - 1)) and \
+                (em >> a & 1 or (T is not None and e >= T)):
+            begin[a] = 0
+            em |= 1 << a
+            meta = STEP
+        else:
+            s.fail(f"slices the time axis [{b}:{e}:{st}]; only the whole sequence or the "
+                   "last step can be streamed")
+    with tf.name_scope(scope(s.node.name)):
+        y = tf.strided_slice(s.x, begin, end, strides, begin_mask=bm, end_mask=em,
+                             shrink_axis_mask=sm)
+    s.set([y], [meta])
+
+
+@rule(*sorted(REDUCTIONS | ARG_REDUCTIONS))
+def _reduction(s: SeqOp):
+    s.others_static()
+    axes = np.atleast_1d(s.const(1)).astype(int) % s.rank
+    if s.a in axes:
+        s.fail("reduces over the time axis, which needs the whole sequence")
+    keep = s.node.attr["keep_dims"].b if s.op in REDUCTIONS else False
+    s.set(s.emit(), [seq(s.a if keep else s.a - int(sum(ax < s.a for ax in axes)))])
+
+
+@rule("ConcatV2")
+def _concat(s: SeqOp):
+    n = s.node.attr["N"].i
+    axis = int(s.const(n)) % s.rank
+    for k in range(n):
+        if s.metas[k].kind != "seq" or s.metas[k].axis != s.a:
+            s.fail(f"concatenates a time-dependent tensor with input {k} ('{s.ins[k]}'), "
+                   "which is not one with the same time axis")
+    if axis == s.a:
+        s.fail("concatenates along the time axis")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("Unpack")
+def _unpack(s: SeqOp):
+    """Unstacking along time gives T items, each ``time step k alone``."""
+    import tensorflow as tf
+
+    s.others_static()
+    axis = s.node.attr["axis"].i % s.rank
+    full = s.em.full_shape(s.ins[0])
+    if axis != s.a or full is None:
+        s.fail("unstacks a time-dependent tensor along another axis")
+    with tf.name_scope(scope(s.node.name)):
+        step = tf.squeeze(s.x, [s.a])
+    T = full[s.a]
+    for k in range(T):
+        s.em.tensors[f"{s.node.name}:{k}"] = step
+        s.em.metas[f"{s.node.name}:{k}"] = Meta("item", key=str(k), axis=T)
+
+
+@rule("Pack")
+def _pack(s: SeqOp):
+    axis = s.node.attr["axis"].i % (s.rank + 1)
+    for k, m in enumerate(s.metas):
+        if m.kind != "seq" or m.axis != s.a:
+            s.fail(f"stacks a time-dependent tensor with input {k} ('{s.ins[k]}')")
+    s.set(s.emit(), [seq(s.a + 1 if axis <= s.a else s.a)])
+
+
+@rule("Split", "SplitV")
+def _split(s: SeqOp):
+    vpos, dpos = (1, 0) if s.op == "Split" else (0, 2)
+    if s.metas[vpos].kind != "seq" or any(m.kind != "static" for k, m in enumerate(s.metas)
+                                          if k != vpos):
+        s.fail("splits with a time-dependent size or axis")
+    if int(s.const(dpos)) % s.rank == s.a:
+        s.fail("splits along the time axis")
+    outs = s.emit()
+    s.set(outs, [seq(s.a)] * len(outs))
+
+
+@rule("GatherV2", "ResourceGather", "Gather")
+def _gather(s: SeqOp):
+    """An embedding lookup: the indices carry the time axis."""
+    if s.k0 != 1 or s.metas[0].kind != "static" or \
+            any(m.kind != "static" for m in s.metas[2:]):
+        s.unsupported()
+    axis = int(s.const(2)) if s.op == "GatherV2" else 0
+    if axis != 0 or s.node.attr["batch_dims"].i:
+        s.fail(f"a gather with time-dependent indices along axis {axis} is not supported")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("TensorListFromTensor")
+def _list_from_tensor(s: SeqOp):
+    """The input sequence of a loop: the loop reads it one step at a time."""
+    import tensorflow as tf
+
+    if s.a != 0:
+        s.fail(f"makes a list along axis 0, but the time axis is {s.a}" + s.em.axis_hint)
+    with tf.name_scope(scope(s.node.name)):
+        v_t = tf.squeeze(s.x, [0])
+    s.em.list_values[s.node.name] = (v_t, "seq")
+    s.set([None], [Meta("list_in", key=s.node.name)])

@@ -1,0 +1,283 @@
+"""Streamify stage for Keras models: turn the time loop into a step function.
+
+The functional graph is replayed on one step's chunk of frames
+(``replay.Replay``): recurrent layers become one call of their cell per
+frame, with the state as argument and result; per-time-step layers run as
+they are; convolution, pooling, padding, cropping, Flatten and global
+pooling over time follow their rule in ``time_rules.RULES`` (ring buffers,
+all ordinary state). The result is a pure function
+``(x_t, *states) -> (y_t, *new_states)`` and a ``StreamInfo`` saying how
+steps relate to the original model's time axis:
+
+* ``prefix`` (a recurrent model, or any model with an open time axis):
+  after step m the output is the original model on frames 0..(m+1)P-1
+  (its last output frame), P = frames per step (the product of the time
+  strides; 1 without strides); conv front ends produce once their
+  receptive field is full (``first_valid_step``).
+* ``window`` (input (batch, W, ...) with W fixed, no recurrence, the time
+  axis reduced by Flatten / global pooling): a sliding window; after step m
+  the output is the model on the W frames that end ``delay`` frames before
+  the step's last frame ((-W) mod P, to line the window up with the
+  strides). Layers that cannot be computed incrementally (``same`` or
+  ``causal`` padding in time, padding at the window's ends, misaligned
+  strides) switch the whole model to the exact fallback: a ring buffer of
+  the last W-1 input frames and a whole-window inference per step
+  (``recompute`` in StreamInfo). ``fixed_window="whole"`` keeps the old
+  behaviour: one whole-window inference per step (``stateless``).
+* ``stateless``: no time axis; step = one inference.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TfaotError
+from ..program import ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
+from .replay import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, SEQ, VEC,  # noqa: F401
+                     NeedFrames, NotIncremental, Replay, Streamed, layer_error)
+
+FIXED_WINDOW_CHOICES = ("stream", "whole")
+MAX_FRAMES_PER_STEP = 4096
+
+
+def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream") -> StepProgram:
+    """Build the step program of a loaded Keras model.
+
+    ``fixed_window``: for a model with a fixed window and no recurrence,
+    "stream" (default) streams it frame by frame as a sliding window,
+    "whole" builds one whole-window inference per step.
+    """
+    import tensorflow as tf
+
+    plan = _plan(model, source, fixed_window)
+    if plan["mode"] == "recompute":
+        return _recompute_program(model, source, fmt, plan)
+    x_spec = plan["x_spec"]
+    discover = plan["replay"]
+    states = tuple(discover.new_states)
+
+    def pure_step(x, *state_values):
+        replay = Replay(plan["mode"], list(state_values), frames=plan["frames"],
+                        window=plan["window"], delay=plan["delay"])
+        y = replay.output(replay.run_model(model, x))
+        return (y, *replay.new_values)
+
+    arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
+    arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
+    concrete = tf.function(pure_step, input_signature=arg_specs,
+                           autograph=False).get_concrete_function()
+    out_spec = TensorInfo("y_t", "float32", tuple(int(d) for d in plan["y0"].shape))
+    signature = ProgramSignature((x_spec,), (out_spec,), states)
+    stream = plan["stream"]
+    report = _report(model, fmt, stream, discover.layer_rows, signature,
+                     whole=plan["window"] is not None and fixed_window == "whole")
+    return StepProgram(source, fmt, signature, concrete, report, stream)
+
+
+def stream_info(model, source: str = "model", fixed_window: str = "stream") -> StreamInfo:
+    """The StreamInfo a build of ``model`` gets (discovery only, no tracing)."""
+    return _plan(model, source, fixed_window)["stream"]
+
+
+# --------------------------------------------------------------------------
+# planning: which mode, how many frames per step
+
+
+def _plan(model, source: str, fixed_window: str) -> dict:
+    import tensorflow as tf
+
+    if fixed_window not in FIXED_WINDOW_CHOICES:
+        raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
+                         f"got {fixed_window!r}")
+    step_input_spec(model, source)  # the model-level checks
+    shape = tuple(model.inputs[0].shape)
+    window = fixed_window_length(model)
+    if is_streaming(model):
+        mode = "prefix"
+    elif window is not None and fixed_window == "stream":
+        mode = "window"
+    else:
+        mode = "stateless"
+    frames = 1
+    while True:
+        delay = (-window) % frames if mode == "window" else 0
+        replay = Replay(mode, None, frames=frames, window=window, delay=delay)
+        x_shape = _step_shape(shape, mode, frames)
+        try:
+            y = replay.run_model(model, tf.zeros(x_shape, tf.float32))
+        except NeedFrames as more:
+            frames *= more.frames
+            if frames > MAX_FRAMES_PER_STEP:
+                raise TfaotError(f"{source}: the time strides need more than "
+                                 f"{MAX_FRAMES_PER_STEP} frames per step") from None
+            continue
+        except NotIncremental as why:
+            if mode != "window":
+                raise TfaotError(str(why)) from None
+            return _recompute_plan(model, source, window, str(why))
+        if mode == "window" and y.meta == SEQ:
+            # The time axis reaches the output: not a window model (an image
+            # to image model, say); one whole inference per step.
+            mode = "stateless"
+            continue
+        break
+    y0 = replay.output(y)
+    x_spec = TensorInfo("x_t", "float32", tuple(int(d) for d in x_shape))
+    length = shape[1] if len(shape) >= 3 else None
+    if mode == "stateless":
+        stream = StreamInfo()
+    else:
+        stream = StreamInfo(
+            mode=mode, time_axis=1, fixed_length=int(length) if length is not None else None,
+            frames_per_step=frames, window=window if mode == "window" else None,
+            first_valid_step=int(y.valid_from), delay=delay)
+    return {"mode": mode, "replay": replay, "y0": y0, "x_spec": x_spec, "frames": frames,
+            "window": window, "delay": delay, "stream": stream}
+
+
+def _step_shape(shape, mode: str, frames: int) -> tuple[int, ...]:
+    features = tuple(int(d) for d in shape[2:])
+    if mode == "stateless":
+        return (1, *(int(d) for d in shape[1:]))
+    return (1, *features) if frames == 1 else (1, frames, *features)
+
+
+def _recompute_plan(model, source, window: int, reason: str) -> dict:
+    shape = tuple(model.inputs[0].shape)
+    features = tuple(int(d) for d in shape[2:])
+    stream = StreamInfo(mode="window", time_axis=1, fixed_length=window, frames_per_step=1,
+                        window=window, first_valid_step=window - 1, delay=0, recompute=reason)
+    return {"mode": "recompute", "window": window, "features": features, "stream": stream,
+            "reason": reason}
+
+
+def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
+    """The exact fallback: a ring buffer of the last W-1 frames and the whole
+    model on the window at every step."""
+    import tensorflow as tf
+
+    window, features = plan["window"], plan["features"]
+    buffer = StateInfo("window/frames", "float32", (1, window - 1, *features),
+                       initial=np.zeros((1, window - 1, *features), np.float32), layer="")
+    states = (buffer,) if window > 1 else ()
+
+    def pure_step(x, *state_values):
+        frames = tf.expand_dims(x, 1)
+        if state_values:
+            frames = tf.concat([state_values[0], frames], axis=1)
+        y = model(frames, training=False)
+        return (y, frames[:, 1:]) if state_values else (y,)
+
+    x_spec = TensorInfo("x_t", "float32", (1, *features))
+    arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
+    arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
+    concrete = tf.function(pure_step, input_signature=arg_specs,
+                           autograph=False).get_concrete_function()
+    y_shape = tuple(int(d) for d in concrete.structured_outputs[0].shape)
+    signature = ProgramSignature((x_spec,), (TensorInfo("y_t", "float32", y_shape),), states)
+    rows = [{"name": layer.name, "type": type(layer).__name__, "role": "whole window"}
+            for layer in getattr(model, "layers", []) if type(layer).__name__ != "InputLayer"]
+    report = _report(model, fmt, plan["stream"], rows, signature)
+    return StepProgram(source, fmt, signature, concrete, report, plan["stream"])
+
+
+# --------------------------------------------------------------------------
+# model-level checks
+
+
+def step_input_spec(model, source: str) -> TensorInfo:
+    """Checks the model's input; returns the step input of a one-frame step
+    (of a whole inference for a model without a time axis)."""
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise TfaotError(
+            f"{source}: the model has {len(model.inputs)} inputs and "
+            f"{len(model.outputs)} outputs; tfaot supports one input and one output")
+    shape = tuple(model.inputs[0].shape)
+    dtype = str(model.inputs[0].dtype)
+    if dtype != "float32":
+        raise TfaotError(f"{source}: input dtype is {dtype}; only float32 is supported")
+    _check_batch(model, shape[0])
+    streaming = is_streaming(model)
+    feature_dims = shape[2:] if streaming else shape[1:]
+    if streaming and len(shape) < 3:
+        raise TfaotError(
+            f"{source}: a recurrent model needs input (batch, time, features...), "
+            f"got {shape}")
+    if any(d is None for d in feature_dims):
+        raise TfaotError(
+            f"{source}: input shape {shape} has unknown feature dimensions; "
+            "tfaot needs static shapes apart from batch and time")
+    return TensorInfo("x_t", "float32", (1, *(int(d) for d in feature_dims)))
+
+
+def _check_batch(model, batch) -> None:
+    if batch in (None, 1):
+        return
+    for layer in _all_layers(model):
+        if getattr(layer, "stateful", False):
+            raise TfaotError(
+                f"layer '{layer.name}' ({type(layer).__name__}) is stateful=True "
+                f"with batch size {batch}; tfaot streams batch 1 only")
+
+
+def is_streaming(model) -> bool:
+    """True if the model streams with prefix semantics: it has a recurrent
+    layer or an input whose axis 1 (time) is of unknown length."""
+    return _has_recurrent_layer(model) or _has_dynamic_time(model)
+
+
+def fixed_window_length(model) -> int | None:
+    """W for a candidate fixed-window model: input (batch, W, features...) with
+    W fixed and no recurrent layer (whether the time axis is reduced inside
+    the model is found by the replay)."""
+    shape = tuple(model.inputs[0].shape)
+    if len(shape) >= 3 and shape[1] is not None and not is_streaming(model):
+        return int(shape[1])
+    return None
+
+
+def _all_layers(model):
+    for layer in getattr(model, "layers", []):
+        yield layer
+        yield from _all_layers(layer)
+        inner = getattr(layer, "layer", None)  # TimeDistributed, Bidirectional
+        if inner is not None:
+            yield inner
+
+
+def _has_recurrent_layer(model) -> bool:
+    import keras
+
+    return any(isinstance(layer, keras.layers.RNN) for layer in _all_layers(model))
+
+
+def _has_dynamic_time(model) -> bool:
+    shape = tuple(model.inputs[0].shape)
+    return len(shape) >= 3 and shape[1] is None
+
+
+# --------------------------------------------------------------------------
+# report
+
+_MODE_TEXT = {
+    "prefix": "streaming (step m = the model on frames 0..t, t the step's last frame)",
+    "window": "streaming sliding window (step m = the model on the last {window} frames)",
+    "stateless": "stateless (step = one whole inference)",
+}
+
+
+def _report(model, fmt, stream: StreamInfo, layer_rows, signature: ProgramSignature,
+            whole: bool = False):
+    mode = _MODE_TEXT[stream.mode].format(window=stream.window)
+    if stream.recompute:
+        mode = (f"streaming sliding window, recomputed (step = the whole model on the last "
+                f"{stream.window} frames; {stream.recompute})")
+    elif whole:
+        mode += "; whole-window build (fixed_window='whole'; the default streams it per frame)"
+    return {
+        "format": fmt,
+        "mode": mode,
+        "stream": stream.to_json(),
+        "layers": layer_rows,
+        "parameters": int(model.count_params()),
+        **signature.to_json(),
+    }

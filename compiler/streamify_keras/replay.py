@@ -1,0 +1,531 @@
+"""The replay: a Keras graph run on one step's chunk of frames.
+
+Every value carries a *time meta*:
+
+* ``seq``: a chunk of a sequence, shape ``(1, n, ...)`` (the time axis is
+  kept, so layer axes keep their meaning), with a ``Seq`` record saying
+  which frames of that sequence the chunk holds (see ``Seq``);
+* ``vec``: a value with no time axis: the last output of a recurrent layer,
+  the result of Flatten / global pooling over a fixed window, or anything
+  in a model without a time axis.
+
+Recurrent layers become one call of their cell per frame of the chunk,
+with the state as argument and result; per-time-step layers run as they
+are on the chunk; layers that mix time steps follow their rule in
+``time_rules.RULES`` (ring buffers). Every state (recurrent state, ring
+buffer, step counter) is taken with ``take_state`` and its new value is
+appended to ``new_values`` right away, so discovery and tracing see the
+states in the same order.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import TfaotError
+from ..program import StateInfo
+
+SEQ, VEC = "seq", "vec"
+STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
+
+# Layers that see one time step at a time: applied unchanged to a (1, n, ...)
+# chunk. The value says which attribute holds axes that must not be the time
+# (or batch) axis, or None.
+PER_STEP_LAYERS: dict[str, str | None] = {
+    "Dense": None, "Activation": None, "Dropout": None, "GaussianDropout": None,
+    "GaussianNoise": None, "AlphaDropout": None, "SpatialDropout1D": None,
+    "SpatialDropout2D": None, "SpatialDropout3D": None,
+    "Identity": None, "ReLU": None, "LeakyReLU": None, "ELU": None, "PReLU": None,
+    "ThresholdedReLU": None,  # Keras 2 layer, see keras2.py
+    "Rescaling": None, "Softmax": "axis", "LayerNormalization": "axis",
+    "BatchNormalization": "axis", "UnitNormalization": "axis",
+    "Concatenate": "axis", "Add": None, "Subtract": None, "Multiply": None,
+    "Average": None, "Maximum": None, "Minimum": None,
+}
+
+# Elementwise keras.ops that the functional API records as graph nodes
+# (``x + y``, ``keras.ops.tanh(x)`` ...).
+ELEMENTWISE_OPS = {
+    "Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Maximum", "Minimum",
+    "Negative", "Abs", "Exp", "Log", "Sqrt", "Square", "Tanh", "Sigmoid", "Relu",
+}
+
+# Why a layer cannot stream, for the common cases; anything else on a
+# sequence gets the generic message.
+NOT_STREAMABLE: dict[str, str] = {
+    "Bidirectional": "runs the sequence backwards as well as forwards, so step t "
+                     "depends on future samples",
+    "Masking": "masks time steps; streaming masked sequences is not supported "
+               "(feed only valid samples to step() instead)",
+    "RepeatVector": "creates a new time axis",
+    "Attention": "attends over the whole sequence",
+    "MultiHeadAttention": "attends over the whole sequence",
+    "AdditiveAttention": "attends over the whole sequence",
+    "Conv1DTranspose": "upsamples the time axis",
+    "Conv2DTranspose": "upsamples the time axis",
+    "Conv3DTranspose": "upsamples the time axis",
+    "UpSampling1D": "upsamples the time axis",
+    "UpSampling2D": "upsamples the time axis",
+    "UpSampling3D": "upsamples the time axis",
+}
+
+
+@dataclass(frozen=True)
+class Seq:
+    """Which frames of a sequence a streamed chunk holds.
+
+    At step m (0-based) the chunk holds frames ``[m*n - delay, m*n - delay + n)``
+    of the sequence, numbered as in the reference (the original model on
+    the prefix, or on the window); frames with a negative number come from
+    before the stream started. The reference's last frame at step m is
+    frame ``(m+1)*n + end``; ``length`` is the sequence's length in the
+    whole-window model (window mode only). ``dirty``: frames with a negative
+    number, when emitted, may be non-zero (so padding and recurrent layers
+    must mask them).
+    """
+
+    n: int
+    delay: int
+    end: int
+    length: int | None = None
+    dirty: bool = False
+
+    @property
+    def lag(self) -> int:
+        """How many frames the chunk's last frame is past the reference's last."""
+        return -1 - self.delay - self.end
+
+    @property
+    def first_step(self) -> int:
+        """The first step at which the reference has a last frame."""
+        return max(0, math.ceil(-self.end / self.n) - 1)
+
+
+class Streamed:
+    """A value flowing through the replayed graph, with its time meta."""
+
+    __slots__ = ("value", "meta", "seq", "valid_from")
+
+    def __init__(self, value, meta: str, seq: Seq | None = None, valid_from: int = 0):
+        self.value = value
+        self.meta = meta
+        self.seq = seq
+        self.valid_from = valid_from if seq is None else max(valid_from, seq.first_step)
+
+
+class NeedFrames(Exception):
+    """A strided layer needs the step to consume more frames; replay again."""
+
+    def __init__(self, frames: int):
+        super().__init__(frames)
+        self.frames = frames
+
+
+class NotIncremental(Exception):
+    """A layer that cannot be streamed incrementally (window mode falls back)."""
+
+    def __init__(self, op, reason: str):
+        super().__init__(f"layer '{op.name}' ({type(op).__name__}) {reason}")
+        self.layer = op.name
+
+
+class Replay:
+    """Replays a Keras graph on one step.
+
+    ``mode``: "prefix" (recurrent / open-time models), "window" (a fixed
+    window W streamed as a sliding window) or "stateless". ``frames`` input
+    frames per step; in window mode the output is the model on the window
+    that ends ``delay`` frames before the step's last frame.
+
+    With ``states=None`` it runs eagerly on zeros and records the state slots
+    it meets (discovery); otherwise it takes state values from ``states`` in
+    the same order and collects the new values in ``new_values``.
+    """
+
+    def __init__(self, mode: str, states: list | None, *, frames: int = 1,
+                 window: int | None = None, delay: int = 0):
+        self.mode = mode
+        self.frames = frames
+        self.window = window
+        self.delay = delay
+        self.discovering = states is None
+        self.incoming = states
+        self.new_states: list[StateInfo] = []  # found while discovering
+        self.new_values: list = []
+        self.layer_rows: list[dict[str, Any]] = []
+        self._counter = None
+
+    @property
+    def window_first_step(self) -> int:
+        """The first step whose window lies inside the stream."""
+        return max(0, math.ceil((self.window + self.delay) / self.frames) - 1)
+
+    # -- entry points ------------------------------------------------------
+
+    def run_model(self, model, x_t) -> Streamed:
+        import tensorflow as tf
+
+        if self.mode == "stateless":
+            x = Streamed(x_t, VEC)
+        else:
+            value = tf.expand_dims(x_t, 1) if self.frames == 1 else x_t
+            x = Streamed(value, SEQ, Seq(self.frames, 0, -1 - self.delay,
+                                         self.window if self.mode == "window" else None))
+        y = self._run(model, x)
+        if isinstance(y, (list, tuple)):
+            y = y[0]
+        return y
+
+    def output(self, y: Streamed):
+        """The step output of the model's final value (its reference's last frame)."""
+        if y.meta == VEC:
+            return y.value
+        lag = y.seq.lag
+        cat = self.buffer("output/frames", y.value, lag + 1 - y.seq.n)
+        return cat[:, cat.shape[1] - 1 - lag]
+
+    def _run(self, model, inputs):
+        import keras
+
+        if isinstance(model, keras.Sequential):
+            x = inputs
+            for layer in model.layers:
+                x = self.call_layer(layer, x)
+            return x
+        return model._run_through_graph(  # private Keras 3 API: walks any DAG
+            inputs, call_fn=lambda op, *a, **k: self.call_layer(op, *a, **k))
+
+    # -- states ------------------------------------------------------------
+
+    def take_state(self, name: str, shape: tuple[int, ...], layer: str = ""):
+        import tensorflow as tf
+
+        if self.discovering:
+            self.new_states.append(StateInfo(name, "float32", tuple(shape),
+                                             initial=np.zeros(shape, np.float32),
+                                             layer=layer))
+            return tf.zeros(shape, tf.float32)
+        return self.incoming.pop(0)
+
+    def buffer(self, name: str, value, keep: int, layer: str = ""):
+        """A ring buffer of the last ``keep`` frames before ``value``'s chunk:
+        returns ``concat(buffer, value)`` along time; the buffer's new value
+        is the last ``keep`` frames of that."""
+        import tensorflow as tf
+
+        if keep <= 0:
+            return value
+        old = self.take_state(name, (1, keep, *value.shape[2:]), layer)
+        cat = tf.concat([old, value], axis=1)
+        self.new_values.append(cat[:, -keep:])
+        return cat
+
+    def step_index(self):
+        """m, the number of the current step (saturating), a float scalar."""
+        import tensorflow as tf
+
+        if self._counter is None:
+            count = self.take_state("stream/step", (1,))
+            self.new_values.append(tf.minimum(count + 1.0, STEP_CAP))
+            self._counter = count[0]
+        return self._counter
+
+    def frame_numbers(self, seq: Seq):
+        """The numbers of the chunk's frames (float vector of length n)."""
+        import tensorflow as tf
+
+        m = self.step_index()
+        return m * float(seq.n) - float(seq.delay) + tf.range(seq.n, dtype=tf.float32)
+
+    def clean(self, x: Streamed) -> Streamed:
+        """``x`` with frames from before the stream set to zero."""
+        import tensorflow as tf
+
+        if not x.seq.dirty or x.seq.delay <= 0:
+            return x if not x.seq.dirty else Streamed(x.value, SEQ, replace(x.seq, dirty=False),
+                                                      x.valid_from)
+        keep = tf.cast(self.frame_numbers(x.seq) >= 0.0, x.value.dtype)
+        keep = tf.reshape(keep, (1, x.seq.n) + (1,) * (len(x.value.shape) - 2))
+        return Streamed(x.value * keep, SEQ, replace(x.seq, dirty=False), x.valid_from)
+
+    # -- one node ----------------------------------------------------------
+
+    def call_layer(self, op, *args, **kwargs):
+        import keras
+
+        from .time_rules import RULES
+
+        kind = type(op).__name__
+        if kwargs.get("mask") is not None:
+            raise layer_error(op, "receives a mask; masked sequences cannot stream")
+        if kind == "InputLayer":
+            return args[0]
+        if isinstance(op, keras.Model):
+            self.row(op, "model")
+            return self._run(op, args[0] if len(args) == 1 else list(args))
+        streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
+        on_sequence = any(s.meta == SEQ for s in streamed)
+        if _is_rnn(op):
+            return self._recurrent(op, args[0], kwargs)
+        if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
+            raise layer_error(op, NOT_STREAMABLE[kind])
+        if kind == "Embedding" and getattr(op, "mask_zero", False):
+            raise layer_error(op, "produces a mask (mask_zero=True); masked "
+                                  "sequences cannot stream")
+        if not on_sequence:
+            self.row(op, "per-step")
+            return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed))
+        rule = RULES.get(kind)
+        if rule is not None:
+            if getattr(op, "data_format", "channels_last") != "channels_last":
+                raise layer_error(op, "uses data_format='channels_first'; tfaot streams "
+                                      "channels_last layers (time on axis 1)")
+            return rule.step(self, op, args[0])
+        return self._per_step(op, kind, args, kwargs)
+
+    def _per_step(self, op, kind, args, kwargs):
+        if kind == "TimeDistributed":
+            self.row(op, "per-step")
+            x = args[0]
+            return self.per_frame(op.layer, x)
+        if kind == "Reshape":
+            return self._reshape(op, args[0])
+        if kind == "Permute":
+            if tuple(op.dims)[0] != 1:
+                raise layer_error(op, f"moves the time axis (dims={tuple(op.dims)})")
+            self.row(op, "per-step")
+            return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
+                              valid_from=args[0].valid_from)
+        if kind in PER_STEP_LAYERS or _is_elementwise_op(op):
+            self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
+            self._check_all_sequences(op, args)
+            args, kwargs, seq = self._align(op, args, kwargs)
+            self.row(op, "per-step")
+            streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
+            return self.apply(op, args, kwargs, SEQ, seq=seq, valid_from=_valid_from(streamed))
+        raise layer_error(
+            op, "is not a per-time-step layer, so it cannot run on a streamed "
+                "sequence (tfaot streams recurrent layers, layers that treat "
+                "each time step alone, and convolution/pooling over time)")
+
+    def per_frame(self, layer, x: Streamed) -> Streamed:
+        """``layer`` applied to each frame of the chunk alone (TimeDistributed)."""
+        import tensorflow as tf
+
+        v = x.value
+        n = int(v.shape[1])
+        y = layer(tf.reshape(v, (n, *v.shape[2:])))
+        return Streamed(tf.reshape(y, (1, n, *y.shape[1:])), SEQ,
+                        _per_step_seq(x.seq), x.valid_from)
+
+    def apply(self, op, args, kwargs, meta, seq: Seq | None = None, valid_from: int = 0):
+        import tensorflow as tf
+
+        args, kwargs = _unwrap((args, kwargs))
+        with tf.name_scope(op.name):
+            out = op(*args, **kwargs)
+        if meta == SEQ:
+            seq = _per_step_seq(seq)
+        if isinstance(out, (list, tuple)):
+            return [Streamed(o, meta, seq, valid_from) for o in out]
+        return Streamed(out, meta, seq, valid_from)
+
+    def _align(self, op, args, kwargs):
+        """Line up the frames of several sequences combined by one layer:
+        the less delayed ones go through a delay line."""
+        seqs = [s for s in _leaves((args, kwargs)) if isinstance(s, Streamed) and s.meta == SEQ]
+        first = seqs[0].seq
+        for s in seqs[1:]:
+            if (s.seq.n, s.seq.end, s.seq.length) != (first.n, first.end, first.length):
+                raise NotIncremental(op, "combines sequences whose frames do not line up "
+                                         "(different strides, crops or lengths in time)")
+        target = max(s.seq.delay for s in seqs)
+        count = [0]
+
+        def delayed(v):
+            if not isinstance(v, Streamed) or v.meta != SEQ or v.seq.delay == target:
+                return v
+            gap = target - v.seq.delay
+            count[0] += 1
+            cat = self.buffer(f"{op.name}/delay{count[0]}", v.value, gap, op.name)
+            return Streamed(cat[:, :v.seq.n], SEQ, replace(v.seq, delay=target), v.valid_from)
+
+        from keras import tree
+
+        args, kwargs = tree.map_structure(delayed, (args, kwargs))
+        dirty = any(s.seq.dirty for s in seqs)
+        return args, kwargs, replace(first, delay=target, dirty=dirty)
+
+    def _check_axes(self, op, attr: str | None, args) -> None:
+        if attr is None:
+            return
+        rank = len(_leaves(args)[0].value.shape)
+        axes = getattr(op, attr)
+        axes = axes if isinstance(axes, (list, tuple)) else [axes]
+        for axis in axes:
+            if axis % rank in (0, 1):
+                raise layer_error(op, f"works along axis {axis}, the "
+                                      f"{'batch' if axis % rank == 0 else 'time'} axis")
+
+    def _check_all_sequences(self, op, args) -> None:
+        metas = {s.meta for s in _leaves(args) if isinstance(s, Streamed)}
+        if len(metas) > 1:
+            raise layer_error(op, "combines a sequence with a value that has no "
+                                  "time axis; tfaot cannot tell how they align")
+
+    def _reshape(self, op, x: Streamed) -> Streamed:
+        """Reshape the features of each step; the time axis must stay first.
+
+        The target's first entry is the time length (-1, or the model's
+        fixed T); the rest must hold exactly one step's features. A reshape
+        that flattens a fixed window into features is Flatten's rule.
+        """
+        import tensorflow as tf
+
+        from .time_rules import RULES
+
+        target = tuple(op.target_shape)
+        per_step = tuple(int(d) for d in x.value.shape[2:])
+        rest = target[1:]
+        if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
+            if x.seq.length is not None and -1 not in target and \
+                    int(np.prod(target)) == x.seq.length * int(np.prod(per_step)):
+                return RULES["Flatten"].step(self, op, x)
+            raise layer_error(op, f"target shape {target} mixes the time axis "
+                                  f"with the features {per_step}")
+        self.row(op, "per-step")
+        with tf.name_scope(op.name):
+            return Streamed(tf.reshape(x.value, (1, x.seq.n, *rest)), SEQ, x.seq, x.valid_from)
+
+    # -- recurrent layers --------------------------------------------------
+
+    def _recurrent(self, layer, x: Streamed, kwargs):
+        import tensorflow as tf
+        from keras import tree
+
+        self._check_recurrent(layer, x, kwargs)
+        cell = layer.cell
+        shapes = state_shapes(layer)
+        self.row(layer, "recurrent", state=[list(s) for s in shapes])
+        seq = x.seq
+        # (before taking the layer's states: every state's new value follows it)
+        mask = self.frame_numbers(seq) >= 0.0 if seq.dirty and seq.delay > 0 else None
+        states = [self.take_state(f"{layer.name}/{_state_name(layer, i)}", shape, layer.name)
+                  for i, shape in enumerate(shapes)]
+        outputs = []
+        with tf.name_scope(layer.name):
+            for i in range(seq.n):
+                y, new_states = cell.call(x.value[:, i], states, training=False)
+                new_states = tree.flatten(new_states)
+                if mask is not None:  # frames from before the stream leave the state alone
+                    new_states = [tf.where(mask[i], new, old)
+                                  for new, old in zip(new_states, states)]
+                states = new_states
+                outputs.append(y)
+        self.new_values.extend(states)
+        if layer.return_sequences:
+            out = Streamed(tf.stack(outputs, axis=1), SEQ,
+                           replace(seq, dirty=seq.delay > 0), x.valid_from)
+        else:
+            if seq.lag != 0:
+                raise layer_error(layer, f"returns its last output, but its input's last frame "
+                                         f"is {seq.lag} frame(s) behind the stream (a crop "
+                                         "at the end of the time axis)")
+            out = Streamed(outputs[-1], VEC, valid_from=max(x.valid_from, seq.first_step))
+        if getattr(layer, "return_state", False):
+            return [out] + [Streamed(s, VEC, valid_from=out.valid_from) for s in states]
+        return out
+
+    def _check_recurrent(self, layer, x: Streamed, kwargs) -> None:
+        if layer.go_backwards:
+            raise layer_error(layer, "has go_backwards=True: step t would depend "
+                                     "on future samples")
+        if kwargs.get("initial_state") is not None:
+            raise layer_error(layer, "gets its initial state from another tensor; "
+                                     "tfaot needs the layer's own initial state")
+        if x.meta != SEQ:
+            raise layer_error(layer, "reads a tensor that has no time axis of the "
+                                     "model input (e.g. after a last-output layer)")
+        state_shapes(layer)  # raises on nested state sizes
+
+    # -- report ------------------------------------------------------------
+
+    def row(self, op, role: str, **extra) -> None:
+        if not self.discovering:
+            return
+        row = {"name": op.name, "type": type(op).__name__, "role": role}
+        if role == "recurrent":
+            row["units"] = int(op.cell.units) if hasattr(op.cell, "units") else (
+                int(op.cell.filters) if hasattr(op.cell, "filters") else None)
+            row["return_sequences"] = bool(op.return_sequences)
+        row.update(extra)
+        self.layer_rows.append(row)
+
+
+def state_shapes(layer) -> list[tuple[int, ...]]:
+    """Shapes (batch 1) of a recurrent layer's states: (1, units) for the usual
+    cells, the feature-map shape for ConvLSTM cells."""
+    size = layer.cell.state_size
+    sizes = list(size) if isinstance(size, (list, tuple)) else [size]
+    if all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
+        return [(1, int(s)) for s in sizes]
+    if all(isinstance(s, (int, np.integer)) for s in sizes) and \
+            hasattr(layer.cell, "get_initial_state"):
+        try:
+            initial = layer.cell.get_initial_state(batch_size=1)
+            return [tuple(int(d) for d in s.shape) for s in initial]
+        except Exception:  # noqa: BLE001 - reported below
+            pass
+    raise layer_error(layer, f"has a nested state size {size!r} (e.g. "
+                             "StackedRNNCells), which is not supported yet")
+
+
+def _state_name(layer, index: int) -> str:
+    if type(layer.cell).__name__ in ("LSTMCell", "ConvLSTMCell"):
+        return ("h", "c")[index]
+    if len(state_shapes(layer)) == 1:
+        return "h"
+    return f"state{index}"
+
+
+def _per_step_seq(seq: Seq | None) -> Seq | None:
+    """A per-step layer may map zeros to non-zeros (a bias), so emitted
+    frames from before the stream become dirty."""
+    if seq is None or seq.dirty or seq.delay <= 0:
+        return seq
+    return replace(seq, dirty=True)
+
+
+def _valid_from(streamed) -> int:
+    return max([s.valid_from for s in streamed], default=0)
+
+
+def _is_rnn(layer) -> bool:
+    import keras
+
+    return isinstance(layer, keras.layers.RNN)
+
+
+def _is_elementwise_op(op) -> bool:
+    return type(op).__module__.startswith("keras.src.ops") and \
+        type(op).__name__ in ELEMENTWISE_OPS
+
+
+def layer_error(op, reason: str) -> TfaotError:
+    return TfaotError(f"layer '{op.name}' ({type(op).__name__}) {reason}")
+
+
+def _leaves(structure) -> list:
+    from keras import tree
+
+    return tree.flatten(structure)
+
+
+def _unwrap(structure):
+    from keras import tree
+
+    return tree.map_structure(
+        lambda v: v.value if isinstance(v, Streamed) else v, structure)

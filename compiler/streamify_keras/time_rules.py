@@ -1,0 +1,236 @@
+"""Streaming rules for Keras layers that mix time steps: one rule per layer kind.
+
+In the style of kws_streaming's ``Stream`` wrapper, each rule knows two
+things: the state it needs (``state_specs``: ring buffers, in frames) and
+how to run the layer on one step's chunk with that state (``step``). Time
+is axis 1 (channels_last). A chunk at step m holds frames
+``[m*n - delay, m*n - delay + n)`` of its sequence (``replay.Seq``).
+
+* Convolution and pooling over time (``WindowedRule``): ``valid`` padding
+  streams exactly with a ring buffer of ``dilation*(k-1)`` frames before the
+  chunk (``dilation*(k-1)+1`` frames with the current one); ``causal``
+  (prefix mode) is the same after a left pad of zeros, which the zero-
+  initialised buffer provides. A stride s in time needs the chunk to be a
+  multiple of s frames: the step then consumes more frames (see
+  ``NeedFrames``). ``same`` padding in time is not incremental.
+* Flatten / global pooling / a flattening Reshape over a fixed window
+  (``WindowReduceRule``, window mode only): a ring buffer of the window's
+  frames; the layer runs on the window.
+* ZeroPadding / Cropping in time (``PadRule`` / ``CropRule``): renumber the
+  frames; left zero padding needs zeros before the stream (prefix mode).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .replay import SEQ, VEC, NeedFrames, NotIncremental, Replay, Seq, Streamed, layer_error
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
+
+
+class WindowedRule:
+    """Conv / depthwise / separable convolution and pooling with time among
+    the spatial axes."""
+
+    kind = "conv"
+
+    def params(self, op) -> tuple[int, int, int, str]:
+        """(kernel, stride, dilation, padding) along time."""
+        if hasattr(op, "pool_size"):
+            k = tuple(op.pool_size)[0]
+            strides = op.strides if op.strides is not None else op.pool_size
+            return int(k), int(tuple(strides)[0]), 1, op.padding
+        return (int(tuple(op.kernel_size)[0]), int(tuple(op.strides)[0]),
+                int(tuple(op.dilation_rate)[0]), op.padding)
+
+    def plan(self, op, seq: Seq, mode: str) -> dict:
+        """The buffer this layer needs for an input chunk ``seq`` and the
+        output's ``Seq``; raises NeedFrames / NotIncremental."""
+        k, s, dil, padding = self.params(op)
+        eff = dil * (k - 1) + 1
+        if eff == 1 and s == 1:
+            return {"per_step": True, "out": seq}
+        if padding == "same":
+            raise NotIncremental(op, f"pads the time axis (padding='same', kernel {k} in "
+                                     "time), so its outputs near the end depend on frames "
+                                     "not yet received; use padding='valid' or 'causal' in "
+                                     "time to stream it")
+        if seq.n % s:
+            raise NeedFrames(s // _gcd(seq.n, s))
+        delay, end, length = seq.delay, seq.end, seq.length
+        if padding == "causal":
+            if mode == "window":
+                raise NotIncremental(op, "pads the start of each window with zeros "
+                                         "(padding='causal'), so a sliding window cannot "
+                                         "reuse earlier outputs")
+            delay, end = delay - (eff - 1), end + (eff - 1)
+        if length is not None:
+            if (end - length + 1) % s:
+                raise NotIncremental(op, f"has stride {s} in time, which does not line up "
+                                         "with the window's first frame")
+            length = (length - eff) // s + 1
+        out_delay = (delay + eff - 1) // s
+        keep = max(0, s * out_delay - delay)
+        return {"per_step": False, "causal": padding == "causal", "keep": keep,
+                "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
+                "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
+                "k": k, "stride": s, "dilation": dil}
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        plan = self.plan(op, seq, mode)
+        return [] if plan["per_step"] or not plan["keep"] else [("frames", plan["keep"])]
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        import tensorflow as tf
+
+        plan = self.plan(op, x.seq, replay.mode)
+        if plan["per_step"]:
+            replay.row(op, "per-step")
+            return replay.apply(op, (x,), {}, SEQ, seq=x.seq, valid_from=x.valid_from)
+        if plan["causal"]:
+            x = replay.clean(x)
+        cat = replay.buffer(f"{op.name}/frames", x.value, plan["keep"], op.name)
+        window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
+        with tf.name_scope(op.name), _valid_padding(op):
+            y = op(window)
+        out = plan["out"]
+        replay.row(op, "time conv" if self.kind == "conv" else "time pool",
+                   buffer=plan["keep"], kernel=plan["k"], stride=plan["stride"],
+                   dilation=plan["dilation"], delay=out.delay)
+        return Streamed(y, SEQ, out, x.valid_from)
+
+
+class _valid_padding:
+    """Runs a causal Conv1D as a valid one (the buffer holds its left padding)."""
+
+    def __init__(self, op):
+        self.op = op
+        self.saved = getattr(op, "padding", None)
+
+    def __enter__(self):
+        if self.saved == "causal":
+            self.op.padding = "valid"
+
+    def __exit__(self, *exc):
+        if self.saved == "causal":
+            self.op.padding = self.saved
+
+
+class PoolRule(WindowedRule):
+    kind = "pool"
+
+
+class WindowReduceRule:
+    """Flatten, global pooling or a flattening Reshape over a fixed window:
+    the layer runs on the last ``length`` frames."""
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        self._check(op, seq, mode)
+        keep = seq.length + seq.lag - seq.n
+        return [("window", keep)] if keep > 0 else []
+
+    def _check(self, op, seq: Seq, mode: str) -> None:
+        if mode != "window" or seq.length is None:
+            raise layer_error(op, "is not a per-time-step layer: it reduces the whole "
+                                  "sequence, whose length grows in a streaming model (give "
+                                  "the model a fixed window: input (batch, W, ...))")
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        import tensorflow as tf
+
+        seq = x.seq
+        self._check(op, seq, replay.mode)
+        need = seq.length + seq.lag
+        cat = replay.buffer(f"{op.name}/window", x.value, need - seq.n, op.name)
+        first = int(cat.shape[1]) - need
+        with tf.name_scope(op.name):
+            y = op(cat[:, first:first + seq.length])
+        replay.row(op, "window", buffer=max(0, need - seq.n), window=seq.length)
+        return Streamed(y, VEC, valid_from=max(x.valid_from, replay.window_first_step))
+
+
+def _time_pad(op) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """(time pair, other spatial pairs) of a ZeroPadding / Cropping layer."""
+    attr = op.padding if hasattr(op, "padding") else op.cropping
+    if type(op).__name__.endswith("1D"):
+        return _pair(attr), []
+    pairs = [_pair(p) for p in attr]
+    return pairs[0], pairs[1:]
+
+
+class PadRule:
+    """ZeroPadding1D/2D/3D: zeros before the first frame (prefix mode)."""
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        return []
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        import tensorflow as tf
+
+        (before, after), others = _time_pad(op)
+        if (before or after) and replay.mode == "window":
+            raise NotIncremental(op, "pads the time axis at both ends of each window, so a "
+                                     "sliding window cannot reuse earlier outputs")
+        if after:
+            raise layer_error(op, f"pads {after} frame(s) after the last frame, which "
+                                  "streaming cannot know")
+        if before:
+            x = replay.clean(x)
+        pads = [[0, 0], [0, 0], *[list(p) for p in others]]
+        pads += [[0, 0]] * (len(x.value.shape) - len(pads))
+        with tf.name_scope(op.name):
+            y = tf.pad(x.value, pads)
+        seq = replace(x.seq, delay=x.seq.delay - before, end=x.seq.end + before)
+        replay.row(op, "per-step" if not before else "time pad", pad=before)
+        return Streamed(y, SEQ, seq, x.valid_from)
+
+
+class CropRule:
+    """Cropping1D/2D/3D: renumbers the frames (a crop at the start) and moves
+    the reference's last frame back (a crop at the end)."""
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        return []
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        (before, after), others = _time_pad(op)
+        y = x.value
+        for axis, (a, b) in enumerate(others, start=2):
+            size = int(y.shape[axis])
+            index = [slice(None)] * len(y.shape)
+            index[axis] = slice(a, size - b)
+            y = y[tuple(index)]
+        seq = x.seq
+        length = None if seq.length is None else seq.length - before - after
+        seq = Seq(seq.n, seq.delay + before, seq.end - before - after, length,
+                  seq.dirty or before > 0)
+        replay.row(op, "time crop" if before or after else "per-step", crop=[before, after])
+        return Streamed(y, SEQ, seq, x.valid_from)
+
+
+def _gcd(a: int, b: int) -> int:
+    import math
+
+    return math.gcd(a, b)
+
+
+_CONV = WindowedRule()
+_POOL = PoolRule()
+_REDUCE = WindowReduceRule()
+
+# kind -> rule. Adding a layer kind that mixes time steps is adding a row.
+RULES = {
+    **{kind: _CONV for kind in (
+        "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv1D", "DepthwiseConv2D",
+        "SeparableConv1D", "SeparableConv2D")},
+    **{kind: _POOL for kind in (
+        "MaxPooling1D", "MaxPooling2D", "MaxPooling3D",
+        "AveragePooling1D", "AveragePooling2D", "AveragePooling3D")},
+    **{kind: _REDUCE for kind in (
+        "Flatten", "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D",
+        "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D")},
+    **{kind: PadRule() for kind in ("ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D")},
+    **{kind: CropRule() for kind in ("Cropping1D", "Cropping2D", "Cropping3D")},
+}

@@ -1,0 +1,62 @@
+/* tfrt_backend.h - the internal interface between the shim's core
+ * (tfrt_core.c) and a backend (tfrt_cpu.c; later Vulkan, CUDA).
+ *
+ * A backend header (e.g. tfrt_cpu.h) includes tfrt.h, defines
+ *   struct tfrt_executable   what !hal.executable is for this backend
+ *   tfrt_backend             the backend's per-context state (a plain struct
+ *                            inside tfrt_runtime, so inside the context)
+ *   TFRT_BACKEND_NAME        a string, e.g. "cpu"
+ * and then includes this header.  The backend's .c file implements the
+ * functions declared below; the generated host program calls them with the
+ * signatures given here (hal_loader.* imports), whatever the backend.
+ */
+#ifndef TFRT_BACKEND_H_
+#define TFRT_BACKEND_H_
+
+#include "tfrt.h"
+
+#ifndef TFRT_BACKEND_NAME
+#error "include a backend header (tfrt_cpu.h), not tfrt_backend.h directly"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything the shim needs from a model context. */
+struct tfrt_runtime {
+  tfrt_arena arena;               /* core: arena and object pools */
+  tfrt_backend backend;           /* backend: kernel libraries, executables */
+};
+
+/* Called by tfrt_runtime_init after the arena is set up; the generated init
+ * has filled the backend's pointers (into the context) before. */
+TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt);
+
+/* hal_loader.executable.query_support(format) -> i32 */
+TFRT_INTERNAL int tfrt_executable_query_support(const tfrt_buffer *format, int32_t *out);
+
+/* hal_loader.executable.load(format, data, constants) -> !hal.executable,
+ * returned borrowed-immortal (it lives as long as the context). */
+TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *format,
+                                       const tfrt_buffer *data, const tfrt_buffer *constants,
+                                       tfrt_executable **out);
+
+/* hal_loader.executable.lookup.function(exe, name) -> i64; `name_slot`
+ * indexes the model's table of dispatch names, resolved at load. */
+TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
+                                         int64_t *out);
+
+/* hal_loader.executable.dispatch: runs the workgroup grid of one function.
+ * binding_ptrs/binding_lengths are caller scratch, one per binding. */
+TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
+                                           int32_t count_x, int32_t count_y, int32_t count_z,
+                                           uint32_t constant_count, const uint32_t *constants,
+                                           uint32_t binding_count, const tfrt_binding *bindings,
+                                           void **binding_ptrs, size_t *binding_lengths);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TFRT_BACKEND_H_ */

@@ -1,0 +1,261 @@
+/* tfrt_core.c - the core of the tfaot runtime shim (see tfrt.h): objects,
+ * arena, hal_inline.* buffers and views, vm.buffer.* helpers.
+ *
+ * Included once by each generated model source ("unity" build) after the
+ * backend header; every function is static.  No heap, no globals with
+ * mutable state: all mutable data lives in the tfrt_runtime of a context.
+ *
+ * Reference-counting rules (shared with the emitter):
+ *   - functions returning an object through an out-pointer return it owned (+1);
+ *   - tfrt_release(NULL) is a no-op; immortal objects (refs < 0) are never written.
+ */
+#include "tfrt_backend.h"
+
+/* ---- objects --------------------------------------------------------------- */
+
+TFRT_INTERNAL void *tfrt_retain(void *object) {
+  tfrt_obj *obj = (tfrt_obj *)object;
+  if (obj && obj->refs >= 0) obj->refs++;
+  return object;
+}
+
+TFRT_INTERNAL void tfrt_release(tfrt_runtime *rt, void *object) {
+  tfrt_arena *a = &rt->arena;
+  tfrt_obj *obj = (tfrt_obj *)object;
+  if (!obj || obj->refs < 0) return;
+  if (--obj->refs > 0) return;
+  if (obj->kind == TFRT_KIND_BUFFER) {
+    tfrt_buffer *b = (tfrt_buffer *)obj;
+    b->next_free = a->free_heads[b->pool];
+    a->free_heads[b->pool] = b;
+    a->bytes_in_use -= a->pools[b->pool].size;
+  } else if (obj->kind == TFRT_KIND_VIEW) {
+    tfrt_view *v = (tfrt_view *)obj;
+    tfrt_buffer *b = v->buffer;
+    v->buffer = NULL;
+    v->next_free = a->free_views;
+    a->free_views = v;
+    tfrt_release(rt, b);
+  }
+}
+
+/* Sets up free lists over the arena.  Called from the model's init after the
+ * context has been zeroed and its pointers filled. */
+TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
+  tfrt_arena *a = &rt->arena;
+  size_t offset = 0;
+  uint32_t slot = 0;
+  for (uint32_t p = 0; p < a->pool_count; ++p) {
+    a->free_heads[p] = NULL;
+    for (uint32_t i = 0; i < a->pools[p].count; ++i) {
+      tfrt_buffer *b = &a->buffer_slots[slot++];
+      if (offset + a->pools[p].size > a->arena_bytes) return TFRT_STATUS_OUT_OF_MEMORY;
+      b->hdr.refs = 0;
+      b->hdr.kind = TFRT_KIND_BUFFER;
+      b->hdr.flags = 0;
+      b->pool = p;
+      b->data = a->arena + offset;
+      b->length = 0;
+      b->next_free = a->free_heads[p];
+      a->free_heads[p] = b;
+      offset += a->pools[p].size;
+    }
+  }
+  a->free_views = NULL;
+  for (uint32_t i = 0; i < a->view_count; ++i) {
+    tfrt_view *v = &a->view_slots[i];
+    v->hdr.refs = 0;
+    v->hdr.kind = TFRT_KIND_VIEW;
+    v->next_free = a->free_views;
+    a->free_views = v;
+  }
+  a->bytes_in_use = 0;
+  a->bytes_high_water = 0;
+  return tfrt_backend_init(rt);
+}
+
+/* Wraps caller memory as an immortal buffer (inputs of a step). */
+TFRT_INTERNAL void tfrt_buffer_wrap(tfrt_buffer *b, void *data, size_t length) {
+  b->hdr.refs = -1;
+  b->hdr.kind = TFRT_KIND_BUFFER;
+  b->hdr.flags = 0;
+  b->pool = 0;
+  b->data = (uint8_t *)data;
+  b->length = length;
+  b->next_free = NULL;
+}
+
+/* Initialises a caller-owned immortal view over an immortal buffer. */
+TFRT_INTERNAL void tfrt_view_wrap(tfrt_view *v, tfrt_buffer *b, uint32_t element_type,
+                                  uint32_t rank, const int64_t *shape) {
+  v->hdr.refs = -1;
+  v->hdr.kind = TFRT_KIND_VIEW;
+  v->hdr.flags = 0;
+  v->element_type = element_type;
+  v->buffer = b;
+  v->offset = 0;
+  v->length = b->length;
+  v->encoding = 1;
+  v->rank = rank;
+  for (uint32_t i = 0; i < rank && i < TFRT_MAX_RANK; ++i) v->shape[i] = shape[i];
+  v->next_free = NULL;
+}
+
+/* ---- hal_inline.* ------------------------------------------------------------ */
+
+/* hal_inline.buffer.allocate(alignment, size) -> (!hal.buffer, !vm.buffer).
+ * Takes the smallest free block whose size class fits. */
+TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int64_t size,
+                                       tfrt_buffer **out) {
+  tfrt_arena *a = &rt->arena;
+  *out = NULL;
+  if (size < 0 || alignment > TFRT_ALIGNMENT) return TFRT_STATUS_INVALID_ARGUMENT;
+  for (uint32_t p = 0; p < a->pool_count; ++p) {
+    if (a->pools[p].size < (uint64_t)size || !a->free_heads[p]) continue;
+    tfrt_buffer *b = a->free_heads[p];
+    a->free_heads[p] = b->next_free;
+    b->next_free = NULL;
+    b->hdr.refs = 1;
+    b->length = (size_t)size;
+    a->bytes_in_use += a->pools[p].size;
+    if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
+    *out = b;
+    return TFRT_OK;
+  }
+  return TFRT_STATUS_OUT_OF_MEMORY;
+}
+
+/* hal_inline.buffer.storage(!hal.buffer) -> !vm.buffer: the same object. */
+TFRT_INTERNAL int tfrt_buffer_storage(tfrt_buffer *buffer, tfrt_buffer **out) {
+  *out = NULL;
+  if (!buffer) return TFRT_STATUS_NULL_REF;
+  *out = (tfrt_buffer *)tfrt_retain(buffer);
+  return TFRT_OK;
+}
+
+/* hal_inline.buffer_view.create(buffer, offset, length, type, encoding, shape...) */
+TFRT_INTERNAL int tfrt_view_create(tfrt_runtime *rt, tfrt_buffer *buffer, int64_t offset,
+                                   int64_t length, int32_t element_type, int32_t encoding,
+                                   uint32_t rank, const int64_t *shape, tfrt_view **out) {
+  tfrt_arena *a = &rt->arena;
+  *out = NULL;
+  if (!buffer) return TFRT_STATUS_NULL_REF;
+  if (rank > TFRT_MAX_RANK) return TFRT_STATUS_UNIMPLEMENTED;
+  if (offset < 0 || length < 0 || (uint64_t)offset + (uint64_t)length > buffer->length)
+    return TFRT_STATUS_OUT_OF_RANGE;
+  tfrt_view *v = a->free_views;
+  if (!v) return TFRT_STATUS_OUT_OF_MEMORY;
+  a->free_views = v->next_free;
+  v->next_free = NULL;
+  v->hdr.refs = 1;
+  v->element_type = (uint32_t)element_type;
+  v->buffer = (tfrt_buffer *)tfrt_retain(buffer);
+  v->offset = (size_t)offset;
+  v->length = (size_t)length;
+  v->encoding = (uint32_t)encoding;
+  v->rank = rank;
+  for (uint32_t i = 0; i < rank; ++i) v->shape[i] = shape[i];
+  *out = v;
+  return TFRT_OK;
+}
+
+/* hal_inline.buffer_view.assert(view, message, type, encoding, shape...) */
+TFRT_INTERNAL int tfrt_view_assert(const tfrt_view *view, int32_t element_type, int32_t encoding,
+                                   uint32_t rank, const int64_t *shape) {
+  if (!view) return TFRT_STATUS_NULL_REF;
+  if (view->element_type != (uint32_t)element_type || view->encoding != (uint32_t)encoding ||
+      view->rank != rank)
+    return TFRT_STATUS_INVALID_ARGUMENT;
+  for (uint32_t i = 0; i < rank; ++i)
+    if (view->shape[i] != shape[i]) return TFRT_STATUS_INVALID_ARGUMENT;
+  return TFRT_OK;
+}
+
+/* hal_inline.buffer_view.buffer(view) -> !hal.buffer.  Views made by the
+ * host program only ever flow out; views flowing in are made by the step
+ * wrapper at offset 0, so a sub-range view is reported, not mis-addressed. */
+TFRT_INTERNAL int tfrt_view_buffer(const tfrt_view *view, tfrt_buffer **out) {
+  *out = NULL;
+  if (!view) return TFRT_STATUS_NULL_REF;
+  if (view->offset != 0) return TFRT_STATUS_UNIMPLEMENTED;
+  *out = (tfrt_buffer *)tfrt_retain(view->buffer);
+  return TFRT_OK;
+}
+
+/* hal_inline.buffer_view.dim(view, index) -> i64 */
+TFRT_INTERNAL int tfrt_view_dim(const tfrt_view *view, int64_t index, int64_t *out) {
+  *out = 0;
+  if (!view) return TFRT_STATUS_NULL_REF;
+  if (index < 0 || (uint64_t)index >= view->rank) return TFRT_STATUS_OUT_OF_RANGE;
+  *out = view->shape[index];
+  return TFRT_OK;
+}
+
+/* ---- vm.buffer.* ------------------------------------------------------------- */
+
+TFRT_INTERNAL int tfrt_range_ok(const tfrt_buffer *b, int64_t offset, int64_t length) {
+  return offset >= 0 && length >= 0 && (uint64_t)offset <= b->length &&
+         (uint64_t)length <= b->length - (uint64_t)offset;
+}
+
+/* vm.buffer.copy: byte offsets and length. */
+TFRT_INTERNAL int tfrt_buffer_copy(tfrt_buffer *src, int64_t src_offset, tfrt_buffer *dst,
+                                   int64_t dst_offset, int64_t length) {
+  if (!src || !dst) return TFRT_STATUS_NULL_REF;
+  if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
+  if (!tfrt_range_ok(src, src_offset, length) || !tfrt_range_ok(dst, dst_offset, length))
+    return TFRT_STATUS_OUT_OF_RANGE;
+  if (length) memmove(dst->data + dst_offset, src->data + src_offset, (size_t)length);
+  return TFRT_OK;
+}
+
+/* vm.buffer.fill.iN: offset and length counted in elements of `width` bytes. */
+TFRT_INTERNAL int tfrt_buffer_fill(tfrt_buffer *dst, int64_t offset, int64_t count, uint64_t value,
+                                   uint32_t width) {
+  if (!dst) return TFRT_STATUS_NULL_REF;
+  if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
+  if (offset < 0 || count < 0 || offset > INT64_MAX / width || count > INT64_MAX / width ||
+      !tfrt_range_ok(dst, offset * (int64_t)width, count * (int64_t)width))
+    return TFRT_STATUS_OUT_OF_RANGE;
+  uint8_t *p = dst->data + offset * (int64_t)width;
+  if (width == 1) {
+    memset(p, (int)(value & 0xFFu), (size_t)count);
+    return TFRT_OK;
+  }
+  for (int64_t i = 0; i < count; ++i) memcpy(p + i * (int64_t)width, &value, width); /* little-endian */
+  return TFRT_OK;
+}
+
+/* vm.buffer.load.*: element index; the raw bytes land in *out (zero-extended). */
+TFRT_INTERNAL int tfrt_buffer_load(const tfrt_buffer *src, int64_t index, uint32_t width,
+                                   void *out) {
+  if (!src) return TFRT_STATUS_NULL_REF;
+  if (index < 0 || index > INT64_MAX / width ||
+      !tfrt_range_ok(src, index * (int64_t)width, (int64_t)width))
+    return TFRT_STATUS_OUT_OF_RANGE;
+  memcpy(out, src->data + index * (int64_t)width, width);
+  return TFRT_OK;
+}
+
+/* vm.buffer.store.*: element index. */
+TFRT_INTERNAL int tfrt_buffer_store(tfrt_buffer *dst, int64_t index, uint32_t width,
+                                    const void *value) {
+  if (!dst) return TFRT_STATUS_NULL_REF;
+  if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
+  if (index < 0 || index > INT64_MAX / width ||
+      !tfrt_range_ok(dst, index * (int64_t)width, (int64_t)width))
+    return TFRT_STATUS_OUT_OF_RANGE;
+  memcpy(dst->data + index * (int64_t)width, value, width);
+  return TFRT_OK;
+}
+
+/* ---- helpers for backends ---------------------------------------------------- */
+
+/* Whether a (rodata) buffer holds the string s. */
+TFRT_INTERNAL int tfrt_cstr_eq(const tfrt_buffer *b, const char *s) {
+  size_t n = strlen(s);
+  if (!b) return 0;
+  /* rodata strings may or may not carry their NUL terminator */
+  if (b->length == n + 1 && b->data[n] == 0) return memcmp(b->data, s, n) == 0;
+  return b->length == n && memcmp(b->data, s, n) == 0;
+}

@@ -1,0 +1,134 @@
+/* tfrt_cpu.c - the CPU backend of the runtime shim (see tfrt_cpu.h and
+ * tfrt_backend.h): hal_loader.* over executable libraries linked into the
+ * program.  Included by the generated model source after tfrt_core.c. */
+#include "tfrt_cpu.h"
+
+TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
+  rt->backend.executables_used = 0;
+  return TFRT_OK;
+}
+
+/* ---- hal_loader.* ------------------------------------------------------------ */
+
+/* hal_loader.executable.query_support(format) -> i32 */
+TFRT_INTERNAL int tfrt_executable_query_support(const tfrt_buffer *format, int32_t *out) {
+  *out = tfrt_cstr_eq(format, "static") ? 1 : 0;
+  return TFRT_OK;
+}
+
+/* Returns the v6 library of a query function, or NULL if the object speaks
+ * another ABI version.  Always asks for exactly TFRT_ABI_VERSION. */
+TFRT_INTERNAL const tfrt_abi_library_v6 *tfrt_query_library(tfrt_abi_query_fn query) {
+  static const tfrt_abi_environment zero_env;
+  const tfrt_abi_library_v6 *lib =
+      (const tfrt_abi_library_v6 *)query(TFRT_ABI_VERSION, &zero_env);
+  if (!lib || !lib->header || lib->header->version != TFRT_ABI_VERSION) return NULL;
+  return lib;
+}
+
+/* hal_loader.executable.load(format, data, constants) -> !hal.executable.
+ * `data` holds the NUL-terminated library name; the library is looked up in
+ * the model's static registry and every dispatch name is resolved now, so
+ * lookup.function costs one array read later. */
+TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *format,
+                                       const tfrt_buffer *data, const tfrt_buffer *constants,
+                                       tfrt_executable **out) {
+  *out = NULL;
+  if (!tfrt_cstr_eq(format, "static")) return TFRT_STATUS_UNIMPLEMENTED;
+  if (constants && constants->length) return TFRT_STATUS_UNIMPLEMENTED;
+  if (!data) return TFRT_STATUS_NULL_REF;
+  tfrt_backend *be = &rt->backend;
+  const tfrt_library_entry *entry = NULL;
+  for (uint32_t i = 0; i < be->library_count; ++i)
+    if (tfrt_cstr_eq(data, be->libraries[i].name)) entry = &be->libraries[i];
+  if (!entry) return TFRT_STATUS_NOT_FOUND;
+  const tfrt_abi_library_v6 *lib = tfrt_query_library(entry->query);
+  if (!lib) return TFRT_STATUS_ABI_MISMATCH;
+  if (lib->imports.count != 0) return TFRT_STATUS_UNIMPLEMENTED;
+  if (be->executables_used >= be->executable_count) return TFRT_STATUS_OUT_OF_MEMORY;
+  tfrt_executable *exe = &be->executables[be->executables_used];
+  exe->hdr.refs = -1; /* lives as long as the context */
+  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  exe->library = lib;
+  exe->function_ids = be->function_ids + (size_t)be->executables_used * be->function_name_count;
+  be->executables_used++;
+  for (uint32_t n = 0; n < be->function_name_count; ++n) {
+    exe->function_ids[n] = UINT32_MAX;
+    for (uint32_t e = 0; e < lib->exports.count; ++e) {
+      if (lib->exports.names && strcmp(lib->exports.names[e], be->function_names[n]) == 0) {
+        exe->function_ids[n] = e;
+        break;
+      }
+    }
+  }
+  *out = exe;
+  return TFRT_OK;
+}
+
+/* hal_loader.executable.lookup.function(exe, name) -> i64, name pre-resolved. */
+TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
+                                         int64_t *out) {
+  *out = -1;
+  if (!exe) return TFRT_STATUS_NULL_REF;
+  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
+  *out = exe->function_ids[name_slot];
+  return TFRT_OK;
+}
+
+/* hal_loader.executable.dispatch: runs the workgroup grid in order on the
+ * calling thread with a zeroed environment. */
+TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
+                                           int32_t count_x, int32_t count_y, int32_t count_z,
+                                           uint32_t constant_count, const uint32_t *constants,
+                                           uint32_t binding_count, const tfrt_binding *bindings,
+                                           void **binding_ptrs, size_t *binding_lengths) {
+  static const tfrt_abi_environment zero_env;
+  if (!exe) return TFRT_STATUS_NULL_REF;
+  const tfrt_abi_library_v6 *lib = exe->library;
+  if (function_id < 0 || (uint64_t)function_id >= lib->exports.count)
+    return TFRT_STATUS_INVALID_ARGUMENT;
+  if (count_x < 0 || count_y < 0 || count_z < 0 || count_z > 0xFFFF)
+    return TFRT_STATUS_INVALID_ARGUMENT;
+  const tfrt_abi_dispatch_attrs *attrs =
+      lib->exports.attrs ? &lib->exports.attrs[function_id] : NULL;
+  if (attrs) {
+    if (attrs->local_memory_pages != 0) return TFRT_STATUS_UNIMPLEMENTED;
+    if (attrs->binding_count != binding_count || attrs->constant_count != constant_count)
+      return TFRT_STATUS_INVALID_ARGUMENT;
+  }
+  for (uint32_t i = 0; i < binding_count; ++i) {
+    const tfrt_binding *b = &bindings[i];
+    if (!b->buffer) return TFRT_STATUS_NULL_REF;
+    if (!tfrt_range_ok(b->buffer, b->offset, b->length)) return TFRT_STATUS_OUT_OF_RANGE;
+    binding_ptrs[i] = b->buffer->data + b->offset;
+    binding_lengths[i] = (size_t)b->length;
+  }
+  tfrt_abi_dispatch_state state;
+  memset(&state, 0, sizeof(state));
+  state.workgroup_size_x = attrs ? attrs->workgroup_size_x : 1;
+  state.workgroup_size_y = attrs ? attrs->workgroup_size_y : 1;
+  state.workgroup_size_z = attrs ? attrs->workgroup_size_z : 1;
+  state.constant_count = (uint16_t)constant_count;
+  state.workgroup_count_x = (uint32_t)count_x;
+  state.workgroup_count_y = (uint32_t)count_y;
+  state.workgroup_count_z = (uint16_t)count_z;
+  state.max_concurrency = 1;
+  state.binding_count = (uint8_t)binding_count;
+  state.constants = constants;
+  state.binding_ptrs = binding_ptrs;
+  state.binding_lengths = binding_lengths;
+  tfrt_abi_workgroup_state wg;
+  memset(&wg, 0, sizeof(wg));
+  const tfrt_abi_dispatch_fn fn = lib->exports.ptrs[function_id];
+  for (int32_t z = 0; z < count_z; ++z) {
+    wg.workgroup_id_z = (uint16_t)z;
+    for (int32_t y = 0; y < count_y; ++y) {
+      wg.workgroup_id_y = (uint32_t)y;
+      for (int32_t x = 0; x < count_x; ++x) {
+        wg.workgroup_id_x = (uint32_t)x;
+        if (fn(&zero_env, &state, &wg) != 0) return TFRT_STATUS_KERNEL_FAILED;
+      }
+    }
+  }
+  return TFRT_OK;
+}

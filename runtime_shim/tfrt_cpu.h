@@ -1,0 +1,47 @@
+/* tfrt_cpu.h - the CPU backend of the runtime shim: kernels are an
+ * executable library (ABI v6, tfrt_abi.h) linked into the program as a static
+ * object, dispatched on the calling thread.  Implements tfrt_backend.h. */
+#ifndef TFRT_CPU_H_
+#define TFRT_CPU_H_
+
+#include "tfrt.h"
+#include "tfrt_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TFRT_BACKEND_NAME "cpu"
+
+/* A kernel library linked into the model: library name -> query function. */
+typedef struct tfrt_library_entry {
+  const char *name;
+  tfrt_abi_query_fn query;
+} tfrt_library_entry;
+
+struct tfrt_executable {
+  tfrt_obj hdr;
+  const tfrt_abi_library_v6 *library;
+  uint32_t *function_ids;         /* resolved once at load, indexed by name slot */
+};
+
+/* The CPU backend's part of a context.  The generated init fills the
+ * pointers (static tables, and storage inside the context). */
+typedef struct tfrt_backend {
+  const tfrt_library_entry *libraries;
+  uint32_t library_count;
+  tfrt_executable *executables;
+  uint32_t executable_count;
+  uint32_t executables_used;
+  const char *const *function_names;  /* names used by lookup.function */
+  uint32_t function_name_count;
+  uint32_t *function_ids;             /* executable_count * function_name_count */
+} tfrt_backend;
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "tfrt_backend.h"
+
+#endif /* TFRT_CPU_H_ */

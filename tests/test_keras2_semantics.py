@@ -1,0 +1,158 @@
+"""Keras 2 (tf_keras) .h5 files keep Keras 2 meanings, in the build and in verify.
+
+tests/fixtures/keras2_changed.h5 (made by fixtures/make_keras2_h5.py with
+tf_keras) uses what changed between Keras 2 and 3: hard_sigmoid (Keras 2:
+clip(0.2x+0.5, 0, 1); Keras 3: relu6(x+3)/6) as LSTM/GRU recurrent
+activation and as a Dense activation, ThresholdedReLU (gone in Keras 3) and
+LeakyReLU(alpha=...). Its _ref.npz holds Keras 2's own outputs.
+"""
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfaot import harness, keras2
+from tfaot.cli import main
+from tfaot.load import load_model
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CHANGED = FIXTURES / "keras2_changed.h5"
+TOL = 1e-5
+
+
+def _ref():
+    ref = np.load(FIXTURES / "keras2_changed_ref.npz")
+    return ref["x"], ref["y"]  # x (1, T, F); y (T, 1, out): step t of Keras 2
+
+
+def test_keras2_detected_from_attributes_not_name(tmp_path):
+    assert keras2.h5_keras_version(CHANGED).startswith("2.")
+    odd = tmp_path / "model.bin"  # no .h5 suffix
+    shutil.copyfile(CHANGED, odd)
+    x, y = _ref()
+    for path in (CHANGED, odd):
+        loaded = load_model(path)
+        assert loaded.format == "h5"
+        got = np.swapaxes(np.asarray(loaded.keras_model(x)), 0, 1)
+        assert np.abs(got - y).max() <= TOL
+    lstm = loaded.keras_model.get_layer("lstm")
+    at_two = float(np.asarray(lstm.cell.recurrent_activation(np.float32(2.0))))
+    assert at_two == pytest.approx(0.9)  # Keras 3's hard_sigmoid gives 0.8333
+
+
+def test_keras3_h5_keeps_keras3_hard_sigmoid(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((None, 4), batch_size=1),
+                              keras.layers.LSTM(5, recurrent_activation="hard_sigmoid",
+                                                return_sequences=True),
+                              keras.layers.Dense(2, activation="hard_sigmoid")])
+    path = tmp_path / "k3.h5"
+    model.save(path)
+    assert not keras2.is_keras2_h5(path)
+    x = np.random.default_rng(0).normal(size=(1, 20, 4)).astype(np.float32) * 3
+    loaded = load_model(path).keras_model
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
+
+
+def test_rewrite_config_names_what_changed():
+    config = {"class_name": "Sequential", "config": {"name": "s", "layers": [
+        {"class_name": "LSTM", "config": {"name": "l", "activation": "tanh",
+                                          "recurrent_activation": "hard_sigmoid"}},
+        {"class_name": "Dense", "config": {"name": "d", "activation": {
+            "module": "keras.activations", "class_name": "function",
+            "config": "hard_sigmoid", "registered_name": None}}},
+        {"class_name": "Activation", "config": {"name": "a", "activation": "relu6"}}]}}
+    new, changes = keras2.rewrite_config(config)
+    assert changes == ["layer 'l' recurrent_activation=hard_sigmoid",
+                       "layer 'd' activation=hard_sigmoid"]
+    layers = new["config"]["layers"]
+    assert layers[0]["config"]["activation"] == "tanh"
+    assert layers[0]["config"]["recurrent_activation"]["config"] == "tfaot>keras2_hard_sigmoid"
+    assert layers[2]["config"]["activation"] == "relu6"
+    assert config["config"]["layers"][0]["config"]["recurrent_activation"] == "hard_sigmoid"
+
+
+@pytest.fixture(scope="module")
+def keras2_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("k2") / "changed"
+    assert main(["build", str(CHANGED), "-o", str(out)]) == 0
+    return out
+
+
+def test_build_matches_keras2_outputs(keras2_build):
+    """The .so against what Keras 2 computed (committed) and computes (tf_keras)."""
+    import tf_keras
+
+    x, y = _ref()
+    lib = harness.load(keras2_build)
+    got = lib.step_n(np.swapaxes(x, 0, 1))
+    err = float(np.abs(got - y).max())
+    print(f"keras2_changed.h5: .so vs Keras 2 max abs error {err:.3g} over {x.shape[1]} steps")
+    assert x.shape[1] >= 100 and err <= TOL
+    live = tf_keras.models.load_model(CHANGED, compile=False)
+    assert np.abs(got - np.swapaxes(live(x).numpy(), 0, 1)).max() <= TOL
+
+
+def test_verify_compares_with_keras2(keras2_build, tmp_path, capsys):
+    import keras
+
+    assert main(["verify", str(CHANGED), str(keras2_build), "--steps", "150"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"y_t: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
+
+    # A library with Keras 3's hard_sigmoid (the old, wrong reading of the
+    # file) must fail verify against the Keras 2 file.
+    keras3_meaning = load_model(CHANGED).keras_model
+    for layer in keras3_meaning.layers:
+        owner = getattr(layer, "cell", layer)  # an RNN's activations live on its cell
+        for attr in ("activation", "recurrent_activation"):
+            fn = getattr(owner, attr, None)
+            if getattr(fn, "__name__", "") == "keras2_hard_sigmoid":
+                setattr(owner, attr, keras.activations.hard_sigmoid)
+    wrong_model = tmp_path / "keras3_meaning.keras"
+    keras3_meaning.save(wrong_model)
+    wrong = tmp_path / "wrong"
+    assert main(["build", str(wrong_model), "-o", str(wrong)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(wrong_model), str(wrong)]) == 0  # consistent with itself
+    capsys.readouterr()
+    assert main(["verify", str(CHANGED), str(wrong)]) == 1
+    line = capsys.readouterr().out.strip()
+    error = float(re.search(r"max abs error (\S+)", line).group(1))
+    assert line.endswith("FAIL") and error > 0.01, line
+
+
+def test_keras2_keras_archive(tmp_path):
+    """tf_keras also writes .keras archives (metadata.json keras_version 2.x)."""
+    import tf_keras
+
+    from tfaot.verify import keras_reference_model
+
+    tf_keras.utils.set_random_seed(3)
+    k2_model = tf_keras.Sequential([
+        tf_keras.Input((None, 4), batch_size=1),
+        tf_keras.layers.GRU(5, recurrent_activation="hard_sigmoid", return_sequences=True),
+        tf_keras.layers.Dense(2, activation="hard_sigmoid")])
+    k2_model.set_weights([w * 2 for w in k2_model.get_weights()])
+    path = tmp_path / "k2.keras"
+    k2_model.save(path)
+    assert keras2.archive_keras_version(path).startswith("2.")
+    x = np.random.default_rng(0).normal(size=(1, 30, 4)).astype(np.float32)
+    loaded = load_model(path)
+    assert np.abs(np.asarray(loaded.keras_model(x)) - k2_model(x).numpy()).max() <= TOL
+    assert type(keras_reference_model(loaded)).__module__.startswith("tf_keras")
+
+
+def test_time_major_true_is_refused():
+    from tfaot.errors import TfaotError
+
+    config = {"class_name": "LSTM", "config": {"name": "l", "time_major": True}}
+    with pytest.raises(TfaotError, match="layer 'l' \\(LSTM\\) has time_major=True"):
+        keras2.rewrite_config(config)
+    new, _ = keras2.rewrite_config({"class_name": "LSTM",
+                                    "config": {"name": "l", "time_major": False}})
+    assert "time_major" not in new["config"]

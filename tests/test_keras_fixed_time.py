@@ -1,0 +1,78 @@
+"""Keras models with a fixed time length: input (None, T, F), e.g. a keyword
+spotter's (None, 49, 40). Keras runs them on exactly T steps, so verify
+compares over T steps (fewer with --steps) and says so."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import keras_models
+from tfaot import harness
+from tfaot.cli import main
+from tfaot.verify import keras_sequence_reference
+
+T = 12
+LINE = r"y_t: max abs error \S+ over {} steps \(tolerance 1e-05\): ok"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fixed_t")
+    cache = {}
+
+    def get(name, cli=False):
+        if name not in cache:
+            model = keras_models.build(name)
+            path = root / f"{name}.keras"
+            model.save(path)
+            out = root / name
+            if cli:
+                _tfaot("build", path, "-o", out)
+            else:
+                assert main(["build", str(path), "-o", str(out)]) == 0
+            cache[name] = (model, path, out)
+        return cache[name]
+    return get
+
+
+def _tfaot(*args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-m", "tfaot", *map(str, args)],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_cli_build_and_verify_fixed_t_functional(built, capsys):
+    model, path, out = built("fixed_t_lstm_seq", cli=True)
+    assert tuple(model.inputs[0].shape) == (None, T, 5)
+    # Default --steps is 200: the model defines T steps, so T are compared.
+    assert re.fullmatch(LINE.format(T), _tfaot("verify", path, out))
+    assert main(["verify", str(path), str(out), "--steps", "5"]) == 0
+    assert re.fullmatch(LINE.format(5), capsys.readouterr().out.strip())
+
+
+def test_verify_fixed_t_last_output(built, capsys):
+    model, path, out = built("fixed_t_lstm_last")
+    for steps, compared in ((200, T), (7, 7)):
+        assert main(["verify", str(path), str(out), "--steps", str(steps)]) == 0
+        assert re.fullmatch(LINE.format(compared), capsys.readouterr().out.strip())
+
+
+@pytest.mark.parametrize("name", sorted(keras_models.FIXED_T))
+def test_library_beyond_t_matches_open_time_twin(built, name):
+    """Past T the stream goes on; the reference is an open-time twin (same
+    layers and weights, input (None, None, F)), checked against the model on
+    its own T steps."""
+    model, _, out = built(name)
+    x = np.random.default_rng(4).normal(size=(1, 3 * T, 5)).astype(np.float32)
+    want = keras_sequence_reference(model, x)
+    assert want.shape[0] == 3 * T
+    full = np.asarray(model(x[:, :T]))
+    at_t = want[:T] if full.ndim == 3 else want[T - 1]
+    assert np.abs(at_t - (np.swapaxes(full, 0, 1) if full.ndim == 3 else full)).max() <= 1e-6
+    got = harness.load(out).step_n(np.swapaxes(x, 0, 1))
+    assert np.abs(got - want).max() <= 1e-5

@@ -1,0 +1,163 @@
+"""Convolution, pooling, padding, cropping and windows over time (issue 10),
+and ConvLSTM over frames (issue 11 item 6): Keras models streamed through the
+built .so, compared with Keras on the right prefix or window."""
+import json
+import re
+
+import numpy as np
+import pytest
+
+import keras_conv_models as K
+from tfaot import harness
+from tfaot.cli import main
+from tfaot.errors import TfaotError
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from tfaot.streamify_keras import streamify_keras
+from tfaot.verify import keras_reference, library_stream
+
+STEPS = 120
+TOL = 1e-5
+SLOW = {"conv_lstm3d", "ds_cnn_same"}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("conv_builds")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model = K.build(name)
+            path = root / f"{name}.keras"
+            model.save(path)
+            out = build_model(str(path), BuildOptions(out_dir=root / name), Progress(False))
+            out = getattr(out, "path", out)
+            cache[name] = (model, path, out)
+        return cache[name]
+    return get
+
+
+def _params():
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in K.MODELS]
+
+
+@pytest.mark.parametrize("name", _params())
+def test_stream_matches_keras(built, name):
+    model, _, out = built(name)
+    _, mode, recomputed = K.MODELS[name]
+    lib = harness.load(out)
+    stream = library_stream(lib, model, name)
+    assert stream.mode == mode
+    assert bool(stream.recompute) == recomputed, stream.recompute
+    steps = STEPS + stream.first_valid_step
+    xs = np.random.default_rng(3).normal(size=(steps, *lib.input_shape)).astype(np.float32)
+    want = keras_reference(model, xs, stream=stream, step_output=lib.output_shape)
+    got = lib.step_n(xs)
+    defined = ~np.isnan(want.reshape(steps, -1)).any(axis=1)
+    assert defined.sum() >= 100 and not defined[:stream.first_valid_step].any()
+    err = float(np.abs(got[defined] - want[defined]).max())
+    print(f"{name}: {stream.mode} P={stream.frames_per_step} first={stream.first_valid_step} "
+          f"recompute={bool(stream.recompute)}: max abs error {err:.3g} over "
+          f"{defined.sum()} steps")
+    assert err <= TOL
+
+    # get_state / set_state mid-stream, into a fresh context: the same outputs.
+    half = steps // 2
+    lib.reset()
+    lib.step_n(xs[:half])
+    saved = lib.get_state()
+    other = harness.load(out)
+    other.set_state(saved)
+    np.testing.assert_array_equal(other.step_n(xs[half:]), got[half:])
+    # reset brings back the start of the stream (ring buffers included).
+    lib.reset()
+    np.testing.assert_array_equal(lib.step_n(xs[:10]), got[:10])
+
+
+def test_manifest_and_state_names(built):
+    _, _, out = built("ds_cnn")
+    manifest = json.loads((out / "ds_cnn.json").read_text())
+    if "stream" in manifest:
+        assert manifest["stream"]["mode"] == "window"
+        assert manifest["stream"]["window"] == 16
+        assert manifest["stream"]["frames_per_step"] == 2
+    names = [s["name"] for s in manifest["state"]]
+    assert all(n.endswith(("/frames", "/window")) for n in names), names
+    shapes = {s["name"]: s["shape"] for s in manifest["state"]}
+    # the first conv: kernel 3, stride 2, 2 frames per step: its output m uses
+    # frames 2m-2..2m, so it keeps the 2 frames before the chunk
+    first = next(n for n in names if n.startswith("conv2d"))
+    assert shapes[first][:2] == [1, 2]
+
+
+def test_conv_lstm_state_is_feature_map():
+    program = streamify_keras(K.build("conv_lstm2d"), "m.keras", "keras")
+    assert [s.shape for s in program.signature.states] == [(1, 8, 8, 4)] * 2
+    assert program.signature.inputs[0].shape == (1, 8, 8, 2)
+
+
+def test_verify_command_on_window_and_prefix(built, capsys):
+    for name in ("svdf", "crnn", "conv1d_stride2_lstm_seq"):
+        _, path, out = built(name)
+        assert main(["verify", str(path), str(out), "--steps", "130"]) == 0, name
+        line = capsys.readouterr().out.strip()
+        assert re.fullmatch(r"y_t: max abs error \S+ over \d+ steps \(tolerance 1e-05\): ok",
+                            line), line
+
+
+def test_whole_window_build_is_one_inference():
+    program = streamify_keras(K.build("ds_cnn"), "m.keras", "keras", fixed_window="whole")
+    assert program.stream.mode == "stateless"
+    assert program.signature.states == ()
+    assert program.signature.inputs[0].shape == (1, 16, 10)
+    assert "whole-window build" in program.report["mode"]
+
+
+def test_image_model_stays_one_inference():
+    """A fixed-shape model whose output keeps axis 1 is not a window model."""
+    import keras_models
+
+    program = streamify_keras(keras_models.build("conv2d_2x2_s2"), "m.keras", "keras")
+    assert program.stream.mode == "stateless"
+
+
+def test_inspect_prints_streaming_per_layer(built, capsys):
+    _, path, _ = built("ds_cnn")
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "sliding window" in text
+    assert re.search(r"depthwise_conv2d\S*\s+DepthwiseConv2D\s+time conv\s+buffer=", text), text
+    assert re.search(r"stream:\s+window 16 frames, 2 frames per step", text), text
+
+
+def _expect(model, *fragments):
+    with pytest.raises(TfaotError) as info:
+        streamify_keras(model, "m.keras", "keras")
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_same_padding_in_a_recurrent_model_is_refused():
+    import keras
+    from keras import layers as L
+
+    m = keras.Sequential([K._open(), L.Conv1D(4, 3, padding="same", name="c_same"), L.GRU(3)])
+    _expect(m, "'c_same'", "Conv1D", "padding='same'")
+
+
+def test_global_pooling_over_open_time_is_refused():
+    import keras
+    from keras import layers as L
+
+    m = keras.Sequential([K._open(), L.Conv1D(4, 3), L.GlobalMaxPooling1D(name="gp")])
+    _expect(m, "'gp'", "whole sequence", "fixed window")
+
+
+def test_padding_after_last_frame_is_refused():
+    import keras
+    from keras import layers as L
+
+    m = keras.Sequential([K._open(), L.ZeroPadding1D((1, 2), name="zp"), L.GRU(3)])
+    _expect(m, "'zp'", "after the last frame")

@@ -1,0 +1,65 @@
+"""The Target record: one place that turns --target/--triple/--cpu into flags."""
+from pathlib import Path
+
+import pytest
+
+from tfaot.errors import TfaotError
+from tfaot.target import host_triple, make_target
+
+CROSS = "riscv64-unknown-linux-gnu" if host_triple().startswith("aarch64") else \
+    "aarch64-unknown-linux-gnu"
+
+
+def test_defaults_are_the_host_for_the_host_and_generic_otherwise():
+    host = make_target()
+    assert (host.kind, host.triple, host.cpu, host.is_host) == ("cpu", host_triple(), "host", True)
+    cross = make_target("cpu", CROSS)
+    assert (cross.cpu, cross.is_host) == ("generic", False)
+
+
+def test_iree_flags_carry_triple_cpu_and_float_abi():
+    flags = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4").iree_flags(Path("k.o"))
+    assert flags[3:6] == ["--iree-llvmcpu-target-triple=thumbv7em-none-eabihf",
+                          "--iree-llvmcpu-target-cpu=cortex-m4",
+                          "--iree-llvmcpu-target-float-abi=hard"]
+    assert "--iree-llvmcpu-static-library-output-path=k.o" in flags
+    assert "--iree-execution-model=inline-dynamic" in flags
+    assert not any("cpu-features" in f for f in flags)
+    soft = make_target("cpu", "thumbv7em-none-eabi", "cortex-m4").iree_flags(Path("k.o"))
+    assert not any("float-abi" in f for f in soft)
+
+
+@pytest.mark.parametrize("triple, cpu, c_flags", [
+    ("thumbv7em-none-eabihf", "cortex-m4",
+     ("-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard")),
+    ("thumbv7em-none-eabihf", "cortex-m7",
+     ("-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard")),
+    ("thumbv7em-none-eabi", "cortex-m4", ("-mthumb", "-mcpu=cortex-m4", "-mfloat-abi=soft")),
+    ("thumbv6m-none-eabi", "generic", ("-mthumb", "-mfloat-abi=soft")),
+    ("aarch64-unknown-linux-gnu", "generic", ()),
+])
+def test_c_flags_match_the_kernels_abi(triple, cpu, c_flags):
+    assert make_target("cpu", triple, cpu).c_flags() == c_flags
+
+
+@pytest.mark.parametrize("triple, pointer", [
+    ("x86_64-unknown-linux-gnu", 8), ("aarch64-linux-gnu", 8), ("thumbv7em-none-eabihf", 4),
+    ("riscv32-unknown-none-elf", 4)])
+def test_pointer_size(triple, pointer):
+    assert make_target("cpu", triple, "generic" if "eabihf" not in triple else "cortex-m4") \
+        .pointer_bytes == pointer
+
+
+@pytest.mark.parametrize("kind, triple, cpu, message", [
+    ("vulkan", None, None, "--target=vulkan is not supported"),
+    ("cpu", CROSS, "host", "--cpu=host is only valid"),
+    ("cpu", "thumbv7em-none-eabihf", None, "name the CPU with --cpu"),
+    ("cpu", "x86_64-pc-windows-msvc", None, "not ELF"),
+    ("cpu", "x86_64-apple-darwin", None, "not ELF"),
+    ("cpu", "mips-unknown-linux-gnu", None, "architecture 'mips' is not supported"),
+    ("cpu", "x86_64", None, "not a target triple"),
+    ("cpu", "x86_64-unknown-freebsd", None, "unknown operating system"),
+])
+def test_bad_choices_are_refused(kind, triple, cpu, message):
+    with pytest.raises(TfaotError, match=message):
+        make_target(kind, triple, cpu)
