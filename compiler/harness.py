@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TfaotError
+from .program import StreamInfo
 
 
 class Model:
@@ -34,6 +35,9 @@ class Model:
         self.output_shape = tuple(out["shape"])
         self.input_dtype = np.dtype(inp["dtype"])
         self.output_dtype = np.dtype(out["dtype"])
+        # How steps relate to the model's time axis: frames per step, window,
+        # the first step whose output is defined (program.StreamInfo).
+        self.stream = StreamInfo.from_json(manifest.get("stream"))
         self._fn = {}
         for fn, restype, argtypes in (
                 ("ctx_size", ctypes.c_size_t, []),

@@ -6,14 +6,8 @@ tensors; ``streamify_graph`` works on that.
 
 * frozen GraphDef: binary ``.pb`` or text ``.pbtxt``, told apart by content
   (a text proto parses as text, anything else is tried as binary).
-* SavedModel v2 (``tf.saved_model.save``, Keras 3 ``model.export``):
-  ``tf.saved_model.load`` -> the serving signature -> re-traced at batch 1
-  with the time dimension kept as in the signature (usually ``None``) ->
-  ``convert_variables_to_constants_v2(lower_control_flow=False)``, which
-  keeps functional ``While`` loops (tf-import-notes §2.1, §4).
-* SavedModel v1 (TF1 ``SavedModelBuilder``): loaded into a TF1 session and
-  frozen with ``convert_variables_to_constants``; its loops are usually v1
-  control flow (Enter/Exit/...), which ``streamify_graph`` functionalises.
+* SavedModel v1 and v2: compiler/load_saved_model.py freezes the serving
+  signature into such a GraphDef.
 
 Inputs are the ``Placeholder`` nodes (the dangling
 ``unused_control_flow_input*`` ones that freezing leaves behind are
@@ -32,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import TfaotError, first_line
+from .errors import TfaotError
 from .graphdef import FLOAT_TYPES, NON_DATA_TYPES, consumers_of, node_of, out_dtype
 
 # Node types that are never a model output even if nothing consumes them.
@@ -103,7 +97,9 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
     if path.is_dir():
         if not ((path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()):
             raise TfaotError(f"{path}: a folder, but not a SavedModel (no saved_model.pb inside)")
-        loaded = _load_saved_model(path, input_specs, output_specs)
+        from .load_saved_model import load_saved_model
+
+        loaded = load_saved_model(path, input_specs, output_specs)
     else:
         graph_def, text = read_graph_def(path)
         loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
@@ -493,138 +489,6 @@ def parse_output_specs(outputs) -> list[str] | None:
 
 # --------------------------------------------------------------------------
 # SavedModel
-
-
-def read_saved_model(path: Path):
-    """The ``SavedModel`` proto of a SavedModel folder (saved_model.pb or .pbtxt)."""
-    from google.protobuf import message, text_format
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    sm = saved_model_pb2.SavedModel()
-    try:
-        if (path / "saved_model.pb").is_file():
-            sm.ParseFromString((path / "saved_model.pb").read_bytes())
-        else:
-            text_format.Parse((path / "saved_model.pbtxt").read_text(), sm)
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as e:
-        raise TfaotError(f"{path}: saved_model.pb cannot be parsed (truncated?): {e}") from None
-    if not sm.meta_graphs:
-        raise TfaotError(f"{path}: the SavedModel has no meta graph")
-    return sm
-
-
-def saved_model_version(path: Path, saved_model=None) -> int:
-    """1 for a TF1 (Builder) SavedModel, 2 for one with an object graph."""
-    sm = saved_model if saved_model is not None else read_saved_model(path)
-    return 2 if len(sm.meta_graphs[0].object_graph_def.nodes) > 0 else 1
-
-
-def _load_saved_model(path: Path, input_specs, output_specs) -> LoadedGraph:
-    sm = read_saved_model(path)
-    if saved_model_version(path, sm) == 2:
-        return _load_saved_model_v2(path, input_specs, output_specs)
-    tags = list(sm.meta_graphs[0].meta_info_def.tags) or ["serve"]
-    return _load_saved_model_v1(path, tags, input_specs, output_specs)
-
-
-def _pick_signature(sigs: dict, path: Path):
-    if not sigs:
-        raise TfaotError(f"{path}: the SavedModel has no signatures (save it with a "
-                         "serving signature, e.g. Keras model.export(dir))")
-    key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
-    return key, sigs[key]
-
-
-def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
-
-    try:
-        obj = tf.saved_model.load(str(path))
-    except Exception as e:
-        raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel: "
-                         f"{first_line(e)}") from None
-    key, sig = _pick_signature(dict(obj.signatures), path)
-    _, kw_specs = sig.structured_input_signature
-    if len(kw_specs) != 1:
-        raise TfaotError(f"{path}: signature '{key}' has {len(kw_specs)} inputs "
-                         f"({', '.join(sorted(kw_specs))}); only one streamed input is supported")
-    in_key, spec = next(iter(kw_specs.items()))
-    shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
-    if input_specs:
-        shape = list(input_specs[0][1]) if input_specs[0][1] is not None else shape
-    if shape is None:
-        raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
-                         "give its shape with --inputs NAME:SHAPE")
-    if shape and shape[0] is None:
-        shape[0] = 1  # batch 1
-    out_keys = sorted(sig.structured_outputs)
-
-    def call(x):
-        res = sig(**{in_key: x})
-        return [res[k] for k in out_keys]
-
-    try:
-        cf = tf.function(call).get_concrete_function(tf.TensorSpec(shape, spec.dtype, name=in_key))
-        frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
-    except Exception as e:
-        raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape "
-                         f"{_fmt_shape(shape)}: {first_line(e)}") from None
-    gd = frozen.graph.as_graph_def()
-    in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
-    outs = [t.name for t in frozen.outputs]
-    loaded = graph_def_to_loaded(
-        gd, path, "savedmodel",
-        [(in_names[0], tuple(shape))],
-        None if output_specs is None else output_specs,
-        details={"savedmodel_version": 2, "signature": key, "signature_input": in_key})
-    if output_specs is None:
-        loaded.outputs = outs
-        loaded.output_names = out_keys
-    return loaded
-
-
-def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
-                         output_specs) -> LoadedGraph:
-    import tensorflow as tf
-
-    graph = tf.Graph()
-    with graph.as_default(), tf.compat.v1.Session(graph=graph) as sess:
-        try:
-            meta = tf.compat.v1.saved_model.loader.load(sess, tags, str(path))
-        except Exception as e:
-            raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel (v1): "
-                             f"{first_line(e)}") from None
-        key, sig = _pick_signature(dict(meta.signature_def), path)
-        in_items = sorted(sig.inputs.items())
-        out_items = sorted(sig.outputs.items())
-        if input_specs:
-            spec_inputs = input_specs
-        else:
-            if len(in_items) != 1:
-                raise TfaotError(f"{path}: signature '{key}' has {len(in_items)} inputs; "
-                                 "only one streamed input is supported")
-            spec_inputs = [(in_items[0][1].name.partition(":")[0], None)]
-        if output_specs:
-            out_tensors = [o if ":" in o else o + ":0" for o in output_specs]
-            out_names = [o.partition(":")[0] for o in output_specs]
-        else:
-            out_tensors = [v.name for _, v in out_items]
-            out_names = [k for k, _ in out_items]
-        out_nodes = sorted({t.partition(":")[0] for t in out_tensors})
-        try:
-            gd = tf.compat.v1.graph_util.convert_variables_to_constants(
-                sess, graph.as_graph_def(), out_nodes)
-        except Exception as e:
-            raise TfaotError(f"{path}: cannot freeze the SavedModel (v1) variables: "
-                             f"{first_line(e)}") from None
-    gd = tf.compat.v1.graph_util.extract_sub_graph(gd, out_nodes)
-    loaded = graph_def_to_loaded(gd, path, "savedmodel", spec_inputs, out_tensors,
-                                 details={"savedmodel_version": 1, "signature": key})
-    loaded.output_names = out_names
-    return loaded
 
 
 # --------------------------------------------------------------------------

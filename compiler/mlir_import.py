@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from .dtypes import dtype
 from .errors import TfaotError, first_line
 from .program import StateInfo, StepProgram, TensorInfo
 
@@ -230,8 +231,7 @@ def _strip_module(asm: str) -> str:
 
 
 def _tensor_type(t: TensorInfo) -> str:
-    elem = {"float32": "f32"}[t.dtype]
-    return f"tensor<{'x'.join(str(d) for d in t.shape)}x{elem}>"
+    return f"tensor<{'x'.join(str(d) for d in t.shape)}x{dtype(t.dtype, f'tensor {t.name!r}').mlir}>"
 
 
 def _dense(value: np.ndarray) -> str:

@@ -44,14 +44,16 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
         if steps <= stream.first_valid_step:
             raise TfaotError(f"{lib_dir}: outputs are valid from step {stream.first_valid_step} "
                              f"on; verify it with --steps {stream.first_valid_step + 100}")
-        xs = rng.normal(size=(steps, *lib.input_shape)).astype(np.float32)
+        xs = random_inputs(rng, (steps, *lib.input_shape), lib.input_dtype,
+                           _embedding_rows(model))
         # The reference is the file's own framework: Keras 2 files run in
         # Keras 2 (tf_keras), not in the Keras 3 model the build used.
         want = keras_reference(keras_reference_model(loaded), xs, stream=stream,
                                step_output=lib.output_shape)
     else:
         reference = GraphReference(loaded, lib, lib_dir)
-        xs = rng.normal(size=(reference.steps(steps), *lib.input_shape)).astype(np.float32)
+        xs = random_inputs(rng, (reference.steps(steps), *lib.input_shape), lib.input_dtype,
+                           token_limit(loaded.graph.graph_def))
         want = reference.outputs(xs)
     got = np.stack([lib.step(x) for x in xs])[-len(want):]
     if got.shape != want.shape:
@@ -63,6 +65,37 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
     error = float(np.abs(got[defined].astype(np.float64) - want[defined]).max())
     name = lib.manifest["outputs"][0]["name"]
     return [VerifyResult(name, int(defined.sum()), error, tol)]
+
+
+def random_inputs(rng, shape, dtype, high: int) -> np.ndarray:
+    """Test inputs: normal floats, or integer ids in [0, high) (token inputs)."""
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, high, size=shape).astype(dtype)
+    return rng.normal(size=shape).astype(dtype)
+
+
+def _embedding_rows(model) -> int:
+    """The smallest Embedding's input_dim, so random token ids stay in range."""
+    import keras
+
+    dims = [layer.input_dim for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.Embedding)]
+    return min(dims) if dims else 2
+
+
+def token_limit(graph_def) -> int:
+    """The smallest table an id may index: the first dimension of every constant
+    that a Gather reads rows of (an embedding), so random ids stay in range."""
+    consts = {n.name: n for n in graph_def.node if n.op == "Const"}
+    sizes = []
+    for fn_nodes in [graph_def.node, *(f.node_def for f in graph_def.library.function)]:
+        for n in fn_nodes:
+            if n.op in ("GatherV2", "Gather", "ResourceGather") and n.input:
+                table = consts.get(n.input[0].split(":")[0].lstrip("^"))
+                dims = table.attr["value"].tensor.tensor_shape.dim if table else []
+                if dims:
+                    sizes.append(int(dims[0].size))
+    return min(sizes) if sizes else 2
 
 
 def library_stream(lib, model, model_path):

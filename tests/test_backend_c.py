@@ -13,17 +13,12 @@ import pytest
 import backend_models
 from tfaot import harness
 from tfaot.package import PUBLIC_FUNCTIONS
+from util import run as _run
 
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 MODELS = sorted(backend_models.ALL)
 COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-
-
-def _run(cmd, cwd=None, **kw):
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def _model_defs(name: str) -> list[str]:

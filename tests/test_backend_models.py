@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import backend_models
+from reference import compile_with_iree
 from tfaot import harness
 
 STEPS = 240
@@ -27,16 +28,7 @@ def _inputs(spec, n, seed=0):
 
 def _iree_reference(spec, xs):
     """The same MLIR through iree.runtime (default async model, local-sync)."""
-    import iree.compiler as ic
-    import iree.runtime as rt
-
-    vmfb = ic.compile_str(spec.mlir, target_backends=["llvm-cpu"], input_type="stablehlo",
-                          extra_args=["--iree-llvmcpu-target-cpu=generic"])
-    ctx = rt.SystemContext(config=rt.Config("local-sync"))
-    vm_module = rt.VmModule.copy_buffer(ctx.instance, vmfb)
-    ctx.add_vm_module(vm_module)
-    mod = ctx.modules[vm_module.name]
-    # Results alias device memory that is reused: copy every one (gotcha 3).
+    mod = compile_with_iree(spec.mlir, cpu="generic")
     return np.stack([mod.step(x).to_host().copy() for x in xs])
 
 

@@ -3,7 +3,6 @@ set_state), the I/O hooks and the run loop, on the hand-written backend models."
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,16 +12,11 @@ import backend_models
 from tfaot import harness
 from tfaot.errors import TfaotError
 from tfaot.program import ProgramSignature, TensorInfo
+from util import run as _run
 
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 MODELS = sorted(backend_models.ALL)
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def _inputs(spec, n, seed):

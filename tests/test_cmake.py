@@ -10,14 +10,9 @@ import pytest
 
 import backend_models
 import toolchains
+from util import run as _run
 
 DATA = Path(__file__).parent / "data"
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 @pytest.mark.parametrize("project", ["find_package", "subdirectory"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import backend_models
+from util import run as _run
 
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
@@ -18,12 +19,6 @@ SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=
             "-fno-omit-frame-pointer"]
 CASES = [(name, "gcc") for name in sorted(backend_models.ALL)] + \
     ([("lstm", "clang")] if shutil.which("clang") else [])
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 @pytest.mark.parametrize("name,cc", CASES)

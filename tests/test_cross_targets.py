@@ -14,16 +14,11 @@ import pytest
 import backend_models
 import toolchains
 from tfaot import harness
+from util import run as _run
 
 DATA = Path(__file__).parent / "data" / "backend"
 STEPS = 24
 TOL = 1e-5  # host build uses cpu=host (AVX-512); cross builds are generic / Cortex-M
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 _CROSS: dict = {}

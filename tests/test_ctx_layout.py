@@ -14,6 +14,7 @@ import backend_models
 import toolchains
 from tfaot import c_layout, package
 from tfaot.errors import TfaotError
+from util import run as _run
 
 MODEL = "multi"
 #: (triple, cpu, C compiler for the target, its flags)
@@ -27,12 +28,6 @@ TRIPLES = {
 CROSS_TOOLS = {"aarch64-linux-gnu-gcc", "arm-none-eabi-gcc", "clang"}
 
 _BUILT: dict = {}
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def _build(key: str, root: Path) -> tuple[Path, dict]:

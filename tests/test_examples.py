@@ -6,7 +6,6 @@ against TensorFlow)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 import toolchains
 from tfaot import harness
+from util import run as _run
 
 KWS = Path(__file__).resolve().parent.parent / "examples" / "kws"
 FRAMES = 30
@@ -24,12 +24,6 @@ TOL = 1e-6
 def _tfaot() -> list[str]:
     exe = Path(sys.executable).with_name("tfaot")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "tfaot"]
-
-
-def _run(cmd, **kw):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 @pytest.fixture(scope="module")

@@ -77,10 +77,13 @@ def test_stream_matches_keras(built, name):
 def test_manifest_and_state_names(built):
     _, _, out = built("ds_cnn")
     manifest = json.loads((out / "ds_cnn.json").read_text())
-    if "stream" in manifest:
-        assert manifest["stream"]["mode"] == "window"
-        assert manifest["stream"]["window"] == 16
-        assert manifest["stream"]["frames_per_step"] == 2
+    stream = manifest["stream"]
+    assert (stream["mode"], stream["window"], stream["frames_per_step"]) == ("window", 16, 2)
+    header = (out / "ds_cnn.h").read_text()
+    for define, value in (("FRAMES_PER_STEP", 2), ("WINDOW", 16),
+                          ("FIRST_VALID_STEP", stream["first_valid_step"]),
+                          ("DELAY", stream["delay"])):
+        assert f"#define DS_CNN_{define} {value}" in header
     names = [s["name"] for s in manifest["state"]]
     assert all(n.endswith(("/frames", "/window")) for n in names), names
     shapes = {s["name"]: s["shape"] for s in manifest["state"]}

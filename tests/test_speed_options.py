@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from reference import compile_with_iree
 from tfaot.mlir_import import _split_parts, split_matvec_reductions
 from tfaot.target import make_target
 
@@ -48,20 +49,12 @@ def _matvec_module(w: np.ndarray) -> str:
 
 
 def test_split_matvec_matches_numpy():
-    import iree.compiler as ic
-    import iree.runtime as rt
-
     rng = np.random.default_rng(3)
     w = rng.standard_normal((24, 96)).astype(np.float32)
     x = rng.standard_normal((96, 1)).astype(np.float32)
     text, count = split_matvec_reductions(_matvec_module(w))
     assert count == 1 and "stablehlo.dot_general" in text and "stablehlo.dot %" not in text
-    vmfb = ic.compile_str(text, target_backends=["llvm-cpu"], input_type="stablehlo",
-                          extra_args=["--iree-llvmcpu-target-cpu=generic"])
-    ctx = rt.SystemContext(config=rt.Config("local-sync"))
-    mod = rt.VmModule.copy_buffer(ctx.instance, vmfb)
-    ctx.add_vm_module(mod)
-    y = ctx.modules[mod.name].f(x).to_host()
+    y = compile_with_iree(text, cpu="generic").f(x).to_host()
     np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=0, atol=1e-4)
     # deterministic: the same input gives the same text
     assert split_matvec_reductions(_matvec_module(w))[0] == text

@@ -15,7 +15,7 @@ from .. import status as status_mod
 from ..compile import CompiledModule
 from ..dtypes import BY_MLIR, dtype
 from ..errors import TfaotError
-from ..program import ProgramSignature, TensorInfo
+from ..program import ProgramSignature, StreamInfo, TensorInfo
 from ..resources import template_env
 from .shim import SHIM_BACKENDS, SHIM_CORE_SOURCE
 
@@ -64,6 +64,7 @@ class ApiModel:
     states: list[dict] = field(default_factory=list)
     state_bytes: int = 0
     state_slot_bytes: int = 0
+    stream: StreamInfo = field(default_factory=StreamInfo)
 
     @property
     def query_symbol(self) -> str:
@@ -71,12 +72,12 @@ class ApiModel:
         return f"{self.name}_kernels_library_query"
 
     @classmethod
-    def check(cls, vm: emit_mod.VMProgram, sig: ProgramSignature,
-              compiled: CompiledModule, name: str) -> "ApiModel":
+    def check(cls, vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModule,
+              name: str, stream: StreamInfo | None = None) -> "ApiModel":
         """Checks the compiled program against ``sig``; raises naming the mismatch."""
         model = cls(name, vm, compiled, _library_name(vm, compiled),
                     [tensor_dict(t) for t in sig.inputs], [tensor_dict(t) for t in sig.outputs],
-                    [tensor_dict(t) for t in sig.states])
+                    [tensor_dict(t) for t in sig.states], stream=stream or StreamInfo())
         if len(model.inputs) != 1 or len(model.outputs) != 1:
             raise TfaotError(
                 f"package: model '{name}' has {len(model.inputs)} inputs and "
@@ -115,6 +116,7 @@ class ApiModel:
             signature=emit_mod.function_signature,
             statuses=statuses,
             status_width=max(len(st["api_name"]) + len(str(st["value"])) for st in statuses) + 1,
+            stream=self.stream,
             shim={"backend": target.shim_backend, "header": backend.header,
                   "sources": (SHIM_CORE_SOURCE, backend.source)},
         )

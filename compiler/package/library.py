@@ -25,7 +25,8 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
             stream: StreamInfo | None = None) -> dict:
     """Builds the library files into ``out_dir``; returns the manifest (also NAME.json)."""
     target = compiled.target
-    api = ApiModel.check(vm, sig, compiled, name)
+    stream = stream or StreamInfo()
+    api = ApiModel.check(vm, sig, compiled, name, stream)
     out_dir, workdir = Path(out_dir).resolve(), Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "src"
@@ -50,7 +51,7 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     h_text = api.render_h(ctx_size, footprint)
     (src / f"{name}.h").write_text(h_text)
     (out_dir / f"{name}.h").write_text(h_text)
-    manifest = _manifest(api, sig, compiled, ctx_size, footprint, stream or StreamInfo())
+    manifest = _manifest(api, sig, compiled, ctx_size, footprint, stream)
     manifest["files"] = sorted(built + [f"{name}.h", f"{name}.json", *cmake_files(name)]) + \
         sorted(f"src/{p.name}" for p in src.iterdir())
     (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=2) + "\n")

@@ -61,7 +61,7 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream
         y = replay.output(replay.run_model(model, x))
         return (y, *replay.new_values)
 
-    arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
+    arg_specs = [tf.TensorSpec(x_spec.shape, x_spec.dtype, name="x_t")]
     arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
                            autograph=False).get_concrete_function()
@@ -103,7 +103,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         replay = Replay(mode, None, frames=frames, window=window, delay=delay)
         x_shape = _step_shape(shape, mode, frames)
         try:
-            y = replay.run_model(model, tf.zeros(x_shape, tf.float32))
+            y = replay.run_model(model, tf.zeros(x_shape, model.inputs[0].dtype))
         except NeedFrames as more:
             frames *= more.frames
             if frames > MAX_FRAMES_PER_STEP:
@@ -121,7 +121,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             continue
         break
     y0 = replay.output(y)
-    x_spec = TensorInfo("x_t", "float32", tuple(int(d) for d in x_shape))
+    x_spec = TensorInfo("x_t", str(model.inputs[0].dtype), tuple(int(d) for d in x_shape))
     length = shape[1] if len(shape) >= 3 else None
     if mode == "stateless":
         stream = StreamInfo()
@@ -193,12 +193,13 @@ def step_input_spec(model, source: str) -> TensorInfo:
             f"{len(model.outputs)} outputs; tfaot supports one input and one output")
     shape = tuple(model.inputs[0].shape)
     dtype = str(model.inputs[0].dtype)
-    if dtype != "float32":
-        raise TfaotError(f"{source}: input dtype is {dtype}; only float32 is supported")
+    if dtype not in INPUT_DTYPES:
+        raise TfaotError(f"{source}: input dtype is {dtype}; supported: "
+                         f"{', '.join(INPUT_DTYPES)} (integers: token ids into an Embedding)")
     _check_batch(model, shape[0])
     streaming = is_streaming(model)
     feature_dims = shape[2:] if streaming else shape[1:]
-    if streaming and len(shape) < 3:
+    if streaming and len(shape) < (2 if dtype != "float32" else 3):
         raise TfaotError(
             f"{source}: a recurrent model needs input (batch, time, features...), "
             f"got {shape}")
@@ -206,7 +207,7 @@ def step_input_spec(model, source: str) -> TensorInfo:
         raise TfaotError(
             f"{source}: input shape {shape} has unknown feature dimensions; "
             "tfaot needs static shapes apart from batch and time")
-    return TensorInfo("x_t", "float32", (1, *(int(d) for d in feature_dims)))
+    return TensorInfo("x_t", dtype, (1, *(int(d) for d in feature_dims)))
 
 
 def _check_batch(model, batch) -> None:
@@ -217,6 +218,10 @@ def _check_batch(model, batch) -> None:
             raise TfaotError(
                 f"layer '{layer.name}' ({type(layer).__name__}) is stateful=True "
                 f"with batch size {batch}; tfaot streams batch 1 only")
+
+
+#: Step input dtypes: float features, or integer token ids (into an Embedding).
+INPUT_DTYPES = ("float32", "int32", "int64")
 
 
 def is_streaming(model) -> bool:

@@ -35,7 +35,7 @@ STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
 # chunk. The value says which attribute holds axes that must not be the time
 # (or batch) axis, or None.
 PER_STEP_LAYERS: dict[str, str | None] = {
-    "Dense": None, "Activation": None, "Dropout": None, "GaussianDropout": None,
+    "Dense": None, "Embedding": None, "Activation": None, "Dropout": None, "GaussianDropout": None,
     "GaussianNoise": None, "AlphaDropout": None, "SpatialDropout1D": None,
     "SpatialDropout2D": None, "SpatialDropout3D": None,
     "Identity": None, "ReLU": None, "LeakyReLU": None, "ELU": None, "PReLU": None,
