@@ -3,6 +3,8 @@
     m = tfaot.harness.load("out/model")   # reads model.json, loads libmodel.so, calls init()
     y = m.step(x)                          # x: numpy array of the input shape/dtype
     ys = m.step_n(xs)                      # xs: (n, *input shape)
+    # A model with several outputs returns a tuple (manifest order) from
+    # step, and a tuple of (n, *output i shape) arrays from step_n.
     m.reset()
     s = m.get_state()                      # list of arrays, manifest order
     m.set_state(s)                         # restore (this or another context)
@@ -35,6 +37,12 @@ class Model:
         self.output_shape = tuple(out["shape"])
         self.input_dtype = np.dtype(inp["dtype"])
         self.output_dtype = np.dtype(out["dtype"])
+        # Every output, manifest order: (name, dtype, shape).
+        self.output_specs = [(o["name"], np.dtype(o["dtype"]), tuple(o["shape"]))
+                             for o in manifest["outputs"]]
+        self.output_shapes = [shape for _, _, shape in self.output_specs]
+        self._outputs_struct = _outputs_struct(self.output_specs) \
+            if len(self.output_specs) > 1 else None
         # How steps relate to the model's time axis: frames per step, window,
         # the first step whose output is defined (program.StreamInfo).
         self.stream = StreamInfo.from_json(manifest.get("stream"))
@@ -102,18 +110,32 @@ class Model:
     def reset(self) -> None:
         self._check(self._fn["reset"](self._ctx), "reset")
 
-    def step(self, x) -> np.ndarray:
-        """One step; returns a new array of the output shape."""
+    def step(self, x):
+        """One step; returns a new array of the output shape (a tuple of
+        arrays, manifest order, for a model with several outputs)."""
         x = self._as_input(x, None)
+        if self._outputs_struct is not None:
+            out = self._outputs_struct()
+            self._check(self._fn["step"](self._ctx, x.ctypes.data, ctypes.addressof(out)), "step")
+            raw = np.frombuffer(bytearray(out), dtype=np.uint8)[None]
+            return tuple(y[0] for y in _unpack_outputs(raw, self.output_specs,
+                                                       self._outputs_struct))
         y = np.empty(self.output_shape, dtype=self.output_dtype)
         self._check(self._fn["step"](self._ctx, x.ctypes.data, y.ctypes.data), "step")
         return y
 
-    def step_n(self, xs) -> np.ndarray:
-        """Runs len(xs) steps in order; returns (n, *output shape)."""
+    def step_n(self, xs):
+        """Runs len(xs) steps in order; returns (n, *output shape) (a tuple of
+        such arrays, manifest order, for a model with several outputs)."""
         xs = np.asarray(xs)
         n = xs.shape[0] if xs.ndim else 0
         xs = self._as_input(xs, n)
+        if self._outputs_struct is not None:
+            size = ctypes.sizeof(self._outputs_struct)
+            raw = np.zeros((max(n, 1), size), dtype=np.uint8)
+            self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, raw.ctypes.data, n),
+                        "step_n")
+            return _unpack_outputs(raw[:n], self.output_specs, self._outputs_struct)
         ys = np.empty((n, *self.output_shape), dtype=self.output_dtype)
         self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, ys.ctypes.data, n), "step_n")
         return ys
@@ -157,6 +179,27 @@ class Model:
             pass
 
 
+def _outputs_struct(specs):
+    """A ctypes twin of the header's NAME_outputs struct (same fields, same
+    order, so the same padding as the C compiler)."""
+    fields = []
+    for i, (_, dtype, shape) in enumerate(specs):
+        elem = np.ctypeslib.as_ctypes_type(dtype)
+        fields.append((f"f{i}", elem * max(int(np.prod(shape)), 1)))
+    return type("Outputs", (ctypes.Structure,), {"_fields_": fields})
+
+
+def _unpack_outputs(raw: np.ndarray, specs, struct) -> tuple:
+    """(n, sizeof struct) bytes -> one (n, *shape) array per output."""
+    out = []
+    for i, (_, dtype, shape) in enumerate(specs):
+        offset = getattr(struct, f"f{i}").offset
+        nbytes = dtype.itemsize * int(np.prod(shape))
+        part = np.ascontiguousarray(raw[:, offset:offset + nbytes])
+        out.append(part.view(dtype).reshape(len(raw), *shape).copy())
+    return tuple(out)
+
+
 def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     """Loads ``lib_dir/NAME.json`` and ``lib_dir/libNAME.so``; calls init() unless told not to."""
     lib_dir = Path(lib_dir)
@@ -175,8 +218,9 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     if not so.exists():
         raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
                          f"host triple (this build: {manifest.get('triple')})")
-    if len(manifest["inputs"]) != 1 or len(manifest["outputs"]) != 1:
-        raise TfaotError(f"{manifest['name']}: the harness supports one input and one output")
+    if len(manifest["inputs"]) != 1 or not manifest["outputs"]:
+        raise TfaotError(f"{manifest['name']}: the harness supports one input and one or more "
+                         "outputs")
     model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
     if init:
         model.init()

@@ -48,23 +48,42 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
                            _embedding_rows(model))
         # The reference is the file's own framework: Keras 2 files run in
         # Keras 2 (tf_keras), not in the Keras 3 model the build used.
-        want = keras_reference(keras_reference_model(loaded), xs, stream=stream,
-                               step_output=lib.output_shape)
+        reference_model = keras_reference_model(loaded)
+        wants = [keras_reference(head, xs, stream=stream, step_output=shape)
+                 for head, shape in zip(_output_heads(reference_model, len(lib.output_shapes)),
+                                        lib.output_shapes)]
     else:
-        reference = GraphReference(loaded, lib, lib_dir)
-        xs = random_inputs(rng, (reference.steps(steps), *lib.input_shape), lib.input_dtype,
-                           token_limit(loaded.graph.graph_def))
-        want = reference.outputs(xs)
-    got = np.stack([lib.step(x) for x in xs])[-len(want):]
-    if got.shape != want.shape:
-        raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
-                         f"{model_path} gives {want.shape[1:]}; was it built from this model?")
-    # Steps whose reference is not defined (a window not yet full, a conv
-    # front end whose receptive field is not yet full) are NaN in ``want``.
-    defined = ~np.isnan(want.reshape(len(want), -1)).any(axis=1)
-    error = float(np.abs(got[defined].astype(np.float64) - want[defined]).max())
-    name = lib.manifest["outputs"][0]["name"]
-    return [VerifyResult(name, int(defined.sum()), error, tol)]
+        references = [GraphReference(loaded, lib, lib_dir, index=i)
+                      for i in range(len(lib.output_shapes))]
+        xs = random_inputs(rng, (references[0].steps(steps), *lib.input_shape),
+                           lib.input_dtype, token_limit(loaded.graph.graph_def))
+        wants = [reference.outputs(xs) for reference in references]
+    steps_out = [lib.step(x) for x in xs]
+    if len(wants) == 1:
+        steps_out = [(y,) for y in steps_out]
+    results = []
+    for i, want in enumerate(wants):
+        got = np.stack([y[i] for y in steps_out])[-len(want):]
+        if got.shape != want.shape:
+            raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
+                             f"{model_path} gives {want.shape[1:]}; was it built from this "
+                             "model?")
+        # Steps whose reference is not defined (a window not yet full, a conv
+        # front end whose receptive field is not yet full) are NaN in ``want``.
+        defined = ~np.isnan(want.reshape(len(want), -1)).any(axis=1)
+        error = float(np.abs(got[defined].astype(np.float64) - want[defined]).max())
+        name = lib.manifest["outputs"][i]["name"]
+        results.append(VerifyResult(name, int(defined.sum()), error, tol))
+    return results
+
+
+def _output_heads(model, count: int) -> list:
+    """One single-output model per output of ``model`` (the model itself if it has one)."""
+    if count == 1:
+        return [model]
+    k = _keras_module(model)
+    inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs
+    return [k.Model(inputs, model.outputs[i]) for i in range(count)]
 
 
 def random_inputs(rng, shape, dtype, high: int) -> np.ndarray:
@@ -368,17 +387,18 @@ class GraphReference:
     graph; the graph is not streamed again here.
     """
 
-    def __init__(self, loaded, lib, lib_dir):
-        """``loaded``: the load.LoadedModel of a graph format (``loaded.graph`` set)."""
+    def __init__(self, loaded, lib, lib_dir, index: int = 0):
+        """``loaded``: the load.LoadedModel of a graph format (``loaded.graph`` set);
+        ``index``: which output (manifest order) this reference gives."""
         from .program import StreamInfo
 
         if "stream" not in lib.manifest:
             raise TfaotError(f"{lib_dir}: built by an older tfaot (its manifest has no "
                              "'stream'); rebuild it with this version")
         self.stream = StreamInfo.from_json(lib.manifest["stream"])
-        self.step_output = tuple(lib.output_shape)
+        self.step_output = tuple(lib.output_shapes[index])
         self.source = loaded.path
-        self._run = _session_runner(loaded.graph)
+        self._run = _session_runner(loaded.graph, index)
         self._check_input(loaded.graph.inputs[0].shape, tuple(lib.input_shape), lib_dir)
 
     @property
@@ -429,8 +449,8 @@ class GraphReference:
                          f"{full.shape} (step output {tuple(self.step_output)})")
 
 
-def _session_runner(graph):
-    """A function running the first output of the original graph in a TF1 session.
+def _session_runner(graph, index: int = 0):
+    """A function running output ``index`` of the original graph in a TF1 session.
 
     The graph as the file has it (before any cut or simplification), fed at
     the streamed input: a tensor inside the graph when --inputs cut it there.
@@ -444,5 +464,5 @@ def _session_runner(graph):
         tf.graph_util.import_graph_def(source, name="")
     session = tf.compat.v1.Session(graph=g)
     feed = feeds[0]
-    fetch = graph.outputs[0]
+    fetch = graph.outputs[index]
     return lambda x: session.run(fetch, {feed: x})

@@ -97,8 +97,8 @@ def test_overrides_from_the_command_line(frozen, capsys):
     assert "no_such_node" in capsys.readouterr().err
 
 
-def test_several_outputs_build_error_suggests_outputs_flag(tmp_path, capsys):
-    """The import handles several outputs; the C API takes one, and says how to pick it."""
+def test_several_outputs_build_into_an_outputs_struct(tmp_path, capsys):
+    """A graph with several outputs builds; the C API returns them in one typed struct."""
     import keras
     from keras import layers
 
@@ -107,9 +107,10 @@ def test_several_outputs_build_error_suggests_outputs_flag(tmp_path, capsys):
     path = tmp_path / "three.pb"
     gm.write_graph_def(gm.freeze_keras(keras.Model(x, [y, h, c]), None, 4, False), path,
                        text=False)
-    assert main(["build", str(path), "-o", str(tmp_path / "out")]) == 1
-    assert "--outputs NAME" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    header = (tmp_path / "out" / "three.h").read_text()
+    assert "#define THREE_NUM_OUTPUTS 3" in header and "} three_outputs;" in header
+    assert "three_outputs *out);" in header
     mlir = tmp_path / "three.mlir"
     assert main(["import", str(path), "-o", str(mlir)]) == 0
     assert "-> (tensor<1x6xf32>, tensor<1x6xf32>, tensor<1x6xf32>)" in mlir.read_text()

@@ -78,18 +78,20 @@ class ApiModel:
         model = cls(name, vm, compiled, _library_name(vm, compiled),
                     [tensor_dict(t) for t in sig.inputs], [tensor_dict(t) for t in sig.outputs],
                     [tensor_dict(t) for t in sig.states], stream=stream or StreamInfo())
-        if len(model.inputs) != 1 or len(model.outputs) != 1:
+        if len(model.inputs) != 1 or not model.outputs:
             raise TfaotError(
                 f"package: model '{name}' has {len(model.inputs)} inputs and "
                 f"{len(model.outputs)} outputs; the C API of this version supports exactly one "
-                "step input and one step output (for a graph, pick one with --outputs NAME)")
+                "step input and one or more step outputs")
+        _name_fields(model.outputs)
         step = vm.step
         if step is None:
             raise TfaotError(f"package: the compiled program has no 'step' function "
                              f"(exports: {', '.join(vm.exports)})")
-        if step.arg_types != [_VIEW] or step.result_types != [_VIEW]:
+        if step.arg_types != [_VIEW] or step.result_types != [_VIEW] * len(model.outputs):
             raise TfaotError(f"package: step has VM signature {step.arg_types} -> "
-                             f"{step.result_types}; expected one tensor in and one tensor out")
+                             f"{step.result_types}; expected one tensor in and "
+                             f"{len(model.outputs)} tensor(s) out")
         _check_signature_against_vm(sig, step)
         model.state_bytes, model.state_slot_bytes = state_layout(model.states)
         _check_state_functions(vm, name, len(model.states))
@@ -128,6 +130,27 @@ class ApiModel:
     def render_h(self, ctx_size: int, footprint: dict | None = None) -> str:
         return template_env().get_template("model.h.j2").render(
             **self.template_values(ctx_size, footprint))
+
+
+def _name_fields(outputs: list[dict]) -> None:
+    """Adds ``field``: the output's member name in NAME_outputs (its tensor name
+    made a C identifier, unique, in manifest order)."""
+    seen: set[str] = set()
+    for i, t in enumerate(outputs):
+        base = emit_mod.c_ident(t["name"])
+        if base in _C_KEYWORDS:
+            base += "_"
+        field_name = base
+        if field_name in seen:
+            field_name = f"{base}_{i}"
+        seen.add(field_name)
+        t["field"] = field_name
+
+
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto "
+    "if inline int long register restrict return short signed sizeof static struct switch "
+    "typedef union unsigned void volatile while bool true false".split())
 
 
 def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:

@@ -58,15 +58,16 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream
     def pure_step(x, *state_values):
         replay = Replay(plan["mode"], list(state_values), frames=plan["frames"],
                         window=plan["window"], delay=plan["delay"])
-        y = replay.output(replay.run_model(model, x))
-        return (y, *replay.new_values)
+        ys = [replay.output(y, i)
+              for i, y in enumerate(replay.run_model(model, x, all_outputs=True))]
+        return (*ys, *replay.new_values)
 
     arg_specs = [tf.TensorSpec(x_spec.shape, x_spec.dtype, name="x_t")]
     arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
                            autograph=False).get_concrete_function()
-    out_spec = TensorInfo("y_t", "float32", tuple(int(d) for d in plan["y0"].shape))
-    signature = ProgramSignature((x_spec,), (out_spec,), states)
+    out_specs = _output_specs(model, plan["y0"])
+    signature = ProgramSignature((x_spec,), out_specs, states)
     stream = plan["stream"]
     report = _report(model, fmt, stream, discover.layer_rows, signature,
                      whole=plan["window"] is not None and fixed_window == "whole")
@@ -103,7 +104,8 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         replay = Replay(mode, None, frames=frames, window=window, delay=delay)
         x_shape = _step_shape(shape, mode, frames)
         try:
-            y = replay.run_model(model, tf.zeros(x_shape, model.inputs[0].dtype))
+            ys = replay.run_model(model, tf.zeros(x_shape, model.inputs[0].dtype),
+                                  all_outputs=True)
         except NeedFrames as more:
             frames *= more.frames
             if frames > MAX_FRAMES_PER_STEP:
@@ -114,13 +116,13 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             if mode != "window":
                 raise TfaotError(str(why)) from None
             return _recompute_plan(model, source, window, str(why))
-        if mode == "window" and y.meta == SEQ:
+        if mode == "window" and any(y.meta == SEQ for y in ys):
             # The time axis reaches the output: not a window model (an image
             # to image model, say); one whole inference per step.
             mode = "stateless"
             continue
         break
-    y0 = replay.output(y)
+    y0 = [replay.output(y, i) for i, y in enumerate(ys)]
     x_spec = TensorInfo("x_t", str(model.inputs[0].dtype), tuple(int(d) for d in x_shape))
     length = shape[1] if len(shape) >= 3 else None
     if mode == "stateless":
@@ -129,7 +131,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         stream = StreamInfo(
             mode=mode, time_axis=1, fixed_length=int(length) if length is not None else None,
             frames_per_step=frames, window=window if mode == "window" else None,
-            first_valid_step=int(y.valid_from), delay=delay)
+            first_valid_step=max(int(y.valid_from) for y in ys), delay=delay)
     return {"mode": mode, "replay": replay, "y0": y0, "x_spec": x_spec, "frames": frames,
             "window": window, "delay": delay, "stream": stream}
 
@@ -165,19 +167,40 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
         if state_values:
             frames = tf.concat([state_values[0], frames], axis=1)
         y = model(frames, training=False)
-        return (y, frames[:, 1:]) if state_values else (y,)
+        ys = tuple(y) if isinstance(y, (list, tuple)) else (y,)
+        return (*ys, frames[:, 1:]) if state_values else ys
 
     x_spec = TensorInfo("x_t", "float32", (1, *features))
     arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
     arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
                            autograph=False).get_concrete_function()
-    y_shape = tuple(int(d) for d in concrete.structured_outputs[0].shape)
-    signature = ProgramSignature((x_spec,), (TensorInfo("y_t", "float32", y_shape),), states)
+    count = len(concrete.structured_outputs) - len(states)
+    outputs = _output_specs(model, concrete.structured_outputs[:count])
+    signature = ProgramSignature((x_spec,), outputs, states)
     rows = [{"name": layer.name, "type": type(layer).__name__, "role": "whole window"}
             for layer in getattr(model, "layers", []) if type(layer).__name__ != "InputLayer"]
     report = _report(model, fmt, plan["stream"], rows, signature)
     return StepProgram(source, fmt, signature, concrete, report, plan["stream"])
+
+
+def _output_specs(model, values) -> tuple[TensorInfo, ...]:
+    """The step outputs: "y_t" for a one-output model; else one per model
+    output, named after the Keras output tensor ("y_t" + index if unnamed)."""
+    values = list(values)
+    if len(values) == 1:
+        return (TensorInfo("y_t", "float32", tuple(int(d) for d in values[0].shape)),)
+    specs, seen = [], set()
+    for i, v in enumerate(values):
+        tensor = model.outputs[i] if i < len(model.outputs) else None
+        history = getattr(tensor, "_keras_history", None)
+        name = getattr(history[0], "name", None) if history else None
+        name = name or f"y_t{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        specs.append(TensorInfo(name, "float32", tuple(int(d) for d in v.shape)))
+    return tuple(specs)
 
 
 # --------------------------------------------------------------------------
@@ -187,10 +210,10 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
 def step_input_spec(model, source: str) -> TensorInfo:
     """Checks the model's input; returns the step input of a one-frame step
     (of a whole inference for a model without a time axis)."""
-    if len(model.inputs) != 1 or len(model.outputs) != 1:
+    if len(model.inputs) != 1:
         raise TfaotError(
             f"{source}: the model has {len(model.inputs)} inputs and "
-            f"{len(model.outputs)} outputs; tfaot supports one input and one output")
+            f"{len(model.outputs)} outputs; tfaot supports one input (and one or more outputs)")
     shape = tuple(model.inputs[0].shape)
     dtype = str(model.inputs[0].dtype)
     if dtype not in INPUT_DTYPES:

@@ -165,7 +165,9 @@ class Replay:
 
     # -- entry points ------------------------------------------------------
 
-    def run_model(self, model, x_t) -> Streamed:
+    def run_model(self, model, x_t, all_outputs: bool = False):
+        """The model's first output (a Streamed), or with ``all_outputs`` the
+        list of every output in ``model.outputs`` order."""
         import tensorflow as tf
 
         if self.mode == "stateless":
@@ -175,16 +177,20 @@ class Replay:
             x = Streamed(value, SEQ, Seq(self.frames, 0, -1 - self.delay,
                                          self.window if self.mode == "window" else None))
         y = self._run(model, x)
+        if all_outputs:
+            return list(y) if isinstance(y, (list, tuple)) else [y]
         if isinstance(y, (list, tuple)):
             y = y[0]
         return y
 
-    def output(self, y: Streamed):
-        """The step output of the model's final value (its reference's last frame)."""
+    def output(self, y: Streamed, index: int = 0):
+        """The step output of the model's final value (its reference's last
+        frame); ``index``: which model output (names its delay buffer)."""
         if y.meta == VEC:
             return y.value
         lag = y.seq.lag
-        cat = self.buffer("output/frames", y.value, lag + 1 - y.seq.n)
+        cat = self.buffer("output/frames" if index == 0 else f"output{index}/frames",
+                          y.value, lag + 1 - y.seq.n)
         return cat[:, cat.shape[1] - 1 - lag]
 
     def _run(self, model, inputs):

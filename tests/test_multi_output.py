@@ -1,0 +1,175 @@
+"""Models with several outputs (a keyword head and a voice-activity head):
+the typed NAME_outputs struct, the harness, verify, against TensorFlow."""
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import graph_models as gm
+from tfaot import harness
+
+
+def _two_heads():
+    """Input(None, 8) -> LSTM(16, sequences) -> Dense(3) "keyword" and Dense(1, sigmoid) "vad"."""
+    import keras
+
+    keras.utils.set_random_seed(11)
+    x = keras.Input((None, 8))
+    h = keras.layers.LSTM(16, return_sequences=True)(x)
+    keyword = keras.layers.Dense(3, name="keyword")(h)
+    vad = keras.layers.Dense(1, activation="sigmoid", name="vad")(h)
+    return keras.Model(x, [keyword, vad])
+
+
+def _build(path, out, *extra):
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(path), "-o", str(out),
+                           "-q", *extra], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def two_heads(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two_heads")
+    model = _two_heads()
+    path = tmp / "heads.keras"
+    model.save(path)
+    out = tmp / "lib"
+    _build(path, out)
+    return model, path, out
+
+
+def test_two_heads_stream_through_the_so(two_heads):
+    model, _, out = two_heads
+    lib = harness.load(out)
+    assert [name for name, _, _ in lib.output_specs] == ["keyword", "vad"]
+    xs = np.random.default_rng(0).normal(size=(1, 150, 8)).astype(np.float32)
+    want = [np.asarray(y)[0] for y in model(xs)]
+    got = [lib.step(xs[:, t]) for t in range(xs.shape[1])]
+    assert all(isinstance(y, tuple) and len(y) == 2 for y in got)
+    for i, w in enumerate(want):
+        g = np.stack([y[i] for y in got])[:, 0]
+        assert g.shape == w.shape
+        assert np.abs(g - w).max() <= 1e-5
+    lib.reset()
+    many = lib.step_n(np.swapaxes(xs, 0, 1))
+    for i, w in enumerate(want):
+        assert many[i].shape == (150, *lib.output_shapes[i])
+        assert np.abs(many[i][:, 0] - w).max() <= 1e-5
+
+
+def test_two_heads_verify_reports_each_output(two_heads):
+    _, path, out = two_heads
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
+                           "--steps", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "max abs error" in line]
+    assert len(lines) == 2, proc.stdout
+    assert lines[0].startswith("keyword:") and lines[1].startswith("vad:")
+    assert all("over 100 steps" in line and line.endswith("ok") for line in lines)
+
+
+def test_two_heads_header_and_c_driver(two_heads, tmp_path):
+    _, _, out = two_heads
+    header = (out / "heads.h").read_text()
+    assert "} heads_outputs;" in header
+    assert "float keyword[3];" in header and "float vad[1];" in header
+    assert "int heads_step(heads_ctx *ctx, const heads_input_t *in, heads_outputs *out);" \
+        in header
+    assert "heads_output_t" not in header
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    driver = tmp_path / "main.c"
+    driver.write_text(r"""
+#include <stdio.h>
+#include "heads.h"
+static _Alignas(HEADS_CTX_ALIGN) unsigned char mem[HEADS_CTX_SIZE];
+static int written;
+int heads_write_output(void *user, const heads_outputs *out, size_t n) {
+  (void)user;
+  if (n != 1) return -1;
+  written += out->vad[0] >= 0.0f && out->vad[0] <= 1.0f;
+  return 0;
+}
+int heads_read_input(void *user, heads_input_t *in, size_t n) {
+  int *left = (int *)user;
+  for (size_t i = 0; i < n; ++i) in[i] = 0.25f * (float)i;
+  return (*left)-- > 0;
+}
+int main(void) {
+  heads_ctx *ctx = (heads_ctx *)mem;
+  if (heads_init(ctx) != HEADS_OK) return 1;
+  heads_input_t in[HEADS_INPUT_SIZE] = {0};
+  heads_outputs out[2];
+  if (heads_step(ctx, in, &out[0]) != HEADS_OK) return 2;
+  heads_input_t ins[2 * HEADS_INPUT_SIZE] = {0};
+  if (heads_reset(ctx) != HEADS_OK || heads_step_n(ctx, ins, out, 2) != HEADS_OK) return 3;
+  int left = 5;
+  if (heads_run(ctx, &left, -1) != 5 || written != 5) return 4;
+  printf("%g %g %g %g\n", out[0].keyword[0], out[0].keyword[1], out[0].keyword[2],
+         out[1].vad[0]);
+  heads_deinit(ctx);
+  return 0;
+}
+""")
+    exe = tmp_path / "main"
+    compile_ = subprocess.run([gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(out),
+                               str(driver), str(out / "libheads.a"), "-lm", "-o", str(exe)],
+                              capture_output=True, text=True)
+    assert compile_.returncode == 0, compile_.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert len(run.stdout.split()) == 4
+
+
+def test_one_output_model_keeps_the_flat_signature(tmp_path):
+    """The single-output C API is unchanged: flat NAME_output_t arrays, no struct."""
+    import keras
+
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((None, 4)), keras.layers.GRU(5, return_sequences=True),
+                              keras.layers.Dense(2)])
+    path = tmp_path / "one.keras"
+    model.save(path)
+    _build(path, tmp_path / "lib")
+    header = (tmp_path / "lib" / "one.h").read_text()
+    assert "int one_step(one_ctx *ctx, const one_input_t *in, one_output_t *out);" in header
+    assert "one_outputs" not in header
+    lib = harness.load(tmp_path / "lib")
+    assert isinstance(lib.step(np.zeros(lib.input_shape, np.float32)), np.ndarray)
+
+
+def _two_output_graph():
+    """A frozen TF graph with two outputs (Identity:0, Identity_1:0) over one input "x"."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    model = _two_heads()
+    cf = tf.function(lambda v: model(v)).get_concrete_function(
+        tf.TensorSpec((1, None, 8), tf.float32, name="x"))
+    return convert_variables_to_constants_v2(cf).graph.as_graph_def()
+
+
+def test_graph_with_two_outputs(tmp_path):
+    gd = _two_output_graph()
+    path = tmp_path / "g2.pb"
+    path.write_bytes(gd.SerializeToString())
+    out = tmp_path / "lib"
+    _build(path, out, "--outputs", "Identity,Identity_1")
+    lib = harness.load(out)
+    assert len(lib.output_specs) == 2
+    xs = np.random.default_rng(1).normal(size=(1, 110, 8)).astype(np.float32)
+    want = gm.run_graph_def(gd, "x", ["Identity:0", "Identity_1:0"], xs)
+    got = [lib.step(xs[:, t]) for t in range(xs.shape[1])]
+    for i in range(2):
+        g = np.stack([y[i] for y in got])[:, 0]
+        assert np.abs(g - np.asarray(want[i])[0]).max() <= 1e-5
+    verify = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
+                             "--outputs", "Identity,Identity_1", "--steps", "100"],
+                            capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert len([line for line in verify.stdout.splitlines() if "max abs error" in line]) == 2
