@@ -108,6 +108,9 @@ class ApiModel:
             inputs=self.inputs, outputs=self.outputs, states=self.states,
             in_ctype=self.inputs[0]["ctype"], out_ctype=self.outputs[0]["ctype"],
             in_etype=self.inputs[0]["etype"], out_etype=self.outputs[0]["etype"],
+            # One output: a flat NAME_output_t array; several: one NAME_outputs struct.
+            out_type=f"{name}_output_t" if len(self.outputs) == 1 else f"{name}_outputs",
+            out_count=f"{name.upper()}_OUTPUT_SIZE" if len(self.outputs) == 1 else "1",
             ctx_size=ctx_size, ctx_align=CTX_ALIGN, arena_bytes=vm.arena_bytes,
             libraries=[{"name": self.library_name, "symbol": self.query_symbol}],
             step_fn=vm.step, reset_fn=vm.reset, init_fn=vm.init,

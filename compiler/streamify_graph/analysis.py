@@ -46,33 +46,11 @@ def analyse(loaded) -> Graph:
     for lp in loops.values():
         classify(lp)
     # Topological order of what the outputs need (data inputs only).
-    needed: list[str] = []
-    state: dict[str, int] = {}
+    roots = []
     for out in loaded.outputs:
         root = parse_tensor(out)[0]
-        if root not in nodes:
-            root = parse_tensor(exit_map.get(root, root))[0]
-        stack = [(root, False)]
-        while stack:
-            u, done = stack.pop()
-            if done:
-                state[u] = 2
-                needed.append(u)
-                continue
-            if state.get(u):
-                continue
-            if u not in nodes:
-                raise Fail(f"node '{u}' is referenced but not in the graph")
-            state[u] = 1
-            stack.append((u, True))
-            for i in nodes[u].input:
-                if i.startswith("^"):
-                    continue
-                src = parse_tensor(i)[0]
-                if state.get(src) == 1:
-                    raise Fail(f"the graph has a cycle through node '{src}'")
-                if not state.get(src):
-                    stack.append((src, False))
+        roots.append(root if root in nodes else parse_tensor(exit_map.get(root, root))[0])
+    needed = _topological(roots, nodes, strict=True)
     _check_py_functions(nodes, needed, loops, gd.library)
     g = Graph(Path(loaded.path), nodes, needed, loops, alias)
     if not loops and loaded.inputs:
@@ -108,10 +86,16 @@ def _find_unrolled(g: Graph, loaded) -> None:
     g.unrolled = {u.name: u}
 
 
-def _topological(roots: list[str], nodes: dict, redirect: dict[str, str]) -> list[str]:
-    """Nodes the roots need (data inputs; ``redirect`` maps removed nodes), inputs first."""
+def _topological(roots: list[str], nodes: dict, redirect: dict[str, str] | None = None, *,
+                 strict: bool = False) -> list[str]:
+    """Nodes the roots need (data inputs; ``redirect`` maps removed nodes), inputs first.
+
+    ``strict``: a reference to a missing node or a cycle is a ``Fail``
+    naming the node (a malformed graph), not a crash.
+    """
+    redirect = redirect or {}
     order: list[str] = []
-    state: dict[str, int] = {}
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
     for root in roots:
         stack = [(redirect.get(root, root), False)]
         while stack:
@@ -122,6 +106,8 @@ def _topological(roots: list[str], nodes: dict, redirect: dict[str, str]) -> lis
                 continue
             if state.get(u):
                 continue
+            if strict and u not in nodes:
+                raise Fail(f"node '{u}' is referenced but not in the graph")
             state[u] = 1
             stack.append((u, True))
             for i in nodes[u].input:
@@ -129,6 +115,8 @@ def _topological(roots: list[str], nodes: dict, redirect: dict[str, str]) -> lis
                     continue
                 src = parse_tensor(i)[0]
                 src = redirect.get(src, src)
+                if strict and state.get(src) == 1:
+                    raise Fail(f"the graph has a cycle through node '{src}'")
                 if not state.get(src):
                     stack.append((src, False))
     return order
