@@ -12,6 +12,7 @@ from pathlib import Path
 from . import compile as compile_mod
 from . import emit as emit_mod
 from . import package as package_mod
+from . import weight_globals
 from .names import check_name
 from .program import ProgramSignature, StreamInfo
 from .target import Target, make_target
@@ -39,7 +40,9 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
         compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
                                               target=target)
     with stage("emit"):
-        vm = emit_mod.translate(compiled.vm_asm, prefix=name)
+        vm = emit_mod.translate(
+            compiled.vm_asm, prefix=name, host_sync=target.is_gpu,
+            external_rodata=weight_globals.is_weights_rodata if target.external_weights else None)
     with stage("package"):
         return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
                                    workdir=workdir / "package", stream=stream)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import TfaotError
+from .target import KINDS
 
 DESCRIPTION = """\
 tfaot compiles a recurrent TensorFlow/Keras model into a streaming step
@@ -74,8 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "a firmware build needs (src/). The folder appears only "
                                    "when the build succeeds.")
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--target", default="cpu", choices=["cpu"],
-                   help="code generation target (default: cpu)")
+    p.add_argument("--target", default="cpu", choices=list(KINDS),
+                   help="where the kernels run: cpu (default; kernels linked into the "
+                        "library), vulkan (SPIR-V kernels run through the Vulkan driver "
+                        "that the library loads at init) or cuda (PTX kernels run through "
+                        "libcuda.so.1, loaded at init); same C API")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="output folder (default: build/NAME); an existing folder is replaced "
                         "only if it is empty or a previous tfaot output")
@@ -87,8 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
                                     "thumbv7em-none-eabihf (default: the host's)")
     p.add_argument("--cpu", help="target CPU, e.g. cortex-m4 (default: host for the host "
                                  "triple, generic otherwise)")
+    p.add_argument("--cuda-arch", metavar="SM",
+                   help="--target=cuda: the GPU architecture of the PTX: sm_80 (default), "
+                        "sm_86, sm_89 or sm_120; the driver compiles sm_80 PTX for newer "
+                        "GPUs (sm_90, sm_100) at load")
     p.add_argument("--keep-temps", action="store_true",
                    help="keep every stage's artifacts (MLIR, VM program, kernels) in DIR/temps")
+    p.add_argument("--weights", choices=["embedded", "file"], default="embedded",
+                   help="where the weights live: embedded (default) in the library's "
+                        "read-only data (flash on a microcontroller), or file: a "
+                        "NAME.weights sidecar next to the library that the program loads "
+                        "and passes to NAME_init_with_weights (checked against a hash in "
+                        "NAME.h), so weights can be updated without relinking")
     p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="pack the weights once at init into a RAM copy laid out for faster "
                         "steps (default: on for Linux triples when the model has 16 KiB of "
@@ -184,9 +198,10 @@ def cmd_build(args) -> int:
     from .pipeline import BuildOptions, Progress, build_model
 
     options = BuildOptions(out_dir=Path(args.output) if args.output else None, name=args.name,
-                           target=args.target, triple=args.triple, cpu=args.cpu,
+                           target=args.target, triple=args.triple, cpu=_target_cpu(args),
                            keep_temps=args.keep_temps, force=args.force,
-                           pack_weights=args.pack_weights, whole_window=args.whole_window,
+                           pack_weights=args.pack_weights, weights=args.weights,
+                           whole_window=args.whole_window,
                            graph_options=_graph_options(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)
@@ -197,6 +212,19 @@ def cmd_build(args) -> int:
         print(f"tfaot: footprint: code {fp['code_bytes']} B, weights {fp['weight_bytes']} B, "
               f"RAM {fp['ram_bytes']} B per context", file=sys.stderr)
     return 0
+
+
+def _target_cpu(args) -> str | None:
+    """--cpu, or for --target=cuda the --cuda-arch (Target.cpu holds the NVPTX arch)."""
+    if args.target != "cuda":
+        if args.cuda_arch:
+            raise TfaotError(f"--cuda-arch is for --target=cuda; this build is "
+                             f"--target={args.target}")
+        return args.cpu
+    if args.cpu:
+        raise TfaotError(f"--cpu={args.cpu} names a CPU for CPU kernels; for --target=cuda "
+                         "choose the GPU with --cuda-arch")
+    return args.cuda_arch
 
 
 def cmd_cmake_path(args) -> int:

@@ -12,6 +12,9 @@ shared/iree-notes.md section 0:
   relocatable object with a single ``<lib>_library_query`` entry point;
 * ``inline-constants-max-byte-length`` + ``const-expr-hoisting=false``: the
   workaround for the inline-mode dropped-constant bug (iree-notes 1.4).
+* GPU targets (``Target.is_gpu``): weights become mutable globals
+  (weight_globals.py), the kernels are SPIR-V inside the VM program (no
+  kernel object);
 * ``Target.pack_weights`` (hosted targets): data tiling + const-expr
   hoisting pack the weights once in ``__init``, and long matvecs are split
   into short independent reductions first (bench/bench_litert.py).
@@ -23,6 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import weight_globals
 from .errors import TfaotError
 from .target import Target
 
@@ -35,8 +39,8 @@ class CompiledModule:
     """What iree-compile produced for one model."""
 
     vm_asm_path: Path        # host program as VM IR text (--output-format=vm-asm)
-    kernel_object: Path      # relocatable object with the dispatch functions
-    library_query: str       # the object's exported query symbol
+    kernel_object: Path | None  # CPU: relocatable object with the dispatch functions
+    library_query: str | None   # CPU: the object's exported query symbol
     compiler_version: str    # e.g. "3.13.0rc20261016 @ 89ece87b..."
     target: Target
 
@@ -187,6 +191,8 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     triple, cpu = target.triple, target.cpu
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    if target.weights_as_globals:
+        mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap (mlir_import.split_matvec_reductions).
@@ -205,15 +211,18 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     # out of anything the compiler records.
     hal_stage = workdir / f"{name}.hal.mlir"
     flags = target.iree_flags(Path(kernels.name))
+    object_made = [kernels] if target.has_kernel_object else []
     _run_iree_compile([src.name, *flags, "--compile-to=hal", "-o", hal_stage.name],
-                      workdir, name, triple, cpu, expect=[hal_stage, kernels])
+                      workdir, name, triple, cpu, expect=[hal_stage, *object_made])
     hal_stage.write_text(split_allocations(hal_stage.read_text()))
     _run_iree_compile([hal_stage.name, "--compile-from=hal", *flags, "-o", vm_asm.name],
                       workdir, name, triple, cpu, expect=[vm_asm])
+    if target.weights_as_globals:
+        vm_asm.write_text(weight_globals.drop_setters(vm_asm.read_text()))
     return CompiledModule(
         vm_asm_path=vm_asm,
-        kernel_object=kernels,
-        library_query=_query_symbol(kernels),
+        kernel_object=kernels if target.has_kernel_object else None,
+        library_query=_query_symbol(kernels) if target.has_kernel_object else None,
         compiler_version=compiler_version(),
         target=target,
     )

@@ -3,6 +3,9 @@
     m = tfaot.harness.load("out/model")   # reads model.json, loads libmodel.so, calls init()
     y = m.step(x)                          # x: numpy array of the input shape/dtype
     ys = m.step_n(xs)                      # xs: (n, *input shape)
+    # A model with several inputs takes a tuple/list (manifest order = the
+    # model's input order) or a dict by input name, in step (one array per
+    # input) and step_n (one (n, *input i shape) array per input).
     # A model with several outputs returns a tuple (manifest order) from
     # step, and a tuple of (n, *output i shape) arrays from step_n.
     m.reset()
@@ -37,11 +40,19 @@ class Model:
         self.output_shape = tuple(out["shape"])
         self.input_dtype = np.dtype(inp["dtype"])
         self.output_dtype = np.dtype(out["dtype"])
+        # Every input, manifest order: (name, dtype, shape); which are streamed.
+        self.input_specs = [(i["name"], np.dtype(i["dtype"]), tuple(i["shape"]))
+                            for i in manifest["inputs"]]
+        self.input_shapes = [shape for _, _, shape in self.input_specs]
+        self.input_dtypes = [dt for _, dt, _ in self.input_specs]
+        self.input_streamed = [bool(i.get("streamed", True)) for i in manifest["inputs"]]
+        self._inputs_struct = _tensors_struct(self.input_specs, "Inputs") \
+            if len(self.input_specs) > 1 else None
         # Every output, manifest order: (name, dtype, shape).
         self.output_specs = [(o["name"], np.dtype(o["dtype"]), tuple(o["shape"]))
                              for o in manifest["outputs"]]
         self.output_shapes = [shape for _, _, shape in self.output_specs]
-        self._outputs_struct = _outputs_struct(self.output_specs) \
+        self._outputs_struct = _tensors_struct(self.output_specs, "Outputs") \
             if len(self.output_specs) > 1 else None
         # How steps relate to the model's time axis: frames per step, window,
         # the first step whose output is defined (program.StreamInfo).
@@ -80,6 +91,22 @@ class Model:
         base = self._mem.ctypes.data
         self._ctx = ctypes.c_void_p(base + (-base % align))
         self._live = False
+        self.weights = self._read_weights(lib)
+
+    def _read_weights(self, lib) -> np.ndarray | None:
+        """--weights=file builds: NAME.weights, kept alive as long as the model."""
+        info = self.manifest.get("weights") or {}
+        if info.get("mode") != "file":
+            return None
+        path = self.dir / info["file"]
+        if not path.exists():
+            raise TfaotError(f"{self.dir}: no {info['file']}; this library was built with "
+                             "--weights=file and needs it")
+        f = lib[f"{self.name}_init_with_weights"]
+        f.restype = ctypes.c_int
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        self._fn["init_with_weights"] = f
+        return np.fromfile(path, dtype=np.uint8)
 
     # -- helpers ---------------------------------------------------------------
     def _check(self, status: int, what: str) -> None:
@@ -87,24 +114,62 @@ class Model:
             text = self._fn["status_string"](status).decode()
             raise TfaotError(f"{self.name}_{what} failed with status {status}: {text}")
 
-    def _as_input(self, x, batch: int | None) -> np.ndarray:
+    def _as_input(self, x, batch: int | None, index: int = 0) -> np.ndarray:
+        name, dtype, shape = self.input_specs[index]
+        what = "input" if len(self.input_specs) == 1 else f"input '{name}'"
         x = np.asarray(x)
-        want = self.input_shape if batch is None else (batch, *self.input_shape)
-        if x.dtype != self.input_dtype:
-            raise TfaotError(f"{self.name}: input has dtype {x.dtype}, the model takes "
-                             f"{self.input_dtype} (convert with .astype(np.{self.input_dtype}))")
+        want = shape if batch is None else (batch, *shape)
+        if x.dtype != dtype:
+            raise TfaotError(f"{self.name}: {what} has dtype {x.dtype}, the model takes "
+                             f"{dtype} (convert with .astype(np.{dtype}))")
         if tuple(x.shape) != tuple(want):
-            hint = "(n, " + ", ".join(map(str, self.input_shape)) + ")" if batch is not None \
-                else str(self.input_shape)
-            raise TfaotError(f"{self.name}: input has shape {tuple(x.shape)}, expected {hint}")
+            hint = "(n, " + ", ".join(map(str, shape)) + ")" if batch is not None \
+                else str(shape)
+            raise TfaotError(f"{self.name}: {what} has shape {tuple(x.shape)}, expected {hint}")
         return np.ascontiguousarray(x)
+
+    def _each_input(self, x) -> list:
+        """Several inputs given as a tuple/list (manifest order) or a dict by name."""
+        names = [name for name, _, _ in self.input_specs]
+        if isinstance(x, dict):
+            unknown = sorted(set(x) - set(names))
+            missing = [n for n in names if n not in x]
+            if unknown or missing:
+                raise TfaotError(f"{self.name}: inputs are {', '.join(names)}; got "
+                                 f"{', '.join(map(str, x)) or 'none'}")
+            return [x[n] for n in names]
+        if not isinstance(x, (list, tuple)) or len(x) != len(names):
+            raise TfaotError(f"{self.name}: the model has {len(names)} inputs "
+                             f"({', '.join(names)}); pass a tuple or a dict of them")
+        return list(x)
+
+    def _pack_inputs(self, x, batch: int | None) -> np.ndarray:
+        """The bytes of one NAME_inputs struct per step: (max(n, 1), sizeof)."""
+        parts = [self._as_input(v, batch, i) for i, v in enumerate(self._each_input(x))]
+        n = 1 if batch is None else batch
+        raw = np.zeros((max(n, 1), ctypes.sizeof(self._inputs_struct)), dtype=np.uint8)
+        for i, part in enumerate(parts):
+            offset = getattr(self._inputs_struct, f"f{i}").offset
+            flat = part.reshape(n, -1).view(np.uint8)
+            raw[:n, offset:offset + flat.shape[1]] = flat
+        return raw
+
+    def _step_count(self, xs) -> int:
+        """n for step_n: the length of the (first) input's leading axis."""
+        first = self._each_input(xs)[0] if self._inputs_struct is not None else xs
+        first = np.asarray(first)
+        return first.shape[0] if first.ndim else 0
 
     # -- API ---------------------------------------------------------------------
     def init(self) -> None:
         """(Re)initialises the context: state = initial value."""
         if self._live:
             self._fn["deinit"](self._ctx)
-        self._check(self._fn["init"](self._ctx), "init")
+        if self.weights is None:
+            self._check(self._fn["init"](self._ctx), "init")
+        else:
+            self._check(self._fn["init_with_weights"](self._ctx, self.weights.ctypes.data,
+                                                      self.weights.size), "init_with_weights")
         self._live = True
 
     def reset(self) -> None:
@@ -113,7 +178,7 @@ class Model:
     def step(self, x):
         """One step; returns a new array of the output shape (a tuple of
         arrays, manifest order, for a model with several outputs)."""
-        x = self._as_input(x, None)
+        x = self._as_input(x, None) if self._inputs_struct is None else self._pack_inputs(x, None)
         if self._outputs_struct is not None:
             out = self._outputs_struct()
             self._check(self._fn["step"](self._ctx, x.ctypes.data, ctypes.addressof(out)), "step")
@@ -127,9 +192,8 @@ class Model:
     def step_n(self, xs):
         """Runs len(xs) steps in order; returns (n, *output shape) (a tuple of
         such arrays, manifest order, for a model with several outputs)."""
-        xs = np.asarray(xs)
-        n = xs.shape[0] if xs.ndim else 0
-        xs = self._as_input(xs, n)
+        n = self._step_count(xs)
+        xs = self._as_input(xs, n) if self._inputs_struct is None else self._pack_inputs(xs, n)
         if self._outputs_struct is not None:
             size = ctypes.sizeof(self._outputs_struct)
             raw = np.zeros((max(n, 1), size), dtype=np.uint8)
@@ -179,14 +243,14 @@ class Model:
             pass
 
 
-def _outputs_struct(specs):
-    """A ctypes twin of the header's NAME_outputs struct (same fields, same
-    order, so the same padding as the C compiler)."""
+def _tensors_struct(specs, name: str):
+    """A ctypes twin of the header's NAME_inputs / NAME_outputs struct (same
+    fields, same order, so the same padding as the C compiler)."""
     fields = []
     for i, (_, dtype, shape) in enumerate(specs):
         elem = np.ctypeslib.as_ctypes_type(dtype)
         fields.append((f"f{i}", elem * max(int(np.prod(shape)), 1)))
-    return type("Outputs", (ctypes.Structure,), {"_fields_": fields})
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
 
 
 def _unpack_outputs(raw: np.ndarray, specs, struct) -> tuple:
@@ -218,9 +282,9 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     if not so.exists():
         raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
                          f"host triple (this build: {manifest.get('triple')})")
-    if len(manifest["inputs"]) != 1 or not manifest["outputs"]:
-        raise TfaotError(f"{manifest['name']}: the harness supports one input and one or more "
-                         "outputs")
+    if not manifest["inputs"] or not manifest["outputs"]:
+        raise TfaotError(f"{manifest['name']}: the manifest lists no inputs or no outputs; the "
+                         "build folder is inconsistent")
     model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
     if init:
         model.init()

@@ -71,42 +71,65 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
                          f"{first_line(e)}") from None
     key, sig = _pick_signature(dict(obj.signatures), path)
     _, kw_specs = sig.structured_input_signature
-    if len(kw_specs) != 1:
-        raise TfaotError(f"{path}: signature '{key}' has {len(kw_specs)} inputs "
-                         f"({', '.join(sorted(kw_specs))}); only one streamed input is supported")
-    in_key, spec = next(iter(kw_specs.items()))
-    shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
-    if input_specs:
-        shape = list(input_specs[0][1]) if input_specs[0][1] is not None else shape
-    if shape is None:
-        raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
-                         "give its shape with --inputs NAME:SHAPE")
-    if shape and shape[0] is None:
-        shape[0] = 1  # batch 1
+    # Several inputs keep the signature's order (its input names, sorted).
+    in_keys = sorted(kw_specs)
+    shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, i, k))
+              for i, k in enumerate(in_keys)]
     out_keys = sorted(sig.structured_outputs)
 
-    def call(x):
-        res = sig(**{in_key: x})
+    def call(*xs):
+        res = sig(**dict(zip(in_keys, xs)))
         return [res[k] for k in out_keys]
 
     try:
-        cf = tf.function(call).get_concrete_function(tf.TensorSpec(shape, spec.dtype, name=in_key))
+        cf = tf.function(call).get_concrete_function(
+            *[tf.TensorSpec(shape, kw_specs[k].dtype, name=k) for k, shape in zip(in_keys, shapes)])
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:
-        raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape "
-                         f"{_fmt_shape(shape)}: {first_line(e)}") from None
+        raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
+                         f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
     gd = frozen.graph.as_graph_def()
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
     loaded = graph_def_to_loaded(
         gd, path, "savedmodel",
-        [(in_names[0], tuple(shape))],
+        [(name, tuple(shape)) for name, shape in zip(in_names, shapes)],
         None if output_specs is None else output_specs,
-        details={"savedmodel_version": 2, "signature": key, "signature_input": in_key})
+        details={"savedmodel_version": 2, "signature": key,
+                 "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
     if output_specs is None:
         loaded.outputs = outs
         loaded.output_names = out_keys
     return loaded
+
+
+def _override(input_specs, index: int, key: str):
+    """The --inputs shape given for signature input ``key`` (by name, else by
+    position), or None."""
+    for name, shape in input_specs or []:
+        if name.partition(":")[0] == key:
+            return shape
+    if input_specs and index < len(input_specs):
+        return input_specs[index][1]
+    return None
+
+
+def _batch_one_shape(path: Path, key: str, in_key: str, spec, override) -> list:
+    shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
+    if override is not None:
+        shape = list(override)
+    if shape is None:
+        raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
+                         "give its shape with --inputs NAME:SHAPE")
+    if shape and shape[0] is None:
+        shape[0] = 1  # batch 1
+    return shape
+
+
+def _tensor_spec_name(tensor: str) -> str:
+    """"x:0" -> "x"; "split:1" -> "split:1" (the --inputs NAME[:INDEX] form)."""
+    node, _, index = tensor.partition(":")
+    return node if index in ("", "0") else f"{node}:{index}"
 
 
 def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
@@ -125,11 +148,8 @@ def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
         out_items = sorted(sig.outputs.items())
         if input_specs:
             spec_inputs = input_specs
-        else:
-            if len(in_items) != 1:
-                raise TfaotError(f"{path}: signature '{key}' has {len(in_items)} inputs; "
-                                 "only one streamed input is supported")
-            spec_inputs = [(in_items[0][1].name.partition(":")[0], None)]
+        else:  # every signature input, in the signature's (sorted) order
+            spec_inputs = [(_tensor_spec_name(v.name), None) for _, v in in_items]
         if output_specs:
             out_tensors = [o if ":" in o else o + ":0" for o in output_specs]
             out_names = [o.partition(":")[0] for o in output_specs]

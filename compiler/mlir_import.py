@@ -144,7 +144,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool) -> str:
         f"// tfaot streaming module for {program.source.rsplit('/', 1)[-1]}",
         "module @streaming {",
         *(_global_decl(i, s) for i, s in enumerate(sig.states)),
-        _step_func(sig.inputs[0], sig.outputs, sig.states),
+        _step_func(sig.inputs, sig.outputs, sig.states),
         _reset_func(sig.states),
         *_state_access_funcs(sig.states),
         body,
@@ -251,18 +251,22 @@ def _global_decl(i: int, s: StateInfo) -> str:
             f"{_tensor_type(s)}) : {_tensor_type(s)}")
 
 
-def _step_func(x: TensorInfo, outputs, states) -> str:
-    """``@step(x) -> (y...)``: load the states, call the pure step, store them back.
+def _step_func(inputs: tuple[TensorInfo, ...], outputs, states) -> str:
+    """``@step(x0, x1...) -> (y...)``: load the states, call the pure step, store them back.
 
-    The pure step returns the outputs first, then the new states.
+    The pure step takes the inputs (in order) then the states, and returns
+    the outputs first, then the new states.
     """
+    in_types = [_tensor_type(x) for x in inputs]
     out_types = [_tensor_type(y) for y in outputs]
     state_types = [_tensor_type(s) for s in states]
-    lines = [f"  func.func @step(%x: {_tensor_type(x)}) -> ({', '.join(out_types)}) {{"]
+    params = ", ".join(f"%x{i}: {t}" for i, t in enumerate(in_types))
+    lines = [f"  func.func @step({params}) -> ({', '.join(out_types)}) {{"]
     for i, t in enumerate(state_types):
         lines.append(f"    %s{i} = ml_program.global_load @state{i} : {t}")
-    args = ", ".join(["%x"] + [f"%s{i}" for i in range(len(state_types))])
-    arg_types = ", ".join([_tensor_type(x)] + state_types)
+    args = ", ".join([f"%x{i}" for i in range(len(in_types))] +
+                     [f"%s{i}" for i in range(len(state_types))])
+    arg_types = ", ".join(in_types + state_types)
     result_types = ", ".join(out_types + state_types)
     lines.append(f"    %r:{len(out_types) + len(state_types)} = func.call @{PURE_STEP}({args}) : "
                  f"({arg_types}) -> ({result_types})")

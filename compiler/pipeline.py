@@ -69,13 +69,13 @@ def load_and_streamify(model_path: str, progress: Progress,
                     f"frames, {program.stream.frames_per_step} per step (time axis 1); for one "
                     "whole inference per step (e.g. an image model) use --whole-window")
             return program
-        return _streamify_graph(loaded)
+        return _streamify_graph(loaded, whole_window)
 
 
-def _streamify_graph(loaded) -> StepProgram:
+def _streamify_graph(loaded, whole_window: bool = False) -> StepProgram:
     from .streamify_graph import streamify_graph
 
-    return streamify_graph(loaded.graph)
+    return streamify_graph(loaded.graph, fixed_window="whole" if whole_window else "stream")
 
 
 def run_frontend(model_path: str, progress: Progress,
@@ -110,6 +110,7 @@ class BuildOptions:
     cpu: str | None = None  # default: host for the host triple, generic otherwise
     keep_temps: bool = False
     pack_weights: bool | None = None  # default: the target's (Target.pack_weights)
+    weights: str = "embedded"  # or "file": a NAME.weights sidecar (Target.external_weights)
     force: bool = False  # replace an output folder that holds files tfaot did not write
     whole_window: bool = False  # fixed-window models: one whole inference per step
     graph_options: GraphOptions = field(default_factory=GraphOptions)
@@ -138,7 +139,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     name = options.name or default_name(model_path)
     check_name(name)
     target = make_target(options.target, options.triple, options.cpu,
-                         weight_packing=options.pack_weights)
+                         weight_packing=options.pack_weights,
+                         external_weights=options.weights == "file")
     detect_format(Path(model_path))
     out_path = Path(options.out_dir or Path("build") / name)
     out = output_dir.prepare(out_path, model_path, force=options.force)

@@ -34,6 +34,18 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class InputInfo(TensorInfo):
+    """A step input. ``streamed``: it has the model's time axis (each step takes
+    the next frame(s)); else it has none and each step takes its whole value
+    (a conditioning vector given every step)."""
+
+    streamed: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "streamed": self.streamed}
+
+
+@dataclass(frozen=True)
 class StateInfo(TensorInfo):
     """A recurrent state tensor; ``initial`` is its value after init/reset."""
 

@@ -54,6 +54,11 @@ STATUSES: tuple[Status, ...] = (
            "context was moved or copied after {name}_init (re-initialise it)"),
     Status("ALIGNMENT", 13, "context not aligned to {P}_CTX_ALIGN ({align}) bytes",
            "context memory not aligned to {P}_CTX_ALIGN"),
+    Status("DEVICE", 14, "GPU driver or device missing, unsuitable or failed (GPU targets)",
+           "GPU targets: no driver or suitable device, or the device failed"),
+    Status("WEIGHTS", 15, "weights missing or not this library's (size or hash differ); "
+           "pass {name}.weights to {name}_init_with_weights",
+           "--weights=file builds: weights missing, or not the ones built with"),
 )
 
 

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from .errors import TfaotError
 
-KINDS = ("cpu",)
+KINDS = ("cpu", "vulkan", "cuda")
+#: Kinds whose kernels run on a GPU (their weights are mutable globals, see
+#: compiler/weight_globals.py, and their dispatches are asynchronous).
+GPU_KINDS = ("vulkan", "cuda")
+
+#: --cuda-arch values iree-compile 3.13 makes PTX for without a CUDA toolkit
+#: (gpu-notes 5); the first is the default. The driver JITs PTX for newer GPUs.
+CUDA_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_120")
+#: Archs 3.13 refuses ("missing GPU target"); named in the error so users pick sm_80.
+CUDA_ARCHS_REFUSED = ("sm_90", "sm_90a", "sm_100", "sm_100a")
 
 #: Models with fewer weight bytes are not packed unless asked (Target.for_weights).
 PACK_WEIGHTS_MIN_BYTES = 16 * 1024
@@ -80,11 +89,14 @@ class Toolchain:
 class Target:
     """One build target; make it with ``make_target``, which validates it."""
 
-    kind: str    # "cpu"
-    triple: str  # LLVM triple of kernels and C code
-    cpu: str     # LLVM CPU name, "host" or "generic"
+    kind: str    # "cpu", "vulkan" or "cuda" (KINDS)
+    triple: str  # LLVM triple of kernels (CPU) and host C code
+    cpu: str     # LLVM CPU name, "host" or "generic"; for cuda the NVPTX arch (sm_80)
     # True/False overrides the target's default weight packing (see pack_weights).
     weight_packing: bool | None = None
+    # --weights=file: the weights go to a NAME.weights sidecar the caller passes
+    # to NAME_init_with_weights, instead of the library's read-only data.
+    external_weights: bool = False
 
     @property
     def arch(self) -> str:
@@ -108,14 +120,33 @@ class Target:
         return 4 if self.arch.startswith(("thumb", "arm", "riscv32", "i386", "i686")) else 8
 
     @property
+    def is_gpu(self) -> bool:
+        return self.kind in GPU_KINDS
+
+    @property
     def shim_backend(self) -> str:
         """Which runtime_shim backend the library links (one per kind)."""
         return self.kind
 
     @property
+    def weights_as_globals(self) -> bool:
+        """Weights as mutable globals filled by __init (weight_globals.py): what
+        GPU kernels need, and what lets the weights live outside the code."""
+        return self.is_gpu or self.external_weights
+
+    @property
+    def has_kernel_object(self) -> bool:
+        """CPU kernels are a linked ELF object; GPU kernels are data in NAME.c."""
+        return not self.is_gpu
+
+    @property
     def link_libs(self) -> tuple[str, ...]:
-        """Libraries a program linking the static library adds (-l...)."""
-        return ("m",)
+        """Libraries a program linking the static library adds (-l...).
+
+        The GPU backends open their driver (libvulkan.so.1, libcuda.so.1)
+        themselves (dlopen), so they need libdl, not the driver's library.
+        """
+        return ("m", "dl") if self.is_gpu else ("m",)
 
     @property
     def pack_weights(self) -> bool:
@@ -130,6 +161,8 @@ class Target:
         in flash. ``weight_packing`` overrides it; ``for_weights`` decides
         it for one model.
         """
+        if self.is_gpu or self.external_weights:
+            return False  # globals' weights would be re-packed every step
         if self.weight_packing is not None:
             return self.weight_packing
         return "-linux" in self.triple
@@ -141,7 +174,7 @@ class Target:
         costs more than it saves on tiny models: SimpleRNN(16) ran 2x slower
         packed, LSTM(32) (37 KB of weights) 1.5x faster (bench_litert.py).
         """
-        if self.weight_packing is not None:
+        if self.weight_packing is not None or self.weights_as_globals:
             return self
         return replace(self, weight_packing=self.pack_weights
                        and weight_bytes >= PACK_WEIGHTS_MIN_BYTES)
@@ -149,8 +182,13 @@ class Target:
     def iree_flags(self, kernel_object: Path) -> list[str]:
         """iree-compile flags of the kernels and host program (both phases).
 
-        The reasons for each flag are in shared/iree-notes.md section 0.
+        The reasons for each flag are in shared/iree-notes.md section 0
+        (CPU) and shared/gpu-notes.md (GPU).
         """
+        if self.kind == "vulkan":
+            return self._vulkan_flags()
+        if self.kind == "cuda":
+            return self._cuda_flags()
         flags = [
             "--iree-input-type=stablehlo",
             "--iree-execution-model=inline-dynamic",
@@ -168,13 +206,42 @@ class Target:
             "--iree-llvmcpu-link-embedded=false",
             "--iree-llvmcpu-link-static",
             f"--iree-llvmcpu-static-library-output-path={kernel_object}",
-            # Workaround for the inline-mode dropped-constant bug (iree-notes 1.4).
-            "--iree-flow-inline-constants-max-byte-length=1000000000",
+            # Workaround for the inline-mode dropped-constant bug (iree-notes 1.4);
+            # weights made globals (--weights=file) avoid the bug another way.
+            *([] if self.weights_as_globals
+              else ["--iree-flow-inline-constants-max-byte-length=1000000000"]),
             # Packing (pack_weights): mmt4d layouts, packed once in __init by hoisted
             # const-exprs. Hoisting is otherwise off: alone, it hits the bug above.
             *(["--iree-opt-data-tiling", "--iree-opt-const-expr-hoisting=true"]
               if self.pack_weights else ["--iree-opt-const-expr-hoisting=false"]),
             # Exact bytes for composite rodata (non-splat initial values of globals).
+            "--mlir-print-elementsattrs-with-hex-if-larger=0",
+            "--output-format=vm-asm",
+        ]
+
+    def _vulkan_flags(self) -> list[str]:
+        # The default (portable) SPIR-V target: a named GPU's target assumes
+        # its subgroup size and is silently wrong on other devices
+        # (gpu-notes 4). Weights are mutable globals (weight_globals.py), so
+        # constants stay out of the kernels: the default inline limit.
+        return [
+            "--iree-input-type=stablehlo",
+            "--iree-execution-model=inline-dynamic",
+            "--iree-hal-target-backends=vulkan-spirv",
+            "--iree-opt-const-expr-hoisting=false",
+            "--mlir-print-elementsattrs-with-hex-if-larger=0",
+            "--output-format=vm-asm",
+        ]
+
+    def _cuda_flags(self) -> list[str]:
+        # PTX from iree-compile's own LLVM (no CUDA toolkit, no ptxas): the
+        # driver assembles it at load, also for GPUs newer than the arch.
+        return [
+            "--iree-input-type=stablehlo",
+            "--iree-execution-model=inline-dynamic",
+            "--iree-hal-target-backends=cuda",
+            f"--iree-cuda-target={self.cpu}",
+            "--iree-opt-const-expr-hoisting=false",
             "--mlir-print-elementsattrs-with-hex-if-larger=0",
             "--output-format=vm-asm",
         ]
@@ -207,16 +274,31 @@ class Target:
         return None
 
     def describe(self) -> str:
+        if self.kind == "cuda":
+            return f"cuda (PTX for {self.cpu}), host code for {self.triple}"
+        if self.is_gpu:
+            return f"{self.kind} (SPIR-V), host code for {self.triple}"
         return f"{self.kind} {self.triple} ({self.cpu})"
 
 
 def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
-                weight_packing: bool | None = None) -> Target:
+                weight_packing: bool | None = None, external_weights: bool = False) -> Target:
     """Validates the command line's choices before any slow stage runs."""
+    if external_weights and weight_packing:
+        raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
+                         "loaded at run time are not packed")
+    return replace(_make_target(kind, triple, cpu, weight_packing),
+                   external_weights=external_weights)
+
+
+def _make_target(kind: str, triple: str | None, cpu: str | None,
+                 weight_packing: bool | None) -> Target:
     if kind not in KINDS:
         raise TfaotError(f"--target={kind} is not supported; supported: {', '.join(KINDS)}")
     triple = triple or host_triple()
     check_triple(triple)
+    if kind in GPU_KINDS:
+        return _gpu_target(kind, triple, cpu, weight_packing)
     cpu = cpu or default_cpu(triple)
     target = Target(kind, triple, cpu, weight_packing)
     if cpu == "host" and not target.is_host:
@@ -227,6 +309,41 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
         raise TfaotError(f"--triple {triple} is hard-float; name the CPU with --cpu "
                          f"(one of {', '.join(ARM_CPU_FLAGS)}) so the C code uses its FPU")
     return target
+
+
+def _gpu_target(kind: str, triple: str, cpu: str | None, weight_packing: bool | None) -> Target:
+    """A GPU target: kernels for the GPU, host code (NAME.c) for ``triple``."""
+    if "linux" not in triple:
+        raise TfaotError(f"--target={kind} needs a Linux triple for the host code (the "
+                         f"backend loads the GPU driver at run time); got {triple}")
+    if kind == "cuda" and not triple.startswith(("x86_64", "aarch64")):
+        raise TfaotError(f"--target=cuda needs a 64-bit host (x86_64 or aarch64 Linux), where "
+                         f"NVIDIA's driver runs; got {triple}")
+    if kind == "cuda":
+        gpu_cpu = cuda_arch(cpu)
+    elif cpu not in (None, "", "generic", "host"):
+        raise TfaotError(f"--cpu={cpu} names a CPU for CPU kernels; --target={kind} builds "
+                         "GPU kernels, so leave --cpu out")
+    else:
+        gpu_cpu = "generic"
+    if weight_packing:
+        raise TfaotError(f"--pack-weights is a CPU option; --target={kind} keeps the "
+                         "weights in one device buffer")
+    return Target(kind, triple, gpu_cpu, False)
+
+
+def cuda_arch(arch: str | None) -> str:
+    """The checked --cuda-arch (default sm_80): one iree-compile 3.13 can target."""
+    if not arch:
+        return CUDA_ARCHS[0]
+    if arch in CUDA_ARCHS:
+        return arch
+    if arch in CUDA_ARCHS_REFUSED:
+        raise TfaotError(f"--cuda-arch={arch} is rejected by iree-compile 3.13 (missing GPU "
+                         f"target); use sm_80: the driver compiles its PTX for {arch} GPUs "
+                         "at load")
+    raise TfaotError(f"--cuda-arch={arch} is not supported; supported: {', '.join(CUDA_ARCHS)} "
+                     "(sm_80 PTX also runs on newer GPUs)")
 
 
 def check_triple(triple: str) -> None:

@@ -29,9 +29,10 @@ class VerifyResult:
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
            graph_options=None) -> list[VerifyResult]:
     from . import harness
+    from .harness_process import run_sequence
     from .load import load_model
 
-    lib = harness.load(lib_dir)
+    lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
     rng = np.random.default_rng(seed)
     loaded = load_model(model_path, graph_options)
     if loaded.keras_model is not None:
@@ -44,23 +45,34 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
         if steps <= stream.first_valid_step:
             raise TfaotError(f"{lib_dir}: outputs are valid from step {stream.first_valid_step} "
                              f"on; verify it with --steps {stream.first_valid_step + 100}")
-        xs = random_inputs(rng, (steps, *lib.input_shape), lib.input_dtype,
-                           _embedding_rows(model))
+        # One array per input, (steps, *step input i): a streamed input's
+        # frames, or the value a per-step input takes at each step.
+        xs = [random_inputs(rng, (steps, *shape), dt, _embedding_rows(model))
+              for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
         # The reference is the file's own framework: Keras 2 files run in
         # Keras 2 (tf_keras), not in the Keras 3 model the build used.
         reference_model = keras_reference_model(loaded)
-        wants = [keras_reference(head, xs, stream=stream, step_output=shape)
-                 for head, shape in zip(_output_heads(reference_model, len(lib.output_shapes)),
-                                        lib.output_shapes)]
+        if len(xs) == 1:
+            wants = [keras_reference(head, xs[0], stream=stream, step_output=shape)
+                     for head, shape in zip(_output_heads(reference_model,
+                                                          len(lib.output_shapes)),
+                                            lib.output_shapes)]
+        else:
+            wants = keras_multi_input_reference(reference_model, xs, lib.input_streamed,
+                                                stream, lib.output_shapes)
     else:
         references = [GraphReference(loaded, lib, lib_dir, index=i)
                       for i in range(len(lib.output_shapes))]
-        xs = random_inputs(rng, (references[0].steps(steps), *lib.input_shape),
-                           lib.input_dtype, token_limit(loaded.graph.graph_def))
+        limit = token_limit(loaded.graph.graph_def)
+        xs = [random_inputs(rng, (references[0].steps(steps), *shape), dt, limit)
+              for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+        if not references[0].stateless:
+            # A per-step input may reach a loop body; the graph on the whole
+            # sequence sees one value, so every step gets the same one.
+            xs = [x if s else np.repeat(x[:1], len(x), axis=0)
+                  for x, s in zip(xs, lib.input_streamed)]
         wants = [reference.outputs(xs) for reference in references]
-    steps_out = [lib.step(x) for x in xs]
-    if len(wants) == 1:
-        steps_out = [(y,) for y in steps_out]
+    steps_out = run_sequence(lib, xs)
     results = []
     for i, want in enumerate(wants):
         got = np.stack([y[i] for y in steps_out])[-len(want):]
@@ -75,6 +87,56 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float,
         name = lib.manifest["outputs"][i]["name"]
         results.append(VerifyResult(name, int(defined.sum()), error, tol))
     return results
+
+
+def keras_multi_input_reference(model, xs: list, streamed: list, stream,
+                                step_outputs) -> list[np.ndarray]:
+    """What each step of a several-input model must return, per output:
+    ``(steps, *step output)``, NaN where not defined.
+
+    Step m is the model on the streamed inputs' frames 0..(m+1)P-1 (prefix;
+    padded with zeros to T for a fixed-length model, which a causal stream
+    cannot tell from the prefix), on the window ending ``delay`` frames
+    before them (window), or on step m's input (stateless), with the
+    per-step inputs' values of step m. One model call per step: the values
+    of the per-step inputs change every step.
+    """
+    steps, p = len(xs[0]), stream.frames_per_step
+    frames = [(x[:, 0] if p > 1 else x).reshape(1, steps * p, *x.shape[2 + (p > 1):])
+              if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
+    fixed = fixed_time_length(model) if stream.mode == "prefix" else None
+    wants = [np.full((steps, *shape), np.nan, np.float32) for shape in step_outputs]
+    import tensorflow as tf
+
+    # Traced once for any length (eager Keras calls are ~15x slower).
+    call = tf.function(lambda args: model(args, training=False), reduce_retracing=True)
+    for m in range(stream.first_valid_step, steps):
+        end = (m + 1) * p
+        if stream.mode == "window":
+            start, end = end - stream.delay - stream.window, end - stream.delay
+            if start < 0:
+                continue
+        else:
+            start = 0
+        args = [x[m] if f is None else f[:, start:end] for x, f in zip(xs, frames)]
+        if fixed is not None:
+            if end > fixed:
+                break
+            args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
+        ys = call(args)
+        ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
+        for want, y, shape in zip(wants, ys, step_outputs):
+            y = np.asarray(y)
+            if y.ndim == len(shape) + 1:  # the output keeps the time axis
+                want[m] = y[:, end - start - 1]
+            elif fixed is None or end == fixed:
+                want[m] = y
+    return wants
+
+
+def _pad_time(x: np.ndarray, length: int) -> np.ndarray:
+    pad = np.zeros((x.shape[0], length - x.shape[1], *x.shape[2:]), x.dtype)
+    return np.concatenate([x, pad], axis=1)
 
 
 def _output_heads(model, count: int) -> list:
@@ -133,7 +195,7 @@ def library_stream(lib, model, model_path):
 
 
 def step_input_shape(model, stream) -> tuple[int, ...]:
-    """The step input a build of ``model`` with ``stream`` takes."""
+    """The step input a build of a one-input ``model`` with ``stream`` takes."""
     shape = tuple(model.inputs[0].shape)
     if stream.mode == "stateless":
         return (1, *(int(d) for d in shape[1:]))
@@ -143,14 +205,20 @@ def step_input_shape(model, stream) -> tuple[int, ...]:
 
 
 def _check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
-    from .streamify_keras import step_input_spec
+    from .streamify_keras import step_input_specs, step_inputs
 
-    expected = step_input_spec(model, str(model_path)).shape  # also the model-level checks
-    if stream is not None and len(model.inputs[0].shape) >= 3:
-        expected = step_input_shape(model, stream)
-    if tuple(expected) != tuple(lib.input_shape):
-        raise TfaotError(f"{lib_dir}: the library takes {tuple(lib.input_shape)} per step but "
-                         f"{model_path} takes {tuple(expected)}; was it built from this model?")
+    specs = step_input_specs(model, str(model_path))  # also the model-level checks
+    expected = [tuple(spec.shape) for spec in specs]
+    if stream is not None and len(model.inputs) > 1:
+        expected = [tuple(spec.shape) for spec in
+                    step_inputs(model, stream.mode, stream.frames_per_step)]
+    elif stream is not None and len(model.inputs[0].shape) >= 3:
+        expected = [step_input_shape(model, stream)]
+    got = [tuple(shape) for shape in lib.input_shapes]
+    if expected != got:
+        show = (lambda shapes: shapes[0] if len(shapes) == 1 else shapes)  # noqa: E731
+        raise TfaotError(f"{lib_dir}: the library takes {show(got)} per step but "
+                         f"{model_path} takes {show(expected)}; was it built from this model?")
 
 
 def keras_reference_model(loaded):
@@ -165,7 +233,9 @@ def keras_reference_model(loaded):
 
 def fixed_time_length(model) -> int | None:
     """T for a model whose input has a fixed time length (batch, T, ...)."""
-    shape = tuple(model.inputs[0].shape)
+    from .streamify_keras import time_input_shape
+
+    shape = time_input_shape(model)
     if len(shape) >= 3 and shape[1] is not None:
         return int(shape[1])
     return None
@@ -398,8 +468,15 @@ class GraphReference:
         self.stream = StreamInfo.from_json(lib.manifest["stream"])
         self.step_output = tuple(lib.output_shapes[index])
         self.source = loaded.path
+        self.streamed = list(lib.input_streamed)
         self._run = _session_runner(loaded.graph, index)
-        self._check_input(loaded.graph.inputs[0].shape, tuple(lib.input_shape), lib_dir)
+        if len(loaded.graph.inputs) != len(lib.input_shapes):
+            raise TfaotError(f"{lib_dir}: the library takes {len(lib.input_shapes)} inputs but "
+                             f"{self.source} has {len(loaded.graph.inputs)}; was it built "
+                             "from this model (with the same --inputs)?")
+        for inp, step_shape, streamed in zip(loaded.graph.inputs, lib.input_shapes,
+                                             self.streamed):
+            self._check_input(inp.shape, tuple(step_shape), lib_dir, streamed)
 
     @property
     def stateless(self) -> bool:
@@ -409,12 +486,15 @@ class GraphReference:
     def time_axis(self) -> int:
         return self.stream.time_axis
 
-    def _check_input(self, graph_shape, step_shape, lib_dir) -> None:
+    def _check_input(self, graph_shape, step_shape, lib_dir, streamed: bool = True) -> None:
         """The graph's input, less its time axis, must be what the library's step takes."""
         if graph_shape is None:
             return
         dims = [d for axis, d in enumerate(graph_shape)
-                if self.stateless or axis != self.time_axis]
+                if self.stateless or not streamed or axis != self.time_axis]
+        if streamed and self.stream.frames_per_step > 1:  # a step takes P frames
+            dims = [self.stream.frames_per_step if axis == self.time_axis else d
+                    for axis, d in enumerate(graph_shape)]
         if len(dims) != len(step_shape) or any(
                 d is not None and d != s for d, s in zip(dims[1:], step_shape[1:])):
             raise TfaotError(f"{lib_dir}: the library takes {step_shape} per step but "
@@ -422,23 +502,67 @@ class GraphReference:
                              f"{self.time_axis}); was it built from this model?")
 
     def steps(self, wanted: int) -> int:
-        """The sequence length to test: a graph with a fixed length gets exactly that."""
-        if self.stateless or self.stream.fixed_length is None:
+        """The sequence length to test: a graph with a fixed length gets exactly that
+        (a sliding window over it: any length)."""
+        if self.stateless or self.stream.fixed_length is None or self.stream.mode == "window":
             return wanted
         return self.stream.fixed_length
 
-    def outputs(self, xs: np.ndarray) -> np.ndarray:
-        """Reference per step; only the last step for fixed-length last-output graphs."""
+    def outputs(self, xs) -> np.ndarray:
+        """Reference per step; only the last step for fixed-length last-output graphs.
+
+        ``xs``: one array per input, (steps, *step input); a per-step input
+        (not streamed) holds the same value at every step."""
+        xs = list(xs) if isinstance(xs, (list, tuple)) else [xs]
+        steps = len(xs[0])
         if self.stateless:
-            return np.stack([self._run(x) for x in xs])
-        seq = np.moveaxis(xs, 0, self.time_axis)
-        full = np.asarray(self._run(seq))
+            return np.stack([self._run([x[m] for x in xs]) for m in range(steps)])
+        if self.stream.mode == "window" or self.stream.first_valid_step or \
+                self.stream.frames_per_step > 1:
+            return self._windowed(xs[0])
+        seqs = [np.moveaxis(x, 0, self.time_axis) if s else x[0]
+                for x, s in zip(xs, self.streamed)]
+        full = np.asarray(self._run(seqs))
         if full.ndim == len(self.step_output) + 1:
-            return self._per_step(full, len(xs))
+            return self._per_step(full, steps)
         if self.stream.fixed_length is not None:
             return full[None]  # the graph only ever saw the whole fixed-length sequence
-        return np.stack([self._run(np.take(seq, range(t + 1), axis=self.time_axis))
-                         for t in range(len(xs))])
+        return np.stack([self._run([np.take(q, range(t + 1), axis=self.time_axis) if s else q
+                                    for q, s in zip(seqs, self.streamed)])
+                         for t in range(steps)])
+
+    def _windowed(self, xs: np.ndarray) -> np.ndarray:
+        """Reference per step for a stream whose steps see a window, several
+        frames or a conv front end (StreamInfo): the graph on the window that
+        ends ``delay`` frames before the step's last frame, or on the prefix
+        up to it (a sequence output: its last frame); NaN where undefined."""
+        st, a, steps = self.stream, self.time_axis, len(xs)
+        p = st.frames_per_step
+        frames = np.concatenate(list(xs), axis=a) if p > 1 else np.moveaxis(xs, 0, a)
+        want = np.full((steps, *self.step_output), np.nan, np.float32)
+        run = lambda lo, hi: np.asarray(self._run([np.take(frames, range(lo, hi), axis=a)]))  # noqa
+        if st.mode == "window":
+            for m in range(steps):
+                end = (m + 1) * p - st.delay
+                if end - st.window >= 0:
+                    want[m] = run(end - st.window, end)
+            return want
+        full = run(0, steps * p)
+        if full.ndim == len(self.step_output) + 1:  # a sequence output: its last frames
+            axis = next(d for d in range(1, full.ndim)
+                        if full.shape[:d] + full.shape[d + 1:] == self.step_output)
+            rate = full.shape[axis] - run(0, (steps - 1) * p).shape[axis]
+            for m in range(st.first_valid_step, steps):
+                index = full.shape[axis] - 1 - (steps - 1 - m) * rate
+                if index >= 0:
+                    want[m] = np.take(full, index, axis=axis)
+            return want
+        if st.fixed_length is not None:  # only the whole fixed-length sequence
+            want[-1] = full
+            return want
+        for m in range(st.first_valid_step, steps):
+            want[m] = run(0, (m + 1) * p)
+        return want
 
     def _per_step(self, full: np.ndarray, steps: int) -> np.ndarray:
         for axis in range(full.ndim):
@@ -458,11 +582,14 @@ def _session_runner(graph, index: int = 0):
     import tensorflow as tf
 
     source = graph.details.get("source_graph_def", graph.graph_def)
-    feeds = graph.details.get("feeds") or [f"{graph.inputs[0].name}:0"]
+    # Where each input is fed in the graph as given: the cut tensor, or the
+    # Placeholder itself.
+    cut = {c["placeholder"]: c["tensor"] for c in graph.details.get("cut") or []}
+    feeds = [cut.get(i.name, f"{i.name}:0") for i in graph.inputs]
     g = tf.Graph()
     with g.as_default():
         tf.graph_util.import_graph_def(source, name="")
     session = tf.compat.v1.Session(graph=g)
-    feed = feeds[0]
     fetch = graph.outputs[index]
-    return lambda x: session.run(fetch, {feed: x})
+    # One array per input, in the graph's input order (= the feeds' order).
+    return lambda xs: session.run(fetch, dict(zip(feeds, xs)))

@@ -1,5 +1,5 @@
 /* tfrt_backend.h - the internal interface between the shim's core
- * (tfrt_core.c) and a backend (tfrt_cpu.c; later Vulkan, CUDA).
+ * (tfrt_core.c) and a backend (tfrt_cpu.c, tfrt_vulkan.c).
  *
  * A backend header (e.g. tfrt_cpu.h) includes tfrt.h, defines
  *   struct tfrt_executable   what !hal.executable is for this backend
@@ -16,7 +16,7 @@
 #include "tfrt.h"
 
 #ifndef TFRT_BACKEND_NAME
-#error "include a backend header (tfrt_cpu.h), not tfrt_backend.h directly"
+#error "include a backend header (tfrt_cpu.h, tfrt_vulkan.h), not tfrt_backend.h directly"
 #endif
 
 #ifdef __cplusplus
@@ -29,9 +29,24 @@ struct tfrt_runtime {
   tfrt_backend backend;           /* backend: kernel libraries, executables */
 };
 
-/* Called by tfrt_runtime_init after the arena is set up; the generated init
- * has filled the backend's pointers (into the context) before. */
+/* Called by tfrt_runtime_init before the arena's free lists are made; the
+ * generated init has filled the backend's pointers (into the context) before.
+ * A backend whose kernels need device memory points rt->arena.arena at it.
+ * On failure it releases whatever it acquired. */
 TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt);
+
+/* Releases what tfrt_backend_init acquired (drivers, devices); called by the
+ * model's deinit.  Safe on a backend whose init failed. */
+TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt);
+
+/* Waits until every dispatch issued so far has finished and its results are
+ * visible to the host.  The generated code calls it before the host reads or
+ * writes buffer contents (vm.buffer.* ops) and before a function returns;
+ * backends that dispatch synchronously (CPU) return at once. */
+TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt);
+
+/* Drops dispatches issued but not yet submitted (a function failed half-way). */
+TFRT_INTERNAL void tfrt_backend_discard(tfrt_runtime *rt);
 
 /* hal_loader.executable.query_support(format) -> i32 */
 TFRT_INTERNAL int tfrt_executable_query_support(const tfrt_buffer *format, int32_t *out);

@@ -43,13 +43,22 @@ TFRT_INTERNAL void tfrt_release(tfrt_runtime *rt, void *object) {
  * context has been zeroed and its pointers filled. */
 TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
   tfrt_arena *a = &rt->arena;
+  int status = tfrt_backend_init(rt);  /* may place the arena in device memory */
+  if (status != TFRT_OK) return status;
+  if (!a->arena) {
+    tfrt_backend_deinit(rt);
+    return TFRT_STATUS_OUT_OF_MEMORY;
+  }
   size_t offset = 0;
   uint32_t slot = 0;
   for (uint32_t p = 0; p < a->pool_count; ++p) {
     a->free_heads[p] = NULL;
     for (uint32_t i = 0; i < a->pools[p].count; ++i) {
       tfrt_buffer *b = &a->buffer_slots[slot++];
-      if (offset + a->pools[p].size > a->arena_bytes) return TFRT_STATUS_OUT_OF_MEMORY;
+      if (offset + a->pools[p].size > a->arena_bytes) {
+        tfrt_backend_deinit(rt);
+        return TFRT_STATUS_OUT_OF_MEMORY;
+      }
       b->hdr.refs = 0;
       b->hdr.kind = TFRT_KIND_BUFFER;
       b->hdr.flags = 0;
@@ -71,7 +80,7 @@ TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
   }
   a->bytes_in_use = 0;
   a->bytes_high_water = 0;
-  return tfrt_backend_init(rt);
+  return TFRT_OK;
 }
 
 /* Wraps caller memory as an immortal buffer (inputs of a step). */

@@ -8,6 +8,16 @@ TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
   return TFRT_OK;
 }
 
+TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt) { (void)rt; }
+
+/* Kernels run on the calling thread: a dispatch is done when it returns. */
+TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt) {
+  (void)rt;
+  return TFRT_OK;
+}
+
+TFRT_INTERNAL void tfrt_backend_discard(tfrt_runtime *rt) { (void)rt; }
+
 /* ---- hal_loader.* ------------------------------------------------------------ */
 
 /* hal_loader.executable.query_support(format) -> i32 */

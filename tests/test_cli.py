@@ -44,7 +44,8 @@ def test_inspect_json(lstm_file, capsys):
     assert main(["inspect", str(lstm_file), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["format"] == "keras"
-    assert report["inputs"] == [{"name": "x_t", "dtype": "float32", "shape": [1, 8]}]
+    assert report["inputs"] == [{"name": "x_t", "dtype": "float32", "shape": [1, 8],
+                                 "streamed": True}]
     assert report["outputs"][0]["shape"] == [1, 4]
     assert [s["shape"] for s in report["state"]] == [[1, 16]] * 2 + [[1, 12]] * 2
     assert [row["role"] for row in report["layers"]].count("recurrent") == 2

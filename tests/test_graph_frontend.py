@@ -184,9 +184,10 @@ def test_unrolled_needs_constant_initial_state_else_says_nothing_streams(tmp_pat
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, (1, 12, 5), name="x")
-        flat = tf.reshape(x, [1, 60])
-        tf.nn.softmax(tf.matmul(flat, tf.constant(np.ones((60, 3), np.float32))),
-                      name="labels_softmax")
+        # multiplies along the time axis: no sliding window either
+        mixed = tf.reshape(tf.matmul(x[0], tf.constant(np.ones((12, 3), np.float32)),
+                                     transpose_a=True), [1, 15])
+        tf.nn.softmax(mixed, name="labels_softmax")
     path = gm.write_graph_def(g.as_graph_def(), tmp_path / "window.pb", text=False)
     assert main(["inspect", str(path)]) == 0
     cap = capsys.readouterr()

@@ -51,7 +51,9 @@ def test_pointer_size(triple, pointer):
 
 
 @pytest.mark.parametrize("kind, triple, cpu, message", [
-    ("vulkan", None, None, "--target=vulkan is not supported"),
+    ("metal", None, None, "--target=metal is not supported"),
+    ("vulkan", "thumbv7em-none-eabihf", None, "needs a Linux triple"),
+    ("vulkan", None, "cortex-m4", "leave --cpu out"),
     ("cpu", CROSS, "host", "--cpu=host is only valid"),
     ("cpu", "thumbv7em-none-eabihf", None, "name the CPU with --cpu"),
     ("cpu", "x86_64-pc-windows-msvc", None, "not ELF"),

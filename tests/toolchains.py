@@ -29,3 +29,19 @@ def require(*tools: str) -> None:
     if os.environ.get("TFAOT_REQUIRE_TOOLS") == "1":
         pytest.fail(f"required tool missing: {what}")
     pytest.skip(f"needs {what}")
+
+
+def require_vulkan() -> None:
+    """The Vulkan headers and a Vulkan driver (Mesa's lavapipe runs on the CPU)."""
+    import glob
+
+    missing = []
+    if not os.path.exists("/usr/include/vulkan/vulkan.h"):
+        missing.append("vulkan/vulkan.h (apt-get install libvulkan-dev)")
+    if not glob.glob("/usr/share/vulkan/icd.d/lvp_icd.*.json"):
+        missing.append("a Vulkan driver (apt-get install mesa-vulkan-drivers)")
+    if not missing:
+        return
+    if os.environ.get("TFAOT_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"required for the Vulkan tests: {', '.join(missing)}")
+    pytest.skip(f"needs {', '.join(missing)}")

@@ -13,8 +13,14 @@ from .program import VMModule, VMProgram
 from .vmir import symbol
 
 
-def translate(vm_asm: str, prefix: str) -> VMProgram:
-    """Translates the VM program text into C function bodies and program facts."""
+def translate(vm_asm: str, prefix: str, host_sync: bool = False,
+              external_rodata=None) -> VMProgram:
+    """Translates the VM program text into C function bodies and program facts.
+
+    ``host_sync``: the backend dispatches asynchronously (GPU targets); the
+    code waits for the dispatches before touching buffer contents.
+    ``external_rodata(symbol)``: read-only data the caller supplies at run
+    time (--weights=file) instead of NAME.c."""
     from iree.compiler import ir
 
     context = ir.Context()
@@ -25,7 +31,7 @@ def translate(vm_asm: str, prefix: str) -> VMProgram:
     vm_modules = [op for op in parsed.body.operations if op.name == "vm.module"]
     if len(vm_modules) != 1:
         raise TfaotError(f"emit: expected one vm.module, found {len(vm_modules)}")
-    module = VMModule(vm_modules[0], prefix)
+    module = VMModule(vm_modules[0], prefix, host_sync, external_rodata)
     with context:
         module.collect()
         for fn_op in module.func_ops():

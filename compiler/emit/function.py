@@ -124,13 +124,26 @@ class FunctionEmitter:
         unused = [n for n in self.decls if n not in self.ref_locals and not self.uses.get(n)]
         return ops_template().function_body(
             list(self.decls.items()), [(n, is_ref(t)) for n, t in params],
-            [is_ref(t) for t in self.info.result_types], self.lines, unused, self.ref_locals)
+            [is_ref(t) for t in self.info.result_types], self.lines, unused, self.ref_locals,
+            self.module.host_sync)
 
     def emit_op(self, op) -> None:
         name = op.name
         self.module.ops_used[name] = self.module.ops_used.get(name, 0) + 1
         rule = VM_RULES.get(name)
+        if self.module.host_sync and _touches_host_memory(name):
+            # Asynchronous backends: finish the dispatches issued so far first.
+            self.line("TFRT_TRY(tfrt_backend_sync(rt));")
         if rule is None:
             raise self.error(op, f"no C emit rule for VM op '{name}'; tfaot supports the VM "
                              "subset listed in shared/iree-notes.md section 1.2")
         rule(self, op)
+
+
+def _touches_host_memory(op_name: str) -> bool:
+    """Ops after which the host reads or writes buffer contents: vm.buffer.*
+    data ops, and returning (the caller reads the results)."""
+    if op_name == "vm.return":
+        return True
+    return op_name.startswith("vm.buffer.") and op_name not in ("vm.buffer.length",
+                                                                 "vm.buffer.alloc")

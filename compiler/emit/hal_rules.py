@@ -105,11 +105,16 @@ def _executable_load(fe, op, groups):
     lib = rodata_sym(data)
     if lib is None:
         raise fe.error(op, "executable data is not a rodata constant")
-    library = fe.module.rodata_text(lib)
-    fe.module.add_library(library)
+    fmt_text = fe.module.rodata_text(rodata_sym(fmt))
     r = fe.result(op)
     fe.assign_ref(op, r)
-    fe.line(f"/* kernel library {library} */")
+    if fmt_text == "static":  # CPU: the data names a kernel library linked in
+        library = fe.module.rodata_text(lib)
+        fe.module.add_library(library)
+        fe.line(f"/* kernel library {library} */")
+    else:  # GPU: the data is the executable container itself
+        fe.module.add_container(fmt_text, lib)
+        fe.line(f"/* {fmt_text} executable @{lib} */")
     fe.line(f"TFRT_TRY(tfrt_executable_load(rt, {fe.val(fmt)}, {fe.val(data)}, "
             f"{fe.val(consts)}, &{r}));")
 

@@ -100,9 +100,14 @@ class Rodata:
     data: bytes
     alignment: int
     used: bool = False  # referenced as a buffer by the emitted code
+    # Index among the data supplied at run time (--weights=file), or None
+    # when the data is compiled into NAME.c.
+    external: int | None = None
 
     @property
     def expr(self) -> str:
+        if self.external is not None:  # wraps the caller's weights (NAME_init_with_weights)
+            return f"(&ctx->weights[{self.external}])"
         return f"(&{self.cname}_buffer)"
 
     @property
@@ -157,10 +162,17 @@ class VMProgram:
     rodata: list[Rodata] = field(default_factory=list)
     function_names: list[str] = field(default_factory=list)            # lookup slots
     library_names: list[str] = field(default_factory=list)             # executable.load data
+    # GPU formats: (format, rodata) of each executable container the program loads.
+    containers: list[tuple[str, Rodata]] = field(default_factory=list)
     pools: list[tuple[int, int]] = field(default_factory=list)         # (size, count)
     view_count: int = 1
     executable_count: int = 1
     ops_used: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def external_rodata(self) -> list[Rodata]:
+        """The data supplied at run time (--weights=file), in index order."""
+        return [rd for rd in self.rodata if rd.external is not None]
 
     @property
     def arena_bytes(self) -> int:
@@ -204,9 +216,15 @@ class VMProgram:
 class VMModule:
     """One ``vm.module``: its ``VMProgram`` and the symbol tables the rules use."""
 
-    def __init__(self, vm_module, prefix: str):
+    def __init__(self, vm_module, prefix: str, host_sync: bool = False,
+                 external_rodata=None):
         self.op = vm_module
         self.prefix = prefix
+        # Dispatches complete asynchronously (GPU backends): emit
+        # tfrt_backend_sync before host memory accesses and returns.
+        self.host_sync = host_sync
+        # symbol -> bool: read-only data the caller supplies at run time.
+        self.external_rodata = external_rodata or (lambda sym: False)
         self.prog = VMProgram(module_name=symbol(vm_module.attributes["sym_name"]))
         self.rodata_by_sym: dict[str, Rodata] = {}
         self.rodata_by_expr: dict[str, Rodata] = {}
@@ -248,6 +266,8 @@ class VMModule:
         align = int_attr(op.attributes["alignment"]) if "alignment" in op.attributes else 1
         rd = Rodata(sym=sym, cname=f"{self.prefix}_rd_{c_ident(sym)}",
                     data=rodata_bytes(op.attributes["value"], ir), alignment=max(1, align))
+        if self.external_rodata(sym):
+            rd.external = sum(r.external is not None for r in self.prog.rodata)
         self.rodata_by_sym[sym] = rd
         self.rodata_by_expr[rd.expr] = rd
         self.prog.rodata.append(rd)
@@ -292,6 +312,13 @@ class VMModule:
         if name not in self.prog.function_names:
             self.prog.function_names.append(name)
         return self.prog.function_names.index(name)
+
+    def add_container(self, fmt: str, sym: str) -> Rodata:
+        """Records an executable container (GPU kernels) the program loads."""
+        rd = self.rodata_by_sym[sym]
+        if all(r is not rd for _, r in self.prog.containers):
+            self.prog.containers.append((fmt, rd))
+        return rd
 
     def add_library(self, name: str) -> None:
         """Records the name of a kernel library the program loads."""

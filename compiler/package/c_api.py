@@ -17,6 +17,7 @@ from ..dtypes import BY_MLIR, dtype
 from ..errors import TfaotError
 from ..program import ProgramSignature, StreamInfo, TensorInfo
 from ..resources import template_env
+from . import gpu_kernels
 from .shim import SHIM_BACKENDS, SHIM_CORE_SOURCE
 
 CTX_ALIGN = 64
@@ -33,11 +34,30 @@ def tfaot_version() -> str:
         return "dev"
 
 
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a, 64-bit (what NAME_init_with_weights checks the weights with)."""
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def tensor_dict(t: TensorInfo) -> dict:
     """One input, output or state as the templates and the manifest describe it."""
     d = dtype(t.dtype, f"tensor '{t.name}'")
     return {"name": t.name, "dtype": t.dtype, "shape": [int(s) for s in t.shape],
-            "size": t.size, "bytes": t.size * d.size, "etype": d.iree_code, "ctype": d.ctype}
+            "size": t.size, "bytes": t.size * d.size, "etype": d.iree_code, "ctype": d.ctype,
+            "streamed": bool(getattr(t, "streamed", True))}
+
+
+def input_slots(inputs: list[dict]) -> int:
+    """Adds ``slot`` to each input: its 64-byte aligned place in the context's
+    input copy (kernels assume aligned bindings); returns the copy's size."""
+    slot = 0
+    for t in inputs:
+        t["slot"] = slot
+        slot += -(-t["bytes"] // CTX_ALIGN) * CTX_ALIGN
+    return slot
 
 
 def state_layout(states: list[dict]) -> tuple[int, int]:
@@ -64,6 +84,7 @@ class ApiModel:
     states: list[dict] = field(default_factory=list)
     state_bytes: int = 0
     state_slot_bytes: int = 0
+    input_slot_bytes: int = 0
     stream: StreamInfo = field(default_factory=StreamInfo)
 
     @property
@@ -78,20 +99,22 @@ class ApiModel:
         model = cls(name, vm, compiled, _library_name(vm, compiled),
                     [tensor_dict(t) for t in sig.inputs], [tensor_dict(t) for t in sig.outputs],
                     [tensor_dict(t) for t in sig.states], stream=stream or StreamInfo())
-        if len(model.inputs) != 1 or not model.outputs:
+        if not model.inputs or not model.outputs:
             raise TfaotError(
                 f"package: model '{name}' has {len(model.inputs)} inputs and "
-                f"{len(model.outputs)} outputs; the C API of this version supports exactly one "
-                "step input and one or more step outputs")
+                f"{len(model.outputs)} outputs; the C API needs at least one of each")
+        _name_fields(model.inputs)
         _name_fields(model.outputs)
+        model.input_slot_bytes = input_slots(model.inputs)
         step = vm.step
         if step is None:
             raise TfaotError(f"package: the compiled program has no 'step' function "
                              f"(exports: {', '.join(vm.exports)})")
-        if step.arg_types != [_VIEW] or step.result_types != [_VIEW] * len(model.outputs):
+        if step.arg_types != [_VIEW] * len(model.inputs) or \
+                step.result_types != [_VIEW] * len(model.outputs):
             raise TfaotError(f"package: step has VM signature {step.arg_types} -> "
-                             f"{step.result_types}; expected one tensor in and "
-                             f"{len(model.outputs)} tensor(s) out")
+                             f"{step.result_types}; expected {len(model.inputs)} tensor(s) in "
+                             f"and {len(model.outputs)} tensor(s) out")
         _check_signature_against_vm(sig, step)
         model.state_bytes, model.state_slot_bytes = state_layout(model.states)
         _check_state_functions(vm, name, len(model.states))
@@ -108,11 +131,18 @@ class ApiModel:
             inputs=self.inputs, outputs=self.outputs, states=self.states,
             in_ctype=self.inputs[0]["ctype"], out_ctype=self.outputs[0]["ctype"],
             in_etype=self.inputs[0]["etype"], out_etype=self.outputs[0]["etype"],
-            # One output: a flat NAME_output_t array; several: one NAME_outputs struct.
+            # One input (output): a flat NAME_input_t (NAME_output_t) array;
+            # several: one NAME_inputs (NAME_outputs) struct per step.
+            in_type=f"{name}_input_t" if len(self.inputs) == 1 else f"{name}_inputs",
+            in_count=f"{name.upper()}_INPUT_SIZE" if len(self.inputs) == 1 else "1",
+            input_slot_bytes=self.input_slot_bytes,
             out_type=f"{name}_output_t" if len(self.outputs) == 1 else f"{name}_outputs",
             out_count=f"{name.upper()}_OUTPUT_SIZE" if len(self.outputs) == 1 else "1",
             ctx_size=ctx_size, ctx_align=CTX_ALIGN, arena_bytes=vm.arena_bytes,
-            libraries=[{"name": self.library_name, "symbol": self.query_symbol}],
+            libraries=[{"name": self.library_name, "symbol": self.query_symbol}]
+            if target.has_kernel_object else [],
+            **self._gpu_values(),
+            weights=self.weights,
             step_fn=vm.step, reset_fn=vm.reset, init_fn=vm.init,
             get_fn=vm.get_state if has_states else None,
             set_fn=vm.set_state if has_states else None,
@@ -126,6 +156,45 @@ class ApiModel:
                   "sources": (SHIM_CORE_SOURCE, backend.source)},
         )
 
+    def weights_blob(self) -> bytes:
+        """NAME.weights (--weights=file): the external data, each part at a
+        64-byte aligned offset; b"" when the weights are in the library."""
+        blob = bytearray()
+        for rd in self.vm.external_rodata:
+            blob += bytes(-len(blob) % CTX_ALIGN) + rd.data
+        return bytes(blob)
+
+    @property
+    def weights(self) -> dict | None:
+        """What the templates say about NAME.weights, or None (weights embedded)."""
+        if not self.vm.external_rodata:
+            return None
+        parts, offset = [], 0
+        for rd in self.vm.external_rodata:
+            offset += -offset % CTX_ALIGN
+            parts.append({"offset": offset, "bytes": len(rd.data), "sym": rd.sym})
+            offset += len(rd.data)
+        blob = self.weights_blob()
+        return {"parts": parts, "bytes": len(blob), "fnv1a64": f"{fnv1a64(blob):016x}"}
+
+    def _gpu_values(self) -> dict[str, Any]:
+        """The GPU backend's tables (empty for CPU targets)."""
+        if self.compiled.target.kind == "cuda":
+            executables, kernels = gpu_kernels.cuda_tables(self.vm.containers)
+            return dict(cu_executables=executables, cu_kernels=kernels,
+                        staging_bytes=self.staging_bytes)
+        if self.compiled.target.kind != "vulkan":
+            return {}
+        executables, pipelines = gpu_kernels.vulkan_tables(self.vm.containers)
+        return dict(vk_executables=executables, vk_pipelines=pipelines,
+                    staging_bytes=self.staging_bytes)
+
+    @property
+    def staging_bytes(self) -> int:
+        """Device memory for the caller buffers a GPU dispatch binds (the step's
+        inputs, set_state's states), each at a 64-byte aligned offset."""
+        return self.input_slot_bytes + self.state_slot_bytes + CTX_ALIGN * 16
+
     def render_c(self) -> str:
         """NAME.c: it does not depend on the context size or the footprint."""
         return template_env().get_template("model.c.j2").render(**self.template_values(0, None))
@@ -135,11 +204,11 @@ class ApiModel:
             **self.template_values(ctx_size, footprint))
 
 
-def _name_fields(outputs: list[dict]) -> None:
-    """Adds ``field``: the output's member name in NAME_outputs (its tensor name
-    made a C identifier, unique, in manifest order)."""
+def _name_fields(tensors: list[dict]) -> None:
+    """Adds ``field``: the tensor's member name in NAME_inputs / NAME_outputs
+    (its tensor name made a C identifier, unique, in manifest order)."""
     seen: set[str] = set()
-    for i, t in enumerate(outputs):
+    for i, t in enumerate(tensors):
         base = emit_mod.c_ident(t["name"])
         if base in _C_KEYWORDS:
             base += "_"
@@ -157,7 +226,10 @@ _C_KEYWORDS = frozenset(
 
 
 def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:
-    """The library name the program passes to executable.load (= query prefix)."""
+    """The library name the program passes to executable.load (= query prefix);
+    "" for GPU targets, whose kernels are data of the program."""
+    if compiled.library_query is None:
+        return ""
     name = compiled.library_query[: -len("_library_query")]
     if name not in vm.library_names:
         raise TfaotError(f"package: kernel library '{name}' is not referenced by the program "

@@ -47,7 +47,7 @@ def _sum(sections: dict[str, int], *prefixes: str) -> int:
                if any(name == p or name.startswith(p + ".") for p in prefixes))
 
 
-def measure_footprint(kernels: bytes, host: bytes | None, ctx_size: int) -> dict:
+def measure_footprint(kernels: bytes | None, host: bytes | None, ctx_size: int) -> dict:
     """Bytes of flash (code, weights, constants) and RAM (one context) on the target.
 
     ``weight_bytes`` is the read-only data of the kernels and of the host
@@ -57,7 +57,7 @@ def measure_footprint(kernels: bytes, host: bytes | None, ctx_size: int) -> dict
     ``static_data_bytes`` is the library's own .data/.bss (immutable buffer
     headers), shared by all contexts.
     """
-    k = elf_sections(kernels)
+    k = elf_sections(kernels) if kernels is not None else {}
     h = elf_sections(host) if host is not None else {}
     return {
         "code_bytes": _sum(k, ".text") + _sum(h, ".text"),

@@ -33,10 +33,15 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     src.mkdir(parents=True, exist_ok=True)
     write_shim(src, target.shim_backend)
     toolchain = target.toolchain()
-    kernels = src / f"{name}_kernels.o"
-    rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
-                        api.query_symbol, toolchain, target.triple)
+    kernels = None
+    if target.has_kernel_object:
+        kernels = src / f"{name}_kernels.o"
+        rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
+                            api.query_symbol, toolchain, target.triple)
 
+    weights = api.weights_blob()
+    if weights:
+        (out_dir / f"{name}.weights").write_bytes(weights)
     c_text = api.render_c()
     ctx_size = ctx_size_for(c_text, api.render_h(0), name=name, triple=target.triple,
                             backend=target.shim_backend,
@@ -47,12 +52,16 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     if toolchain is not None:
         built, host_object = link_library(target, toolchain, name=name, src=src,
                                           kernels=kernels, out_dir=out_dir, workdir=workdir)
-    footprint = measure_footprint(kernels.read_bytes(), host_object, ctx_size)
+    footprint = measure_footprint(kernels.read_bytes() if kernels else None, host_object,
+                                  ctx_size)
+    if target.is_gpu:
+        footprint.update(gpu_footprint(api))
     h_text = api.render_h(ctx_size, footprint)
     (src / f"{name}.h").write_text(h_text)
     (out_dir / f"{name}.h").write_text(h_text)
     manifest = _manifest(api, sig, compiled, ctx_size, footprint, stream)
-    manifest["files"] = sorted(built + [f"{name}.h", f"{name}.json", *cmake_files(name)]) + \
+    manifest["files"] = sorted(built + [f"{name}.h", f"{name}.json", *cmake_files(name),
+                                        *([f"{name}.weights"] if weights else [])]) + \
         sorted(f"src/{p.name}" for p in src.iterdir())
     (out_dir / f"{name}.json").write_text(json.dumps(manifest, indent=2) + "\n")
     write_cmake_files(out_dir, manifest)
@@ -79,10 +88,19 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "c_flags": [*C_FLAGS, *target.c_flags()],
         "arena_bytes": api.vm.arena_bytes,
         "arena_pools": [list(p) for p in api.vm.pools],
-        "kernel_library": api.library_name,
-        "kernel_query_symbol": api.query_symbol,
+        "kernel_library": api.library_name or None,
+        "kernel_query_symbol": api.query_symbol if target.has_kernel_object else None,
         "link_libs": list(target.link_libs),
+        "weights": ({"mode": "file", "file": f"{api.name}.weights", **{
+            k: api.weights[k] for k in ("bytes", "fnv1a64")}} if api.weights
+            else {"mode": "embedded"}),
     }
+
+
+def gpu_footprint(api: ApiModel) -> dict:
+    """Device memory of one context (arena + staging) and the kernels' bytes."""
+    return {"device_bytes": api.vm.arena_bytes + api.staging_bytes,
+            "executable_bytes": sum(len(rd.data) for _, rd in api.vm.containers)}
 
 
 def write_cmake_files(out_dir: Path, manifest: dict) -> None:

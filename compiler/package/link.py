@@ -14,6 +14,8 @@ C_FLAGS = ("-std=c11", "-O2", "-ffunction-sections", "-fdata-sections")
 #: The library's global symbols (after the NAME_ prefix); everything else is local.
 PUBLIC_FUNCTIONS = ("ctx_size", "init", "reset", "step", "step_n", "state_size", "get_state",
                     "set_state", "read_input", "write_output", "run", "deinit", "status_string")
+#: Defined only by --weights=file builds.
+WEIGHTS_FILE_FUNCTIONS = ("init_with_weights",)
 
 
 def c_command(target: Target, toolchain: Toolchain | None) -> list[str] | None:
@@ -53,8 +55,8 @@ def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
             "target's binutils)")
 
 
-def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path, kernels: Path,
-                 out_dir: Path, workdir: Path) -> tuple[list[str], bytes]:
+def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
+                 kernels: Path | None, out_dir: Path, workdir: Path) -> tuple[list[str], bytes]:
     """Builds libNAME.a (and libNAME.so for the host) into ``out_dir``.
 
     Returns the file names written and the bytes of the compiled NAME.o
@@ -68,10 +70,11 @@ def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path, 
     # One relocatable object with only the public API global.
     combined = workdir / f"{name}_lib.o"
     # The kernel object has no .note.GNU-stack; say the stack is not executable.
-    run([toolchain.cc, "-r", "-nostdlib", "-Wl,-z,noexecstack", "-o", combined, obj, kernels],
-        src, "combining objects")
+    run([toolchain.cc, "-r", "-nostdlib", "-Wl,-z,noexecstack", "-o", combined, obj,
+         *([kernels] if kernels else [])], src, "combining objects")
     keep = workdir / "public.syms"
-    keep.write_text("".join(f"{name}_{fn}\n" for fn in PUBLIC_FUNCTIONS))
+    keep.write_text("".join(f"{name}_{fn}\n"
+                            for fn in (*PUBLIC_FUNCTIONS, *WEIGHTS_FILE_FUNCTIONS)))
     run([toolchain.objcopy, f"--keep-global-symbols={keep}", combined], src,
         "hiding internal symbols")
     built = []

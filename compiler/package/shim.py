@@ -26,7 +26,9 @@ class ShimBackend:
 SHIM_CORE = ("tfrt.h", "tfrt_backend.h")
 SHIM_CORE_SOURCE = "tfrt_core.c"
 #: Target.shim_backend -> its files.
-SHIM_BACKENDS = {"cpu": ShimBackend("tfrt_cpu.h", "tfrt_cpu.c", ("tfrt_abi.h",))}
+SHIM_BACKENDS = {"cpu": ShimBackend("tfrt_cpu.h", "tfrt_cpu.c", ("tfrt_abi.h",)),
+                 "vulkan": ShimBackend("tfrt_vulkan.h", "tfrt_vulkan.c"),
+                 "cuda": ShimBackend("tfrt_cuda.h", "tfrt_cuda.c")}
 #: The shim files of the CPU backend (what tfaot.cmake lists).
 SHIM_FILES = SHIM_BACKENDS["cpu"].files
 #: Written into src/ at package time (not in runtime_shim/), from compiler/status.py.

@@ -18,9 +18,12 @@ function ``(x_t, *states) -> (y_t, *new_states)`` (tf-import-notes §2):
 5. *Replay at T=1* (``replay.py``): the outer graph is copied node by node
    into a ``tf.function`` while a time meta (``meta.py``) is tracked for
    every tensor; ops on whole sequences follow their rule in ``rules.py``;
-   each loop body is imported once with the states as arguments. An op that
-   mixes time steps (``ReverseV2``, ``Pad``, ``Mean`` over time, ...) is a
-   ``TfaotError`` naming the node.
+   each loop body is imported once with the states as arguments. Convolution,
+   pooling, padding, crops and reductions over time follow ``time_rules.py``
+   (ring buffers, registered by a discovery replay: ``timeplan.py``, which
+   also picks prefix / sliding-window / stateless). An op that mixes time
+   steps in a way that cannot stream (``ReverseV2``, ``SAME`` padding in time
+   without a fixed window, ...) is a ``TfaotError`` naming the node.
 
 Stateless graphs (no loop and no ``time_axis`` given) pass through: the step
 is one inference on the input as it is.
@@ -30,36 +33,44 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TfaotError
-from ..program import ProgramSignature, StepProgram, StreamInfo, TensorInfo
+from ..program import InputInfo, ProgramSignature, StepProgram, TensorInfo
 from .analysis import analyse, probe
-from .graphdef import FLOAT_TYPES, Fail, dtype_name, tname
+from .graphdef import FLOAT_TYPES, Fail, NotIncremental, dtype_name, tname
 from .replay import Emitter
 from .state import StateRegistry
+from .time_rules import probed_operands
+from .timeplan import NotAWindow, choose_mode, mode_text, plan_stream, recompute_program, \
+    keeps_time, step_shape, stream_info, time_like, window_note
 
 __all__ = ["streamify_graph"]
 
 
-def streamify_graph(loaded, probe_T: int = 13, notify: bool = True) -> StepProgram:
+def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
+                    fixed_window: str = "stream") -> StepProgram:
     """Stream a loaded frozen graph (``load_graph.LoadedGraph``).
+
+    ``fixed_window``: for a graph with a fixed window and no recurrence,
+    "stream" (default) streams it frame by frame as a sliding window,
+    "whole" builds one whole-window inference per step (``timeplan.py``).
 
     Returns a ``StepProgram`` whose ``pure_step`` is a ConcreteFunction
     ``(x_t, *states) -> (y_t, *new_states)`` at batch 1 (with several graph
     outputs: ``(*ys, *new_states)``).
     """
-    program = _streamify_simplified(loaded, probe_T)
+    program = _streamify_simplified(loaded, probe_T, fixed_window)
     if notify:
         import sys
 
-        for note in program.report.get("notes", []):
+        for note in program.report.get("notes", []) + program.report.get("stream_notes", []):
             print(f"tfaot: note: {loaded.path}: {note}", file=sys.stderr)
     return program
 
 
-def _streamify_simplified(loaded, probe_T: int) -> StepProgram:
+def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "stream") -> StepProgram:
     simple, why = simplified(loaded)
     if simple is not None:
         try:
-            program = _streamify(simple, probe_T)
+            program = _streamify(simple, probe_T, fixed_window)
             program.report["simplified"] = simple.details["simplified"]
             if not program.report.get("notes"):
                 return program
@@ -67,7 +78,7 @@ def _streamify_simplified(loaded, probe_T: int) -> StepProgram:
             # first copy of an unrolled cell differ from the others (its
             # zero state folded away); the graph as given may stream.
             try:
-                original = _streamify(loaded, probe_T)
+                original = _streamify(loaded, probe_T, fixed_window)
             except Fail:
                 return program
             if original.report.get("notes"):
@@ -78,7 +89,7 @@ def _streamify_simplified(loaded, probe_T: int) -> StepProgram:
         except Fail:
             pass  # the graph as given may still stream; its errors name its own nodes
     try:
-        program = _streamify(loaded, probe_T)
+        program = _streamify(loaded, probe_T, fixed_window)
     except Fail as e:
         raise TfaotError(f"{loaded.path}: {e}") from None
     program.report["simplified"] = {"used": False, "why": why or "the simplified graph "
@@ -102,14 +113,13 @@ def simplified(loaded):
     return dataclasses.replace(loaded, graph_def=gd, details=details), ""
 
 
-def _streamify(loaded, probe_T: int) -> StepProgram:
+def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "",
+               not_window: str = "") -> StepProgram:
+    """``mode``: "prefix" or "stateless" after a failed window attempt
+    (``timeplan.py``), ``not_window`` saying why."""
     import tensorflow as tf
 
-    if len(loaded.inputs) != 1:
-        raise Fail("the graph has {} inputs ({}); only one streamed input is supported "
-                   "(choose it with --inputs)".format(
-                        len(loaded.inputs), ", ".join(f"'{i.name}'" for i in loaded.inputs)))
-    inp = loaded.inputs[0]
+    inp = _time_input(loaded.inputs)
     if inp.shape is None:
         raise Fail(f"input '{inp.name}' has an unknown shape; give it with --inputs NAME:SHAPE")
     shape = list(inp.shape)
@@ -133,6 +143,8 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
                 a = shape.index(u.steps)
         axis_hint = (f" (the time axis of input '{inp.name}' was taken to be {a}; "
                      "set it with --time-axis if that is wrong)")
+    mode = mode or choose_mode(g, shape, a, inp.time_axis is not None, fixed_window)
+    stateless = mode == "stateless"
     if stateless:
         a = None  # no loop: the step is one inference on the input as it is
     elif not 0 <= a < len(shape):
@@ -152,6 +164,8 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     if dynamic:
         full[a] = probe_T
     x_t_shape = tuple(s for d, s in enumerate(full) if d != a)
+    step_inputs = [(inp, a is not None, full, x_t_shape) if other is inp else
+                   _other_input(other, a, shape, full) for other in loaded.inputs]
     # States in loop order.
     loop_order = [n for n in g.order if n in g.loops]
     state_vars = [(ln, v) for ln in loop_order for v in g.loops[ln].vars if v.kind == "state"]
@@ -163,7 +177,9 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
             shape_of.append(f"{name}:0")
     value_of = [v.operand for _, v in state_vars]
     value_of += [st["init"] for u in g.unrolled.values() for st in u.states]
-    pr = probe(loaded, g, tuple(full), a, shape_of, value_of)
+    value_of += probed_operands(g)
+    pr = probe(loaded, g, tuple(full), a, shape_of, value_of,
+               input_shapes=[tuple(f) for _, _, f, _ in step_inputs])
 
     states = StateRegistry()
     for ln, v in state_vars:
@@ -171,12 +187,47 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
     for u in g.unrolled.values():
         for j, st in enumerate(u.states):
             states.add((u.name, j), pr.values[st["init"]], layer=u.name)
-    specs = [tf.TensorSpec(x_t_shape, tf.as_dtype(inp.dtype), name="x_t")] + states.specs()
+    specs = [tf.TensorSpec(step, tf.as_dtype(i.dtype), name="x_t" if k == 0 else f"x_t{k}")
+             for k, (i, _, _, step) in enumerate(step_inputs)] + states.specs()
+    count, streamed = len(step_inputs), [s for _, s, _, _ in step_inputs]
 
-    def pure_step(x_t, *st):
-        em = Emitter(g, loaded, pr, states, a, axis_hint)
-        ys, new = em.run(x_t, list(st))
-        return tuple(ys) + tuple(tf.identity(s) for s in new)
+    def replay(plan, discovering, args):
+        em = Emitter(g, loaded, pr, states, a, axis_hint, plan=plan, discovering=discovering)
+        em.ys, em.new = em.run(list(args[:count]), list(args[count:]), streamed)
+        return em
+
+    planned = None
+    if not stateless:
+        try:
+            planned = plan_stream(
+                mode, window=shape[a] if mode == "window" else None, dynamic=dynamic,
+                replay=replay, states=states, arg_specs=lambda plan: [
+                    (step_shape(f, a, plan.frames) if s else step, i.dtype)
+                    for i, s, f, step in step_inputs])
+        except NotIncremental as why:
+            if mode != "window":
+                raise
+            if not keeps_time(loaded, inp, full, a):
+                return recompute_program(loaded, inp, full, a, str(why))
+            return _streamify(loaded, probe_T, fixed_window, "stateless",
+                              not_window=f"{why}; and the output seems to keep the time axis")
+        except (NotAWindow, Fail) as why:
+            if mode != "window" or isinstance(why, NotIncremental):
+                raise
+            retry = "prefix" if inp.time_axis is not None and isinstance(why, NotAWindow) \
+                else "stateless"  # a given time axis reaching the output: per frame
+            return _streamify(loaded, probe_T, fixed_window, retry, not_window=str(why))
+        if planned.plan.frames > 1:
+            step_inputs = [(i, s, f, step_shape(f, a, planned.plan.frames) if s else step)
+                           for i, s, f, step in step_inputs]
+            specs = [tf.TensorSpec(step, tf.as_dtype(i.dtype),
+                                   name="x_t" if k == 0 else f"x_t{k}")
+                     for k, (i, _, _, step) in enumerate(step_inputs)]
+        specs = specs[:count] + states.specs()
+
+    def pure_step(*args):
+        em = replay(planned.plan if planned else None, False, args)
+        return tuple(em.ys) + tuple(tf.identity(s) for s in em.new)
 
     cf = tf.function(pure_step, input_signature=specs, autograph=False).get_concrete_function()
     out_shapes = [tuple(int(d) if d is not None else 1 for d in t.shape)
@@ -188,13 +239,15 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
         if tuple(t.shape) != s.shape:
             raise Fail(f"state '{s.name}': initial value has shape {s.shape} but the loop "
                        f"body returns shape {tuple(t.shape)}")
-    inputs = (TensorInfo(inp.name, inp.dtype, x_t_shape),)
+    inputs = tuple(InputInfo(i.name, i.dtype, step, streamed=s)
+                   for i, s, _, step in step_inputs)
     sig = ProgramSignature(inputs, outputs, states.infos)
     notes = []
-    if stateless and _time_like(shape):
+    if stateless and time_like(shape):
         notes.append(
             "nothing streams: no time loop or unrolled recurrence found"
             + (f" ({g.not_unrolled})" if g.not_unrolled else "")
+            + (f"; no sliding window either: {not_window}" if not_window else "")
             + f"; each step is one whole-window inference on input '{inp.name}' of shape "
             f"{'x'.join(str(d) for d in shape)} (give --time-axis to stream it over an axis)")
     report = {
@@ -226,16 +279,54 @@ def _streamify(loaded, probe_T: int) -> StepProgram:
         report["unrolled"] = [u.report() for u in g.unrolled.values()]
     if notes:
         report["notes"] = notes
-    stream = StreamInfo() if stateless else StreamInfo(
-        mode="prefix", time_axis=a, fixed_length=None if dynamic else int(shape[a]))
+    stream = stream_info(planned, a, dynamic, shape)
+    report["mode"] = mode_text(stream, report["mode"])
+    report["stream"] = stream.to_json()
+    if planned is not None and planned.rows:
+        report["layers"] = planned.rows
+    if stream.mode == "window":
+        report["stream_notes"] = [window_note(stream, inp.name)]
+    elif stateless and fixed_window == "whole" and time_like(shape):
+        report["mode"] += "; whole-window build (--whole-window; the default streams it per frame)"
     program = StepProgram(source=str(loaded.path), format=loaded.format, signature=sig,
                           pure_step=cf, report=report, stream=stream)
     return program
 
 
-def _time_like(shape) -> bool:
-    """A batch-1 input with more than one axis of size > 1 (a window of frames)."""
-    return len(shape) >= 3 and sum(1 for d in shape[1:] if d is None or d > 1) >= 2
+def _time_input(inputs):
+    """The input whose time axis the stream follows: the one given a time
+    axis, else the first with an unknown dimension besides batch, else the first."""
+    if not inputs:
+        raise Fail("the graph has no input")
+    for inp in inputs:
+        if inp.shape is None:
+            raise Fail(f"input '{inp.name}' has an unknown shape; give it with "
+                       "--inputs NAME:SHAPE")
+    given = [i for i in inputs if i.time_axis is not None]
+    open_ = [i for i in inputs if any(d is None for d in i.shape[1:])]
+    return (given or open_ or inputs)[0]
+
+
+def _other_input(inp, a: int | None, time_shape, time_full):
+    """(input, streamed, probe shape, step shape) of an input besides the time
+    input: streamed when its axis ``a`` has the time input's length there (it
+    then takes one frame per step), else its whole value every step (a
+    conditioning vector, say)."""
+    shape = list(inp.shape)
+    streamed = a is not None and len(shape) > max(a, 1) and shape[a] == time_shape[a]
+    for d, s in enumerate(shape):
+        if s is None and not (streamed and d == a):
+            if d != 0:
+                raise Fail(f"input '{inp.name}' has unknown dimension {d}"
+                           + (" besides the time axis" if streamed else
+                              " and no time axis like the streamed input's")
+                           + "; give the shape with --inputs NAME:SHAPE")
+            shape[d] = 1
+    full = list(shape)
+    if streamed:
+        full[a] = time_full[a]
+    step = tuple(s for d, s in enumerate(full) if not (streamed and d == a))
+    return inp, streamed, full, step
 
 
 def _count_params(graph_def) -> int:

@@ -167,17 +167,15 @@ class Probe:
 
 
 def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
-           shape_of: list[str], value_of: list[str]) -> Probe:
+           shape_of: list[str], value_of: list[str], input_shapes=None) -> Probe:
+    """``x_shape``: the first input's; ``input_shapes``: every input's, in
+    ``loaded.inputs`` order, for a graph with several inputs."""
     import tensorflow as tf
 
-    inp = loaded.inputs[0]
     rng = np.random.default_rng(0)
-    if np.issubdtype(np.dtype(inp.dtype), np.integer):
-        x = rng.integers(0, 2, x_shape).astype(inp.dtype)  # valid ids for any embedding
-    elif inp.dtype == "bool":
-        x = rng.integers(0, 2, x_shape).astype(bool)
-    else:
-        x = rng.standard_normal(x_shape).astype(inp.dtype)
+    feed = {}
+    for inp, shape in zip(loaded.inputs, input_shapes or [x_shape]):
+        feed[f"{inp.name}:0"] = _probe_value(rng, inp.dtype, shape)
     graph = tf.Graph()
     with graph.as_default():
         try:
@@ -199,7 +197,7 @@ def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
             fetch[f"o:{k}"] = graph.get_tensor_by_name(t)
         with tf.compat.v1.Session(graph=graph) as sess, _quiet_native_stderr():
             try:
-                res = sess.run(fetch, {f"{inp.name}:0": x})
+                res = sess.run(fetch, feed)
             except Exception as e:
                 raise Fail(f"running the graph on a test sequence of shape {x_shape} failed: "
                            f"{_error_text(e)}") from None
@@ -207,6 +205,14 @@ def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
     values = {k[2:]: v for k, v in res.items() if k.startswith("v:")}
     outs = [res[f"o:{k}"] for k in range(len(loaded.outputs))]
     return Probe(None if time_axis is None else x_shape[time_axis], shapes, values, outs)
+
+
+def _probe_value(rng, dtype: str, shape) -> np.ndarray:
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return rng.integers(0, 2, shape).astype(dtype)  # valid ids for any embedding
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    return rng.standard_normal(shape).astype(dtype)
 
 
 @contextmanager

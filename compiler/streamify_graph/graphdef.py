@@ -23,6 +23,11 @@ class Fail(Exception):
     """Internal: becomes a TfaotError with the file name in front."""
 
 
+class NotIncremental(Fail):
+    """A node that cannot stream incrementally: a fixed-window graph falls back
+    to recomputing the whole window each step; elsewhere it is an error."""
+
+
 def parse_tensor(name: str) -> tuple[str, int]:
     """"node:1" -> ("node", 1); "node" -> ("node", 0)."""
     try:

@@ -8,10 +8,18 @@ so far (the last output, a final state). ``item``: time step k alone, from an
 unrolled per-step map that must be stacked back whole. ``list_in`` /
 ``list_out`` / ``list_done`` / ``ta`` / ``ta_flow``: sequence lists.
 ``dead``: cannot be used (``why`` says why).
+
+Streaming convolutions (``time_rules.py``) give a ``seq`` tensor a chunk
+record ``frames`` (the Keras streamifier's ``Seq``: how many frames the
+step holds and which ones; None for one frame, the current one) and, between
+``SpaceToBatchND`` and ``BatchToSpaceND``, the pending time dilation
+``s2b``. ``valid_from`` is the first step at which the value is defined (a
+conv front end's receptive field, a window not yet full).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +30,9 @@ class Meta:
     key: str | None = None  # lists: identity; item: the step index
     mode: str = ""  # list_done: "seq" (one item per step) or "last"
     why: str = ""  # dead: why it cannot be used
+    frames: Any = None  # seq: the chunk record (streamify_keras.replay.Seq), None = 1 frame
+    valid_from: int = 0  # seq / step: the first step at which it is defined
+    s2b: tuple | None = None  # seq: (time dilation, stage) inside a SpaceToBatchND pair
 
     def __str__(self):
         if self.kind == "seq":
@@ -38,5 +49,10 @@ STATIC_KINDS = {"static", "static_t"}
 LIST_KINDS = {"list_in", "list_out", "list_done", "ta", "ta_flow"}
 
 
-def seq(axis: int) -> Meta:
-    return Meta("seq", axis=axis)
+def seq(axis: int, frames: Any = None, valid_from: int = 0) -> Meta:
+    return Meta("seq", axis=axis, frames=frames, valid_from=valid_from)
+
+
+def step(valid_from: int = 0) -> Meta:
+    """A per-step value (no time axis), defined from step ``valid_from`` on."""
+    return STEP if not valid_from else Meta("step", valid_from=valid_from)

@@ -8,6 +8,7 @@ loop body is imported once with its states as arguments (``emit_loop``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,8 @@ from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse
     scope, tname
 from .loops import LOOP_OP
 from .unrolled import UNROLLED_OP
-from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq
+from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
+from .ring import TimePlan, TimeState, take_frames
 from .rules import apply_seq_rule
 from .state import StateRegistry
 
@@ -27,7 +29,8 @@ _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
 
 class Emitter:
     def __init__(self, g: Graph, loaded, probe: Probe, states: StateRegistry,
-                 time_axis: int | None, axis_hint: str = ""):
+                 time_axis: int | None, axis_hint: str = "", *,
+                 plan: TimePlan | None = None, discovering: bool = False):
         self.time_axis = time_axis
         self.axis_hint = axis_hint  # appended to axis errors when the time axis was guessed
         self.g = g
@@ -41,6 +44,16 @@ class Emitter:
         self.state_inputs: dict[Any, Any] = {}  # state key -> this step's value
         self.new_states: dict[Any, Any] = {}  # state key -> the next step's value
         self.library_loaded = False
+        # Streaming over time (ring.py, time_rules.py): the plan, the time
+        # state, inputs replaced while a rule runs (delay lines), the chunk
+        # records of loop lists, report rows and the outputs' first valid step.
+        self.plan = plan or TimePlan("prefix")
+        self.time = TimeState(self.plan, self.state_inputs, self.new_states, discovering)
+        self.overrides: dict[str, Any] = {}
+        self.list_frames: dict[str, Meta] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.first_valid_step = 0
+        self.output_metas: list[Meta] = []
 
     # -- helpers
     def fail(self, node, msg: str):
@@ -86,7 +99,7 @@ class Emitter:
         for i in node.input:
             if i.startswith("^"):
                 continue
-            t = self.tensors.get(tname(i))
+            t = self.overrides.get(tname(i), self.tensors.get(tname(i)))
             if t is None:
                 self.fail(node, f"input '{i}' has no streamable value")
             c.input.append(i)
@@ -107,20 +120,26 @@ class Emitter:
             self.metas[f"{node.name}:{k}"] = m
 
     # -- the walk
-    def run(self, x_t, states):
+    def run(self, xs, states, streamed=None):
+        """``xs``: the step inputs in ``loaded.inputs`` order (or the one input);
+        ``streamed``: which of them carry the time axis (the others are the
+        same whole tensor every step, per-step values)."""
         import tensorflow as tf
 
-        self.state_inputs = dict(zip(self.states.keys, states))
-        inp = self.loaded.inputs[0]
+        self.state_inputs.update(zip(self.states.keys, states))
+        xs = list(xs) if isinstance(xs, (list, tuple)) else [xs]
+        flags = streamed or [True] * len(xs)
+        step_inputs = {i.name: (x, f) for i, x, f in zip(self.loaded.inputs, xs, flags)}
         for name in self.g.order:
             node = self.g.nodes[name]
-            if name == inp.name:
-                if self.time_axis is None:
+            if name in step_inputs:
+                x_t, is_streamed = step_inputs[name]
+                if self.time_axis is None or not is_streamed:
                     self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [STEP])
                     continue
                 with tf.name_scope(scope(name)):
-                    x = tf.expand_dims(x_t, self.time_axis)
-                self.set(node, [x], [seq(self.time_axis)])
+                    x = tf.expand_dims(x_t, self.time_axis) if self.plan.frames == 1 else x_t
+                self.set(node, [x], [seq(self.time_axis, self.plan.input_seq())])
                 continue
             if node.op == LOOP_OP or node.op in WHILE_OPS:
                 self.emit_loop(node)
@@ -138,11 +157,28 @@ class Emitter:
             if m is None or t is None or m.kind in LIST_KINDS or m.kind in ("dead", "item"):
                 self.fail(node, f"the output '{out}' has no streamable value ({m})")
             if m.kind == "seq":
-                with tf.name_scope("output"):
-                    t = tf.squeeze(t, [m.axis])
+                t, m = self._last_frame(out, t, m)
+            self.output_metas.append(m)
+            self.first_valid_step = max(self.first_valid_step, m.valid_from)
             ys.append(t)
         new = [self.new_states[k] for k in self.states.keys]
         return ys, new
+
+    def _last_frame(self, out: str, t, m: Meta):
+        """A sequence output's value at this step: the reference's last frame."""
+        import tensorflow as tf
+
+        frames = m.frames or self.plan.input_seq()
+        with tf.name_scope("output"):
+            cat, index = self.time.frame_at_lag(("output", out), t, m.axis, frames, "output")
+            y = tf.squeeze(take_frames(cat, m.axis, index, index + 1), [m.axis])
+        return y, Meta("seq", axis=m.axis, frames=frames,
+                       valid_from=max(m.valid_from, frames.first_step))
+
+    def row(self, node, role: str, **facts) -> None:
+        """A line of the report's "layers": how a node streams over time."""
+        if self.time.discovering:
+            self.rows.append({"name": node.name, "type": node.op, "role": role, **facts})
 
     def emit(self, node):
         ins = [i for i in node.input if not i.startswith("^")]
@@ -154,8 +190,8 @@ class Emitter:
         op = node.op
         # Sources and list creation.
         if op in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault") and not ins:
-            self.fail(node, "a second graph input; only one streamed input is supported "
-                      "(give the input with --inputs)")
+            self.fail(node, "a graph input that is not one of the step inputs "
+                      "(name every input with --inputs)")
         if op in ("TensorListReserve", "EmptyTensorList"):
             if kinds - STATIC_KINDS:
                 self.fail(node, "a list whose size depends on the sequence in an unsupported way")
@@ -186,7 +222,7 @@ class Emitter:
                       "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
         if "seq" not in kinds:  # step (and static): a function of the current step only
             outs = self.emit_generic(node)
-            self.set(node, outs, [STEP] * len(outs))
+            self.set(node, outs, [step(max(m.valid_from for m in metas))] * len(outs))
             return
         apply_seq_rule(self, node, ins, metas)
 
@@ -246,7 +282,9 @@ class Emitter:
             y_t, mode = self.list_values[m.key]
             with tf.name_scope(scope(node.name)):
                 y = tf.expand_dims(y_t, 0)
-            self.set(node, [y], [seq(0) if mode == "seq" else STEP])
+            done = self.list_frames.get(m.key, seq(0))
+            self.set(node, [y], [replace(done, axis=0) if mode == "seq" else
+                                 step(done.valid_from)])
             return
         if op == "TensorArrayScatterV3":
             hm = metas[0]
@@ -254,6 +292,10 @@ class Emitter:
                 self.fail(node, "an unsupported TensorArray scatter")
             if metas[2].axis != 0:
                 self.fail(node, "scatters along an axis that is not the time axis" + self.axis_hint)
+            if (metas[2].frames or self.plan.input_seq()).n != 1:
+                self.fail(node, "feeds a loop several frames per step (time strides before "
+                          "it); tfaot runs a loop body once per step")
+            self.list_frames[hm.key] = metas[2]
             with tf.name_scope(scope(node.name)):
                 self.ta_in[hm.key] = tf.squeeze(self.tensors[tname(ins[2])], [0])
             self.set(node, [None], [Meta("ta_flow", key=hm.key)])
@@ -317,6 +359,16 @@ class Emitter:
             self.metas[t] = STEP if k == u.steps - 1 else Meta("item", key=str(k), axis=u.steps)
 
     # -- loops
+    def _from_stream(self, new, old, frames):
+        """A loop state's next value: unchanged by frames from before the stream
+        (a conv front end's first outputs, made of its zero-filled buffers)."""
+        import tensorflow as tf
+
+        if not frames.dirty or frames.delay <= 0:
+            return new
+        started = self.time.frame_numbers(frames)[0] >= 0.0
+        return tf.where(started, new, old)
+
     def emit_loop(self, node):
         import tensorflow as tf
 
@@ -326,6 +378,7 @@ class Emitter:
         replace_reads: dict[str, Any] = {}
         fetch: list[str] = []
         out_metas: dict[int, Meta] = {}
+        read_meta = None  # the meta of the sequence the loop reads (its chunk record)
         for v in loop.vars:
             m = self.metas.get(v.operand)
             t = self.tensors.get(v.operand)
@@ -354,6 +407,7 @@ class Emitter:
                                f"sequence of the input ({m})")
                 for r in v.detail["reads"]:
                     replace_reads[r] = v_t
+                read_meta = self.list_frames.get(m.key, read_meta)
                 out_metas[v.index] = m
             elif v.kind == "outlist":
                 if m.kind not in ("list_out", "ta_flow"):
@@ -415,12 +469,18 @@ class Emitter:
             raise Fail(f"loop '{loop.name}': TensorFlow cannot rebuild its body: "
                        f"{first_line(e)}") from None
         got = dict(zip(fetch, res))
+        frames = (read_meta.frames if read_meta is not None else None) or self.plan.input_seq()
+        valid = max(read_meta.valid_from if read_meta is not None else 0, frames.first_step)
         for v in loop.vars:
             if v.kind == "state":
+                got[v.ret] = self._from_stream(got[v.ret], self.state_inputs[(loop.name, v.index)],
+                                               frames)
                 self.new_states[(loop.name, v.index)] = got[v.ret]
+                out_metas[v.index] = step(valid)
             elif v.kind == "outlist":
                 key = f"{loop.name}:{v.index}"
                 self.list_values[key] = (got[v.detail["item"]], v.detail["mode"])
+                self.list_frames[key] = seq(0, replace(frames, dirty=frames.delay > 0), valid)
         for v in loop.vars:
             self.tensors[f"{node.name}:{v.index}"] = None if v.kind != "state" else \
                 got[v.ret]

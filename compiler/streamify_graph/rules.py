@@ -9,13 +9,14 @@ An op type without a rule is refused. Adding an op is adding one
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
 
-from .graphdef import scope, tname
-from .meta import STATIC_KINDS, STEP, Meta, seq
+from ..streamify_keras.replay import Seq, _per_step_seq
+from .graphdef import NotIncremental, scope, tname
+from .meta import STATIC_KINDS, Meta, seq, step
 
 SEQ_RULES: dict[str, Callable[["SeqOp"], None]] = {}
 
@@ -50,7 +51,22 @@ class SeqOp:
         self.em.fail(self.node, msg)
 
     def tensor(self, k: int):
-        return self.em.tensors[tname(self.ins[k])]
+        name = tname(self.ins[k])
+        return self.em.overrides.get(name, self.em.tensors[name])
+
+    @property
+    def frames(self) -> Seq:
+        """The chunk record of the (aligned) time-dependent inputs."""
+        return self.metas[self.k0].frames or Seq(1, 0, -1)
+
+    @property
+    def valid_from(self) -> int:
+        return max(m.valid_from for m in self.metas)
+
+    def em_scope(self):
+        import tensorflow as tf
+
+        return tf.name_scope(scope(self.node.name))
 
     def const(self, pos: int) -> np.ndarray:
         return self.em.const_value(self.node, pos)
@@ -60,7 +76,20 @@ class SeqOp:
         return self.em.emit_generic(self.node)
 
     def set(self, outs, metas):
-        self.em.set(self.node, outs, metas)
+        """Outputs and their metas; a ``seq`` output without a record holds
+        the same frames as the inputs (a per-step op: frames from before
+        the stream may now be non-zero), a ``step`` one is defined from the
+        inputs' first valid step on."""
+        inherited = []
+        for m in metas:
+            if m.kind == "seq" and m.frames is None:
+                passes = self.op in S2B_PASS and m.s2b is None
+                m = replace(m, frames=_per_step_seq(self.frames),
+                            s2b=self.metas[self.k0].s2b if passes else m.s2b)
+            if m.kind in ("seq", "step"):
+                m = replace(m, valid_from=max(m.valid_from, self.valid_from))
+            inherited.append(m)
+        self.em.set(self.node, outs, inherited)
 
     def no_length(self):
         for k, m in enumerate(self.metas):
@@ -82,11 +111,53 @@ class SeqOp:
                   f"'{self.ins[self.k0]}' has its time axis at {self.a}); it may mix time steps")
 
 
+# Ops that may sit between SpaceToBatchND and BatchToSpaceND (a dilated conv).
+S2B_PASS = {"ExpandDims", "Squeeze", "Identity", "Snapshot", "BatchToSpaceND"}
+S2B_OPS = S2B_PASS | {"Conv2D", "DepthwiseConv2dNative"}
+
+
 def apply_seq_rule(em, node, ins, metas) -> None:
     k0, a = next((k, m.axis) for k, m in enumerate(metas) if m.kind == "seq")
-    x = em.tensors[tname(ins[k0])]
-    s = SeqOp(em, node, ins, metas, k0, a, x, x.shape.rank)
-    SEQ_RULES.get(node.op, SeqOp.unsupported)(s)
+    if any(m.s2b for m in metas) and node.op not in S2B_OPS:
+        em.fail(node, "sits between SpaceToBatchND and BatchToSpaceND of a dilated "
+                "convolution over time, which tfaot only streams around a Conv2D")
+    metas = _aligned(em, node, ins, metas)
+    try:
+        x = em.overrides.get(tname(ins[k0]), em.tensors[tname(ins[k0])])
+        s = SeqOp(em, node, ins, metas, k0, a, x, x.shape.rank)
+        SEQ_RULES.get(node.op, SeqOp.unsupported)(s)
+    finally:
+        em.overrides.clear()
+
+
+def _aligned(em, node, ins, metas) -> list[Meta]:
+    """Several sequences combined by one op hold the same frames: the less
+    delayed ones go through a delay line (``em.overrides`` holds them)."""
+    seqs = [k for k, m in enumerate(metas) if m.kind == "seq"]
+    records = {k: metas[k].frames or Seq(1, 0, -1) for k in seqs}
+    if len({(f.n, f.delay, f.end, f.length) for f in records.values()}) <= 1:
+        return metas
+    first = records[seqs[0]]
+    for f in records.values():
+        if (f.n, f.end, f.length) != (first.n, first.end, first.length):
+            raise NotIncremental(f"node '{node.name}' (op {node.op}) combines sequences "
+                                 "whose frames do not line up (different strides, crops or "
+                                 "lengths in time)")
+    target = max(f.delay for f in records.values())
+    dirty = any(f.dirty for f in records.values())
+    out = list(metas)
+    for k in seqs:
+        f, m = records[k], metas[k]
+        if f.delay != target:
+            gap = target - f.delay
+            v = em.tensors[tname(ins[k])]
+            cat = em.time.buffer((node.name, "delay", k), v, gap, m.axis, node.name)
+            index = [slice(None)] * len(v.shape)
+            index[m.axis] = slice(0, f.n)
+            em.overrides[tname(ins[k])] = cat[tuple(index)]
+            em.row(node, "time align", buffer=gap)
+        out[k] = replace(m, frames=replace(f, delay=target, dirty=dirty))
+    return out
 
 
 # Ops that act on each element independently (with broadcasting).
@@ -206,6 +277,10 @@ def _squeeze(s: SeqOp):
             s.fail("squeezes all size-1 dims of a tensor whose full shape is unknown")
         dims = [d for d, n in enumerate(full) if n == 1]
     dims = [d % s.rank for d in dims]
+    if s.a in dims and s.em.plan.mode == "window" and s.frames.length == 1:
+        from .time_rules import reduce_over_time
+
+        return reduce_over_time(s)  # a window pooled down to one frame
     if s.a in dims:
         s.fail("removes the time axis")
     with tf.name_scope(scope(s.node.name)):
@@ -224,6 +299,12 @@ def _reshape(s: SeqOp):
     if full_in is None or full_out is None:
         s.fail("cannot find its full-sequence shapes")
     T = full_in[a]
+    if s.em.plan.mode == "window" and s.frames.length == 1 == T:
+        # A window pooled down to one frame: size-1 axes are ambiguous, and
+        # what follows is a function of the window (Keras' Flatten).
+        from .time_rules import flatten_window
+
+        return flatten_window(s, full_in, full_out)
     left = int(np.prod(full_in[:a], dtype=np.int64))
     right = int(np.prod(full_in[a + 1:], dtype=np.int64))
     b = None
@@ -233,10 +314,11 @@ def _reshape(s: SeqOp):
             b = j
             break
     if b is None:
-        s.fail(f"reshapes {list(full_in)} (time axis {a}) to {list(full_out)}, which merges "
-               "the time axis with other dimensions")
+        from .time_rules import flatten_window
+
+        return flatten_window(s, full_in, full_out)
     step_shape = list(full_out)
-    step_shape[b] = 1
+    step_shape[b] = s.frames.n
     with tf.name_scope(scope(s.node.name)):
         y = tf.reshape(s.x, step_shape)
     s.set([y], [seq(b)])
@@ -254,38 +336,59 @@ def _strided_slice(s: SeqOp):
     if at["ellipsis_mask"].i or at["new_axis_mask"].i:
         s.fail("a slice with an ellipsis or new axis on a time-dependent tensor is not "
                "supported")
-    full = s.em.full_shape(s.ins[0])
-    T = full[a] if full else None
+    x = s.x
     if a >= len(begin):
         meta = seq(a - sum(1 for d in range(len(begin)) if sm >> d & 1))
     else:
         b, e, st = begin[a], end[a], strides[a]
-        if sm >> a & 1:
-            begin[a], end[a] = 0, 1
-            if b == -1 or (T is not None and b == T - 1):
-                meta = STEP
-            elif T is not None and 0 <= b < T:
-                # Step b alone: fine only if all T steps are stacked back
-                # (a fixed-T TimeDistributed unrolls like this).
-                meta = Meta("item", key=str(b), axis=T)
-            else:
+        f = s.frames
+        full = s.em.full_shape(s.ins[0])
+        T = (full[a] if full else None) if f == Seq(1, 0, -1) else time_length(s)
+        kept_axis = a - sum(1 for d in range(a) if sm >> d & 1)
+        if (b == -1 or (T is not None and b == T - 1)) and \
+                (sm >> a & 1 or em >> a & 1 or (T is not None and e >= T)):
+            # The last step: the reference's last frame of the chunk.
+            x, index = s.em.time.frame_at_lag((s.node.name, "last"), x, a, f, s.node.name)
+            begin[a], end[a] = index, index + 1
+            bm &= ~(1 << a)
+            em &= ~(1 << a)
+            meta = step(max(s.valid_from, f.first_step, s.em.plan.window_first_step))
+        elif sm >> a & 1:
+            if T is None or not 0 <= b < T or f != Seq(1, 0, -1):
                 s.fail(f"takes time step {b} only; only the last step (-1) can be streamed")
+            # Step b alone: fine only if all T steps are stacked back
+            # (a fixed-T TimeDistributed unrolls like this).
+            begin[a], end[a] = 0, 1
+            meta = Meta("item", key=str(b), axis=T)
         elif st == 1 and (bm >> a & 1 or b == 0) and (em >> a & 1 or (T is not None and e >= T)):
             bm |= 1 << a
             em |= 1 << a
-            meta = seq(a - sum(1 for d in range(a) if sm >> d & 1))
-        elif st == 1 and (b == -1 or (T is not None and b == T - 1)) and \
-                (em >> a & 1 or (T is not None and e >= T)):
-            begin[a] = 0
+            meta = seq(kept_axis)
+        elif st == 1 and (cut := _crop_range(b, e, bm >> a & 1, em >> a & 1, T)):
+            from .time_rules import crop
+
+            bm |= 1 << a
             em |= 1 << a
-            meta = STEP
+            meta = seq(kept_axis, crop(s, *cut))
         else:
-            s.fail(f"slices the time axis [{b}:{e}:{st}]; only the whole sequence or the "
-                   "last step can be streamed")
+            s.fail(f"slices the time axis [{b}:{e}:{st}]; only the whole sequence, a "
+                   "range of a known length or the last step can be streamed")
     with tf.name_scope(scope(s.node.name)):
-        y = tf.strided_slice(s.x, begin, end, strides, begin_mask=bm, end_mask=em,
+        y = tf.strided_slice(x, begin, end, strides, begin_mask=bm, end_mask=em,
                              shrink_axis_mask=sm)
     s.set([y], [meta])
+
+
+def _crop_range(b: int, e: int, whole_begin: int, whole_end: int,
+                T: int | None) -> tuple[int, int] | None:
+    """(frames cut before, frames cut after) of a time slice [b:e], or None
+    when the stream cannot know them (an end counted from a start whose
+    length is open)."""
+    before = 0 if whole_begin else b if b >= 0 else (T + b if T is not None else None)
+    after = 0 if whole_end else -e if e < 0 else (T - e if T is not None else None)
+    if before is None or after is None or before < 0 or after < 0:
+        return None
+    return before, after
 
 
 @rule(*sorted(REDUCTIONS | ARG_REDUCTIONS))
@@ -293,7 +396,9 @@ def _reduction(s: SeqOp):
     s.others_static()
     axes = np.atleast_1d(s.const(1)).astype(int) % s.rank
     if s.a in axes:
-        s.fail("reduces over the time axis, which needs the whole sequence")
+        from .time_rules import reduce_over_time
+
+        return reduce_over_time(s)
     keep = s.node.attr["keep_dims"].b if s.op in REDUCTIONS else False
     s.set(s.emit(), [seq(s.a if keep else s.a - int(sum(ax < s.a for ax in axes)))])
 
@@ -321,6 +426,8 @@ def _unpack(s: SeqOp):
     full = s.em.full_shape(s.ins[0])
     if axis != s.a or full is None:
         s.fail("unstacks a time-dependent tensor along another axis")
+    if s.frames != Seq(1, 0, -1):
+        s.fail("unstacks a sequence that a time convolution or window reshaped")
     with tf.name_scope(scope(s.node.name)):
         step = tf.squeeze(s.x, [s.a])
     T = full[s.a]
@@ -369,7 +476,20 @@ def _list_from_tensor(s: SeqOp):
 
     if s.a != 0:
         s.fail(f"makes a list along axis 0, but the time axis is {s.a}" + s.em.axis_hint)
+    if s.frames.n != 1:
+        s.fail(f"feeds a loop {s.frames.n} frames per step (time strides before it); "
+               "tfaot runs a loop body once per step")
     with tf.name_scope(scope(s.node.name)):
         v_t = tf.squeeze(s.x, [0])
     s.em.list_values[s.node.name] = (v_t, "seq")
+    s.em.list_frames[s.node.name] = s.metas[s.k0]
     s.set([None], [Meta("list_in", key=s.node.name)])
+
+
+def time_length(s: SeqOp) -> int | None:
+    from .time_rules import time_length as length
+
+    return length(s)
+
+
+from . import time_rules  # noqa: E402,F401 - registers the rules of ops that mix time steps

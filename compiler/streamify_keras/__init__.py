@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TfaotError
-from ..program import ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
+from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from .replay import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, SEQ, VEC,  # noqa: F401
                      NeedFrames, NotIncremental, Replay, Streamed, layer_error)
 
@@ -51,23 +51,27 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream
     plan = _plan(model, source, fixed_window)
     if plan["mode"] == "recompute":
         return _recompute_program(model, source, fmt, plan)
-    x_spec = plan["x_spec"]
+    x_specs = plan["x_specs"]
     discover = plan["replay"]
     states = tuple(discover.new_states)
+    count = len(x_specs)
 
-    def pure_step(x, *state_values):
-        replay = Replay(plan["mode"], list(state_values), frames=plan["frames"],
+    def pure_step(*args):
+        xs, state_values = list(args[:count]), list(args[count:])
+        replay = Replay(plan["mode"], state_values, frames=plan["frames"],
                         window=plan["window"], delay=plan["delay"])
-        ys = [replay.output(y, i)
-              for i, y in enumerate(replay.run_model(model, x, all_outputs=True))]
+        ys = [replay.output(y, i) for i, y in enumerate(
+            replay.run_model(model, xs, all_outputs=True, streamed=plan["streamed"]))]
         return (*ys, *replay.new_values)
 
-    arg_specs = [tf.TensorSpec(x_spec.shape, x_spec.dtype, name="x_t")]
+    # (argument names are TensorFlow's, not the API's: "x_t", "x_t1", ...)
+    arg_specs = [tf.TensorSpec(x.shape, x.dtype, name="x_t" if i == 0 else f"x_t{i}")
+                 for i, x in enumerate(x_specs)]
     arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
                            autograph=False).get_concrete_function()
     out_specs = _output_specs(model, plan["y0"])
-    signature = ProgramSignature((x_spec,), out_specs, states)
+    signature = ProgramSignature(tuple(x_specs), out_specs, states)
     stream = plan["stream"]
     report = _report(model, fmt, stream, discover.layer_rows, signature,
                      whole=plan["window"] is not None and fixed_window == "whole")
@@ -89,8 +93,8 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     if fixed_window not in FIXED_WINDOW_CHOICES:
         raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
                          f"got {fixed_window!r}")
-    step_input_spec(model, source)  # the model-level checks
-    shape = tuple(model.inputs[0].shape)
+    step_input_specs(model, source)  # the model-level checks
+    shape = time_input_shape(model)
     window = fixed_window_length(model)
     if is_streaming(model):
         mode = "prefix"
@@ -102,10 +106,11 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     while True:
         delay = (-window) % frames if mode == "window" else 0
         replay = Replay(mode, None, frames=frames, window=window, delay=delay)
-        x_shape = _step_shape(shape, mode, frames)
+        x_specs = step_inputs(model, mode, frames)
+        streamed = [x.streamed for x in x_specs]
         try:
-            ys = replay.run_model(model, tf.zeros(x_shape, model.inputs[0].dtype),
-                                  all_outputs=True)
+            ys = replay.run_model(model, [tf.zeros(x.shape, x.dtype) for x in x_specs],
+                                  all_outputs=True, streamed=streamed)
         except NeedFrames as more:
             frames *= more.frames
             if frames > MAX_FRAMES_PER_STEP:
@@ -115,6 +120,9 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         except NotIncremental as why:
             if mode != "window":
                 raise TfaotError(str(why)) from None
+            if len(model.inputs) > 1:
+                raise TfaotError(f"{why}; the whole-window fallback takes one input, this "
+                                 f"model has {len(model.inputs)}") from None
             return _recompute_plan(model, source, window, str(why))
         if mode == "window" and any(y.meta == SEQ for y in ys):
             # The time axis reaches the output: not a window model (an image
@@ -123,7 +131,6 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             continue
         break
     y0 = [replay.output(y, i) for i, y in enumerate(ys)]
-    x_spec = TensorInfo("x_t", str(model.inputs[0].dtype), tuple(int(d) for d in x_shape))
     length = shape[1] if len(shape) >= 3 else None
     if mode == "stateless":
         stream = StreamInfo()
@@ -132,8 +139,8 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             mode=mode, time_axis=1, fixed_length=int(length) if length is not None else None,
             frames_per_step=frames, window=window if mode == "window" else None,
             first_valid_step=max(int(y.valid_from) for y in ys), delay=delay)
-    return {"mode": mode, "replay": replay, "y0": y0, "x_spec": x_spec, "frames": frames,
-            "window": window, "delay": delay, "stream": stream}
+    return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
+            "streamed": streamed, "window": window, "delay": delay, "stream": stream}
 
 
 def _step_shape(shape, mode: str, frames: int) -> tuple[int, ...]:
@@ -170,7 +177,7 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
         ys = tuple(y) if isinstance(y, (list, tuple)) else (y,)
         return (*ys, frames[:, 1:]) if state_values else ys
 
-    x_spec = TensorInfo("x_t", "float32", (1, *features))
+    x_spec = InputInfo("x_t", "float32", (1, *features))
     arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
     arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
@@ -207,30 +214,99 @@ def _output_specs(model, values) -> tuple[TensorInfo, ...]:
 # model-level checks
 
 
-def step_input_spec(model, source: str) -> TensorInfo:
-    """Checks the model's input; returns the step input of a one-frame step
-    (of a whole inference for a model without a time axis)."""
-    if len(model.inputs) != 1:
-        raise TfaotError(
-            f"{source}: the model has {len(model.inputs)} inputs and "
-            f"{len(model.outputs)} outputs; tfaot supports one input (and one or more outputs)")
-    shape = tuple(model.inputs[0].shape)
-    dtype = str(model.inputs[0].dtype)
-    if dtype not in INPUT_DTYPES:
-        raise TfaotError(f"{source}: input dtype is {dtype}; supported: "
-                         f"{', '.join(INPUT_DTYPES)} (integers: token ids into an Embedding)")
-    _check_batch(model, shape[0])
+def step_input_specs(model, source: str) -> list[InputInfo]:
+    """Checks the model's inputs; returns the step inputs of a one-frame step
+    (of a whole inference for a model without a time axis), model input order."""
     streaming = is_streaming(model)
-    feature_dims = shape[2:] if streaming else shape[1:]
-    if streaming and len(shape) < (2 if dtype != "float32" else 3):
+    streams = input_streams(model) if streaming else [False] * len(model.inputs)
+    if streaming and len(model.inputs) > 1 and not any(streams):
         raise TfaotError(
-            f"{source}: a recurrent model needs input (batch, time, features...), "
-            f"got {shape}")
-    if any(d is None for d in feature_dims):
-        raise TfaotError(
-            f"{source}: input shape {shape} has unknown feature dimensions; "
-            "tfaot needs static shapes apart from batch and time")
-    return TensorInfo("x_t", dtype, (1, *(int(d) for d in feature_dims)))
+            f"{source}: none of the model's {len(model.inputs)} inputs has a time axis "
+            "(batch, time, features...) to stream over")
+    names = input_names(model)
+    specs = []
+    for tensor, streamed, name in zip(model.inputs, streams, names):
+        shape = tuple(tensor.shape)
+        dtype = str(tensor.dtype)
+        what = "input" if len(model.inputs) == 1 else f"input '{name}'"
+        if dtype not in INPUT_DTYPES:
+            raise TfaotError(f"{source}: {what} dtype is {dtype}; supported: "
+                             f"{', '.join(INPUT_DTYPES)} (integers: token ids into an Embedding)")
+        _check_batch(model, shape[0])
+        if streaming and len(model.inputs) == 1 and \
+                len(shape) < (2 if dtype != "float32" else 3):
+            raise TfaotError(
+                f"{source}: a recurrent model needs input (batch, time, features...), "
+                f"got {shape}")
+        feature_dims = shape[2:] if streamed else shape[1:]
+        if any(d is None for d in feature_dims):
+            raise TfaotError(
+                f"{source}: {what} shape {shape} has unknown feature dimensions; "
+                "tfaot needs static shapes apart from batch and time")
+        specs.append(InputInfo(name, dtype, (1, *(int(d) for d in feature_dims)),
+                               streamed=streamed))
+    return specs
+
+
+def step_input_spec(model, source: str) -> InputInfo:
+    """The first of ``step_input_specs`` (one-input callers)."""
+    return step_input_specs(model, source)[0]
+
+
+def step_inputs(model, mode: str, frames: int) -> list[InputInfo]:
+    """The step inputs of a build in ``mode`` with ``frames`` per step: a
+    streamed input takes (1, features...) or (1, frames, features...), the
+    others (and every input of a stateless build) their whole value."""
+    streams = input_streams(model) if mode != "stateless" else [False] * len(model.inputs)
+    specs = []
+    for tensor, streamed, name in zip(model.inputs, streams, input_names(model)):
+        shape = tuple(tensor.shape)
+        step = _step_shape(shape, mode, frames) if streamed else \
+            (1, *(int(d) for d in shape[1:]))
+        specs.append(InputInfo(name, str(tensor.dtype), step, streamed=streamed))
+    return specs
+
+
+def input_names(model) -> list[str]:
+    """The step inputs' names: "x_t" for a one-input model (as before several
+    inputs existed); else each Input layer's name ("x_t" + index if unnamed)."""
+    if len(model.inputs) == 1:
+        return ["x_t"]
+    names, seen = [], set()
+    for i, tensor in enumerate(model.inputs):
+        history = getattr(tensor, "_keras_history", None)
+        name = getattr(history[0], "name", None) if history else None
+        name = name or getattr(tensor, "name", None) or f"x_t{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def input_streams(model) -> list[bool]:
+    """Which inputs carry the model's time axis (axis 1): every input of a
+    one-input model; with several, those of rank >= 3 (token ids: >= 2) whose
+    axis 1 has the time length (unknown if any input's is, else the longest).
+    The others have no time axis: a conditioning vector, given every step."""
+    if len(model.inputs) == 1:
+        return [True]
+    shapes = [tuple(t.shape) for t in model.inputs]
+    ranked = [len(s) >= (3 if getattr(t.dtype, "name", str(t.dtype)) == "float32" else 2)
+              for s, t in zip(shapes, model.inputs)]
+    lengths = [s[1] for s, r in zip(shapes, ranked) if r]
+    if not lengths:
+        return [False] * len(shapes)
+    time = None if None in lengths else max(lengths)
+    return [r and s[1] == time for s, r in zip(shapes, ranked)]
+
+
+def time_input_shape(model) -> tuple:
+    """The shape of the first input with the time axis (the model's input
+    if it has one)."""
+    streams = input_streams(model)
+    index = streams.index(True) if True in streams else 0
+    return tuple(model.inputs[index].shape)
 
 
 def _check_batch(model, batch) -> None:
@@ -257,7 +333,7 @@ def fixed_window_length(model) -> int | None:
     """W for a candidate fixed-window model: input (batch, W, features...) with
     W fixed and no recurrent layer (whether the time axis is reduced inside
     the model is found by the replay)."""
-    shape = tuple(model.inputs[0].shape)
+    shape = time_input_shape(model)
     if len(shape) >= 3 and shape[1] is not None and not is_streaming(model):
         return int(shape[1])
     return None
@@ -279,7 +355,7 @@ def _has_recurrent_layer(model) -> bool:
 
 
 def _has_dynamic_time(model) -> bool:
-    shape = tuple(model.inputs[0].shape)
+    shape = time_input_shape(model)
     return len(shape) >= 3 and shape[1] is None
 
 

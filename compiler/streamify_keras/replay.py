@@ -165,23 +165,34 @@ class Replay:
 
     # -- entry points ------------------------------------------------------
 
-    def run_model(self, model, x_t, all_outputs: bool = False):
+    def run_model(self, model, x_t, all_outputs: bool = False, streamed=None):
         """The model's first output (a Streamed), or with ``all_outputs`` the
-        list of every output in ``model.outputs`` order."""
-        import tensorflow as tf
+        list of every output in ``model.outputs`` order.
 
-        if self.mode == "stateless":
-            x = Streamed(x_t, VEC)
+        ``x_t``: the step input, or a list of them (model input order) with
+        ``streamed`` saying which carry the time axis (the others have none:
+        their value is the same whole tensor every step)."""
+        if isinstance(x_t, (list, tuple)):
+            flags = streamed or [True] * len(x_t)
+            x = [self._input(v, f) for v, f in zip(x_t, flags)]
+            x = x[0] if len(x) == 1 else x
         else:
-            value = tf.expand_dims(x_t, 1) if self.frames == 1 else x_t
-            x = Streamed(value, SEQ, Seq(self.frames, 0, -1 - self.delay,
-                                         self.window if self.mode == "window" else None))
+            x = self._input(x_t, True if streamed is None else streamed[0])
         y = self._run(model, x)
         if all_outputs:
             return list(y) if isinstance(y, (list, tuple)) else [y]
         if isinstance(y, (list, tuple)):
             y = y[0]
         return y
+
+    def _input(self, x_t, streamed: bool) -> Streamed:
+        import tensorflow as tf
+
+        if self.mode == "stateless" or not streamed:
+            return Streamed(x_t, VEC)
+        value = tf.expand_dims(x_t, 1) if self.frames == 1 else x_t
+        return Streamed(value, SEQ, Seq(self.frames, 0, -1 - self.delay,
+                                        self.window if self.mode == "window" else None))
 
     def output(self, y: Streamed, index: int = 0):
         """The step output of the model's final value (its reference's last

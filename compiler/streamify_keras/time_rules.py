@@ -49,34 +49,8 @@ class WindowedRule:
         """The buffer this layer needs for an input chunk ``seq`` and the
         output's ``Seq``; raises NeedFrames / NotIncremental."""
         k, s, dil, padding = self.params(op)
-        eff = dil * (k - 1) + 1
-        if eff == 1 and s == 1:
-            return {"per_step": True, "out": seq}
-        if padding == "same":
-            raise NotIncremental(op, f"pads the time axis (padding='same', kernel {k} in "
-                                     "time), so its outputs near the end depend on frames "
-                                     "not yet received; use padding='valid' or 'causal' in "
-                                     "time to stream it")
-        if seq.n % s:
-            raise NeedFrames(s // _gcd(seq.n, s))
-        delay, end, length = seq.delay, seq.end, seq.length
-        if padding == "causal":
-            if mode == "window":
-                raise NotIncremental(op, "pads the start of each window with zeros "
-                                         "(padding='causal'), so a sliding window cannot "
-                                         "reuse earlier outputs")
-            delay, end = delay - (eff - 1), end + (eff - 1)
-        if length is not None:
-            if (end - length + 1) % s:
-                raise NotIncremental(op, f"has stride {s} in time, which does not line up "
-                                         "with the window's first frame")
-            length = (length - eff) // s + 1
-        out_delay = (delay + eff - 1) // s
-        keep = max(0, s * out_delay - delay)
-        return {"per_step": False, "causal": padding == "causal", "keep": keep,
-                "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
-                "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
-                "k": k, "stride": s, "dilation": dil}
+        return windowed_plan(k, s, dil, padding, seq, mode,
+                             lambda why: NotIncremental(op, why))
 
     def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
         plan = self.plan(op, seq, mode)
@@ -100,6 +74,43 @@ class WindowedRule:
                    buffer=plan["keep"], kernel=plan["k"], stride=plan["stride"],
                    dilation=plan["dilation"], delay=out.delay)
         return Streamed(y, SEQ, out, x.valid_from)
+
+
+def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
+                  refuse) -> dict:
+    """How a convolution or pooling with kernel ``k``, stride ``s`` and
+    dilation ``dil`` along time streams an input chunk ``seq``: the ring
+    buffer (``keep`` frames before the chunk), the slice of buffer + chunk it
+    runs on (``offset``, ``frames``) and the output's ``Seq``. Shared by the
+    Keras and the graph streamifiers. Raises NeedFrames, or ``refuse(why)``
+    (an exception) when the layer cannot stream incrementally.
+    """
+    eff = dil * (k - 1) + 1
+    if eff == 1 and s == 1:
+        return {"per_step": True, "out": seq}
+    if padding == "same":
+        raise refuse(f"pads the time axis (padding='same', kernel {k} in time), so its "
+                     "outputs near the end depend on frames not yet received; use "
+                     "padding='valid' or 'causal' in time to stream it")
+    if seq.n % s:
+        raise NeedFrames(s // _gcd(seq.n, s))
+    delay, end, length = seq.delay, seq.end, seq.length
+    if padding == "causal":
+        if mode == "window":
+            raise refuse("pads the start of each window with zeros (padding='causal'), "
+                         "so a sliding window cannot reuse earlier outputs")
+        delay, end = delay - (eff - 1), end + (eff - 1)
+    if length is not None:
+        if (end - length + 1) % s:
+            raise refuse(f"has stride {s} in time, which does not line up with the "
+                         "window's first frame")
+        length = (length - eff) // s + 1
+    out_delay = (delay + eff - 1) // s
+    keep = max(0, s * out_delay - delay)
+    return {"per_step": False, "causal": padding == "causal", "keep": keep,
+            "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
+            "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
+            "k": k, "stride": s, "dilation": dil}
 
 
 class _valid_padding:

@@ -1,0 +1,90 @@
+"""Runs a built library's steps in a child process, away from TensorFlow.
+
+A GPU driver may carry its own LLVM (Mesa's lavapipe and llvmpipe do, as do
+some vendor drivers), and TensorFlow exports its own LLVM's symbols to the
+whole process: with both in one process the driver's shader compiler
+crashes or hangs (measured: lavapipe in a process that imported TensorFlow
+segfaulted at the first dispatch). ``tfaot verify`` and the tests therefore
+step GPU libraries in a child process that never imports TensorFlow; CPU
+libraries run in-process.
+
+    python -m tfaot.harness_process LIB_DIR INPUTS.npz OUTPUTS.npz
+
+reads ``x0, x1, ...`` (one (steps, *input i) array per input) and writes
+``y0, y1, ...`` (one (steps, *output i) array per output).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TfaotError
+from .target import GPU_KINDS
+
+
+def needs_own_process(manifest: dict) -> bool:
+    """GPU libraries run away from TensorFlow (see the module docstring)."""
+    return manifest.get("target") in GPU_KINDS
+
+
+def run_sequence(lib, xs: list[np.ndarray]) -> list[tuple]:
+    """Runs len(xs[0]) steps from a fresh init; returns each step's outputs.
+
+    ``lib`` is a ``harness.Model`` (loaded with ``init=False`` for GPU
+    libraries); ``xs`` has one (steps, *input i) array per input.
+    """
+    if not needs_own_process(lib.manifest):
+        lib.init()
+        return [_as_tuple(lib.step(xs[0][m] if len(xs) == 1 else tuple(x[m] for x in xs)))
+                for m in range(len(xs[0]))]
+    ys = run_in_child(lib.dir, xs, name=lib.name)
+    return [tuple(y[m] for y in ys) for m in range(len(xs[0]))]
+
+
+def run_in_child(lib_dir: Path, xs: list[np.ndarray], *, name: str | None = None,
+                 timeout: float = 600) -> list[np.ndarray]:
+    """Steps the library at ``lib_dir`` over ``xs`` in a child process."""
+    with tempfile.TemporaryDirectory(prefix="tfaot-steps-") as tmp:
+        inputs, outputs = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
+        np.savez(inputs, **{f"x{i}": x for i, x in enumerate(xs)})
+        cmd = [sys.executable, "-m", "tfaot.harness_process", str(lib_dir), str(inputs),
+               str(outputs), *([name] if name else [])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        if proc.returncode != 0 or not outputs.exists():
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            why = lines[-1] if lines else f"exit code {proc.returncode}"
+            raise TfaotError(f"{lib_dir}: running the library failed: {why}")
+        with np.load(outputs) as data:
+            return [data[f"y{i}"] for i in range(len(data.files))]
+
+
+def _as_tuple(y) -> tuple:
+    return y if isinstance(y, tuple) else (y,)
+
+
+def main(argv: list[str]) -> int:
+    from . import harness
+
+    lib_dir, inputs, outputs = Path(argv[0]), Path(argv[1]), Path(argv[2])
+    try:
+        lib = harness.load(lib_dir, name=argv[3] if len(argv) > 3 else None)
+        with np.load(inputs) as data:
+            xs = [data[f"x{i}"] for i in range(len(data.files))]
+        steps = [_as_tuple(lib.step(xs[0][m] if len(xs) == 1 else tuple(x[m] for x in xs)))
+                 for m in range(len(xs[0]))]
+        lib.close()
+    except TfaotError as e:
+        print(f"tfaot: error: {e}", file=sys.stderr)
+        return 1
+    np.savez(outputs, **{f"y{i}": np.stack([s[i] for s in steps])
+                         for i in range(len(steps[0]))})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

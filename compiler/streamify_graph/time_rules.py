@@ -1,0 +1,325 @@
+"""Sequence rules for graph ops that mix time steps (issue 10).
+
+The graph twin of ``streamify_keras/time_rules.py``, with the same
+semantics and the same arithmetic (``windowed_plan``, ``Seq``): a ``seq``
+tensor holds a chunk of frames whose record (``Meta.frames``) says which.
+
+* ``Conv2D`` / ``DepthwiseConv2dNative`` / ``Conv3D`` / ``MaxPool`` /
+  ``AvgPool`` with time among the spatial axes: ``VALID`` padding streams
+  exactly with a ring buffer of ``dilation*(k-1)`` frames; a stride in time
+  makes a step consume more frames (``NeedFrames``); ``SAME`` in time is not
+  incremental (``NotIncremental``: a fixed-window graph recomputes the
+  window, elsewhere an error naming the node). TensorFlow writes a dilated
+  1-D convolution as ``SpaceToBatchND`` -> conv -> ``BatchToSpaceND``: the
+  pair becomes the conv's dilation.
+* ``Pad`` in time: zeros before the first frame (prefix mode; a causal conv).
+* ``StridedSlice`` of a time range (a crop) renumbers the frames (rules.py).
+* Reductions and flattening ``Reshape`` over time: in window mode the op
+  runs on the window (a ring buffer of its frames); ``Mean`` / ``Max`` /
+  ``Min`` / ``Sum`` over the time axis in prefix mode keep a running value.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..streamify_keras.time_rules import windowed_plan
+from ..errors import first_line
+from .graphdef import NotIncremental, tname
+from .meta import Meta, seq, step
+from .ring import take_frames
+from .rules import SeqOp, rule
+
+CONV_OPS = {"Conv2D", "DepthwiseConv2dNative", "Conv3D"}
+POOL_OPS = {"MaxPool", "AvgPool", "MaxPool3D", "AvgPool3D"}
+RUNNING = {"Mean", "Sum", "Max", "Min"}  # reductions over time with a running value
+
+
+def emit_with(s: SeqOp, inputs: dict[int, object], attrs: dict | None = None):
+    """The node rebuilt with data inputs ``inputs`` (position -> tensor) in
+    place of its own, and attributes ``attrs`` (name -> AttrValue fields) changed."""
+    import tensorflow as tf
+
+    node = tf.compat.v1.NodeDef()
+    node.CopyFrom(s.node)
+    del node.input[:]
+    input_map = {}
+    data = [i for i in s.node.input if not i.startswith("^")]
+    for pos, name in enumerate(data):
+        key = f"{s.node.name}/__tfaot_in{pos}:0"  # one name per position
+        node.input.append(key)
+        input_map[key] = inputs[pos] if pos in inputs else s.tensor(pos)
+    for name in ("_class", "_output_shapes"):
+        if name in node.attr:
+            del node.attr[name]
+    for name, value in (attrs or {}).items():
+        node.attr[name].CopyFrom(tf.compat.v1.AttrValue(**value))
+    try:
+        op = s.em._import([node], input_map, [s.node.name],
+                          library=s.em.loaded.graph_def.library)[0]
+    except Exception as e:  # noqa: BLE001 - reported with the node's name
+        s.fail(f"TensorFlow cannot rebuild it on a streamed chunk: {first_line(e)}")
+    return list(op.outputs)
+
+
+def refuse(s: SeqOp):
+    """The ``refuse`` callback of ``windowed_plan``: NotIncremental naming the node."""
+    return lambda why: NotIncremental(f"node '{s.node.name}' (op {s.op}) {why}")
+
+
+def mode(s: SeqOp) -> str:
+    return s.em.plan.mode
+
+
+# --------------------------------------------------------------------------
+# convolution and pooling
+
+
+def _spatial_axes(s: SeqOp) -> list[int]:
+    fmt = s.node.attr["data_format"].s.decode() or "NHWC"
+    return list(range(1, s.rank - 1)) if fmt.endswith("C") else list(range(2, s.rank))
+
+
+def _time_params(s: SeqOp, spatial: list[int]) -> tuple[int, int, int, str]:
+    """(kernel, stride, dilation, padding) along the time axis."""
+    a, at = s.a, s.node.attr
+    if s.op in POOL_OPS:
+        k = int(at["ksize"].list.i[a])
+    else:
+        k = int(s.tensor(1).shape[spatial.index(a)])  # the filter's (static) shape
+    stride = int(at["strides"].list.i[a])
+    dilations = list(at["dilations"].list.i) if "dilations" in at else []
+    dil = int(dilations[a]) if dilations else 1
+    padding = at["padding"].s.decode().lower()
+    if padding == "explicit":
+        pads = list(at["explicit_paddings"].list.i)[2 * a:2 * a + 2]
+        padding = "valid" if not any(pads) else "same"
+    return k, stride, dil, padding
+
+
+@rule(*sorted(CONV_OPS | POOL_OPS))
+def _windowed(s: SeqOp):
+    """Convolution or pooling with the time axis among its spatial axes."""
+    import tensorflow as tf
+
+    if s.k0 != 0:
+        s.unsupported()
+    s.others_static()
+    spatial = _spatial_axes(s)
+    s2b = s.metas[0].s2b
+    if s.a == 0 and not s2b:  # time on the batch axis: each frame alone
+        s.set(s.emit(), [seq(0)])
+        return
+    if s.a not in spatial:
+        s.fail(f"works across the time axis {s.a} (its channel axis)")
+    k, stride, dil, padding = _time_params(s, spatial)
+    if s2b:
+        if s2b[0] != "in":
+            s.fail("convolves a tensor that is already space-to-batch convolved")
+        dil *= s2b[1]
+        padding = "same" if s2b[2] else padding
+    plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s))
+    out_s2b = ("out", 1, 0) if s2b else None
+    if plan["per_step"]:
+        s.set(s.emit(), [replace(seq(s.a), s2b=out_s2b)])
+        return
+    em = s.em
+    cat = em.time.buffer((s.node.name, "frames"), s.x, plan["keep"], s.a, s.node.name)
+    window = take_frames(cat, s.a, plan["offset"], plan["offset"] + plan["frames"])
+    attrs = {}
+    if s2b:  # the space-to-batch pair's dilation, on the conv itself
+        dilations = [1] * s.rank
+        dilations[s.a] = dil
+        attrs["dilations"] = {"list": tf.compat.v1.AttrValue.ListValue(i=dilations)}
+    (y,) = emit_with(s, {0: window}, attrs)[:1]
+    out = plan["out"]
+    em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
+           kernel=k, stride=stride, dilation=dil, delay=out.delay)
+    s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+@rule("SpaceToBatchND")
+def _space_to_batch(s: SeqOp):
+    """The first half of TensorFlow's dilated convolution: kept as it was,
+    its block size along time becomes the next conv's dilation. Only the
+    padding's start is read (TensorFlow computes the end from the length)."""
+    s.others_static(check_length=False)
+    block = [int(b) for b in np.atleast_1d(s.const(1))]
+    pads = s.em.probe.values.get(tname(s.ins[2]))  # on the whole sequence
+    if pads is None:
+        pads = s.const(2)
+    pads = np.asarray(pads).reshape(-1, 2)
+    j = s.a - 1
+    if s.k0 != 0 or not 0 <= j < len(block) or s.metas[0].s2b:
+        s.unsupported()
+    if any(b != 1 for i, b in enumerate(block) if i != j):
+        s.fail("dilates axes besides the time axis as well (space-to-batch)")
+    s.set([s.x], [replace(s.metas[0], s2b=("in", block[j], int(pads[j][0])))])
+
+
+def probed_operands(g) -> list[str]:
+    """Tensors the probe must evaluate for these rules: the paddings of
+    SpaceToBatchND, which TensorFlow computes from the sequence length."""
+    return [tname(n.input[2]) for name in g.order
+            if (n := g.nodes[name]).op == "SpaceToBatchND" and len(n.input) > 2]
+
+
+@rule("BatchToSpaceND")
+def _batch_to_space(s: SeqOp):
+    s.others_static(check_length=False)  # the crops only undo the padding's end
+    m = s.metas[0]
+    if s.k0 != 0 or not m.s2b or m.s2b[0] != "out":
+        s.unsupported()
+    s.set([s.x], [replace(m, s2b=None)])
+
+
+# --------------------------------------------------------------------------
+# padding
+
+
+@rule("Pad", "PadV2", "MirrorPad")
+def _pad(s: SeqOp):
+    import tensorflow as tf
+
+    s.others_static()
+    if s.k0 != 0:
+        s.unsupported()
+    pads = np.asarray(s.const(1)).astype(np.int64).reshape(-1, 2)
+    before, after = (int(p) for p in pads[s.a])
+    if not before and not after:
+        s.set(s.emit(), [seq(s.a)])
+        return
+    if s.op == "MirrorPad" or (s.op == "PadV2" and float(s.const(2)) != 0.0):
+        s.fail("pads the time axis with values other than zeros")
+    if mode(s) == "window":
+        raise refuse(s)("pads the time axis at both ends of each window, so a sliding "
+                        "window cannot reuse earlier outputs")
+    if after:
+        s.fail(f"pads {after} frame(s) after the last frame, which streaming cannot know")
+    x, frames = s.em.time.clean(s.x, s.a, s.frames)
+    pads[s.a] = (0, 0)
+    with s.em_scope():
+        y = tf.pad(x, pads.tolist())
+    frames = replace(frames, delay=frames.delay - before, end=frames.end + before)
+    s.em.row(s.node, "time pad", pad=before)
+    s.set([y], [seq(s.a, frames)])
+
+
+# --------------------------------------------------------------------------
+# crops (a StridedSlice of a time range; rules.py finds the range)
+
+
+def crop(s: SeqOp, before: int, after: int):
+    """The record of ``x[before : len - after]`` along time."""
+    f = s.frames
+    length = None if f.length is None else f.length - before - after
+    if length is not None and length <= 0:
+        s.fail(f"crops the whole window ({before} + {after} of {f.length} frames)")
+    s.em.row(s.node, "time crop", crop=[before, after])
+    return replace(f, delay=f.delay + before, end=f.end - before - after, length=length,
+                   dirty=f.dirty or before > 0)
+
+
+def time_length(s: SeqOp) -> int | None:
+    """The sequence's length where a stream knows it: the window's, or the
+    graph's fixed length in prefix mode."""
+    if s.frames.length is not None:
+        return s.frames.length
+    full = s.em.full_shape(s.ins[s.k0])
+    return None if s.em.plan.dynamic or full is None else int(full[s.a])
+
+
+# --------------------------------------------------------------------------
+# reductions and flattening over time
+
+
+def reduce_over_time(s: SeqOp):
+    """A reduction whose axes include the time axis."""
+    if mode(s) == "window" and s.frames.length is not None:
+        window = _window(s, "window")
+        (y,) = emit_with(s, {0: window})[:1]
+        s.set([y], [step(_window_valid(s))])
+        return
+    if mode(s) == "prefix" and s.op in RUNNING:
+        return _running(s)
+    s.fail("reduces over the time axis, which needs the whole sequence (give the graph a "
+           "fixed window: input (1, W, ...) without recurrence)")
+
+
+def flatten_window(s: SeqOp, full_in, full_out):
+    """A Reshape that merges the time axis with the features: over the window."""
+    import tensorflow as tf
+
+    if mode(s) != "window" or s.frames.length is None or \
+            full_in[s.a] != s.frames.length:
+        s.fail(f"reshapes {list(full_in)} (time axis {s.a}) to {list(full_out)}, which "
+               "merges the time axis with other dimensions")
+    window = _window(s, "flatten")
+    with s.em_scope():
+        y = tf.reshape(window, list(full_out))
+    s.set([y], [step(_window_valid(s))])
+
+
+def _window(s: SeqOp, role: str):
+    f = s.frames
+    window, kept = s.em.time.window_of((s.node.name, "window"), s.x, s.a, f, s.node.name)
+    s.em.row(s.node, role, buffer=kept, window=f.length)
+    return window
+
+
+def _window_valid(s: SeqOp) -> int:
+    return max(s.valid_from, s.em.plan.window_first_step, s.frames.first_step)
+
+
+def _running(s: SeqOp):
+    """Mean / Sum / Max / Min over the prefix: a running value of the time
+    reduction (shape of one frame) and, for Mean, a frame count; the node
+    then reduces its other axes on that."""
+    import tensorflow as tf
+
+    f, time, a = s.frames, s.em.time, s.a
+    if f.lag:
+        s.fail("reduces over a time axis cropped at the end, which a running value "
+               "cannot follow")
+    x = s.x
+    started = time.started(f, a, len(x.shape)) if f.delay > 0 else None
+    is_max = s.op in ("Max", "Min")
+    floor = np.finfo(np.float32).max * (-1.0 if s.op == "Max" else 1.0)
+    with s.em_scope():
+        if started is not None:
+            x = x * started if not is_max else tf.where(started > 0, x, floor)
+        reduce = {"Max": tf.reduce_max, "Min": tf.reduce_min}.get(s.op, tf.reduce_sum)
+        part = reduce(x, axis=a, keepdims=True)
+        shape = [int(d) for d in part.shape]
+        key = (s.node.name, "running")
+        initial = np.full(shape, floor if is_max else 0.0, np.float32)
+        old = time.take(key, initial, s.node.name, "run")
+        new = (tf.maximum if s.op == "Max" else tf.minimum)(old, part) if is_max else old + part
+        time.new_states[key] = new
+        value = new
+        if s.op == "Mean":
+            count_key = (s.node.name, "count")
+            count = time.take(count_key, np.zeros((1,), np.float32), s.node.name, "count")
+            frames = float(f.n) if started is None else tf.reduce_sum(started)
+            time.new_states[count_key] = count + frames
+            value = new / tf.maximum(count + frames, 1.0)
+    s.em.row(s.node, "running " + s.op.lower(), state=shape)
+    (y,) = emit_with(s, {0: value})[:1]
+    s.set([y], [step(max(s.valid_from, f.first_step))])
+
+
+# --------------------------------------------------------------------------
+# per-channel ops TensorFlow writes for convolution stacks
+
+
+@rule("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+def _fused_batch_norm(s: SeqOp):
+    from .meta import STATIC
+
+    s.others_static()
+    channels = 1 if s.node.attr["data_format"].s.decode().startswith("NC") else s.rank - 1
+    if s.k0 != 0 or s.a == channels or s.node.attr["is_training"].b:
+        s.unsupported()
+    outs = s.emit()
+    s.set(outs, [seq(s.a)] + [STATIC] * (len(outs) - 1))

@@ -1,0 +1,405 @@
+/* tfrt_cuda.c - the CUDA backend of the runtime shim (see tfrt_cuda.h and
+ * tfrt_backend.h).  Included by the generated model source after
+ * tfrt_core.c.
+ *
+ * The driver (libcuda.so.1) is opened with dlopen at init: the library has
+ * no build or link dependency on CUDA, and a machine without a driver or
+ * GPU gets TFRT_STATUS_DEVICE, not a crash.  The driver functions are
+ * declared below with their versioned symbol names; tests compile these
+ * declarations against the real cuda.h.
+ *
+ * Context: the first device's primary context, made current on the calling
+ * thread by every entry point (contexts may be used from any thread), and
+ * one non-blocking stream per model context, so contexts in different
+ * threads do not wait for each other.
+ *
+ * Memory: the whole arena (weights, state, temporaries) is one managed
+ * allocation attached to the stream, so the same address is valid on the
+ * host once the stream is idle and the core's arena allocator works
+ * unchanged; the generated code synchronizes before every host access
+ * (tfrt_backend_sync).  The step's input lives in caller (context) memory:
+ * such a read-only buffer is copied on the stream into a staging area after
+ * the arena.
+ *
+ * Ordering: launches on one stream run in order, so the host program's
+ * dispatches need no barriers. */
+#include <stddef.h>
+
+/* ---- driver API (cuda.h's types, without cuda.h) ----------------------------- */
+
+/* CUresult and the enum parameters: enums of non-negative values, which GCC
+ * and Clang make unsigned int.  Handles are pointers to cuda.h's own
+ * (incomplete) struct tags; CUdeviceptr is unsigned long long on LP64. */
+typedef unsigned int tfrt_cu_result;
+typedef int tfrt_cu_device;
+typedef unsigned long long tfrt_cu_deviceptr;
+typedef struct CUctx_st *tfrt_cu_context;
+typedef struct CUstream_st *tfrt_cu_stream;
+typedef struct CUmod_st *tfrt_cu_module;
+typedef struct CUfunc_st *tfrt_cu_function;
+
+#define TFRT_CU_SUCCESS 0u
+#define TFRT_CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY 83u
+#define TFRT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8u
+#define TFRT_CU_MEM_ATTACH_GLOBAL 1u
+#define TFRT_CU_MEM_ATTACH_SINGLE 4u
+#define TFRT_CU_STREAM_NON_BLOCKING 1u
+/* Launches may use this much dynamic shared memory without opting in. */
+#define TFRT_CU_DEFAULT_SHARED_BYTES 49152u
+
+/* X(symbol, parameters): every driver function the backend calls, by the
+ * symbol libcuda.so.1 exports (cuda.h maps the unversioned names to them). */
+#define TFRT_CU_FUNCTIONS(X)                                                              \
+  X(cuInit, (unsigned int flags))                                                         \
+  X(cuDeviceGetCount, (int *count))                                                       \
+  X(cuDeviceGet, (tfrt_cu_device *device, int ordinal))                                   \
+  X(cuDeviceGetAttribute, (int *value, unsigned int attribute, tfrt_cu_device device))    \
+  X(cuDevicePrimaryCtxRetain, (tfrt_cu_context *context, tfrt_cu_device device))         \
+  X(cuDevicePrimaryCtxRelease_v2, (tfrt_cu_device device))                                \
+  X(cuCtxSetCurrent, (tfrt_cu_context context))                                           \
+  X(cuStreamCreate, (tfrt_cu_stream *stream, unsigned int flags))                         \
+  X(cuStreamDestroy_v2, (tfrt_cu_stream stream))                                          \
+  X(cuStreamSynchronize, (tfrt_cu_stream stream))                                         \
+  X(cuStreamAttachMemAsync,                                                               \
+    (tfrt_cu_stream stream, tfrt_cu_deviceptr pointer, size_t length, unsigned int flags)) \
+  X(cuMemAllocManaged, (tfrt_cu_deviceptr *pointer, size_t bytes, unsigned int flags))    \
+  X(cuMemFree_v2, (tfrt_cu_deviceptr pointer))                                            \
+  X(cuMemcpyHtoDAsync_v2,                                                                 \
+    (tfrt_cu_deviceptr dst, const void *src, size_t bytes, tfrt_cu_stream stream))        \
+  X(cuModuleLoadData, (tfrt_cu_module *module, const void *image))                        \
+  X(cuModuleUnload, (tfrt_cu_module module))                                              \
+  X(cuModuleGetFunction, (tfrt_cu_function *function, tfrt_cu_module module,             \
+                          const char *name))                                              \
+  X(cuFuncSetAttribute, (tfrt_cu_function function, unsigned int attribute, int value))   \
+  X(cuLaunchKernel,                                                                       \
+    (tfrt_cu_function function, unsigned int grid_x, unsigned int grid_y,                 \
+     unsigned int grid_z, unsigned int block_x, unsigned int block_y,                     \
+     unsigned int block_z, unsigned int shared_bytes, tfrt_cu_stream stream,              \
+     void **params, void **extra))
+
+/* tfrt_cu_fn_cuInit, ...: the driver functions' pointer types. */
+#define TFRT_CU_TYPEDEF(f, params) typedef tfrt_cu_result(*tfrt_cu_fn_##f) params;
+TFRT_CU_FUNCTIONS(TFRT_CU_TYPEDEF)
+#undef TFRT_CU_TYPEDEF
+
+#ifndef TFRT_CU_DECLARATIONS_ONLY /* tests check the declarations above alone */
+
+#include <dlfcn.h>
+
+#include "tfrt_cuda.h"
+
+enum {
+#define TFRT_CU_INDEX(f, params) TFRT_CU_##f,
+  TFRT_CU_FUNCTIONS(TFRT_CU_INDEX)
+#undef TFRT_CU_INDEX
+  TFRT_CU_LOADED_COUNT_
+};
+_Static_assert(TFRT_CU_LOADED_COUNT_ == TFRT_CU_FUNCTION_COUNT,
+               "TFRT_CU_FUNCTION_COUNT in tfrt_cuda.h must count TFRT_CU_FUNCTIONS");
+
+/* Calls a loaded driver function: CU(be, cuInit)(0). */
+#define CU(be, f) ((tfrt_cu_fn_##f)(be)->fn[TFRT_CU_##f])
+
+/* Returns TFRT_STATUS_DEVICE from the enclosing function when a call fails. */
+#define TFRT_CU_CHECK(be, call)                       \
+  do {                                                \
+    tfrt_cu_result r_ = (call);                       \
+    if (r_ != TFRT_CU_SUCCESS) {                      \
+      (be)->last_result = (int32_t)r_;                \
+      return TFRT_STATUS_DEVICE;                      \
+    }                                                 \
+  } while (0)
+
+static size_t tfrt_cu_round_up(size_t n, size_t align) { return (n + align - 1) / align * align; }
+
+/* The driver API acts on the calling thread's current context. */
+static int tfrt_cu_make_current(tfrt_backend *be) {
+  TFRT_CU_CHECK(be, CU(be, cuCtxSetCurrent)((tfrt_cu_context)be->context));
+  return TFRT_OK;
+}
+
+/* ---- init ------------------------------------------------------------------ */
+
+static int tfrt_cu_load_driver(tfrt_backend *be) {
+  static const char *const names[] = {
+#define TFRT_CU_NAME(f, params) #f,
+      TFRT_CU_FUNCTIONS(TFRT_CU_NAME)
+#undef TFRT_CU_NAME
+  };
+  be->driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!be->driver) return TFRT_STATUS_DEVICE;
+  for (uint32_t i = 0; i < TFRT_CU_FUNCTION_COUNT; ++i) {
+    be->fn[i] = dlsym(be->driver, names[i]);
+    if (!be->fn[i]) return TFRT_STATUS_DEVICE;
+  }
+  return TFRT_OK;
+}
+
+/* The first device, if it supports managed memory; its primary context. */
+static int tfrt_cu_open_device(tfrt_backend *be) {
+  int count = 0, managed = 0;
+  tfrt_cu_device device = 0;
+  TFRT_CU_CHECK(be, CU(be, cuInit)(0));
+  TFRT_CU_CHECK(be, CU(be, cuDeviceGetCount)(&count));
+  if (count < 1) return TFRT_STATUS_DEVICE;
+  TFRT_CU_CHECK(be, CU(be, cuDeviceGet)(&device, 0));
+  TFRT_CU_CHECK(be, CU(be, cuDeviceGetAttribute)(
+                        &managed, TFRT_CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, device));
+  if (!managed) return TFRT_STATUS_DEVICE;
+  tfrt_cu_context context = NULL;
+  TFRT_CU_CHECK(be, CU(be, cuDevicePrimaryCtxRetain)(&context, device));
+  be->device = device;
+  be->context = context;
+  int status = tfrt_cu_make_current(be);
+  if (status != TFRT_OK) return status;
+  tfrt_cu_stream stream = NULL;
+  TFRT_CU_CHECK(be, CU(be, cuStreamCreate)(&stream, TFRT_CU_STREAM_NON_BLOCKING));
+  be->stream = stream;
+  return TFRT_OK;
+}
+
+/* Arena + staging in managed memory, attached to this context's stream: the
+ * host may touch it whenever that stream is idle, also on devices without
+ * concurrent managed access. */
+static int tfrt_cu_create_memory(tfrt_backend *be, tfrt_arena *arena) {
+  size_t bytes = tfrt_cu_round_up(be->arena_bytes, TFRT_ALIGNMENT) + be->staging_bytes;
+  tfrt_cu_deviceptr memory = 0;
+  TFRT_CU_CHECK(be, CU(be, cuMemAllocManaged)(&memory, bytes, TFRT_CU_MEM_ATTACH_GLOBAL));
+  be->memory = memory;
+  tfrt_cu_stream stream = (tfrt_cu_stream)be->stream;
+  TFRT_CU_CHECK(be, CU(be, cuStreamAttachMemAsync)(stream, memory, 0,
+                                                   TFRT_CU_MEM_ATTACH_SINGLE));
+  TFRT_CU_CHECK(be, CU(be, cuStreamSynchronize)(stream));
+  be->mapped = (uint8_t *)(uintptr_t)memory;
+  arena->arena = be->mapped;
+  arena->arena_bytes = be->arena_bytes;
+  return TFRT_OK;
+}
+
+TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
+  tfrt_backend *be = &rt->backend;
+  be->executables_used = 0;
+  int status = tfrt_cu_load_driver(be);
+  if (status == TFRT_OK) status = tfrt_cu_open_device(be);
+  if (status == TFRT_OK) status = tfrt_cu_create_memory(be, &rt->arena);
+  if (status != TFRT_OK) tfrt_backend_deinit(rt);
+  return status;
+}
+
+TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt) {
+  tfrt_backend *be = &rt->backend;
+  if (be->context && tfrt_cu_make_current(be) == TFRT_OK) {
+    tfrt_cu_stream stream = (tfrt_cu_stream)be->stream;
+    if (stream) CU(be, cuStreamSynchronize)(stream);
+    for (uint32_t i = 0; i < be->executables_used; ++i)
+      if (be->executables[i].module)
+        CU(be, cuModuleUnload)((tfrt_cu_module)be->executables[i].module);
+    if (be->memory) CU(be, cuMemFree_v2)(be->memory);
+    if (stream) CU(be, cuStreamDestroy_v2)(stream);
+  }
+  if (be->context) CU(be, cuDevicePrimaryCtxRelease_v2)(be->device);
+  if (be->driver) dlclose(be->driver);
+  for (uint32_t i = 0; i < be->executables_used; ++i) be->executables[i].module = NULL;
+  be->driver = be->context = be->stream = NULL;
+  be->memory = 0;
+  be->mapped = NULL;
+  be->kernels_loaded = 0;
+  be->pending = 0;
+  rt->arena.arena = NULL;
+}
+
+/* ---- synchronization ----------------------------------------------------------- */
+
+static void tfrt_cu_end_batch(tfrt_backend *be) {
+  be->pending = 0;
+  be->staging_used = 0;
+  be->staged_count = 0;
+}
+
+TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt) {
+  tfrt_backend *be = &rt->backend;
+  if (!be->pending) return TFRT_OK;
+  int status = tfrt_cu_make_current(be);
+  tfrt_cu_result r = CU(be, cuStreamSynchronize)((tfrt_cu_stream)be->stream);
+  tfrt_cu_end_batch(be);
+  if (r != TFRT_CU_SUCCESS) {
+    be->last_result = (int32_t)r;
+    return TFRT_STATUS_DEVICE;
+  }
+  return status;
+}
+
+/* Launched kernels cannot be recalled: wait for them, so the staging area
+ * and the arena are free again. */
+TFRT_INTERNAL void tfrt_backend_discard(tfrt_runtime *rt) {
+  (void)tfrt_backend_sync(rt);
+}
+
+/* ---- hal_loader.* ------------------------------------------------------------ */
+
+TFRT_INTERNAL int tfrt_executable_query_support(const tfrt_buffer *format, int32_t *out) {
+  *out = tfrt_cstr_eq(format, "cuda-nvptx-fb") ? 1 : 0;
+  return TFRT_OK;
+}
+
+/* Loads the PTX (the driver compiles it for the device, once) and looks up
+ * each kernel of the executable. */
+static int tfrt_cu_load_kernels(tfrt_backend *be, const tfrt_cu_executable_desc *desc,
+                                tfrt_executable *exe) {
+  tfrt_cu_module module = NULL;
+  TFRT_CU_CHECK(be, CU(be, cuModuleLoadData)(&module, desc->container + desc->ptx_offset));
+  exe->module = module;
+  for (uint32_t k = desc->first_kernel; k < desc->first_kernel + desc->kernel_count; ++k) {
+    if (k != be->kernels_loaded) return TFRT_STATUS_INVALID_ARGUMENT; /* loaded twice */
+    const tfrt_cu_kernel_desc *kd = &be->kernel_descs[k];
+    tfrt_cu_function function = NULL;
+    TFRT_CU_CHECK(be, CU(be, cuModuleGetFunction)(
+                          &function, module, (const char *)desc->container + kd->name_offset));
+    if (kd->shared_memory_bytes > TFRT_CU_DEFAULT_SHARED_BYTES)
+      TFRT_CU_CHECK(be, CU(be, cuFuncSetAttribute)(
+                            function, TFRT_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            (int)kd->shared_memory_bytes));
+    be->kernels[k] = function;
+    be->kernels_loaded++;
+  }
+  return TFRT_OK;
+}
+
+/* hal_loader.executable.load(format, data, constants) -> !hal.executable.
+ * `data` is one of the model's executable containers; its kernels are
+ * loaded now and every dispatch name is resolved to a kernel index. */
+TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *format,
+                                       const tfrt_buffer *data, const tfrt_buffer *constants,
+                                       tfrt_executable **out) {
+  *out = NULL;
+  if (!tfrt_cstr_eq(format, "cuda-nvptx-fb")) return TFRT_STATUS_UNIMPLEMENTED;
+  if (constants && constants->length) return TFRT_STATUS_UNIMPLEMENTED;
+  if (!data) return TFRT_STATUS_NULL_REF;
+  tfrt_backend *be = &rt->backend;
+  const tfrt_cu_executable_desc *desc = NULL;
+  for (uint32_t i = 0; i < be->executable_desc_count; ++i)
+    if (be->executable_descs[i].container == data->data) desc = &be->executable_descs[i];
+  if (!desc) return TFRT_STATUS_NOT_FOUND;
+  if (be->executables_used >= be->executable_count) return TFRT_STATUS_OUT_OF_MEMORY;
+  int status = tfrt_cu_make_current(be);
+  if (status != TFRT_OK) return status;
+  tfrt_executable *exe = &be->executables[be->executables_used++];
+  exe->hdr.refs = -1; /* lives as long as the context */
+  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  exe->rt = rt;
+  exe->desc = desc;
+  exe->function_ids = be->function_ids + (size_t)(be->executables_used - 1u) *
+                                             be->function_name_count;
+  status = tfrt_cu_load_kernels(be, desc, exe); /* deinit unloads a partial load */
+  if (status != TFRT_OK) return status;
+  for (uint32_t n = 0; n < be->function_name_count; ++n) {
+    exe->function_ids[n] = UINT32_MAX;
+    for (uint32_t k = desc->first_kernel; k < desc->first_kernel + desc->kernel_count; ++k) {
+      const char *kernel = (const char *)desc->container + be->kernel_descs[k].name_offset;
+      if (strcmp(kernel, be->function_names[n]) == 0) exe->function_ids[n] = k;
+    }
+  }
+  *out = exe;
+  return TFRT_OK;
+}
+
+TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
+                                         int64_t *out) {
+  *out = -1;
+  if (!exe) return TFRT_STATUS_NULL_REF;
+  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
+  *out = exe->function_ids[name_slot];
+  return TFRT_OK;
+}
+
+/* The device address of a binding's bytes: arena blocks are used where they
+ * are; a read-only caller buffer (the step's input) is copied on the stream
+ * into the staging area once per batch. */
+static int tfrt_cu_binding_address(tfrt_backend *be, const tfrt_binding *b, uint64_t *address) {
+  const uint8_t *start = b->buffer->data + b->offset;
+  size_t length = (size_t)b->length;
+  if (start >= be->mapped && start + length <= be->mapped + be->arena_bytes) {
+    *address = be->memory + (uint64_t)(start - be->mapped);
+    return TFRT_OK;
+  }
+  if (!(b->buffer->hdr.flags & TFRT_FLAG_READONLY)) return TFRT_STATUS_UNIMPLEMENTED;
+  for (uint32_t i = 0; i < be->staged_count; ++i)
+    if (be->staged[i].source == start && be->staged[i].length == length) {
+      *address = be->memory + be->staged[i].offset;
+      return TFRT_OK;
+    }
+  size_t staging_base = tfrt_cu_round_up(be->arena_bytes, TFRT_ALIGNMENT);
+  size_t used = tfrt_cu_round_up(be->staging_used, TFRT_ALIGNMENT);
+  if (be->staged_count == TFRT_CU_MAX_STAGED || used + length > be->staging_bytes)
+    return TFRT_STATUS_OUT_OF_MEMORY;
+  uint64_t destination = be->memory + staging_base + used;
+  TFRT_CU_CHECK(be, CU(be, cuMemcpyHtoDAsync_v2)(destination, start, length,
+                                                 (tfrt_cu_stream)be->stream));
+  be->pending = 1;
+  tfrt_cu_staged *s = &be->staged[be->staged_count++];
+  s->source = start;
+  s->length = length;
+  s->offset = staging_base + used;
+  be->staging_used = used + length;
+  *address = destination;
+  return TFRT_OK;
+}
+
+/* One device address per binding; the kernels' pointer parameters are
+ * declared 16-byte aligned. */
+static int tfrt_cu_binding_addresses(tfrt_backend *be, uint32_t binding_count,
+                                     const tfrt_binding *bindings, uint64_t *addresses) {
+  for (uint32_t i = 0; i < binding_count; ++i) {
+    const tfrt_binding *b = &bindings[i];
+    if (!b->buffer) return TFRT_STATUS_NULL_REF;
+    if (!tfrt_range_ok(b->buffer, b->offset, b->length)) return TFRT_STATUS_OUT_OF_RANGE;
+    int status = tfrt_cu_binding_address(be, b, &addresses[i]);
+    if (status != TFRT_OK) return status;
+    if (addresses[i] % 16u) return TFRT_STATUS_ALIGNMENT;
+  }
+  return TFRT_OK;
+}
+
+/* hal_loader.executable.dispatch: launches one kernel on the stream. */
+TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
+                                           int32_t count_x, int32_t count_y, int32_t count_z,
+                                           uint32_t constant_count, const uint32_t *constants,
+                                           uint32_t binding_count, const tfrt_binding *bindings,
+                                           void **binding_ptrs, size_t *binding_lengths) {
+  (void)binding_ptrs;
+  (void)binding_lengths;
+  if (!exe) return TFRT_STATUS_NULL_REF;
+  tfrt_backend *be = &exe->rt->backend;
+  if (function_id < 0 || (uint64_t)function_id >= be->kernels_loaded)
+    return TFRT_STATUS_INVALID_ARGUMENT;
+  const tfrt_cu_kernel_desc *desc = &be->kernel_descs[function_id];
+  if (count_x < 0 || count_y < 0 || count_z < 0) return TFRT_STATUS_INVALID_ARGUMENT;
+  if (binding_count != desc->binding_count || constant_count != desc->constant_count)
+    return TFRT_STATUS_INVALID_ARGUMENT;
+  if (count_x == 0 || count_y == 0 || count_z == 0) return TFRT_OK; /* an empty grid */
+  int status = tfrt_cu_make_current(be);
+  if (status != TFRT_OK) return status;
+  uint64_t addresses[TFRT_CU_MAX_BINDINGS];
+  status = tfrt_cu_binding_addresses(be, binding_count, bindings, addresses);
+  if (status == TFRT_STATUS_OUT_OF_MEMORY) {
+    /* The staging area is full: wait for what was launched, then stage afresh. */
+    status = tfrt_backend_sync(exe->rt);
+    if (status == TFRT_OK) status = tfrt_cu_binding_addresses(be, binding_count, bindings,
+                                                              addresses);
+  }
+  if (status != TFRT_OK) return status;
+  /* cuLaunchKernel reads each parameter through a pointer to it. */
+  void *params[TFRT_CU_MAX_BINDINGS + TFRT_CU_MAX_CONSTANTS];
+  for (uint32_t i = 0; i < binding_count; ++i) params[i] = &addresses[i];
+  for (uint32_t i = 0; i < constant_count; ++i)
+    params[binding_count + i] = (void *)(uintptr_t)&constants[i];
+  TFRT_CU_CHECK(be, CU(be, cuLaunchKernel)(
+                        (tfrt_cu_function)be->kernels[function_id], (unsigned int)count_x,
+                        (unsigned int)count_y, (unsigned int)count_z, desc->block_x,
+                        desc->block_y, desc->block_z, desc->shared_memory_bytes,
+                        (tfrt_cu_stream)be->stream, params, NULL));
+  be->pending = 1;
+  return TFRT_OK;
+}
+
+#endif /* TFRT_CU_DECLARATIONS_ONLY */

@@ -1,0 +1,163 @@
+"""--target=vulkan: SPIR-V kernels through the Vulkan backend of the runtime
+shim, run on Mesa's lavapipe (the CPU Vulkan driver .ci/run installs).
+
+The library runs in a child process (tfaot.harness_process): lavapipe's LLVM
+and TensorFlow's cannot share a process.
+"""
+import os
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import keras_conv_models
+import keras_models
+from toolchains import require_vulkan
+from util import run
+
+from tfaot.errors import TfaotError
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from tfaot.verify import verify
+
+DRIVER = Path(__file__).parent / "data" / "gpu" / "vk_driver.c"
+
+
+def _lstm40():
+    import keras
+
+    keras.utils.set_random_seed(3)
+    return keras.Sequential([keras.Input((None, 40)), keras.layers.LSTM(64, return_sequences=True),
+                             keras.layers.Dense(12)])
+
+
+MODELS = {
+    "lstm40": _lstm40,
+    "stacked_lstm_last": lambda: keras_models.build("lstm_impl2_stacked_last"),
+    "gru_seq": lambda: keras_models.build("gru_reset_after_seq_td"),
+    "dense_stateless": lambda: keras_models.build("dense"),
+    "ds_cnn_window": keras_conv_models.ds_cnn,
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (model file, output folder), built once for the module."""
+    require_vulkan()
+    tmp = tmp_path_factory.mktemp("vulkan")
+    out = {}
+    for name, factory in MODELS.items():
+        path = tmp / f"{name}.keras"
+        factory().save(path)
+        lib = tmp / f"{name}_vk"
+        build_model(str(path), BuildOptions(out_dir=lib, name="vkm" if name == "lstm40" else None,
+                                            target="vulkan"), Progress(enabled=False))
+        out[name] = (path, lib)
+    return out
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_vulkan_build_matches_tensorflow(built, name):
+    path, lib = built[name]
+    results = verify(str(path), lib, steps=120, seed=0, tol=1e-5)
+    assert results and all(r.ok for r in results), results
+    assert all(r.steps >= 100 for r in results), results
+
+
+def test_manifest_and_footprint_describe_the_gpu_build(built):
+    import json
+
+    _, lib = built["lstm40"]
+    manifest = json.loads((lib / "vkm.json").read_text())
+    assert manifest["target"] == "vulkan"
+    assert manifest["kernel_library"] is None and "dl" in manifest["link_libs"]
+    fp = manifest["footprint"]
+    # Device memory holds the arena: at least the LSTM and Dense weights (f32).
+    weights = 4 * (40 * 256 + 64 * 256 + 256 + 64 * 12 + 12)
+    assert fp["device_bytes"] >= weights and fp["executable_bytes"] > 0
+    header = (lib / "vkm.h").read_text()
+    assert "VKM_ERR_DEVICE" in header and "GPU" in header
+    assert not (lib / "src" / "vkm_kernels.o").exists()
+    assert (lib / "src" / "tfrt_vulkan.c").exists()
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_threads_reset_and_state_under_sanitizers(built, tmp_path, cc):
+    """Two contexts in two threads give the one-context results bit for bit;
+    reset and get/set_state mid-stream too; -Wall -Wextra -Werror, ASan+UBSan."""
+    _, lib = built["lstm40"]
+    exe = tmp_path / f"drv_{cc}"
+    run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+         "-I", lib / "src", DRIVER, lib / "src" / "vkm.c", "-o", exe, "-ldl", "-lm",
+         "-lpthread"])
+    proc = run([exe, "check"])
+    assert "ALL OK" in proc.stdout, proc.stdout
+
+
+def test_without_a_driver_init_reports_the_device_status(built, tmp_path):
+    _, lib = built["lstm40"]
+    exe = tmp_path / "drv"
+    run(["gcc", "-std=c11", "-O1", "-I", lib / "src", DRIVER, lib / "src" / "vkm.c", "-o", exe,
+         "-ldl", "-lm", "-lpthread"])
+    env = dict(os.environ, VK_ICD_FILENAMES="/nonexistent/icd.json",
+               VK_DRIVER_FILES="/nonexistent/icd.json")
+    proc = subprocess.run([exe, "nodevice"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "init without a driver: 14" in proc.stdout
+
+
+def test_static_library_links_without_vulkan(built, tmp_path):
+    """The library opens the loader itself: linking needs -ldl -lm, not -lvulkan."""
+    _, lib = built["lstm40"]
+    exe = tmp_path / "linked"
+    run(["gcc", "-std=c11", "-I", lib, DRIVER, lib / "libvkm.a", "-o", exe, "-ldl", "-lm",
+         "-lpthread"])
+    needed = run(["readelf", "-d", exe]).stdout
+    assert "libvulkan" not in needed
+
+
+# ---- build-time pieces, no driver needed ------------------------------------------
+
+
+def test_weights_become_mutable_globals_with_setters():
+    from tfaot.weight_globals import INLINE_MAX_BYTES, weights_to_globals
+
+    big = ", ".join(f"{i}.0" for i in range(128))  # 512 bytes: hoisted
+    small = ", ".join(f"{i}.0" for i in range(8))  # 32 bytes: stays inlined
+    text = f"""
+module {{
+  func.func @step(%x: tensor<128xf32>) -> tensor<128xf32> {{
+    %w = stablehlo.constant dense<[{big}]> : tensor<128xf32>
+    %s = stablehlo.constant dense<[{small}]> : tensor<8xf32>
+    %y = stablehlo.add %x, %w : tensor<128xf32>
+    return %y : tensor<128xf32>
+  }}
+}}"""
+    assert 32 <= INLINE_MAX_BYTES < 512
+    out, count = weights_to_globals(text)
+    assert count == 1
+    assert "ml_program.global private mutable @tfaot_weight0" in out
+    assert "ml_program.global_load @tfaot_weight0" in out
+    assert "func.func @tfaot_set_weight0" in out and "ml_program.global_store" in out
+    assert "dense<[0.000000e+00, 1.000000e+00, 2.000000e+00, 3.000000e+00" in out
+
+
+def test_vke1_reader_rejects_what_the_shim_cannot_run(built):
+    """The reader parses a real container and names the executable when the
+    header is wrong."""
+    from tfaot.package.gpu_kernels import vulkan_pipelines
+
+    _, lib = built["lstm40"]
+    text = (lib / "src" / "vkm.c").read_text()
+    start = text.index("vulkan_spirv_fb")
+    body = text[text.index("{", start) + 1:text.index("};", start)]
+    data = bytes(int(b, 16) for b in body.replace("\n", " ").split(",") if b.strip())
+    pipelines = vulkan_pipelines(data, "@vulkan_spirv_fb")
+    assert len(pipelines) == 1 and pipelines[0].binding_count >= 2
+    p = pipelines[0]
+    words = struct.unpack_from("<I", data, p.spirv_offset)[0]
+    assert words == 0x07230203  # SPIR-V magic where the table says
+    assert data[p.entry_offset:].split(b"\0")[0].decode() == p.entry
+    with pytest.raises(TfaotError, match="@bad.*not a version-0 VKE1"):
+        vulkan_pipelines(b"XXXX" + data[4:], "@bad")

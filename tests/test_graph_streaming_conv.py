@@ -1,0 +1,206 @@
+"""Convolution, pooling, padding, cropping and windows over time in frozen
+graphs (issue 10, graph side): CRNN, DS-CNN, CNN, SVDF and TC-ResNet-shaped
+GraphDefs streamed step by step, compared with TensorFlow running the
+original graph on the right prefix or window (``verify.GraphReference``).
+
+By default every model's step program runs eagerly and three of them are
+built into a .so (prefix, sliding window, whole-window fallback); building
+every model is ``-m slow``.
+"""
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import graph_conv_models as G
+from tfaot import harness
+from tfaot.cli import main
+from tfaot.errors import TfaotError
+from tfaot.load import load_model
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from tfaot.streamify_graph import streamify_graph
+from tfaot.verify import GraphReference, verify
+
+STEPS = 110
+TOL = 1e-5
+BUILT_FAST = {"crnn", "conv_causal_dilated", "ds_cnn_tf1", "svdf", "tc_resnet"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("graph_conv")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = G.write(name, root)[0]
+        return cache[name]
+    get.root = root
+    return get
+
+
+def _reference(path, program):
+    """TensorFlow on the original graph: ``.outputs([xs])`` per step (NaN where
+    undefined), ``.steps(n)`` how many steps it can compare."""
+    sig = program.signature
+    lib = SimpleNamespace(manifest={"stream": program.stream.to_json()},
+                          output_shapes=[o.shape for o in sig.outputs],
+                          input_shapes=[i.shape for i in sig.inputs],
+                          input_streamed=[True] * len(sig.inputs))
+    return GraphReference(load_model(str(path)), lib, path.parent)
+
+
+def _stream(program, xs):
+    import tensorflow as tf
+
+    states = [tf.constant(s.initial) for s in program.signature.states]
+    ys = []
+    for x in xs:
+        out = program.pure_step(tf.constant(x), *states)
+        ys.append(out[0].numpy())
+        states = list(out[1:])
+    return np.stack(ys)
+
+
+@pytest.mark.parametrize("name", list(G.MODELS))
+def test_step_program_matches_tensorflow(models, name):
+    from tfaot.load_graph import load_graph
+
+    path = models(name)
+    program = streamify_graph(load_graph(path), notify=False)
+    _, mode, recomputed = G.MODELS[name]
+    stream = program.stream
+    assert (stream.mode, bool(stream.recompute)) == (mode, recomputed), stream
+    reference = _reference(path, program)
+    steps = reference.steps(STEPS + stream.first_valid_step)
+    xs = np.random.default_rng(5).normal(
+        size=(steps, *program.signature.inputs[0].shape)).astype(np.float32)
+    want = reference.outputs([xs])
+    got = _stream(program, xs)
+    defined = ~np.isnan(want.reshape(steps, -1)).any(axis=1)
+    if stream.fixed_length is None or mode == "window":
+        assert defined.sum() >= 100 and not defined[:stream.first_valid_step].any()
+    err = float(np.abs(got[defined] - want[defined]).max())
+    print(f"{name}: {stream.mode} P={stream.frames_per_step} W={stream.window} "
+          f"first={stream.first_valid_step} recompute={bool(stream.recompute)}: "
+          f"max abs error {err:.3g} over {defined.sum()} steps")
+    assert err <= TOL
+
+
+def _built(models, name):
+    out = models.root / f"{name}_lib"
+    if not out.exists():
+        build_model(str(models(name)), BuildOptions(out_dir=out), Progress(False))
+    return out
+
+
+def _build_params():
+    return [n if n in BUILT_FAST else pytest.param(n, marks=pytest.mark.slow)
+            for n in G.MODELS if n != "crnn_v1cf_fixed"]
+
+
+@pytest.mark.parametrize("name", _build_params())
+def test_library_matches_tensorflow(models, name):
+    """The built .so over >= 100 compared steps (tfaot verify's comparison),
+    then get/set_state mid-stream into a fresh context, and reset."""
+    out = _built(models, name)
+    lib = harness.load(out)
+    first = lib.stream.first_valid_step
+    (result,) = verify(str(models(name)), out, steps=STEPS + first, seed=1, tol=TOL)
+    print(f"{name}: {result.output}: max abs error {result.max_abs_error:.3g} over "
+          f"{result.steps} steps")
+    assert result.ok and result.steps >= 100, result
+    xs = np.random.default_rng(2).normal(size=(60, *lib.input_shape)).astype(np.float32)
+    lib.reset()
+    got = lib.step_n(xs)
+    lib.reset()
+    lib.step_n(xs[:25])
+    saved = lib.get_state()
+    other = harness.load(out)
+    other.set_state(saved)
+    np.testing.assert_array_equal(other.step_n(xs[25:]), got[25:])
+    lib.reset()  # back to the start of the stream, ring buffers included
+    np.testing.assert_array_equal(lib.step_n(xs[:10]), got[:10])
+
+
+def test_manifest_header_and_state(models):
+    out = _built(models, "ds_cnn_tf1")
+    manifest = json.loads((out / "ds_cnn_tf1.json").read_text())
+    stream = manifest["stream"]
+    assert (stream["mode"], stream["window"], stream["frames_per_step"]) == ("window", 16, 2)
+    assert stream["first_valid_step"] == 7 and not stream["recompute"]
+    header = (out / "ds_cnn_tf1.h").read_text()
+    assert "#define DS_CNN_TF1_FRAMES_PER_STEP 2" in header
+    assert "#define DS_CNN_TF1_WINDOW 16" in header
+    names = [s["name"] for s in manifest["state"]]
+    assert names and all("_buf" in n for n in names), names
+    assert manifest["inputs"][0]["shape"] == [1, 2, 10]
+
+
+def test_inspect_shows_streaming_per_node(models, capsys):
+    assert main(["inspect", str(models("ds_cnn_tf1"))]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"stream:\s+window 16 frames, 2 frames per step", text), text
+    assert re.search(r"DepthwiseConv2dNative\s+time conv\s+buffer=2 kernel=3 stride=1", text)
+    assert re.search(r"AvgPool\s+time pool", text), text
+    assert main(["inspect", str(models("crnn"))]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"stream:\s+prefix \(frames 0..t\), 1 frame per step, outputs valid "
+                     r"from step 6", text), text
+    assert re.search(r"Conv2D\s+time conv\s+buffer=\d+ kernel=3 stride=1 dilation=2", text)
+
+
+def test_whole_window_build_is_one_inference(models):
+    from tfaot.load_graph import load_graph
+
+    program = streamify_graph(load_graph(models("ds_cnn_tf1")), notify=False,
+                              fixed_window="whole")
+    assert program.stream.mode == "stateless"
+    assert program.signature.states == ()
+    assert program.signature.inputs[0].shape == (1, 16, 10)
+    assert "whole-window build" in program.report["mode"]
+
+
+def test_same_padding_before_a_loop_is_refused(tmp_path):
+    from tfaot.load_graph import load_graph
+
+    path, _ = G.write("same_before_gru", tmp_path)
+    with pytest.raises(TfaotError) as info:
+        streamify_graph(load_graph(path), notify=False)
+    message = str(info.value)
+    for fragment in ("conv_same", "(op Conv2D)", "padding='same'"):
+        assert fragment in message, message
+    assert "\n" not in message
+
+
+def test_running_global_pooling_in_prefix_mode(tmp_path):
+    """Mean / Max over an open time axis (a prefix model): running values."""
+    import tensorflow as tf
+
+    import graph_models as gm
+    from tfaot.load_graph import graph_def_to_loaded
+
+    w = tf.constant(np.random.default_rng(3).normal(size=(3, 6, 4)).astype(np.float32))
+
+    def fn(x):
+        h = tf.nn.relu(tf.nn.conv1d(x, w, 1, "VALID"))
+        return tf.concat([tf.reduce_mean(h, axis=1), tf.reduce_max(h, axis=1)], axis=1)
+
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    cf = tf.function(fn).get_concrete_function(tf.TensorSpec((1, None, 6), tf.float32, name="x"))
+    gd = convert_variables_to_constants_v2(cf).graph.as_graph_def()
+    loaded = graph_def_to_loaded(gd, tmp_path / "gp.pb", "graphdef")
+    program = streamify_graph(loaded, notify=False)
+    assert program.stream.mode == "prefix" and program.stream.first_valid_step == 2
+    assert {r["role"] for r in program.report["layers"]} >= {"running mean", "running max"}
+    xs = np.random.default_rng(4).normal(size=(102, 1, 6)).astype(np.float32)
+    got = _stream(program, xs)
+    frames = np.moveaxis(xs, 0, 1)
+    err = max(np.abs(got[t] - gm.run_graph_def(gd, "x", loaded.outputs[0], frames[:, :t + 1]))
+              .max() for t in range(2, 102))
+    assert err <= TOL, err

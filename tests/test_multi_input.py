@@ -1,0 +1,272 @@
+"""Models with several inputs (two feature streams; features + a per-step
+token or conditioning input): the typed NAME_inputs struct, the harness,
+verify, a C driver, against TensorFlow."""
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfaot import harness
+from tfaot.errors import TfaotError
+
+STEPS = 120
+
+
+def _build(path, out, *extra):
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(path), "-o", str(out),
+                           "-q", *extra], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _verify(path, out, *extra):
+    """`tfaot verify` as a user runs it; returns the 'max abs error' lines."""
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
+                           "--steps", "100", *extra], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "max abs error" in line]
+    assert lines and all("over 100 steps" in line and line.endswith("ok") for line in lines), \
+        proc.stdout
+    return lines
+
+
+def _two_streams():
+    """features (None, 6) and extra (None, 3) -> Concatenate -> LSTM(12, sequences) -> Dense(4)."""
+    import keras
+
+    keras.utils.set_random_seed(21)
+    a = keras.Input((None, 6), name="features")
+    b = keras.Input((None, 3), name="extra")
+    h = keras.layers.Concatenate()([a, b])
+    h = keras.layers.LSTM(12, return_sequences=True)(h)
+    return keras.Model([a, b], keras.layers.Dense(4)(h))
+
+
+def _features_and_token():
+    """features (None, 6) -> GRU(10) (last output), speaker id (1,) int32 ->
+    Embedding(7, 4) -> Flatten and a conditioning vector cond (5,) -> Dense(4),
+    merged -> Dense(3)."""
+    import keras
+
+    keras.utils.set_random_seed(22)
+    x = keras.Input((None, 6), name="features")
+    tok = keras.Input((1,), dtype="int32", name="speaker")
+    cond = keras.Input((5,), name="cond")
+    h = keras.layers.GRU(10)(x)
+    e = keras.layers.Flatten()(keras.layers.Embedding(7, 4)(tok))
+    c = keras.layers.Dense(4, activation="tanh")(cond)
+    y = keras.layers.Dense(3)(keras.layers.Concatenate()([h, e, c]))
+    return keras.Model([x, tok, cond], y)
+
+
+@pytest.fixture(scope="module")
+def two_streams(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two_streams")
+    model = _two_streams()
+    path = tmp / "twin.keras"
+    model.save(path)
+    _build(path, tmp / "lib")
+    return model, path, tmp / "lib"
+
+
+@pytest.fixture(scope="module")
+def with_token(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("with_token")
+    model = _features_and_token()
+    path = tmp / "tok.keras"
+    model.save(path)
+    _build(path, tmp / "lib")
+    return model, path, tmp / "lib"
+
+
+def test_two_streamed_inputs_match_keras(two_streams):
+    model, path, out = two_streams
+    lib = harness.load(out)
+    assert [n for n, _, _ in lib.input_specs] == ["features", "extra"]
+    assert lib.input_shapes == [(1, 6), (1, 3)] and lib.input_streamed == [True, True]
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(1, STEPS, 6)).astype(np.float32)
+    b = rng.normal(size=(1, STEPS, 3)).astype(np.float32)
+    want = np.asarray(model([a, b]))[0]
+    got = np.stack([lib.step((a[:, t], b[:, t])) for t in range(STEPS)])[:, 0]
+    assert np.abs(got - want).max() <= 1e-5
+    lib.reset()  # step_n, inputs by name
+    many = lib.step_n({"extra": np.swapaxes(b, 0, 1), "features": np.swapaxes(a, 0, 1)})
+    assert np.abs(many[:, 0] - want).max() <= 1e-5
+    with pytest.raises(TfaotError, match="2 inputs"):
+        lib.step(a[:, 0])
+    with pytest.raises(TfaotError, match="input 'extra' has shape"):
+        lib.step([a[:, 0], a[:, 0]])
+    _verify(path, out)
+
+
+def test_streamed_input_with_token_and_conditioning(with_token):
+    model, path, out = with_token
+    lib = harness.load(out)
+    assert [n for n, _, _ in lib.input_specs] == ["features", "speaker", "cond"]
+    assert lib.input_dtypes == [np.float32, np.int32, np.float32]
+    assert lib.input_streamed == [True, False, False]
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(1, STEPS, 6)).astype(np.float32)
+    # The per-step inputs change every step: step t is the model on frames
+    # 0..t with step t's token and conditioning vector.
+    ids = rng.integers(0, 7, (STEPS, 1, 1)).astype(np.int32)
+    cond = rng.normal(size=(STEPS, 1, 5)).astype(np.float32)
+    got = lib.step_n((np.swapaxes(x, 0, 1), ids, cond))[:, 0]
+    error = 0.0
+    for t in range(STEPS):
+        want = np.asarray(model([x[:, :t + 1], ids[t], cond[t]]))[0]
+        error = max(error, float(np.abs(got[t] - want).max()))
+    assert error <= 1e-5
+    _verify(path, out)
+
+
+def test_header_and_c_driver_fill_the_inputs_struct(with_token, tmp_path):
+    _, _, out = with_token
+    header = (out / "tok.h").read_text()
+    assert "} tok_inputs;" in header
+    assert "float features[6];" in header and "int32_t speaker[1];" in header \
+        and "float cond[5];" in header
+    assert "#define TOK_INPUT1_DTYPE \"int32\"" in header
+    assert "#define TOK_INPUT0_STREAMED 1" in header and "#define TOK_INPUT2_STREAMED 0" in header
+    assert "int tok_step(tok_ctx *ctx, const tok_inputs *in, tok_output_t *out);" in header
+    assert "int tok_read_input(void *user, tok_inputs *in, size_t n);" in header
+    assert "tok_input_t" not in header and "TOK_INPUT_SIZE" not in header
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    driver = tmp_path / "main.c"
+    driver.write_text(r"""
+#include <stdio.h>
+#include "tok.h"
+static _Alignas(TOK_CTX_ALIGN) unsigned char mem[TOK_CTX_SIZE];
+static void fill(tok_inputs *in, int t) {
+  for (int i = 0; i < TOK_INPUT0_SIZE; ++i) in->features[i] = 0.1f * (float)((t * 7 + i) % 11) - 0.5f;
+  in->speaker[0] = t % 7;
+  for (int i = 0; i < TOK_INPUT2_SIZE; ++i) in->cond[i] = 0.2f * (float)(i - t % 3);
+}
+static float last[TOK_OUTPUT_SIZE];
+int tok_read_input(void *user, tok_inputs *in, size_t n) {
+  int *t = (int *)user;
+  if (n != 1 || *t >= 4) return 0;
+  fill(in, (*t)++);
+  return 1;
+}
+int tok_write_output(void *user, const tok_output_t *out, size_t n) {
+  (void)user;
+  for (size_t i = 0; i < n; ++i) last[i] = out[i];
+  return 0;
+}
+int main(void) {
+  tok_ctx *ctx = (tok_ctx *)mem;
+  if (tok_init(ctx) != TOK_OK) return 1;
+  tok_inputs in[4];
+  tok_output_t out[4 * TOK_OUTPUT_SIZE];
+  for (int t = 0; t < 4; ++t) {
+    fill(&in[t], t);
+    if (tok_step(ctx, &in[t], out + t * TOK_OUTPUT_SIZE) != TOK_OK) return 2;
+  }
+  for (int i = 0; i < 4 * TOK_OUTPUT_SIZE; ++i) printf("%.9g\n", out[i]);
+  tok_output_t again[4 * TOK_OUTPUT_SIZE];
+  if (tok_reset(ctx) != TOK_OK || tok_step_n(ctx, in, again, 4) != TOK_OK) return 3;
+  for (int i = 0; i < 4 * TOK_OUTPUT_SIZE; ++i) if (again[i] != out[i]) return 4;
+  int t = 0;
+  if (tok_reset(ctx) != TOK_OK || tok_run(ctx, &t, -1) != 4) return 5;
+  for (int i = 0; i < TOK_OUTPUT_SIZE; ++i) if (last[i] != out[3 * TOK_OUTPUT_SIZE + i]) return 6;
+  tok_deinit(ctx);
+  return 0;
+}
+""")
+    exe = tmp_path / "main"
+    compile_ = subprocess.run([gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(out),
+                               str(driver), str(out / "libtok.a"), "-lm", "-o", str(exe)],
+                              capture_output=True, text=True)
+    assert compile_.returncode == 0, compile_.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    printed = np.array(run.stdout.split(), dtype=np.float32).reshape(4, 3)
+    # The same inputs through the harness (checked against Keras above).
+    lib = harness.load(out)
+    for t in range(4):
+        feats = (0.1 * ((t * 7 + np.arange(6)) % 11) - 0.5).astype(np.float32)[None]
+        cond = (0.2 * (np.arange(5) - t % 3)).astype(np.float32)[None]
+        y = lib.step({"features": feats, "speaker": np.array([[t % 7]], np.int32),
+                      "cond": cond})
+        assert np.abs(y[0] - printed[t]).max() <= 1e-6
+
+
+def _two_placeholder_graph():
+    """A frozen TF graph: placeholders feat (1, ?, 6) and aux (1, ?, 3) ->
+    Concatenate -> GRU(10, sequences) -> Dense(4)."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    keras.utils.set_random_seed(23)
+    a, b = keras.Input((None, 6)), keras.Input((None, 3))
+    h = keras.layers.GRU(10, return_sequences=True)(keras.layers.Concatenate()([a, b]))
+    model = keras.Model([a, b], keras.layers.Dense(4)(h))
+    cf = tf.function(lambda x, y: model([x, y])).get_concrete_function(
+        tf.TensorSpec((1, None, 6), tf.float32, name="feat"),
+        tf.TensorSpec((1, None, 3), tf.float32, name="aux"))
+    return convert_variables_to_constants_v2(cf).graph.as_graph_def()
+
+
+def _run_graph(graph_def, feeds: dict, output: str) -> np.ndarray:
+    """The frozen graph on whole sequences in a TF1 session."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            return sess.run(output, feeds)
+
+
+def test_graph_with_two_placeholders(tmp_path):
+    gd = _two_placeholder_graph()
+    path = tmp_path / "g2in.pb"
+    path.write_bytes(gd.SerializeToString())
+    out = tmp_path / "lib"
+    # --inputs names both, in the order the C struct gets them.
+    _build(path, out, "--inputs", "aux:1x?x3,feat")
+    lib = harness.load(out)
+    assert [n for n, _, _ in lib.input_specs] == ["aux", "feat"]
+    assert lib.input_streamed == [True, True]
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(1, STEPS, 6)).astype(np.float32)
+    b = rng.normal(size=(1, STEPS, 3)).astype(np.float32)
+    want = _run_graph(gd, {"feat:0": a, "aux:0": b}, "Identity:0")[0]
+    got = np.stack([lib.step({"feat": a[:, t], "aux": b[:, t]}) for t in range(STEPS)])[:, 0]
+    assert np.abs(got - want).max() <= 1e-5
+    _verify(path, out, "--inputs", "aux:1x?x3,feat")
+
+
+def test_saved_model_signature_with_two_inputs(tmp_path):
+    """Keras export: feat (None, 6) -> LSTM(10) and cond (5,) -> Dense(4), merged;
+    the signature's inputs in its (sorted) order: cond, feat."""
+    import keras
+
+    keras.utils.set_random_seed(24)
+    x, cond = keras.Input((None, 6), name="feat"), keras.Input((5,), name="cond")
+    h = keras.layers.LSTM(10)(x)
+    c = keras.layers.Dense(4, activation="relu")(cond)
+    model = keras.Model([x, cond], keras.layers.Dense(3)(keras.layers.Concatenate()([h, c])))
+    path = tmp_path / "sm"
+    model.export(path, verbose=False)
+    out = tmp_path / "lib"
+    _build(path, out)
+    lib = harness.load(out)
+    assert [n for n, _, _ in lib.input_specs] == ["cond", "feat"]
+    assert lib.input_streamed == [False, True]
+    rng = np.random.default_rng(3)
+    xs = rng.normal(size=(1, STEPS, 6)).astype(np.float32)
+    cs = rng.normal(size=(STEPS, 1, 5)).astype(np.float32)
+    got = lib.step_n((cs, np.swapaxes(xs, 0, 1)))[:, 0]
+    error = max(float(np.abs(got[t] - np.asarray(model([xs[:, :t + 1], cs[t]]))[0]).max())
+                for t in range(0, STEPS, 7))
+    assert error <= 1e-5
+    _verify(path, out)

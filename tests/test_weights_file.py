@@ -1,0 +1,118 @@
+"""--weights=file: the weights leave the library for a NAME.weights sidecar
+that the program passes to NAME_init_with_weights (checked by size and
+FNV-1a hash); and with embedded weights a Cortex-M build keeps them in
+read-only sections (flash)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolchains import require, require_vulkan
+from util import run
+
+from tfaot.package import elf_sections
+from tfaot.verify import verify
+
+C_TEST = Path(__file__).parent / "data" / "backend" / "c" / "weights_file.c"
+
+
+def _lstm():
+    import keras
+
+    keras.utils.set_random_seed(5)
+    return keras.Sequential([keras.Input((None, 20)), keras.layers.LSTM(48, return_sequences=True),
+                             keras.layers.Dense(6)])
+
+
+WEIGHT_COUNT = 20 * 192 + 48 * 192 + 192 + 48 * 6 + 6
+#: Weights of 256 bytes or less (the Dense bias) stay constants in the code.
+EXTERNAL_COUNT = WEIGHT_COUNT - 6
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("weights") / "wm.keras"
+    _lstm().save(path)
+    return path
+
+
+def _build(model, out, *flags):
+    return run([sys.executable, "-m", "tfaot", "build", model, "-o", out, "-q", *flags])
+
+
+@pytest.fixture(scope="module")
+def file_build(model_file):
+    out = model_file.parent / "wm_file"
+    _build(model_file, out, "--weights=file")
+    return out
+
+
+def test_sidecar_build_matches_tensorflow_and_keeps_weights_out_of_the_code(model_file,
+                                                                             file_build):
+    manifest = json.loads((file_build / "wm.json").read_text())
+    weights = (file_build / "wm.weights").read_bytes()
+    assert manifest["weights"]["mode"] == "file" and manifest["weights"]["bytes"] == len(weights)
+    assert "wm.weights" in manifest["files"]
+    assert len(weights) >= 4 * EXTERNAL_COUNT
+    header = (file_build / "wm.h").read_text()
+    assert f"#define WM_WEIGHTS_BYTES {len(weights)}u" in header
+    assert f"0x{manifest['weights']['fnv1a64']}ull" in header
+    # The library's read-only data is a small fraction of the weights.
+    obj = subprocess.run(["ar", "p", file_build / "libwm.a", "wm.o"], capture_output=True,
+                         check=True).stdout
+    rodata = sum(size for name, size in elf_sections(obj).items() if name.startswith(".rodata"))
+    assert rodata < len(weights) // 10
+    results = verify(str(model_file), file_build, steps=120, seed=1, tol=1e-5)
+    assert all(r.ok and r.steps == 120 for r in results), results
+
+
+def test_init_checks_the_weights(file_build, tmp_path):
+    exe = tmp_path / "weights_file"
+    run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
+         "-I", file_build, C_TEST, file_build / "libwm.a", "-o", exe, "-lm"])
+    proc = run([exe, file_build / "wm.weights"])
+    assert "ALL OK" in proc.stdout, proc.stdout
+
+
+def test_pack_weights_and_weights_file_exclude_each_other(model_file, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(model_file), "-o",
+                           str(tmp_path / "x"), "--weights=file", "--pack-weights"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "--pack-weights cannot be combined with --weights=file" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_vulkan_sidecar_build_matches_tensorflow(model_file, tmp_path):
+    require_vulkan()
+    out = tmp_path / "wm_vk"
+    _build(model_file, out, "--weights=file", "--target=vulkan")
+    assert (out / "wm.weights").stat().st_size >= 4 * EXTERNAL_COUNT
+    results = verify(str(model_file), out, steps=120, seed=2, tol=1e-5)
+    assert all(r.ok and r.steps == 120 for r in results), results
+
+
+def test_cortex_m_embedded_weights_stay_in_read_only_sections(model_file, tmp_path):
+    """Flash, not RAM: the weights are in .rodata of the objects, and the
+    writable sections (copied to RAM at boot) stay small."""
+    require("arm-none-eabi-gcc")
+    out = tmp_path / "wm_m4"
+    _build(model_file, out, "--triple", "thumbv7em-none-eabihf", "--cpu", "cortex-m4")
+    sections = {}
+    for obj in (out / "src" / "wm_kernels.o",):
+        for name, size in elf_sections(obj.read_bytes()).items():
+            sections[name] = sections.get(name, 0) + size
+    host = subprocess.run(["arm-none-eabi-ar", "p", str(out / "libwm.a"), "wm.o"],
+                          capture_output=True).stdout
+    for name, size in elf_sections(host).items():
+        sections[name] = sections.get(name, 0) + size
+    read_only = sum(s for n, s in sections.items() if n.startswith((".rodata", ".text")))
+    writable = sum(s for n, s in sections.items() if n.startswith((".data", ".bss")))
+    assert read_only >= 4 * WEIGHT_COUNT, sections
+    assert writable < 4096, sections
+    manifest = json.loads((out / "wm.json").read_text())
+    assert manifest["weights"] == {"mode": "embedded"}
+    assert np.isclose(manifest["footprint"]["ram_bytes"], manifest["ctx_size"])
