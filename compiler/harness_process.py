@@ -39,8 +39,7 @@ def run_sequence(lib, xs: list[np.ndarray]) -> list[tuple]:
     """
     if not needs_own_process(lib.manifest):
         lib.init()
-        return [_as_tuple(lib.step(xs[0][m] if len(xs) == 1 else tuple(x[m] for x in xs)))
-                for m in range(len(xs[0]))]
+        return _step_all(lib, xs)
     ys = run_in_child(lib.dir, xs, name=lib.name)
     return [tuple(y[m] for y in ys) for m in range(len(xs[0]))]
 
@@ -63,8 +62,13 @@ def run_in_child(lib_dir: Path, xs: list[np.ndarray], *, name: str | None = None
             return [data[f"y{i}"] for i in range(len(data.files))]
 
 
-def _as_tuple(y) -> tuple:
-    return y if isinstance(y, tuple) else (y,)
+def _step_all(lib, xs: list[np.ndarray]) -> list[tuple]:
+    """One step per row of ``xs`` (one array per input); each step's outputs."""
+    steps = []
+    for m in range(len(xs[0])):
+        y = lib.step(xs[0][m] if len(xs) == 1 else tuple(x[m] for x in xs))
+        steps.append(y if isinstance(y, tuple) else (y,))
+    return steps
 
 
 def main(argv: list[str]) -> int:
@@ -75,8 +79,7 @@ def main(argv: list[str]) -> int:
         lib = harness.load(lib_dir, name=argv[3] if len(argv) > 3 else None)
         with np.load(inputs) as data:
             xs = [data[f"x{i}"] for i in range(len(data.files))]
-        steps = [_as_tuple(lib.step(xs[0][m] if len(xs) == 1 else tuple(x[m] for x in xs)))
-                 for m in range(len(xs[0]))]
+        steps = _step_all(lib, xs)
         lib.close()
     except TfaotError as e:
         print(f"tfaot: error: {e}", file=sys.stderr)

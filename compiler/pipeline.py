@@ -57,25 +57,23 @@ def load_and_streamify(model_path: str, progress: Progress,
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
         loaded = load_model(model_path, graph_options, fmt=fmt)
+    fixed_window = "whole" if whole_window else "stream"
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
             from .streamify_keras import streamify_keras
 
             program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
-                                      fixed_window="whole" if whole_window else "stream")
-            if program.stream.mode == "window":
-                progress.note(
-                    f"{model_path}: streams as a sliding window of {program.stream.window} "
-                    f"frames, {program.stream.frames_per_step} per step (time axis 1); for one "
-                    "whole inference per step (e.g. an image model) use --whole-window")
-            return program
-        return _streamify_graph(loaded, whole_window)
+                                      fixed_window=fixed_window)
+        else:
+            from .streamify_graph import streamify_graph
 
-
-def _streamify_graph(loaded, whole_window: bool = False) -> StepProgram:
-    from .streamify_graph import streamify_graph
-
-    return streamify_graph(loaded.graph, fixed_window="whole" if whole_window else "stream")
+            program = streamify_graph(loaded.graph, fixed_window=fixed_window)
+    if program.stream.mode == "window":
+        progress.note(
+            f"{model_path}: streams as a sliding window of {program.stream.window} frames, "
+            f"{program.stream.frames_per_step} per step (time axis {program.stream.time_axis}); "
+            "for one whole inference per step (e.g. an image model) use --whole-window")
+    return program
 
 
 def run_frontend(model_path: str, progress: Progress,

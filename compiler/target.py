@@ -161,7 +161,7 @@ class Target:
         in flash. ``weight_packing`` overrides it; ``for_weights`` decides
         it for one model.
         """
-        if self.is_gpu or self.external_weights:
+        if self.weights_as_globals:
             return False  # globals' weights would be re-packed every step
         if self.weight_packing is not None:
             return self.weight_packing
@@ -185,10 +185,8 @@ class Target:
         The reasons for each flag are in shared/iree-notes.md section 0
         (CPU) and shared/gpu-notes.md (GPU).
         """
-        if self.kind == "vulkan":
-            return self._vulkan_flags()
-        if self.kind == "cuda":
-            return self._cuda_flags()
+        if self.is_gpu:
+            return self._gpu_flags()
         flags = [
             "--iree-input-type=stablehlo",
             "--iree-execution-model=inline-dynamic",
@@ -219,28 +217,19 @@ class Target:
             "--output-format=vm-asm",
         ]
 
-    def _vulkan_flags(self) -> list[str]:
-        # The default (portable) SPIR-V target: a named GPU's target assumes
-        # its subgroup size and is silently wrong on other devices
-        # (gpu-notes 4). Weights are mutable globals (weight_globals.py), so
-        # constants stay out of the kernels: the default inline limit.
+    def _gpu_flags(self) -> list[str]:
+        # Vulkan: the default (portable) SPIR-V target; a named GPU's target
+        # assumes its subgroup size and is silently wrong on other devices
+        # (gpu-notes 4). CUDA: PTX from iree-compile's own LLVM (no CUDA
+        # toolkit); the driver assembles it at load, also for newer GPUs.
+        # Weights are mutable globals (weight_globals.py), so constants stay
+        # out of the kernels: the default inline limit.
+        backend = (["--iree-hal-target-backends=vulkan-spirv"] if self.kind == "vulkan" else
+                   ["--iree-hal-target-backends=cuda", f"--iree-cuda-target={self.cpu}"])
         return [
             "--iree-input-type=stablehlo",
             "--iree-execution-model=inline-dynamic",
-            "--iree-hal-target-backends=vulkan-spirv",
-            "--iree-opt-const-expr-hoisting=false",
-            "--mlir-print-elementsattrs-with-hex-if-larger=0",
-            "--output-format=vm-asm",
-        ]
-
-    def _cuda_flags(self) -> list[str]:
-        # PTX from iree-compile's own LLVM (no CUDA toolkit, no ptxas): the
-        # driver assembles it at load, also for GPUs newer than the arch.
-        return [
-            "--iree-input-type=stablehlo",
-            "--iree-execution-model=inline-dynamic",
-            "--iree-hal-target-backends=cuda",
-            f"--iree-cuda-target={self.cpu}",
+            *backend,
             "--iree-opt-const-expr-hoisting=false",
             "--mlir-print-elementsattrs-with-hex-if-larger=0",
             "--output-format=vm-asm",

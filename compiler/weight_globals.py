@@ -71,12 +71,11 @@ def drop_setters(vm_asm: str) -> str:
 
 
 def _names_setter(op, ir) -> bool:
-    key = "sym_name" if op.name == "vm.func" else "export_name"
-    if key not in op.attributes:
-        key = "function_ref"
-    attr = op.attributes[key]
-    name = ir.StringAttr(attr).value if key != "function_ref" else \
-        ir.FlatSymbolRefAttr(attr).value
+    """A setter's vm.func (by its name) or vm.export (by the function it exports)."""
+    if op.name == "vm.func":
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+    else:
+        name = ir.FlatSymbolRefAttr(op.attributes["function_ref"]).value
     return name.startswith(SETTER_PREFIX)
 
 

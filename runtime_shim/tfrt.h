@@ -127,6 +127,37 @@ typedef struct tfrt_runtime tfrt_runtime;
 typedef struct tfrt_executable tfrt_executable;
 
 /* A (buffer, offset, length) binding of a dispatch. */
+/* The executables a program loads (slots in the context) and the dispatch
+ * names lookup.function resolves; filled by the generated init, the same for
+ * every backend (tfrt_executable_new / tfrt_executable_name / lookup). */
+typedef struct tfrt_executable_table {
+  tfrt_executable *slots;
+  uint32_t count;
+  uint32_t used;
+  const char *const *function_names;
+  uint32_t function_name_count;
+  uint32_t *function_ids;         /* one row of function_name_count per slot */
+} tfrt_executable_table;
+
+/* GPU backends bind one device buffer: the arena at offset 0, then a
+ * staging area (at the arena size rounded up to TFRT_ALIGNMENT) where
+ * read-only caller buffers, the step's input, are copied once per batch of
+ * dispatches (tfrt_device_offset). */
+#define TFRT_MAX_STAGED 16u
+
+typedef struct tfrt_staged {
+  const uint8_t *source;
+  size_t length;
+  size_t offset;                  /* in the device buffer */
+} tfrt_staged;
+
+typedef struct tfrt_staging {
+  size_t bytes;                   /* size of the staging area */
+  size_t used;
+  uint32_t count;
+  tfrt_staged staged[TFRT_MAX_STAGED];
+} tfrt_staging;
+
 typedef struct tfrt_binding {
   tfrt_buffer *buffer;
   int64_t offset;

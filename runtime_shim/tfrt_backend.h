@@ -26,7 +26,8 @@ extern "C" {
 /* Everything the shim needs from a model context. */
 struct tfrt_runtime {
   tfrt_arena arena;               /* core: arena and object pools */
-  tfrt_backend backend;           /* backend: kernel libraries, executables */
+  tfrt_executable_table executables;  /* core: loaded executables, dispatch names */
+  tfrt_backend backend;           /* backend: kernels, devices */
 };
 
 /* Called by tfrt_runtime_init before the arena's free lists are made; the
@@ -58,7 +59,10 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
                                        tfrt_executable **out);
 
 /* hal_loader.executable.lookup.function(exe, name) -> i64; `name_slot`
- * indexes the model's table of dispatch names, resolved at load. */
+ * indexes the model's table of dispatch names, resolved at load.
+ * Implemented by the core (tfrt_core.c) for every backend: a backend's
+ * struct tfrt_executable starts with `tfrt_obj hdr` and has
+ * `uint32_t *function_ids`, which the core fills (tfrt_executable_new). */
 TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
                                          int64_t *out);
 

@@ -43,6 +43,7 @@ TFRT_INTERNAL void tfrt_release(tfrt_runtime *rt, void *object) {
  * context has been zeroed and its pointers filled. */
 TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
   tfrt_arena *a = &rt->arena;
+  rt->executables.used = 0;
   int status = tfrt_backend_init(rt);  /* may place the arena in device memory */
   if (status != TFRT_OK) return status;
   if (!a->arena) {
@@ -267,4 +268,86 @@ TFRT_INTERNAL int tfrt_cstr_eq(const tfrt_buffer *b, const char *s) {
   /* rodata strings may or may not carry their NUL terminator */
   if (b->length == n + 1 && b->data[n] == 0) return memcmp(b->data, s, n) == 0;
   return b->length == n && memcmp(b->data, s, n) == 0;
+}
+
+TFRT_INTERNAL size_t tfrt_round_up(size_t n, size_t align) {
+  return (n + align - 1) / align * align;
+}
+
+/* ---- executables: the parts every backend shares ----------------------------- */
+
+/* Takes the next executable slot (immortal: it lives as long as the context)
+ * with every dispatch name unresolved; NULL when the slots are used up. */
+TFRT_INTERNAL tfrt_executable *tfrt_executable_new(tfrt_runtime *rt) {
+  tfrt_executable_table *t = &rt->executables;
+  if (t->used >= t->count) return NULL;
+  tfrt_executable *exe = &t->slots[t->used];
+  exe->hdr.refs = -1;
+  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  exe->hdr.flags = 0;
+  exe->function_ids = t->function_ids + (size_t)t->used * t->function_name_count;
+  for (uint32_t n = 0; n < t->function_name_count; ++n) exe->function_ids[n] = UINT32_MAX;
+  t->used++;
+  return exe;
+}
+
+/* Resolves the dispatch names equal to `name` to `function_id` (the first
+ * function of that name wins). */
+TFRT_INTERNAL void tfrt_executable_name(const tfrt_runtime *rt, tfrt_executable *exe,
+                                        const char *name, uint32_t function_id) {
+  const tfrt_executable_table *t = &rt->executables;
+  for (uint32_t n = 0; n < t->function_name_count; ++n)
+    if (exe->function_ids[n] == UINT32_MAX && strcmp(name, t->function_names[n]) == 0)
+      exe->function_ids[n] = function_id;
+}
+
+/* hal_loader.executable.lookup.function(exe, name) -> i64, name pre-resolved. */
+TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
+                                         int64_t *out) {
+  *out = -1;
+  if (!exe) return TFRT_STATUS_NULL_REF;
+  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
+  *out = exe->function_ids[name_slot];
+  return TFRT_OK;
+}
+
+/* ---- device buffers (GPU backends) ------------------------------------------- */
+
+/* The offset in the device buffer (arena, then staging) where a binding's
+ * bytes are: an arena block where it lies; a read-only caller buffer gets a
+ * staging slot once per batch, and *copy = 1 says the backend must copy the
+ * bytes there now.  OUT_OF_MEMORY: the staging area is full (finish the
+ * batch, tfrt_staging_clear, try again). */
+TFRT_INTERNAL int tfrt_device_offset(const tfrt_arena *arena, tfrt_staging *staging,
+                                     const tfrt_binding *b, size_t *offset, int *copy) {
+  const uint8_t *start = b->buffer->data + b->offset;
+  size_t length = (size_t)b->length;
+  *copy = 0;
+  if (start >= arena->arena && start + length <= arena->arena + arena->arena_bytes) {
+    *offset = (size_t)(start - arena->arena);
+    return TFRT_OK;
+  }
+  if (!(b->buffer->hdr.flags & TFRT_FLAG_READONLY)) return TFRT_STATUS_UNIMPLEMENTED;
+  for (uint32_t i = 0; i < staging->count; ++i)
+    if (staging->staged[i].source == start && staging->staged[i].length == length) {
+      *offset = staging->staged[i].offset;
+      return TFRT_OK;
+    }
+  size_t used = tfrt_round_up(staging->used, TFRT_ALIGNMENT);
+  if (staging->count == TFRT_MAX_STAGED || used + length > staging->bytes)
+    return TFRT_STATUS_OUT_OF_MEMORY;
+  tfrt_staged *s = &staging->staged[staging->count++];
+  s->source = start;
+  s->length = length;
+  s->offset = tfrt_round_up(arena->arena_bytes, TFRT_ALIGNMENT) + used;
+  staging->used = used + length;
+  *offset = s->offset;
+  *copy = 1;
+  return TFRT_OK;
+}
+
+/* Frees every staging slot: the batch that read them has finished. */
+TFRT_INTERNAL void tfrt_staging_clear(tfrt_staging *staging) {
+  staging->used = 0;
+  staging->count = 0;
 }

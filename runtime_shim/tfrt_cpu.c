@@ -4,7 +4,7 @@
 #include "tfrt_cpu.h"
 
 TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
-  rt->backend.executables_used = 0;
+  (void)rt;
   return TFRT_OK;
 }
 
@@ -55,33 +55,12 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
   const tfrt_abi_library_v6 *lib = tfrt_query_library(entry->query);
   if (!lib) return TFRT_STATUS_ABI_MISMATCH;
   if (lib->imports.count != 0) return TFRT_STATUS_UNIMPLEMENTED;
-  if (be->executables_used >= be->executable_count) return TFRT_STATUS_OUT_OF_MEMORY;
-  tfrt_executable *exe = &be->executables[be->executables_used];
-  exe->hdr.refs = -1; /* lives as long as the context */
-  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  tfrt_executable *exe = tfrt_executable_new(rt);
+  if (!exe) return TFRT_STATUS_OUT_OF_MEMORY;
   exe->library = lib;
-  exe->function_ids = be->function_ids + (size_t)be->executables_used * be->function_name_count;
-  be->executables_used++;
-  for (uint32_t n = 0; n < be->function_name_count; ++n) {
-    exe->function_ids[n] = UINT32_MAX;
-    for (uint32_t e = 0; e < lib->exports.count; ++e) {
-      if (lib->exports.names && strcmp(lib->exports.names[e], be->function_names[n]) == 0) {
-        exe->function_ids[n] = e;
-        break;
-      }
-    }
-  }
+  for (uint32_t e = 0; lib->exports.names && e < lib->exports.count; ++e)
+    tfrt_executable_name(rt, exe, lib->exports.names[e], e);
   *out = exe;
-  return TFRT_OK;
-}
-
-/* hal_loader.executable.lookup.function(exe, name) -> i64, name pre-resolved. */
-TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
-                                         int64_t *out) {
-  *out = -1;
-  if (!exe) return TFRT_STATUS_NULL_REF;
-  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
-  *out = exe->function_ids[name_slot];
   return TFRT_OK;
 }
 

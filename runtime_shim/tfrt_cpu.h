@@ -30,12 +30,6 @@ struct tfrt_executable {
 typedef struct tfrt_backend {
   const tfrt_library_entry *libraries;
   uint32_t library_count;
-  tfrt_executable *executables;
-  uint32_t executable_count;
-  uint32_t executables_used;
-  const char *const *function_names;  /* names used by lookup.function */
-  uint32_t function_name_count;
-  uint32_t *function_ids;             /* executable_count * function_name_count */
 } tfrt_backend;
 
 #ifdef __cplusplus

@@ -110,8 +110,6 @@ _Static_assert(TFRT_CU_LOADED_COUNT_ == TFRT_CU_FUNCTION_COUNT,
     }                                                 \
   } while (0)
 
-static size_t tfrt_cu_round_up(size_t n, size_t align) { return (n + align - 1) / align * align; }
-
 /* The driver API acts on the calling thread's current context. */
 static int tfrt_cu_make_current(tfrt_backend *be) {
   TFRT_CU_CHECK(be, CU(be, cuCtxSetCurrent)((tfrt_cu_context)be->context));
@@ -162,7 +160,7 @@ static int tfrt_cu_open_device(tfrt_backend *be) {
  * host may touch it whenever that stream is idle, also on devices without
  * concurrent managed access. */
 static int tfrt_cu_create_memory(tfrt_backend *be, tfrt_arena *arena) {
-  size_t bytes = tfrt_cu_round_up(be->arena_bytes, TFRT_ALIGNMENT) + be->staging_bytes;
+  size_t bytes = tfrt_round_up(arena->arena_bytes, TFRT_ALIGNMENT) + be->staging.bytes;
   tfrt_cu_deviceptr memory = 0;
   TFRT_CU_CHECK(be, CU(be, cuMemAllocManaged)(&memory, bytes, TFRT_CU_MEM_ATTACH_GLOBAL));
   be->memory = memory;
@@ -172,13 +170,11 @@ static int tfrt_cu_create_memory(tfrt_backend *be, tfrt_arena *arena) {
   TFRT_CU_CHECK(be, CU(be, cuStreamSynchronize)(stream));
   be->mapped = (uint8_t *)(uintptr_t)memory;
   arena->arena = be->mapped;
-  arena->arena_bytes = be->arena_bytes;
   return TFRT_OK;
 }
 
 TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
   tfrt_backend *be = &rt->backend;
-  be->executables_used = 0;
   int status = tfrt_cu_load_driver(be);
   if (status == TFRT_OK) status = tfrt_cu_open_device(be);
   if (status == TFRT_OK) status = tfrt_cu_create_memory(be, &rt->arena);
@@ -191,15 +187,15 @@ TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt) {
   if (be->context && tfrt_cu_make_current(be) == TFRT_OK) {
     tfrt_cu_stream stream = (tfrt_cu_stream)be->stream;
     if (stream) CU(be, cuStreamSynchronize)(stream);
-    for (uint32_t i = 0; i < be->executables_used; ++i)
-      if (be->executables[i].module)
-        CU(be, cuModuleUnload)((tfrt_cu_module)be->executables[i].module);
+    for (uint32_t i = 0; i < rt->executables.used; ++i)
+      if (rt->executables.slots[i].module)
+        CU(be, cuModuleUnload)((tfrt_cu_module)rt->executables.slots[i].module);
     if (be->memory) CU(be, cuMemFree_v2)(be->memory);
     if (stream) CU(be, cuStreamDestroy_v2)(stream);
   }
   if (be->context) CU(be, cuDevicePrimaryCtxRelease_v2)(be->device);
   if (be->driver) dlclose(be->driver);
-  for (uint32_t i = 0; i < be->executables_used; ++i) be->executables[i].module = NULL;
+  for (uint32_t i = 0; i < rt->executables.used; ++i) rt->executables.slots[i].module = NULL;
   be->driver = be->context = be->stream = NULL;
   be->memory = 0;
   be->mapped = NULL;
@@ -212,8 +208,7 @@ TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt) {
 
 static void tfrt_cu_end_batch(tfrt_backend *be) {
   be->pending = 0;
-  be->staging_used = 0;
-  be->staged_count = 0;
+  tfrt_staging_clear(&be->staging);
 }
 
 TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt) {
@@ -280,81 +275,41 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
   for (uint32_t i = 0; i < be->executable_desc_count; ++i)
     if (be->executable_descs[i].container == data->data) desc = &be->executable_descs[i];
   if (!desc) return TFRT_STATUS_NOT_FOUND;
-  if (be->executables_used >= be->executable_count) return TFRT_STATUS_OUT_OF_MEMORY;
   int status = tfrt_cu_make_current(be);
   if (status != TFRT_OK) return status;
-  tfrt_executable *exe = &be->executables[be->executables_used++];
-  exe->hdr.refs = -1; /* lives as long as the context */
-  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  tfrt_executable *exe = tfrt_executable_new(rt);
+  if (!exe) return TFRT_STATUS_OUT_OF_MEMORY;
   exe->rt = rt;
   exe->desc = desc;
-  exe->function_ids = be->function_ids + (size_t)(be->executables_used - 1u) *
-                                             be->function_name_count;
   status = tfrt_cu_load_kernels(be, desc, exe); /* deinit unloads a partial load */
   if (status != TFRT_OK) return status;
-  for (uint32_t n = 0; n < be->function_name_count; ++n) {
-    exe->function_ids[n] = UINT32_MAX;
-    for (uint32_t k = desc->first_kernel; k < desc->first_kernel + desc->kernel_count; ++k) {
-      const char *kernel = (const char *)desc->container + be->kernel_descs[k].name_offset;
-      if (strcmp(kernel, be->function_names[n]) == 0) exe->function_ids[n] = k;
-    }
-  }
+  for (uint32_t k = desc->first_kernel; k < desc->first_kernel + desc->kernel_count; ++k)
+    tfrt_executable_name(rt, exe, (const char *)desc->container + be->kernel_descs[k].name_offset,
+                         k);
   *out = exe;
-  return TFRT_OK;
-}
-
-TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
-                                         int64_t *out) {
-  *out = -1;
-  if (!exe) return TFRT_STATUS_NULL_REF;
-  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
-  *out = exe->function_ids[name_slot];
-  return TFRT_OK;
-}
-
-/* The device address of a binding's bytes: arena blocks are used where they
- * are; a read-only caller buffer (the step's input) is copied on the stream
- * into the staging area once per batch. */
-static int tfrt_cu_binding_address(tfrt_backend *be, const tfrt_binding *b, uint64_t *address) {
-  const uint8_t *start = b->buffer->data + b->offset;
-  size_t length = (size_t)b->length;
-  if (start >= be->mapped && start + length <= be->mapped + be->arena_bytes) {
-    *address = be->memory + (uint64_t)(start - be->mapped);
-    return TFRT_OK;
-  }
-  if (!(b->buffer->hdr.flags & TFRT_FLAG_READONLY)) return TFRT_STATUS_UNIMPLEMENTED;
-  for (uint32_t i = 0; i < be->staged_count; ++i)
-    if (be->staged[i].source == start && be->staged[i].length == length) {
-      *address = be->memory + be->staged[i].offset;
-      return TFRT_OK;
-    }
-  size_t staging_base = tfrt_cu_round_up(be->arena_bytes, TFRT_ALIGNMENT);
-  size_t used = tfrt_cu_round_up(be->staging_used, TFRT_ALIGNMENT);
-  if (be->staged_count == TFRT_CU_MAX_STAGED || used + length > be->staging_bytes)
-    return TFRT_STATUS_OUT_OF_MEMORY;
-  uint64_t destination = be->memory + staging_base + used;
-  TFRT_CU_CHECK(be, CU(be, cuMemcpyHtoDAsync_v2)(destination, start, length,
-                                                 (tfrt_cu_stream)be->stream));
-  be->pending = 1;
-  tfrt_cu_staged *s = &be->staged[be->staged_count++];
-  s->source = start;
-  s->length = length;
-  s->offset = staging_base + used;
-  be->staging_used = used + length;
-  *address = destination;
   return TFRT_OK;
 }
 
 /* One device address per binding; the kernels' pointer parameters are
  * declared 16-byte aligned. */
-static int tfrt_cu_binding_addresses(tfrt_backend *be, uint32_t binding_count,
+static int tfrt_cu_binding_addresses(tfrt_runtime *rt, uint32_t binding_count,
                                      const tfrt_binding *bindings, uint64_t *addresses) {
+  tfrt_backend *be = &rt->backend;
   for (uint32_t i = 0; i < binding_count; ++i) {
     const tfrt_binding *b = &bindings[i];
     if (!b->buffer) return TFRT_STATUS_NULL_REF;
     if (!tfrt_range_ok(b->buffer, b->offset, b->length)) return TFRT_STATUS_OUT_OF_RANGE;
-    int status = tfrt_cu_binding_address(be, b, &addresses[i]);
+    size_t offset = 0;
+    int copy = 0;
+    int status = tfrt_device_offset(&rt->arena, &be->staging, b, &offset, &copy);
     if (status != TFRT_OK) return status;
+    addresses[i] = be->memory + offset;
+    if (copy) {  /* a read-only caller buffer: copied on the stream, before the launch */
+      TFRT_CU_CHECK(be, CU(be, cuMemcpyHtoDAsync_v2)(addresses[i], b->buffer->data + b->offset,
+                                                     (size_t)b->length,
+                                                     (tfrt_cu_stream)be->stream));
+      be->pending = 1;
+    }
     if (addresses[i] % 16u) return TFRT_STATUS_ALIGNMENT;
   }
   return TFRT_OK;
@@ -380,11 +335,11 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
   int status = tfrt_cu_make_current(be);
   if (status != TFRT_OK) return status;
   uint64_t addresses[TFRT_CU_MAX_BINDINGS];
-  status = tfrt_cu_binding_addresses(be, binding_count, bindings, addresses);
+  status = tfrt_cu_binding_addresses(exe->rt, binding_count, bindings, addresses);
   if (status == TFRT_STATUS_OUT_OF_MEMORY) {
     /* The staging area is full: wait for what was launched, then stage afresh. */
     status = tfrt_backend_sync(exe->rt);
-    if (status == TFRT_OK) status = tfrt_cu_binding_addresses(be, binding_count, bindings,
+    if (status == TFRT_OK) status = tfrt_cu_binding_addresses(exe->rt, binding_count, bindings,
                                                               addresses);
   }
   if (status != TFRT_OK) return status;

@@ -27,9 +27,6 @@ extern "C" {
  * per constant (checked against the containers at build time). */
 #define TFRT_CU_MAX_BINDINGS 32u
 #define TFRT_CU_MAX_CONSTANTS 64u
-/* Read-only caller buffers staged into device memory per batch (see
- * tfrt_cuda.c); a batch that needs more is synchronized early. */
-#define TFRT_CU_MAX_STAGED 16u
 /* Number of driver functions the backend loads (TFRT_CU_FUNCTIONS in the .c). */
 #define TFRT_CU_FUNCTION_COUNT 19u
 
@@ -53,13 +50,6 @@ typedef struct tfrt_cu_executable_desc {
   uint32_t kernel_count;
 } tfrt_cu_executable_desc;
 
-/* A read-only caller buffer copied into the staging area for this batch. */
-typedef struct tfrt_cu_staged {
-  const uint8_t *source;
-  size_t length;
-  size_t offset;                  /* in the device allocation */
-} tfrt_cu_staged;
-
 struct tfrt_executable {
   tfrt_obj hdr;
   tfrt_runtime *rt;
@@ -76,14 +66,7 @@ typedef struct tfrt_backend {
   const tfrt_cu_kernel_desc *kernel_descs;
   uint32_t kernel_count;
   void **kernels;                     /* kernel_count CUfunctions, in the context */
-  tfrt_executable *executables;
-  uint32_t executable_count;
-  uint32_t executables_used;
-  const char *const *function_names;  /* names used by lookup.function */
-  uint32_t function_name_count;
-  uint32_t *function_ids;             /* executable_count * function_name_count */
-  size_t arena_bytes;                 /* the arena lives in device (managed) memory */
-  size_t staging_bytes;               /* after the arena, for caller buffers */
+  tfrt_staging staging;               /* bytes: set by the generated init */
 
   void *driver;                       /* dlopen handle of libcuda.so.1 */
   void *fn[TFRT_CU_FUNCTION_COUNT];
@@ -95,9 +78,6 @@ typedef struct tfrt_backend {
   int32_t last_result;                /* CUresult of the last failed driver call */
   uint32_t kernels_loaded;
   uint32_t pending;                   /* launches not yet synchronized */
-  size_t staging_used;
-  uint32_t staged_count;
-  tfrt_cu_staged staged[TFRT_CU_MAX_STAGED];
 } tfrt_backend;
 
 #ifdef __cplusplus

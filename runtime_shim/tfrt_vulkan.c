@@ -12,7 +12,8 @@
  * such memory), mapped for the context's lifetime; the core's arena
  * allocator hands out blocks of it, and a dispatch binds the buffer at the
  * block's offset.  The step's input lives in caller (context) memory: such a
- * read-only buffer is copied into a staging area after the arena.
+ * read-only buffer is copied into a staging area after the arena
+ * (tfrt_device_offset in tfrt_core.c).
  *
  * Ordering: dispatches are recorded into one command buffer with a
  * compute->compute barrier after each (the host program emits none), and
@@ -68,8 +69,6 @@ _Static_assert(TFRT_VK_LOADED_COUNT_ == TFRT_VK_FUNCTION_COUNT,
 
 #define TFRT_VK_CHECK(call) \
   do { if ((call) != VK_SUCCESS) return TFRT_STATUS_DEVICE; } while (0)
-
-static size_t tfrt_vk_round_up(size_t n, size_t align) { return (n + align - 1) / align * align; }
 
 /* ---- init ------------------------------------------------------------------ */
 
@@ -223,7 +222,7 @@ static int tfrt_vk_memory_type(tfrt_backend *be, uint32_t allowed, uint32_t *out
 
 static int tfrt_vk_create_memory(tfrt_backend *be, tfrt_arena *arena) {
   VkDevice device = (VkDevice)be->device;
-  size_t bytes = tfrt_vk_round_up(be->arena_bytes, TFRT_ALIGNMENT) + be->staging_bytes;
+  size_t bytes = tfrt_round_up(arena->arena_bytes, TFRT_ALIGNMENT) + be->staging.bytes;
   VkBufferCreateInfo info = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, NULL, 0, bytes,
                              VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, VK_SHARING_MODE_EXCLUSIVE,
                              0, NULL};
@@ -244,13 +243,11 @@ static int tfrt_vk_create_memory(tfrt_backend *be, tfrt_arena *arena) {
   TFRT_VK_CHECK(VK(be, vkMapMemory)(device, memory, 0, VK_WHOLE_SIZE, 0, &mapped));
   be->mapped = (uint8_t *)mapped;
   arena->arena = be->mapped;
-  arena->arena_bytes = be->arena_bytes;
   return TFRT_OK;
 }
 
 TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
   tfrt_backend *be = &rt->backend;
-  be->executables_used = 0;
   uint32_t family = 0;
   int status = tfrt_vk_load_loader(be);
   if (status == TFRT_OK) status = tfrt_vk_create_instance(be);
@@ -295,8 +292,7 @@ TFRT_INTERNAL void tfrt_backend_deinit(tfrt_runtime *rt) {
 
 static void tfrt_vk_end_batch(tfrt_backend *be) {
   be->recording = 0;
-  be->staging_used = 0;
-  be->staged_count = 0;
+  tfrt_staging_clear(&be->staging);
 }
 
 TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt) {
@@ -409,7 +405,6 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
   for (uint32_t i = 0; i < be->executable_desc_count; ++i)
     if (be->executable_descs[i].container == data->data) desc = &be->executable_descs[i];
   if (!desc) return TFRT_STATUS_NOT_FOUND;
-  if (be->executables_used >= be->executable_count) return TFRT_STATUS_OUT_OF_MEMORY;
   for (uint32_t p = desc->first_pipeline; p < desc->first_pipeline + desc->pipeline_count; ++p) {
     if (p != be->pipelines_created) return TFRT_STATUS_INVALID_ARGUMENT; /* loaded twice */
     int status = tfrt_vk_create_pipeline(be, desc->container, &be->pipeline_descs[p],
@@ -417,75 +412,32 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
     if (status != TFRT_OK) return status;
     be->pipelines_created++;
   }
-  tfrt_executable *exe = &be->executables[be->executables_used];
-  exe->hdr.refs = -1; /* lives as long as the context */
-  exe->hdr.kind = TFRT_KIND_EXECUTABLE;
+  tfrt_executable *exe = tfrt_executable_new(rt);
+  if (!exe) return TFRT_STATUS_OUT_OF_MEMORY;
   exe->rt = rt;
   exe->desc = desc;
-  exe->function_ids = be->function_ids + (size_t)be->executables_used * be->function_name_count;
-  be->executables_used++;
-  for (uint32_t n = 0; n < be->function_name_count; ++n) {
-    exe->function_ids[n] = UINT32_MAX;
-    for (uint32_t p = desc->first_pipeline; p < desc->first_pipeline + desc->pipeline_count; ++p) {
-      const char *entry = (const char *)desc->container + be->pipeline_descs[p].entry_offset;
-      if (strcmp(entry, be->function_names[n]) == 0) exe->function_ids[n] = p;
-    }
-  }
+  for (uint32_t p = desc->first_pipeline; p < desc->first_pipeline + desc->pipeline_count; ++p)
+    tfrt_executable_name(rt, exe, (const char *)desc->container + be->pipeline_descs[p].entry_offset,
+                         p);
   *out = exe;
   return TFRT_OK;
 }
 
-TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
-                                         int64_t *out) {
-  *out = -1;
-  if (!exe) return TFRT_STATUS_NULL_REF;
-  if (exe->function_ids[name_slot] == UINT32_MAX) return TFRT_STATUS_NOT_FOUND;
-  *out = exe->function_ids[name_slot];
-  return TFRT_OK;
-}
-
-/* The offset in the device buffer where a binding's bytes are: arena blocks
- * are bound where they are; a read-only caller buffer (the step's input) is
- * copied into the staging area once per batch. */
-static int tfrt_vk_binding_offset(tfrt_backend *be, const tfrt_binding *b, size_t *offset) {
-  const uint8_t *start = b->buffer->data + b->offset;
-  size_t length = (size_t)b->length;
-  if (start >= be->mapped && start + length <= be->mapped + be->arena_bytes) {
-    *offset = (size_t)(start - be->mapped);
-    return TFRT_OK;
-  }
-  if (!(b->buffer->hdr.flags & TFRT_FLAG_READONLY)) return TFRT_STATUS_UNIMPLEMENTED;
-  for (uint32_t i = 0; i < be->staged_count; ++i)
-    if (be->staged[i].source == start && be->staged[i].length == length) {
-      *offset = be->staged[i].offset;
-      return TFRT_OK;
-    }
-  size_t staging_base = tfrt_vk_round_up(be->arena_bytes, TFRT_ALIGNMENT);
-  size_t used = tfrt_vk_round_up(be->staging_used, TFRT_ALIGNMENT);
-  if (be->staged_count == TFRT_VK_MAX_STAGED || used + length > be->staging_bytes)
-    return TFRT_STATUS_OUT_OF_MEMORY;
-  memcpy(be->mapped + staging_base + used, start, length);
-  tfrt_vk_staged *s = &be->staged[be->staged_count++];
-  s->source = start;
-  s->length = length;
-  s->offset = staging_base + used;
-  be->staging_used = used + length;
-  *offset = s->offset;
-  return TFRT_OK;
-}
-
 /* Fills one descriptor per binding (buffer, offset, range). */
-static int tfrt_vk_describe_bindings(tfrt_backend *be, uint32_t binding_count,
+static int tfrt_vk_describe_bindings(tfrt_runtime *rt, uint32_t binding_count,
                                      const tfrt_binding *bindings, VkDescriptorBufferInfo *infos,
                                      VkWriteDescriptorSet *writes) {
+  tfrt_backend *be = &rt->backend;
   for (uint32_t i = 0; i < binding_count; ++i) {
     const tfrt_binding *b = &bindings[i];
     if (!b->buffer) return TFRT_STATUS_NULL_REF;
     if (!tfrt_range_ok(b->buffer, b->offset, b->length)) return TFRT_STATUS_OUT_OF_RANGE;
     if ((uint64_t)b->length > be->max_range) return TFRT_STATUS_OUT_OF_RANGE;
     size_t offset = 0;
-    int status = tfrt_vk_binding_offset(be, b, &offset);
+    int copy = 0;
+    int status = tfrt_device_offset(&rt->arena, &be->staging, b, &offset, &copy);
     if (status != TFRT_OK) return status;
+    if (copy) memcpy(be->mapped + offset, b->buffer->data + b->offset, (size_t)b->length);
     if (offset % be->offset_alignment) return TFRT_STATUS_ALIGNMENT;
     VkDescriptorBufferInfo info = {TFRT_VK_HANDLE(VkBuffer, be->buffer), offset,
                                    b->length ? (VkDeviceSize)b->length : VK_WHOLE_SIZE};
@@ -516,12 +468,12 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
     return TFRT_STATUS_INVALID_ARGUMENT;
   VkDescriptorBufferInfo infos[TFRT_VK_MAX_BINDINGS];
   VkWriteDescriptorSet writes[TFRT_VK_MAX_BINDINGS];
-  int status = tfrt_vk_describe_bindings(be, binding_count, bindings, infos, writes);
+  int status = tfrt_vk_describe_bindings(exe->rt, binding_count, bindings, infos, writes);
   if (status == TFRT_STATUS_OUT_OF_MEMORY) {
     /* The staging area is full: submit what is recorded, then stage afresh. */
     status = tfrt_backend_sync(exe->rt);
     if (status == TFRT_OK)
-      status = tfrt_vk_describe_bindings(be, binding_count, bindings, infos, writes);
+      status = tfrt_vk_describe_bindings(exe->rt, binding_count, bindings, infos, writes);
   }
   if (status != TFRT_OK) return status;
   status = tfrt_vk_begin_batch(be);

@@ -25,9 +25,6 @@ extern "C" {
 /* At most this many storage buffers per dispatch (Vulkan guarantees 4 per
  * stage; the limit is checked against the device at init). */
 #define TFRT_VK_MAX_BINDINGS 32u
-/* Read-only caller buffers staged into device memory per batch (see
- * tfrt_vulkan.c); a batch that needs more is submitted early. */
-#define TFRT_VK_MAX_STAGED 16u
 /* Number of driver functions the backend loads (TFRT_VK_FUNCTIONS in the .c). */
 #define TFRT_VK_FUNCTION_COUNT 46u
 
@@ -56,13 +53,6 @@ typedef struct tfrt_vk_pipeline {
   uint64_t pipeline;
 } tfrt_vk_pipeline;
 
-/* A read-only caller buffer copied into the staging area for this batch. */
-typedef struct tfrt_vk_staged {
-  const uint8_t *source;
-  size_t length;
-  size_t offset;                  /* in the device buffer */
-} tfrt_vk_staged;
-
 struct tfrt_executable {
   tfrt_obj hdr;
   tfrt_runtime *rt;
@@ -79,14 +69,7 @@ typedef struct tfrt_backend {
   const tfrt_vk_pipeline_desc *pipeline_descs;
   uint32_t pipeline_count;
   tfrt_vk_pipeline *pipelines;        /* pipeline_count, in the context */
-  tfrt_executable *executables;
-  uint32_t executable_count;
-  uint32_t executables_used;
-  const char *const *function_names;  /* names used by lookup.function */
-  uint32_t function_name_count;
-  uint32_t *function_ids;             /* executable_count * function_name_count */
-  size_t arena_bytes;                 /* the arena lives in device memory */
-  size_t staging_bytes;               /* after the arena, for caller buffers */
+  tfrt_staging staging;               /* bytes: set by the generated init */
 
   void *loader;                       /* dlopen handle of libvulkan.so.1 */
   void *fn[TFRT_VK_FUNCTION_COUNT];
@@ -106,9 +89,6 @@ typedef struct tfrt_backend {
   uint32_t subgroup_size;
   uint32_t pipelines_created;
   uint32_t recording;                 /* a batch of dispatches is being recorded */
-  size_t staging_used;
-  uint32_t staged_count;
-  tfrt_vk_staged staged[TFRT_VK_MAX_STAGED];
 } tfrt_backend;
 
 #ifdef __cplusplus

@@ -2,11 +2,12 @@
 token or conditioning input): the typed NAME_inputs struct, the harness,
 verify, a C driver, against TensorFlow."""
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from util import run
 
 from tfaot import harness
 from tfaot.errors import TfaotError
@@ -15,16 +16,12 @@ STEPS = 120
 
 
 def _build(path, out, *extra):
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(path), "-o", str(out),
-                           "-q", *extra], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    run([sys.executable, "-m", "tfaot", "build", path, "-o", out, "-q", *extra])
 
 
 def _verify(path, out, *extra):
     """`tfaot verify` as a user runs it; returns the 'max abs error' lines."""
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
-                           "--steps", "100", *extra], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run([sys.executable, "-m", "tfaot", "verify", path, out, "--steps", "100", *extra])
     lines = [line for line in proc.stdout.splitlines() if "max abs error" in line]
     assert lines and all("over 100 steps" in line and line.endswith("ok") for line in lines), \
         proc.stdout
@@ -179,13 +176,9 @@ int main(void) {
 }
 """)
     exe = tmp_path / "main"
-    compile_ = subprocess.run([gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(out),
-                               str(driver), str(out / "libtok.a"), "-lm", "-o", str(exe)],
-                              capture_output=True, text=True)
-    assert compile_.returncode == 0, compile_.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout + run.stderr
-    printed = np.array(run.stdout.split(), dtype=np.float32).reshape(4, 3)
+    run([gcc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", out, driver, out / "libtok.a",
+         "-lm", "-o", exe])
+    printed = np.array(run([exe]).stdout.split(), dtype=np.float32).reshape(4, 3)
     # The same inputs through the harness (checked against Keras above).
     lib = harness.load(out)
     for t in range(4):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import emit as emit_mod
@@ -141,7 +142,7 @@ class ApiModel:
             ctx_size=ctx_size, ctx_align=CTX_ALIGN, arena_bytes=vm.arena_bytes,
             libraries=[{"name": self.library_name, "symbol": self.query_symbol}]
             if target.has_kernel_object else [],
-            **self._gpu_values(),
+            **self._gpu_values,
             weights=self.weights,
             step_fn=vm.step, reset_fn=vm.reset, init_fn=vm.init,
             get_fn=vm.get_state if has_states else None,
@@ -157,28 +158,31 @@ class ApiModel:
         )
 
     def weights_blob(self) -> bytes:
-        """NAME.weights (--weights=file): the external data, each part at a
-        64-byte aligned offset; b"" when the weights are in the library."""
-        blob = bytearray()
-        for rd in self.vm.external_rodata:
-            blob += bytes(-len(blob) % CTX_ALIGN) + rd.data
-        return bytes(blob)
+        """NAME.weights (--weights=file); b"" when the weights are in the library."""
+        return self._weights_file[0]
 
-    @property
+    @cached_property
+    def _weights_file(self) -> tuple[bytes, list[dict]]:
+        """NAME.weights and its parts: the external data, each part at a
+        64-byte aligned offset."""
+        blob, parts = bytearray(), []
+        for rd in self.vm.external_rodata:
+            blob += bytes(-len(blob) % CTX_ALIGN)
+            parts.append({"offset": len(blob), "bytes": len(rd.data), "sym": rd.sym})
+            blob += rd.data
+        return bytes(blob), parts
+
+    @cached_property
     def weights(self) -> dict | None:
         """What the templates say about NAME.weights, or None (weights embedded)."""
-        if not self.vm.external_rodata:
+        blob, parts = self._weights_file
+        if not parts:
             return None
-        parts, offset = [], 0
-        for rd in self.vm.external_rodata:
-            offset += -offset % CTX_ALIGN
-            parts.append({"offset": offset, "bytes": len(rd.data), "sym": rd.sym})
-            offset += len(rd.data)
-        blob = self.weights_blob()
         return {"parts": parts, "bytes": len(blob), "fnv1a64": f"{fnv1a64(blob):016x}"}
 
+    @cached_property
     def _gpu_values(self) -> dict[str, Any]:
-        """The GPU backend's tables (empty for CPU targets)."""
+        """The GPU backend's tables (empty for CPU targets), read once."""
         if self.compiled.target.kind == "cuda":
             executables, kernels = gpu_kernels.cuda_tables(self.vm.containers)
             return dict(cu_executables=executables, cu_kernels=kernels,
@@ -192,7 +196,8 @@ class ApiModel:
     @property
     def staging_bytes(self) -> int:
         """Device memory for the caller buffers a GPU dispatch binds (the step's
-        inputs, set_state's states), each at a 64-byte aligned offset."""
+        inputs, set_state's states), each at a 64-byte aligned offset (up to
+        TFRT_MAX_STAGED = 16 of them per batch, tfrt.h)."""
         return self.input_slot_bytes + self.state_slot_bytes + CTX_ALIGN * 16
 
     def render_c(self) -> str:

@@ -117,13 +117,8 @@ class _Table:
 
 def vulkan_pipelines(container: bytes, label: str) -> list[VulkanPipeline]:
     """Reads a VKE1 container; ``label`` names it in errors."""
-    magic, version, size = struct.unpack_from("<4sIQ", container, 0)
-    if magic != b"VKE1" or version != 0 or CONTAINER_HEADER_BYTES + size > len(container):
-        raise TfaotError(f"package: executable {label} is not a version-0 VKE1 container "
-                         f"(magic {magic!r}, version {version}); iree-compile "
-                         "changed its Vulkan executable format")
+    fb = _container_body(container, b"VKE1", label, "Vulkan")
     base = CONTAINER_HEADER_BYTES
-    fb = container[base:base + size]
     root = _Table(fb, struct.unpack_from("<I", fb, 0)[0])
     set_layouts, layouts, modules = root.tables(1), root.tables(2), root.tables(3)
     pipelines = []
@@ -159,19 +154,27 @@ def vulkan_pipelines(container: bytes, label: str) -> list[VulkanPipeline]:
     return pipelines
 
 
-def vulkan_tables(containers) -> tuple[list[dict], list[VulkanPipeline]]:
-    """The shim's executable and pipeline tables for the program's containers
-    (``VMProgram.containers``: (format, Rodata) pairs)."""
-    executables, pipelines = [], []
+def _tables(containers, wanted: str, target: str, read) -> tuple[list[dict], list]:
+    """The shim's executable table (one row per container, with its range of
+    the entry table) and entry table (pipelines or kernels), for the program's
+    containers (``VMProgram.containers``: (format, Rodata) pairs).
+    ``read(data, label)`` -> (extra executable columns, entries)."""
+    executables, entries = [], []
     for fmt, rodata in containers:
-        if fmt != VULKAN_FORMAT:
-            raise TfaotError(f"package: the program loads a '{fmt}' executable; the Vulkan "
-                             f"target expects '{VULKAN_FORMAT}'")
-        found = vulkan_pipelines(rodata.data, f"@{rodata.sym}")
-        executables.append({"container": rodata.cname, "first": len(pipelines),
+        if fmt != wanted:
+            raise TfaotError(f"package: the program loads a '{fmt}' executable; the {target} "
+                             f"target expects '{wanted}'")
+        extra, found = read(rodata.data, f"@{rodata.sym}")
+        executables.append({"container": rodata.cname, **extra, "first": len(entries),
                             "count": len(found)})
-        pipelines.extend(found)
-    return executables, pipelines
+        entries.extend(found)
+    return executables, entries
+
+
+def vulkan_tables(containers) -> tuple[list[dict], list[VulkanPipeline]]:
+    """The Vulkan shim's executable and pipeline tables."""
+    return _tables(containers, VULKAN_FORMAT, "Vulkan",
+                   lambda data, label: ({}, vulkan_pipelines(data, label)))
 
 
 def _container_body(container: bytes, magic: bytes, label: str, what: str) -> bytes:
@@ -232,16 +235,9 @@ def _cuda_kernel(fb: bytes, export: _Table, label: str) -> CudaKernel:
 
 
 def cuda_tables(containers) -> tuple[list[dict], list[CudaKernel]]:
-    """The CUDA shim's executable and kernel tables for the program's containers
-    (``VMProgram.containers``: (format, Rodata) pairs)."""
-    executables, kernels = [], []
-    for fmt, rodata in containers:
-        if fmt != CUDA_FORMAT:
-            raise TfaotError(f"package: the program loads a '{fmt}' executable; the CUDA "
-                             f"target expects '{CUDA_FORMAT}'")
-        exe = cuda_executable(rodata.data, f"@{rodata.sym}")
-        executables.append({"container": rodata.cname, "ptx_offset": exe.ptx_offset,
-                            "ptx_bytes": exe.ptx_bytes, "first": len(kernels),
-                            "count": len(exe.kernels)})
-        kernels.extend(exe.kernels)
-    return executables, kernels
+    """The CUDA shim's executable and kernel tables."""
+    def read(data: bytes, label: str):
+        exe = cuda_executable(data, label)
+        return {"ptx_offset": exe.ptx_offset, "ptx_bytes": exe.ptx_bytes}, exe.kernels
+
+    return _tables(containers, CUDA_FORMAT, "CUDA", read)
