@@ -8,7 +8,9 @@ For the four reference models
     rnn16       8 -> SimpleRNN(16) -> Dense(2)
 
 (and with --series the LSTM(u) scaling series, 40 -> LSTM(u) -> Dense(12)
-for u = 32...1024) it builds the library with `tfaot build` once per variant (default: the
+for u = 32...1024) it builds the library with `tfaot build` once per variant (default:
+tfaot's matvec micro-kernel, ``--matvec=tfaot``, also with its weights stored
+at half width, ``--weights-dtype=bf16`` / ``f16``; IREE's kernels with the
 weights packed at init, ``--pack-weights``, and not, ``--no-pack-weights``),
 converts the same step to LiteRT, and then measures, interleaved in every
 repetition so machine noise hits all runners alike:
@@ -26,7 +28,8 @@ tfaot / LiteRT and tfaot / floor; everything (with every sample, wall
 times, dispatch counts and context sizes) goes to bench/results/.
 
     python bench/bench_litert.py [--quick] [--series] [--reps 7]
-                                 [--models lstm2x128,...] [--variants packed,stock]
+                                 [--models lstm2x128,...]
+                                 [--variants ukernel,ukernel-bf16,ukernel-f16,packed,stock]
 
 Needs the bench extra: pip install -e '.[bench]' (ai-edge-litert).
 """
@@ -62,10 +65,16 @@ REFERENCE = list(MODELS)
 SERIES = [f"lstm{u}x40" for u in (32, 64, 128, 256, 512, 1024)]
 MODELS.update({f"lstm{u}x40": (40, [("LSTM", u)], 12) for u in (32, 64, 128, 256, 512, 1024)})
 
-#: variant -> extra `tfaot build` arguments
+#: variant -> extra `tfaot build` arguments: tfaot's matvec micro-kernel
+#: (weights packed at build time, read-only; f32, or stored as bf16 / f16,
+#: math in f32), and IREE's kernels with the weights packed at init (a RAM
+#: copy) or not
 VARIANTS = {
-    "packed": ["--pack-weights"],
-    "stock": ["--no-pack-weights"],
+    "ukernel": ["--matvec=tfaot"],
+    "ukernel-bf16": ["--matvec=tfaot", "--weights-dtype=bf16"],
+    "ukernel-f16": ["--matvec=tfaot", "--weights-dtype=f16"],
+    "packed": ["--matvec=iree", "--pack-weights"],
+    "stock": ["--matvec=iree", "--no-pack-weights"],
 }
 
 STEP_LOOP_C = r"""

@@ -2,7 +2,8 @@
 
 For a DS-CNN-style and a CNN-style Keras model with a 49-frame window of 40
 features (valid padding in time, as kws_streaming trains models meant to
-stream), two libraries are built from the same model in the same run:
+stream), and the DS-CNN frozen into a GraphDef (``ds_cnn_pb``: the graph
+streamifier), two libraries are built from the same model in the same run:
 
 * streamed (the default build): a sliding window, one step per
   ``frames_per_step`` frames, ring buffers for every conv/pool over time;
@@ -68,6 +69,8 @@ def cnn():
 
 
 MODELS = {"ds_cnn": ds_cnn, "cnn": cnn}
+# The same networks as frozen graphs (graph streamifier): "<family>_pb".
+GRAPHS = ("ds_cnn",)
 
 
 def build(model, fixed_window: str, out: Path, name: str) -> Path:
@@ -80,6 +83,24 @@ def build(model, fixed_window: str, out: Path, name: str) -> Path:
     work.mkdir(parents=True, exist_ok=True)
     build_library(import_program(program), program.signature, out, name=name, workdir=work,
                   stream=program.stream)
+    return out
+
+
+def build_graph(model, fixed_window: str, out: Path, name: str) -> Path:
+    """``model`` frozen into a GraphDef (as a TF2 export would), built by the CLI path."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    spec = tf.TensorSpec((1, WINDOW, FEATURES), tf.float32, name="x")
+    frozen = convert_variables_to_constants_v2(
+        tf.function(lambda x: model(x, training=False)).get_concrete_function(spec))
+    path = out.parent / f"{name}.pb"
+    path.write_bytes(frozen.graph.as_graph_def().SerializeToString())
+    build_model(str(path), BuildOptions(out_dir=out, whole_window=fixed_window == "whole"),
+                Progress(False))
     return out
 
 
@@ -112,15 +133,16 @@ def main(argv=None) -> int:
     quiet_tensorflow()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for family, factory in MODELS.items():
+        cases = [(f, f, build) for f in MODELS] + [(f"{f}_pb", f, build_graph) for f in GRAPHS]
+        for family, factory, builder in cases:
             keras.utils.set_random_seed(1)
-            model = factory()
-            streamed = build(model, "stream", Path(tmp) / f"{family}_stream", f"{family}_s")
-            whole = build(model, "whole", Path(tmp) / f"{family}_whole", f"{family}_w")
+            model = MODELS[factory]()
+            streamed = builder(model, "stream", Path(tmp) / f"{family}_stream", f"{family}_s")
+            whole = builder(model, "whole", Path(tmp) / f"{family}_whole", f"{family}_w")
             manifest = json.loads((streamed / f"{family}_s.json").read_text())
-            from tfaot.streamify_keras import stream_info
+            from tfaot.program import StreamInfo
 
-            stream = stream_info(model)
+            stream = StreamInfo.from_json(manifest["stream"])
             us_step = time_steps(streamed, args.steps, args.repeats)
             us_whole = time_steps(whole, max(args.steps // 10, 50), args.repeats)
             frames = stream.frames_per_step
@@ -133,12 +155,12 @@ def main(argv=None) -> int:
                 "us_whole_window": us_whole, "step_vs_whole": us_step / us_whole,
                 "frame_vs_whole": us_step / frames / us_whole,
             })
-    header = (f"{'model':<8} {'frames/step':>11} {'µs/step':>9} {'µs/frame':>9} "
+    header = (f"{'model':<9} {'frames/step':>11} {'µs/step':>9} {'µs/frame':>9} "
               f"{'µs whole':>9} {'step/whole':>10} {'frame/whole':>11} {'state B':>8}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['model']:<8} {r['frames_per_step']:>11} {r['us_per_step']:>9.1f} "
+        print(f"{r['model']:<9} {r['frames_per_step']:>11} {r['us_per_step']:>9.1f} "
               f"{r['us_per_frame']:>9.1f} {r['us_whole_window']:>9.1f} "
               f"{r['step_vs_whole']:>10.1%} {r['frame_vs_whole']:>11.1%} {r['state_bytes']:>8}")
     print("target: a streamed step <= 15% of a whole-window inference")

@@ -36,6 +36,11 @@ def _add_graph_options(p: argparse.ArgumentParser) -> None:
                    help="output nodes (default: nodes nothing consumes / signature outputs)")
     g.add_argument("--time-axis", type=int, metavar="AXIS",
                    help="the time axis of the input (default: found by probing)")
+    g.add_argument("--state", metavar="IN=OUT,...",
+                   help="a graph that is already one step, with its state as inputs and "
+                        "outputs: keep output OUT as the state fed to input IN at the next "
+                        "step (default: pairs whose names say so, e.g. "
+                        "previous_state_c=new_state_c)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pack the weights once at init into a RAM copy laid out for faster "
                         "steps (default: on for Linux triples when the model has 16 KiB of "
                         "weights or more; off for bare metal, where weights stay in flash)")
+    p.add_argument("--matvec", choices=["tfaot", "iree"], default=None,
+                   help="who computes constant-weight matrix-vector products: tfaot's own "
+                        "micro-kernel with weights packed at build time in read-only data "
+                        "(default on Linux triples), or IREE's generated kernels (default "
+                        "on bare metal)")
+    p.add_argument("--weights-dtype", choices=["f32", "f16", "bf16"], default="f32",
+                   help="how tfaot's matvec kernel stores its weights: f32 (default), or "
+                        "f16/bf16 at half width (half the weight bytes, faster on models "
+                        "bound by reading them; math stays f32, error vs f32 about 1e-4 "
+                        "(f16) / 1e-3 (bf16)); needs tfaot's matvec kernel (--matvec=tfaot, "
+                        "the default on Linux triples)")
     _add_stream_options(p)
     _add_graph_options(p)
 
@@ -119,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="the folder `tfaot build` wrote")
     p.add_argument("--steps", type=int, default=200, help="sequence length (default: 200)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--tol", type=float, default=1e-5, help="max abs error allowed (default: 1e-5)")
+    p.add_argument("--tol", type=float, default=None,
+                   help="max abs error allowed (default: 1e-5; 1e-3 for a library built with "
+                        "--weights-dtype=f16, 1e-2 with bf16)")
     _add_graph_options(p)
 
     sub.add_parser("cmake-path", help="print the path of tfaot.cmake (tfaot_add_model)",
@@ -156,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 def _graph_options(args):
     from .pipeline import GraphOptions
 
-    return GraphOptions(args.inputs, args.outputs, args.time_axis)
+    return GraphOptions(args.inputs, args.outputs, args.time_axis, args.state)
 
 
 def cmd_import(args) -> int:
@@ -201,6 +219,7 @@ def cmd_build(args) -> int:
                            target=args.target, triple=args.triple, cpu=_target_cpu(args),
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
+                           matvec=args.matvec, weights_dtype=args.weights_dtype,
                            whole_window=args.whole_window,
                            graph_options=_graph_options(args))
     progress = Progress(enabled=not args.quiet)
@@ -245,7 +264,7 @@ def cmd_verify(args) -> int:
                      tol=args.tol, graph_options=_graph_options(args))
     for r in results:
         verdict = "ok" if r.ok else "FAIL"
-        print(f"{r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} steps "
+        print(f"{r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} {r.unit} "
               f"(tolerance {r.tolerance:g}): {verdict}")
     return 0 if all(r.ok for r in results) else 1
 

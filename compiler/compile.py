@@ -18,15 +18,18 @@ shared/iree-notes.md section 0:
 * ``Target.pack_weights`` (hosted targets): data tiling + const-expr
   hoisting pack the weights once in ``__init``, and long matvecs are split
   into short independent reductions first (bench/bench_litert.py).
+* ``Target.matvec_kernel == "tfaot"``: constant-weight matvecs become calls
+  of tfaot's own micro-kernel with weights packed at build time
+  (microkernel.py); packing at init is then off unless other matmuls remain.
 """
 from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import weight_globals
+from . import microkernel, weight_globals
 from .errors import TfaotError
 from .target import Target
 
@@ -43,6 +46,7 @@ class CompiledModule:
     library_query: str | None   # CPU: the object's exported query symbol
     compiler_version: str    # e.g. "3.13.0rc20261016 @ 89ece87b..."
     target: Target
+    matvec_symbol: str | None = None  # the micro-kernel the object calls (package adds it)
 
     @property
     def triple(self) -> str:
@@ -174,6 +178,8 @@ def split_allocations(hal_text: str) -> str:
 
 
 _HEX_CONSTANT = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
+#: Ops IREE's data tiling packs (Target.pack_weights).
+_MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
 
 
 def constant_bytes(mlir_text: str) -> int:
@@ -193,6 +199,12 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     workdir.mkdir(parents=True, exist_ok=True)
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
+    matvecs = 0
+    if target.matvec_kernel == "tfaot":
+        mlir_text, matvecs = microkernel.rewrite_matvecs(mlir_text, name,
+                                                         dtype=target.weights_dtype)
+        if matvecs and not _MATMUL_OP.search(mlir_text):
+            target = replace(target, weight_packing=False)  # nothing left to pack
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap (mlir_import.split_matvec_reductions).
@@ -225,4 +237,5 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
         library_query=_query_symbol(kernels) if target.has_kernel_object else None,
         compiler_version=compiler_version(),
         target=target,
+        matvec_symbol=microkernel.kernel_symbol(name, target.weights_dtype) if matvecs else None,
     )

@@ -53,7 +53,7 @@ def inspect_text(program: StepProgram) -> str:
     for u in r.get("unrolled", []):
         lines.append(f"unrolled:   {u['steps']} copies of one cell (sliced by "
                      f"'{u['slicer']}'), streamed as a loop")
-    for note in r.get("notes", []):
+    for note in r.get("notes", []) + r.get("stream_notes", []):
         lines.append(f"note:       {note}")
     if r.get("layers"):
         lines.append("layers:")

@@ -43,6 +43,7 @@ class GraphOptions:
     inputs: str | None = None  # "NAME:D0xD1x...,..."
     outputs: str | None = None  # "NAME,..."
     time_axis: int | None = None
+    state: str | None = None  # "IN=OUT,...": state the graph's caller feeds back
 
 
 @dataclass

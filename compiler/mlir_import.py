@@ -352,16 +352,17 @@ def split_matvec_reductions(mlir_text: str, chunk: int = SPLIT_CHUNK) -> tuple[s
 
     with ir.Context():
         module = ir.Module.parse(mlir_text)
-        count = 0
-        for func in module.body.operations:
-            if func.operation.name != "func.func":
-                continue
-            for block in func.operation.regions[0].blocks:
-                for op in list(block.operations):
-                    count += _split_one(op, chunk)
+        count = sum(_split_one(op, chunk) for op in function_ops(module))
         if not count:
             return mlir_text, 0
         return module.operation.get_asm(enable_debug_info=False), count
+
+
+def function_ops(module) -> list:
+    """Every op in the top-level blocks of the module's functions (a list:
+    callers may insert ops while walking it)."""
+    return [op for func in module.body.operations if func.operation.name == "func.func"
+            for block in func.operation.regions[0].blocks for op in list(block.operations)]
 
 
 def _split_parts(k: int, chunk: int) -> int:

@@ -6,6 +6,7 @@ in its own module; this one only sequences them.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import output_dir
-from .load_graph import GraphOptions  # noqa: F401  (re-exported: cli.py imports it here)
+from .load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
 
@@ -64,16 +65,39 @@ def load_and_streamify(model_path: str, progress: Progress,
 
             program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
                                       fixed_window=fixed_window)
-        else:
+            _window_note(program.stream, model_path, progress)
+            for note in program.report.get("notes", []):
+                progress.note(f"{model_path}: {note}")
+        else:  # (the graph streamifier prints its own notes)
             from .streamify_graph import streamify_graph
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
-    if program.stream.mode == "window":
-        progress.note(
-            f"{model_path}: streams as a sliding window of {program.stream.window} frames, "
-            f"{program.stream.frames_per_step} per step (time axis {program.stream.time_axis}); "
-            "for one whole inference per step (e.g. an image model) use --whole-window")
+            program = _fed_back_state(program, graph_options, model_path, progress)
     return program
+
+
+def _fed_back_state(program, graph_options, model_path: str, progress: Progress):
+    """A graph whose caller feeds its state back: that state kept inside."""
+    from . import state_feedback
+
+    pairs = state_feedback.parse_pairs(graph_options.state if graph_options else None)
+    if pairs is None:
+        pairs = state_feedback.find_pairs(program.signature)
+        if pairs:
+            progress.note(f"{model_path}: keeps " + ", ".join(
+                f"output '{b}' as the state fed to input '{a}'" for a, b in pairs) +
+                " (the graph is one step with its state as I/O; --state to change)")
+    return state_feedback.hoist(program, pairs) if pairs else program
+
+
+def _window_note(stream, model_path: str, progress: Progress) -> None:
+    if stream.mode != "window":
+        return
+    how = (f"recomputing the whole window every step, because {stream.recompute}"
+           if stream.recompute else f"{stream.frames_per_step} per step")
+    progress.note(f"{model_path}: streams as a sliding window of {stream.window} frames, "
+                  f"{how} (time axis {stream.time_axis}); for one whole inference per step "
+                  "(e.g. an image model) use --whole-window")
 
 
 def run_frontend(model_path: str, progress: Progress,
@@ -109,6 +133,8 @@ class BuildOptions:
     keep_temps: bool = False
     pack_weights: bool | None = None  # default: the target's (Target.pack_weights)
     weights: str = "embedded"  # or "file": a NAME.weights sidecar (Target.external_weights)
+    matvec: str | None = None  # "tfaot" or "iree"; default: the target's (Target.matvec_kernel)
+    weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
     force: bool = False  # replace an output folder that holds files tfaot did not write
     whole_window: bool = False  # fixed-window models: one whole inference per step
     graph_options: GraphOptions = field(default_factory=GraphOptions)
@@ -120,6 +146,22 @@ class BuiltLibrary:
 
     path: Path
     manifest: dict
+
+
+def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
+                      manifest_path: Path) -> None:
+    """The graph options of the build and the state pairs fed back, in the
+    manifest: ``tfaot verify`` cuts and runs the original graph the same way
+    unless told otherwise."""
+    cut = {k: v for k, v in (("inputs", graph.inputs), ("outputs", graph.outputs),
+                             ("time_axis", graph.time_axis), ("state", graph.state))
+           if v is not None}
+    if cut:
+        manifest["graph_cut"] = cut
+    if report.get("state_feedback"):
+        manifest["state_feedback"] = report["state_feedback"]
+    if cut or report.get("state_feedback"):
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 def build_model(model_path: str, options: BuildOptions, progress: Progress) -> BuiltLibrary:
@@ -138,7 +180,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     check_name(name)
     target = make_target(options.target, options.triple, options.cpu,
                          weight_packing=options.pack_weights,
-                         external_weights=options.weights == "file")
+                         external_weights=options.weights == "file",
+                         matvec=options.matvec, weights_dtype=options.weights_dtype)
     detect_format(Path(model_path))
     out_path = Path(options.out_dir or Path("build") / name)
     out = output_dir.prepare(out_path, model_path, force=options.force)
@@ -151,6 +194,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,
                                  target=target, workdir=temps, progress=progress,
                                  stream=program.stream)
+        _record_graph_cut(manifest, options.graph_options, program.report,
+                          out.staging / f"{name}.json")
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()

@@ -33,6 +33,9 @@ CUDA_ARCHS_REFUSED = ("sm_90", "sm_90a", "sm_100", "sm_100a")
 #: Models with fewer weight bytes are not packed unless asked (Target.for_weights).
 PACK_WEIGHTS_MIN_BYTES = 16 * 1024
 
+#: --weights-dtype values: how tfaot's matvec kernel stores its weights (math in f32).
+WEIGHTS_DTYPES = ("f32", "f16", "bf16")
+
 #: Architectures (the triple's first field) whose kernels and C we build.
 SUPPORTED_ARCHS = ("x86_64", "aarch64", "riscv64", "riscv32", "arm", "thumb")
 
@@ -97,6 +100,12 @@ class Target:
     # --weights=file: the weights go to a NAME.weights sidecar the caller passes
     # to NAME_init_with_weights, instead of the library's read-only data.
     external_weights: bool = False
+    # --matvec: "tfaot" (own micro-kernel, compiler/microkernel.py) or "iree";
+    # None: the target's default (see matvec_kernel).
+    matvec: str | None = None
+    # --weights-dtype: "f32", or "f16"/"bf16" for the micro-kernel's weights
+    # stored at half width (compiler/microkernel.py; needs matvec_kernel "tfaot").
+    weights_dtype: str = "f32"
 
     @property
     def arch(self) -> str:
@@ -149,6 +158,26 @@ class Target:
         return ("m", "dl") if self.is_gpu else ("m",)
 
     @property
+    def matvec_kernel(self) -> str:
+        """Who computes constant-weight matvecs: "tfaot" or "iree".
+
+        tfaot's micro-kernel (compiler/microkernel.py) keeps its weights packed
+        in read-only data and is the default on hosted (Linux) CPU targets,
+        where it measured faster (bench/bench_litert.py); bare-metal targets
+        keep IREE's kernels unless asked (the kernel's 64 accumulators suit
+        vector units, not a scalar FPU). An explicit --pack-weights asks for
+        IREE's kernels on weights packed at init. The kernel is C, compiled
+        with the target's toolchain: without one, IREE's kernels.
+        """
+        if self.is_gpu:
+            return "iree"
+        if self.matvec:
+            return self.matvec
+        if self.weight_packing or "-linux" not in self.triple:
+            return "iree"
+        return "tfaot" if self.toolchain() is not None else "iree"
+
+    @property
     def pack_weights(self) -> bool:
         """Whether ``__init`` packs the weights into a RAM copy for faster steps.
 
@@ -176,7 +205,8 @@ class Target:
         """
         if self.weight_packing is not None or self.weights_as_globals:
             return self
-        return replace(self, weight_packing=self.pack_weights
+        # the matvec choice is the user's, not the consequence of this default
+        return replace(self, matvec=self.matvec_kernel, weight_packing=self.pack_weights
                        and weight_bytes >= PACK_WEIGHTS_MIN_BYTES)
 
     def iree_flags(self, kernel_object: Path) -> list[str]:
@@ -271,13 +301,43 @@ class Target:
 
 
 def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
-                weight_packing: bool | None = None, external_weights: bool = False) -> Target:
+                weight_packing: bool | None = None, external_weights: bool = False,
+                matvec: str | None = None, weights_dtype: str = "f32") -> Target:
     """Validates the command line's choices before any slow stage runs."""
     if external_weights and weight_packing:
         raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
                          "loaded at run time are not packed")
-    return replace(_make_target(kind, triple, cpu, weight_packing),
-                   external_weights=external_weights)
+    if matvec not in (None, "tfaot", "iree"):
+        raise TfaotError(f"--matvec={matvec} is not supported; supported: tfaot, iree")
+    if matvec == "tfaot" and kind in GPU_KINDS:
+        raise TfaotError(f"--matvec=tfaot is a CPU option; --target={kind} uses IREE's kernels")
+    if weights_dtype not in WEIGHTS_DTYPES:
+        raise TfaotError(f"--weights-dtype={weights_dtype} is not supported; supported: "
+                         f"{', '.join(WEIGHTS_DTYPES)}")
+    target = replace(_make_target(kind, triple, cpu, weight_packing),
+                     external_weights=external_weights, matvec=matvec,
+                     weights_dtype=weights_dtype)
+    if matvec == "tfaot" and target.toolchain() is None:
+        raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
+                         f"{target.triple}, and none is installed; use --matvec=iree")
+    _check_weights_dtype(target)
+    return target
+
+
+def _check_weights_dtype(target: Target) -> None:
+    """Half-width weights exist only in tfaot's micro-kernel (microkernel.py)."""
+    dtype = target.weights_dtype
+    if dtype == "f32":
+        return
+    if target.external_weights:
+        raise TfaotError(f"--weights-dtype={dtype} cannot be combined with --weights=file: "
+                         "weights loaded at run time stay f32")
+    if target.matvec_kernel != "tfaot":
+        why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
+               "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
+               "without --matvec=tfaot, or no C toolchain)")
+        raise TfaotError(f"--weights-dtype={dtype} needs tfaot's matvec kernel "
+                         f"(--matvec=tfaot, CPU targets); {why}")
 
 
 def _make_target(kind: str, triple: str | None, cpu: str | None,

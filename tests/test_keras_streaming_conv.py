@@ -150,12 +150,18 @@ def test_same_padding_in_a_recurrent_model_is_refused():
     _expect(m, "'c_same'", "Conv1D", "padding='same'")
 
 
-def test_global_pooling_over_open_time_is_refused():
+def test_global_pooling_over_open_time_is_a_running_pool():
+    # (numerics: tests/test_keras_published.py); a Flatten there is refused
     import keras
     from keras import layers as L
 
     m = keras.Sequential([K._open(), L.Conv1D(4, 3), L.GlobalMaxPooling1D(name="gp")])
-    _expect(m, "'gp'", "whole sequence", "fixed window")
+    program = streamify_keras(m, "m.keras", "keras")
+    assert program.stream.mode == "prefix"
+    rows = {row["name"]: row for row in program.report["layers"]}
+    assert rows["gp"]["role"] == "running max", rows["gp"]
+    m = keras.Sequential([K._open(), L.Conv1D(4, 3), L.Flatten(name="flat")])
+    _expect(m, "'flat'", "whole sequence", "fixed window")
 
 
 def test_padding_after_last_frame_is_refused():

@@ -11,7 +11,7 @@ from ..resources import template_env
 from .c_api import CTX_ALIGN, ApiModel, tfaot_version
 from .ctx_size import ctx_size_for
 from .footprint import measure_footprint
-from .link import C_FLAGS, c_command, link_library, rename_query_symbol
+from .link import C_FLAGS, add_matvec_kernel, c_command, link_library, rename_query_symbol
 from .shim import write_shim
 
 
@@ -38,6 +38,9 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
         kernels = src / f"{name}_kernels.o"
         rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
                             api.query_symbol, toolchain, target.triple)
+        if compiled.matvec_symbol:  # target.matvec_kernel == "tfaot" needs a toolchain
+            add_matvec_kernel(target, toolchain, kernels, compiled.matvec_symbol,
+                              workdir / "matvec")
 
     weights = api.weights_blob()
     if weights:
@@ -77,6 +80,10 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "triple": target.triple,
         "cpu": target.cpu,
         "pack_weights": target.pack_weights,
+        # who computes the constant-weight matvecs (compiler/microkernel.py)
+        "matvec": "tfaot" if compiled.matvec_symbol else "iree",
+        # how the micro-kernel's packed weights are stored (--weights-dtype)
+        "weights_dtype": target.weights_dtype if compiled.matvec_symbol else "f32",
         "compiler_version": compiled.compiler_version,
         **sig.to_json(),
         "stream": stream.to_json(),

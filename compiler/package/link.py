@@ -55,6 +55,44 @@ def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
             "target's binutils)")
 
 
+#: The micro-kernel's source in runtime_shim/ (compiler/microkernel.py).
+MATVEC_SOURCE = "tfrt_matvec.c"
+
+
+def matvec_flags(target: Target) -> list[str]:
+    """C flags of the micro-kernel: -O3 (gcc -O2 keeps its accumulator arrays
+    in memory, 1.7x slower) and, for x86-64 cpu=host, this machine's vector
+    units, as iree-compile's kernels; with AVX-512, 512-bit vectors read the
+    weights 1.5x faster than gcc's default 256 (bench/bench_litert.py)."""
+    # half-width weights (--weights-dtype): the kernel's variant that converts them
+    dtype = [f"-DTFRT_MATVEC_{target.weights_dtype.upper()}"] * (target.weights_dtype != "f32")
+    if target.cpu == "host" and target.arch == "x86_64":
+        return ["-O3", "-march=native", "-mprefer-vector-width=512", *dtype]
+    return ["-O3", *dtype]
+
+
+def add_matvec_kernel(target: Target, toolchain: Toolchain | None, kernels: Path, symbol: str,
+                      workdir: Path) -> None:
+    """Compiles the micro-kernel as ``symbol`` and merges it into ``kernels``.
+
+    The kernel object then defines what its matvec dispatches call: it stays
+    one self-contained object, as for IREE's own kernels.
+    """
+    from ..resources import shim_dir
+
+    if toolchain is None:
+        raise TfaotError(f"package: the matvec micro-kernel needs the C toolchain of "
+                         f"{target.triple}; none is installed (build with --matvec=iree)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shim_dir() / MATVEC_SOURCE, workdir / MATVEC_SOURCE)  # relative paths
+    pic = ["-fPIC"] if toolchain.pic else []
+    run([*c_command(target, toolchain), *pic, *matvec_flags(target), f"-DTFRT_MATVEC_FN={symbol}",
+         "-c", MATVEC_SOURCE, "-o", "matvec.o"], workdir, "compiling the matvec micro-kernel")
+    run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", kernels, "matvec.o"], workdir,
+        "adding the matvec micro-kernel to the kernel object")
+    shutil.copyfile(workdir / "kernels.o", kernels)
+
+
 def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
                  kernels: Path | None, out_dir: Path, workdir: Path) -> tuple[list[str], bytes]:
     """Builds libNAME.a (and libNAME.so for the host) into ``out_dir``.

@@ -10,7 +10,9 @@ function ``(x_t, *states) -> (y_t, *new_states)`` (tf-import-notes §2):
 1. *Loops* (``loops.py``): every loop becomes a ``Loop`` with a body
    GraphDef; v1 frames are functionalised at GraphDef level.
 2. *Classification* (``classify.py``) of each loop variable: ``inlist``,
-   ``outlist``, ``counter``, ``state`` or ``passthrough``.
+   ``outlist``, ``counter``, ``state`` or ``passthrough``. A counter the body
+   compares with a bound (dynamic_rnn's ``sequence_length``) is fed from the
+   stream's step counter; tf.conds become selects (``conds.py``).
 3. *Probe* (``analysis.py``): the original graph runs once on a random
    sequence for the full-sequence shapes and the states' initial values.
 4. *State* (``state.py``): every tensor kept between steps is registered,
@@ -243,7 +245,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "
                    for i, s, _, step in step_inputs)
     sig = ProgramSignature(inputs, outputs, states.infos)
     notes = []
-    if stateless and time_like(shape):
+    if stateless and time_like(shape) and fixed_window == "whole":
+        notes.append(f"one whole-window inference per step on input '{inp.name}' of shape "
+                     f"{'x'.join(str(d) for d in shape)} (--whole-window)")
+    elif stateless and time_like(shape):
         notes.append(
             "nothing streams: no time loop or unrolled recurrence found"
             + (f" ({g.not_unrolled})" if g.not_unrolled else "")
@@ -288,14 +293,55 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "
         report["stream_notes"] = [window_note(stream, inp.name)]
     elif stateless and fixed_window == "whole" and time_like(shape):
         report["mode"] += "; whole-window build (--whole-window; the default streams it per frame)"
+    counted = _counter_notes(g, states, [i for i, s, _, _ in step_inputs if not s])
+    if counted:
+        report["stream_notes"] = report.get("stream_notes", []) + counted
     program = StepProgram(source=str(loaded.path), format=loaded.format, signature=sig,
                           pure_step=cf, report=report, stream=stream)
     return program
 
 
+def _counter_notes(g, states, per_step) -> list[str]:
+    """What the build says about loops (and unrolled recurrences) whose time index
+    is compared with a bound (a sequence_length): the step counter it keeps, and
+    which per-step inputs the bound comes from (taken every step)."""
+    from ..streamify_keras.replay import STEP_CAP
+    from .graphdef import parse_tensor
+
+    compared = {}  # loop or unrolled pseudo node -> (what, a node comparing its time)
+    for ln, lp in g.loops.items():
+        nodes = [c for v in lp.vars for c in v.detail.get("compared", [])]
+        if nodes:
+            compared[ln] = ("loop", nodes[0])
+    for un, u in g.unrolled.items():
+        times = {parse_tensor(t)[0] for t in u.times}
+        compared.update({un: ("unrolled recurrence", n.name) for n in u.body
+                         if any(parse_tensor(i)[0] in times for i in n.input)})
+    notes = []
+    for name, (kind, node) in compared.items():
+        seen, work = set(), [parse_tensor(i)[0] for i in g.nodes[name].input]
+        while work:  # the nodes its operands come from
+            u = work.pop()
+            if u not in seen and u in g.nodes:
+                seen.add(u)
+                work += [parse_tensor(i)[0] for i in g.nodes[u].input if not i.startswith("^")]
+        fed = ", ".join(repr(i.name) for i in per_step if i.name in seen)
+        note = (f"{kind} '{name}': its time index is compared with a bound by node '{node}' "
+                "(a sequence_length); the stream keeps a step counter (state "
+                f"'{states.name_of(('stream', 'step'))}', reset by reset()) so step t sees "
+                f"time t, exact up to {STEP_CAP:.0f} steps (then it stays there)")
+        if fed:
+            note += (f"; the bound comes from input(s) {fed}, taken every step: give it as "
+                     "the sequence's length (a length <= t freezes the state and outputs "
+                     "zeros, as the graph does)")
+        notes.append(note)
+    return notes
+
+
 def _time_input(inputs):
     """The input whose time axis the stream follows: the one given a time
-    axis, else the first with an unknown dimension besides batch, else the first."""
+    axis, else the first with an unknown dimension besides batch, else the
+    first of rank >= 2 (a sequence_length vector may come first), else the first."""
     if not inputs:
         raise Fail("the graph has no input")
     for inp in inputs:
@@ -304,7 +350,8 @@ def _time_input(inputs):
                        "--inputs NAME:SHAPE")
     given = [i for i in inputs if i.time_axis is not None]
     open_ = [i for i in inputs if any(d is None for d in i.shape[1:])]
-    return (given or open_ or inputs)[0]
+    framed = [i for i in inputs if len(i.shape) >= 2]  # not a vector of lengths
+    return (given or open_ or framed or inputs)[0]
 
 
 def _other_input(inp, a: int | None, time_shape, time_full):

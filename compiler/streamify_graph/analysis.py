@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import first_line
 from .classify import classify
+from .conds import lower_outer_conds
 from .graphdef import PY_FUNC_OPS, Fail, node_of, parse_tensor, py_function_message
 from .loops import Loop, functional_loops, functionalize_v1
 
@@ -38,6 +39,7 @@ def analyse(loaded) -> Graph:
     gd = loaded.graph_def
     _check_references(gd)
     new_nodes, v1_loops, exit_map = functionalize_v1(gd)
+    new_nodes = lower_outer_conds(new_nodes)
     nodes = {n.name: n for n in new_nodes}
     loops = {lp.name: lp for lp in v1_loops}
     for lp in functional_loops(gd):
@@ -62,7 +64,7 @@ def _find_unrolled(g: Graph, loaded) -> None:
     """Replace an unrolled recurrence (``unrolled.py``) by one pseudo node."""
     import tensorflow as tf
 
-    from .unrolled import UNROLLED_OP, NotUnrolled, find_unrolled
+    from .unrolled import UNROLLED_OP, NotUnrolled, find_unrolled, time_consts
 
     def const_value(t):
         n = g.nodes.get(parse_tensor(t)[0])
@@ -70,11 +72,20 @@ def _find_unrolled(g: Graph, loaded) -> None:
             return None
         return tf.make_ndarray(n.attr["value"].tensor)
 
+    names = [i.name for i in loaded.inputs]
     try:
-        u = find_unrolled(g.nodes, g.order, loaded.inputs[0].name, const_value)
+        u = find_unrolled(g.nodes, g.order, names, const_value)
     except NotUnrolled as e:
-        g.not_unrolled = str(e)
-        return
+        # static_rnn with a sequence_length: each copy compares its own
+        # constant time index; retry with those as the copies' time.
+        times = time_consts(g.nodes, g.order, const_value)
+        try:
+            if not times:
+                raise e
+            u = find_unrolled(g.nodes, g.order, names, const_value, times)
+        except NotUnrolled:
+            g.not_unrolled = str(e)
+            return
     pseudo = tf.compat.v1.NodeDef(name=u.name, op=UNROLLED_OP)
     pseudo.input.extend(dict.fromkeys([u.slicer.source] + u.statics +
                                       [s["init"] for s in u.states]))

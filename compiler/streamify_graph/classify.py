@@ -9,8 +9,8 @@ Anything else cannot be streamed and is a ``Fail`` naming the loop and node.
 """
 from __future__ import annotations
 
-from .graphdef import FLOAT_TYPES, IDENTITY, INT_TYPES, READ_OPS, Fail, dtype_name, \
-    parse_tensor, tname
+from .graphdef import COMPARISONS, FLOAT_TYPES, IDENTITY, INT_TYPES, READ_OPS, Fail, \
+    dtype_name, parse_tensor, tname
 from .loops import Loop
 
 
@@ -86,7 +86,7 @@ def classify(loop: Loop) -> None:
                 arg_of(rn.input[0]) == v.index and body.get(parse_tensor(resolve(rn.input[1]))[0]) \
                 is not None and body[parse_tensor(resolve(rn.input[1]))[0]].op == "Const":
             v.kind = "counter"
-            v.detail = {"increment": rn.name}
+            v.detail = {"increment": rn.name, "by": resolve(rn.input[1])}
             continue
         if v.dtype in FLOAT_TYPES:
             v.kind = "state"
@@ -113,7 +113,9 @@ def classify(loop: Loop) -> None:
             else:
                 raise Fail(f"loop '{loop.name}': node '{v.detail['write']}' writes the output "
                            "at an index that is neither the time counter nor a constant")
-    # Counters may only index and count; anything else would need a step counter.
+    # Counters may index, count and be compared with a bound (dynamic_rnn's
+    # ``time >= sequence_length``): a comparison stays exact with a saturating
+    # step counter; any other use (the time index as a value) would not.
     for v in loop.vars:
         if v.kind != "counter":
             continue
@@ -125,7 +127,11 @@ def classify(loop: Loop) -> None:
                 continue
             if c == v.detail["increment"]:
                 continue
+            if op in COMPARISONS:
+                v.detail.setdefault("compared", []).append(c)
+                v.detail["mode"] = "step counter"  # shown by inspect
+                continue
             raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}, "
                        f"initially '{v.operand}') is used by node '{c}' "
-                       f"(op {op}); streaming that would need a step counter, which is not "
-                       "supported")
+                       f"(op {op}); a stream keeps a step counter only for comparisons "
+                       "with a bound (sequence_length), not as a value")

@@ -15,6 +15,9 @@ CF_V1 = {"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
 WHILE_OPS = {"While", "StatelessWhile"}
 IDENTITY = {"Identity", "Snapshot", "StopGradient", "PreventGradient"}
 READ_OPS = {"TensorListGetItem": 0, "TensorArrayReadV3": 0}  # op -> list/handle input
+# Ordering comparisons: a time index compared with a bound (a sequence_length)
+# stays exact with a saturating step counter.
+COMPARISONS = {"Less", "LessEqual", "Greater", "GreaterEqual"}
 # Ops that call back into the Python interpreter: never compilable.
 PY_FUNC_OPS = {"PyFunc", "PyFuncStateless", "EagerPyFunc"}
 

@@ -5,7 +5,8 @@ tensor per loop variable, and the outer operands. Functional loops
 (``While``/``StatelessWhile``) are read from their body function; TF1 v1
 frames (``Enter``/``Merge``/``Switch``/``NextIteration``/``Exit``) are
 functionalised here, at GraphDef level, and replaced in the outer graph by a
-``LOOP_OP`` pseudo node.
+``LOOP_OP`` pseudo node. A ``tf.cond`` inside a v1 body becomes a select of
+its two branches (``conds.py``); a nested while frame is refused, by name.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import first_line
+from .conds import CondLowering, static_bool
 from .graphdef import CF_V1, WHILE_OPS, Fail, parse_tensor, tname
 
 LOOP_OP = "__TfaotLoop"
@@ -192,11 +194,17 @@ def functionalize_v1(graph_def) -> tuple[list, list[Loop], dict[str, str]]:
             for c in consumers.get(sw.name, []):
                 if nodes[c].op in ("Exit", "RefExit"):
                     exits[idx] = c
-        # Body: backward closure from the returns, stopping at the arguments.
+        # Body: backward closure from the returns, stopping at the arguments;
+        # a tf.cond inside is lowered to a select of both branches (conds.py).
         arg_names = {v.arg for v in vars_}
+        conds = CondLowering(nodes, set(src_map), fname)
+        for v in vars_:
+            if tname(v.ret) not in src_map:
+                v.ret = conds.through(v.ret)
         work = [parse_tensor(v.ret)[0] for v in vars_
                 if tname(v.ret) not in src_map and parse_tensor(v.ret)[0] not in arg_names]
         needed = set()
+        rewritten: dict[str, Any] = {}  # cond Merge -> its SelectV2
         while work:
             u = work.pop()
             if u in needed:
@@ -206,15 +214,18 @@ def functionalize_v1(graph_def) -> tuple[list, list[Loop], dict[str, str]]:
             if u not in mem and not (n.op == "Const" and not n.input):
                 raise Fail(f"while frame '{fname}': body node uses '{u}' from outside the "
                            "loop without an Enter")
-            if n.op in CF_V1:
+            if n.op in ("Merge", "RefMerge"):
+                n = rewritten[u] = conds.select(n, static=lambda p: static_bool(nodes, p))
+            elif n.op in CF_V1:
                 raise Fail(f"while frame '{fname}': node '{u}' ({n.op}) is control flow inside "
-                           "the loop body (a tf.cond or nested loop); this is not supported")
+                           "the loop body that is not a tf.cond; this is not supported")
             for i in n.input:
                 if i.startswith("^"):
                     continue
-                if tname(i) in src_map:
+                t = conds.through(i)
+                if t in src_map:
                     continue
-                work.append(parse_tensor(i)[0])
+                work.append(parse_tensor(t)[0])
         body = tf.compat.v1.GraphDef()
         for v in vars_:
             ph = body.node.add()
@@ -225,12 +236,13 @@ def functionalize_v1(graph_def) -> tuple[list, list[Loop], dict[str, str]]:
             if n.name not in needed:
                 continue
             c = body.node.add()
-            c.CopyFrom(n)
+            c.CopyFrom(rewritten.get(n.name, n))
             del c.input[:]
-            for i in n.input:
+            for i in rewritten.get(n.name, n).input:
                 if i.startswith("^"):
                     continue
-                c.input.append(src_map.get(tname(i), i))
+                t = conds.through(i)
+                c.input.append(src_map.get(t, t))
             for a in ("_class", "frame_name"):
                 if a in c.attr:
                     del c.attr[a]

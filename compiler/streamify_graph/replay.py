@@ -239,6 +239,9 @@ class Emitter:
         items = {(m.key, m.axis) for m in metas if m.kind == "item"}
         others = {m.kind for m in metas if m.kind != "item"}
         k, T = next(iter(items))
+        # The chunk record of the unrolled sequence (a conv front end before it).
+        first = next(m for m in metas if m.kind == "item")
+        record = {"frames": first.frames, "valid_from": first.valid_from}
         if node.op == "Pack" and others <= {"step"}:
             keys = [int(m.key) if m.kind == "item" else T - 1 for m in metas]
             if keys != list(range(T)):
@@ -246,7 +249,7 @@ class Emitter:
             axis = node.attr["axis"].i % (self.tensors[tname(ins[0])].shape.rank + 1)
             with tf.name_scope(scope(node.name)):
                 y = tf.expand_dims(self.tensors[tname(ins[0])], axis)
-            self.set(node, [y], [seq(axis)])
+            self.set(node, [y], [seq(axis, **record)])
             return
         if node.op == "ConcatV2" and others - {"step"} <= STATIC_KINDS:
             # Time steps put back side by side (each of size 1 along the axis).
@@ -257,7 +260,7 @@ class Emitter:
                     metas[-1].kind in STATIC_KINDS:
                 with tf.name_scope(scope(node.name)):
                     y = tf.identity(x0)
-                self.set(node, [y], [seq(axis)])
+                self.set(node, [y], [seq(axis, **record)])
                 return
         if len(items) > 1 or others - STATIC_KINDS - {"step"} or \
                 ("step" in others and int(k) != T - 1):
@@ -266,7 +269,7 @@ class Emitter:
         if "static_t" in others:
             self.fail(node, "combines a time step with a value computed from the sequence length")
         outs = self.emit_generic(node)
-        self.set(node, outs, [Meta("item", key=k, axis=T)] * len(outs))
+        self.set(node, outs, [Meta("item", key=k, axis=T, **record)] * len(outs))
 
     def emit_list_op(self, node, ins, metas):
         import tensorflow as tf
@@ -323,17 +326,29 @@ class Emitter:
         if m.axis != sl.axis:
             raise Fail(f"{where}: slices axis {sl.axis} of '{sl.source}', whose time axis is "
                        f"{m.axis}{self.axis_hint}")
+        frames = m.frames or self.plan.input_seq()
+        if frames.n != 1:
+            raise Fail(f"{where}: takes {frames.n} frames per step (time strides before it); "
+                       "tfaot runs the repeated cell once per step")
+        valid = max(m.valid_from, frames.first_step)
         with tf.name_scope(scope(u.name)):
             item = tf.squeeze(x, [sl.axis]) if sl.squeeze else x
         input_map = {sl.items[-1]: item}
-        for t in u.statics:
+        for t in u.statics:  # weights, or a per-step input (a conditioning vector)
             mt = self.metas.get(t)
-            if mt is None or self.tensors.get(t) is None or mt.kind not in STATIC_KINDS:
-                raise Fail(f"{where}: the cell reads '{t}' ({mt}), which is not a constant")
+            if mt is None or self.tensors.get(t) is None or \
+                    mt.kind not in STATIC_KINDS | {"step"}:
+                raise Fail(f"{where}: the cell reads '{t}' ({mt}), which is neither a "
+                           "constant nor a per-step input")
             if mt.kind == "static_t":
                 raise Fail(f"{where}: the cell reads '{t}', which is computed from the "
                            "sequence length")
             input_map[t] = self.tensors[t]
+        body_dtypes = {n.name: n.attr["dtype"].type for n in u.body if n.op == "Const"}
+        for t in u.times:  # static_rnn's ``time`` (compared with a sequence_length)
+            with tf.name_scope(scope(u.name + "/step_counter")):
+                input_map[t] = tf.cast(self.time.frame_numbers(frames)[0],
+                                       tf.as_dtype(body_dtypes[parse_tensor(t)[0]]))
         for j, st in enumerate(u.states):
             input_map[st["read"]] = self.state_inputs[(u.name, j)]
         fetch = list(dict.fromkeys([st["new"] for st in u.states] +
@@ -353,10 +368,13 @@ class Emitter:
             raise Fail(f"{where}: TensorFlow cannot rebuild its cell: {first_line(e)}") from None
         got = dict(zip(fetch, res))
         for j, st in enumerate(u.states):
-            self.new_states[(u.name, j)] = got[st["new"]]
+            self.new_states[(u.name, j)] = self._from_stream(
+                got[st["new"]], self.state_inputs[(u.name, j)], frames)
+        record = replace(frames, dirty=frames.delay > 0)
         for t, (bt, k) in u.outputs.items():
             self.tensors[t] = got[bt]
-            self.metas[t] = STEP if k == u.steps - 1 else Meta("item", key=str(k), axis=u.steps)
+            self.metas[t] = step(valid) if k == u.steps - 1 else \
+                Meta("item", key=str(k), axis=u.steps, frames=record, valid_from=valid)
 
     # -- loops
     def _from_stream(self, new, old, frames):
@@ -368,6 +386,27 @@ class Emitter:
             return new
         started = self.time.frame_numbers(frames)[0] >= 0.0
         return tf.where(started, new, old)
+
+    def _loop_counter(self, loop, v, read_meta):
+        """This iteration's value of a loop counter the body compares with a bound
+        (``time >= sequence_length``): its start plus its increment times the
+        number of the frame the loop reads, from the stream's step counter
+        (which saturates: comparisons with bounds below it stay exact)."""
+        import tensorflow as tf
+
+        start = self.tensors.get(v.operand)
+        start = None if start is None else tf.get_static_value(start)
+        by = next((n for n in loop.body.node if n.name == parse_tensor(v.detail["by"])[0]),
+                  None)
+        if start is None or by is None or by.op != "Const":
+            raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}) is "
+                       f"compared by node '{v.detail['compared'][0]}' but does not start "
+                       "from a constant and count by one")
+        by = tf.make_ndarray(by.attr["value"].tensor)
+        frames = (read_meta.frames if read_meta is not None else None) or self.plan.input_seq()
+        frame = self.time.frame_numbers(frames)[0]
+        with tf.name_scope(scope(loop.name + "/step_counter")):
+            return tf.cast(frame * float(by) + float(start), tf.as_dtype(v.dtype))
 
     def emit_loop(self, node):
         import tensorflow as tf
@@ -393,7 +432,8 @@ class Emitter:
                 fetch.append(v.ret)
                 out_metas[v.index] = STEP
             elif v.kind == "counter":
-                input_map[f"{v.arg}:0"] = tf.constant(0, tf.as_dtype(v.dtype))
+                if not v.detail.get("compared"):  # only indexes: any value will do
+                    input_map[f"{v.arg}:0"] = tf.constant(0, tf.as_dtype(v.dtype))
                 out_metas[v.index] = Meta("dead", why=f"uses the final loop counter of loop "
                                           f"'{loop.name}', which has no streaming equivalent")
             elif v.kind == "inlist":
@@ -426,6 +466,9 @@ class Emitter:
                 if m.kind == "static_t":
                     length_args.add(v.arg)
                 out_metas[v.index] = m
+        for v in loop.vars:
+            if v.kind == "counter" and v.detail.get("compared"):
+                input_map[f"{v.arg}:0"] = self._loop_counter(loop, v, read_meta)
         # Body nodes: reads of the input sequence become placeholders.
         gd = tf.compat.v1.GraphDef()
         for n in loop.body.node:

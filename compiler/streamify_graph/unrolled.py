@@ -15,6 +15,11 @@ weights, and the state copy k-1 produced. This module finds that shape:
    weights and constants). Copy k+1 reads from copy k the *state*; copy 0
    reads the initial state, a constant.
 
+Work a copy does only for the next one (a peephole's ``w * c_prev``, a state
+update the last copy skips) is the *tail*, cloned onto the body. static_rnn
+with a sequence_length compares a constant time ``k`` in copy k: a retry
+takes such constants as the copies' time index (the step counter in the body).
+
 The outer graph then gets one ``UNROLLED_OP`` pseudo node in place of the
 slicer and all copies; the replay imports the body once per step with the
 states as arguments. Anything that does not fit (copies that differ, a
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .graphdef import parse_tensor, tname
+from .graphdef import COMPARISONS, parse_tensor, tname
 
 UNROLLED_OP = "__TfaotUnrolled"
 MIN_STEPS = 3
@@ -54,6 +59,7 @@ class Unrolled:
     states: list[dict]  # {"read": tensor of copy N-2, "new": body tensor, "init": outer tensor}
     outputs: dict[str, tuple[str, int]] = field(default_factory=dict)  # copy tensor -> (body tensor, k)
     removed: set[str] = field(default_factory=set)
+    times: list[str] = field(default_factory=list)  # statics that are the step's time index
 
     def report(self) -> dict:
         return {"name": self.name, "steps": self.steps, "slicer": self.slicer.node,
@@ -65,19 +71,24 @@ class NotUnrolled(Exception):
     """The graph is not an unrolled recurrence; the message says why."""
 
 
-def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -> Unrolled:
+def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
+                  const_value, time_consts: dict[str, int] | None = None) -> Unrolled:
     """The unrolled recurrence of the outer graph, or ``NotUnrolled``.
 
-    ``const_value(tensor)`` returns the value of a Const tensor or None.
+    ``input_names``: the graph's inputs (any of them may be sliced);
+    ``const_value(tensor)`` returns the value of a Const tensor or None;
+    ``time_consts``: {Const node: k}, constants taken as copy k's time index
+    (see ``time_consts()``); the body's are fed from the step counter.
     """
-    dep = _input_dependent(nodes, order, input_name)
+    dep = _input_dependent(nodes, order, input_names)
     slicer = _find_slicer(nodes, order, dep, const_value)
     N = len(slicer.items)
-    level: dict[str, int] = {}  # node -> last step it depends on (-1: none)
+    time_consts = {c: k for c, k in (time_consts or {}).items() if 0 <= k < N}
+    level: dict[str, int] = dict(time_consts)  # node -> last step it depends on (-1: none)
     item_level = {t: k for k, t in enumerate(slicer.items)}
     sl_nodes = set(slicer.nodes)
     for u in order:
-        if u in sl_nodes:
+        if u in sl_nodes or u in time_consts:
             continue
         lv = -1
         for i in nodes[u].input:
@@ -96,7 +107,7 @@ def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -
     if any(not c for c in copies):
         raise NotUnrolled(f"time step {next(k for k, c in enumerate(copies) if not c)} of "
                           f"'{slicer.node}' is not used")
-    ctx = _Ctx(nodes, level, item_level, const_value)
+    ctx = _Ctx(nodes, level, item_level, const_value, time_consts)
     # The body: copy N-1's nodes that copy N-2 also has.
     prev_match = ctx.match(copies[N - 2], copies[N - 1], N - 2, N - 1, partial=True)
     cell = set(prev_match.values())
@@ -104,25 +115,44 @@ def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -
     if not body:
         raise NotUnrolled("the time steps do not repeat one cell")
     head = [u for u in copies[N - 1] if u not in cell]
-    # Every other copy must be the body exactly.
+    # The tail: work on the state for the next step only depends on no input
+    # of its own step, so it has the previous step's level (a peephole's
+    # w * c_prev), or it is a state update the last copy skips because nothing
+    # reads it (static_rnn's sequence_length selects). The last copy has no
+    # tail: it is cloned from copy N-2's onto the body (``_tail_clones``).
+    tail = _tail(nodes, order, copies[N - 2], prev_match, cell)
+    # Every other copy must be the body exactly (plus the tail).
     maps: dict[int, dict[str, str]] = {}
+    tail_maps: dict[int, dict[str, str]] = {}  # tail node -> copy k node
     state_reads: dict[int, dict[tuple[str, int], str]] = {}
     for k in range(N - 1):
         reads: dict[tuple[str, int], str] = {}
         m = ctx.match(copies[k], body, k, N - 1, partial=False, reads=reads)
         extra = [u for u in copies[k] if u not in m]
-        if extra:
+        used = _same_tail(ctx, extra, m, tail, prev_match, k, N)
+        if used is None:
             raise NotUnrolled(f"time step {k} has nodes the last step has not "
-                              f"(e.g. '{extra[0]}')")
+                              f"(e.g. '{(extra or tail)[0]}')")
         maps[k] = {b: a for a, b in m.items()}  # body node -> copy k node
+        tail_maps[k] = used
         state_reads[k] = reads
     back = {k: {a: b for b, a in mk.items()} for k, mk in maps.items()}  # copy k -> body
+
+    def forward(u: str) -> str | None:
+        """The copy N-2 counterpart of copy N-3's node ``u``."""
+        if u in back[N - 3]:
+            return maps[N - 2][back[N - 3][u]]
+        return next((t for t, e in tail_maps[N - 3].items() if e == u), None)
+
+    clones, clone_reads = _tail_clones(nodes, tail, prev_match, forward, tail_maps[0])
     # Body reads from outside: the item, statics, and the state (copy N-2).
-    body_set = set(body)
+    body_set = set(body) | {c.name for c in clones.values()}
     statics, states = [], []
     state_index: dict[str, int] = {}
-    for b in body:
-        for pos, i in enumerate(x for x in nodes[b].input if not x.startswith("^")):
+    body_defs = [nodes[b] for b in body] + list(clones.values())
+    for nb in body_defs:
+        b = nb.name
+        for pos, i in enumerate(x for x in nb.input if not x.startswith("^")):
             t = tname(i)
             src = parse_tensor(t)[0]
             if src in body_set or t in item_level:
@@ -135,7 +165,7 @@ def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -
             if lv != N - 2:
                 raise NotUnrolled(f"node '{b}' reads '{t}' from time step {lv}, not from the "
                                   "step before")
-            init = state_reads[0].get((b, pos))
+            init = state_reads[0].get((b, pos)) or clone_reads.get((b, pos))
             if init is None or level.get(parse_tensor(init)[0], -1) >= 0:
                 raise NotUnrolled(f"the initial value of state '{t}' depends on the input")
             if t in state_index:
@@ -143,7 +173,7 @@ def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -
                     raise NotUnrolled(f"state '{t}' starts from two different values")
                 continue
             a_node, idx = parse_tensor(t)
-            body_node = back[N - 2].get(a_node)
+            body_node = back[N - 2].get(a_node) or getattr(clones.get(a_node), "name", None)
             if not body_node:
                 raise NotUnrolled(f"state '{t}' is not produced by the repeated cell")
             state_index[t] = len(states)
@@ -173,8 +203,108 @@ def find_unrolled(nodes: dict, order: list[str], input_name: str, const_value) -
                 raise NotUnrolled(f"node '{u}' reads the time slice '{t}' outside the cell")
     del head
     name = _pseudo_name([b for b in body], nodes)
-    return Unrolled(name, slicer, N, [nodes[b] for b in body], statics, states, outputs,
-                    removed)
+    times = [f"{n.name}:0" for n in body_defs if n.name in time_consts]
+    return Unrolled(name, slicer, N, body_defs, statics, states, outputs, removed, times)
+
+
+def time_consts(nodes: dict, order: list[str], const_value) -> dict[str, int]:
+    """Integer scalar Consts compared with something: static_rnn with a
+    sequence_length compares a constant ``time`` = k in copy k (a retry of
+    ``find_unrolled`` takes them as the copies' time index)."""
+    compared = {parse_tensor(i)[0] for u in order if nodes[u].op in COMPARISONS
+                for i in nodes[u].input if not i.startswith("^")}
+    found = {}
+    for c in compared:
+        n = nodes.get(c)
+        if n is not None and n.op == "Const":
+            v = const_value(f"{c}:0")
+            if v is not None and np.ndim(v) == 0 and np.asarray(v).dtype.kind in "iu":
+                found[c] = int(v)
+    return found
+
+
+def _tail(nodes, order, prev: list[str], prev_match: dict[str, str], cell: set[str]):
+    """Nodes of copy N-2 that the last copy's cell reads but has no counterpart of
+    (the tail of copy N-1, see ``find_unrolled``), in graph order."""
+    tail = [u for u in prev if u not in prev_match]
+    inside = set(tail) | cell
+    for u in order:
+        if u in inside:
+            continue
+        for i in nodes[u].input:
+            if not i.startswith("^") and parse_tensor(i)[0] in tail:
+                raise NotUnrolled(f"node '{u}' reads '{tname(i)}', which the last step has "
+                                  "not")
+    return tail
+
+
+def _same_tail(ctx, extra: list[str], m: dict[str, str], tail: list[str],
+               prev_match: dict[str, str], k: int, N: int) -> dict[str, str] | None:
+    """Whether copy k's nodes besides its cell (``extra``; ``m``: copy k -> body)
+    compute what copy N-2's tail does, on the counterparts of the same nodes
+    (from copy N-3: anything of copy k-1); returns {tail node: copy k node}, or None."""
+    if len(extra) != len(tail):
+        return None
+    used: dict[str, str] = {}
+    for t in tail:
+        nt = ctx.nodes[t]
+        for e in extra:
+            ne = ctx.nodes[e]
+            if e in used.values() or not ctx.same_attrs(ne, nt):
+                continue
+            ins_e = [tname(i) for i in ne.input if not i.startswith("^")]
+            ins_t = [tname(i) for i in nt.input if not i.startswith("^")]
+            if len(ins_e) == len(ins_t) and all(
+                    _same_input(ctx, ie, it, m, prev_match, used, k, N)
+                    for ie, it in zip(ins_e, ins_t)):
+                used[t] = e
+                break
+        else:
+            return None
+    return used
+
+
+def _same_input(ctx, ie: str, it: str, m, prev_match, used, k: int, N: int) -> bool:
+    (se, ke), (st, kt) = parse_tensor(ie), parse_tensor(it)
+    if ke != kt:
+        return False
+    if st in used:
+        return used[st] == se
+    if st in prev_match:
+        return m.get(se) == prev_match[st]
+    if ctx.level.get(st, -1) == N - 3:  # the previous state (a skipped state update)
+        return ctx.level.get(se, -1) == k - 1
+    return ctx.level.get(st, -1) < 0 and ctx.level.get(se, -1) < 0 and ctx.same_static(ie, it)
+
+
+def _tail_clones(nodes, tail: list[str], prev_match: dict[str, str], forward, first):
+    """The tail computed on the last copy's cell: ({tail node: clone NodeDef},
+    {(clone, input position): initial value} for the inputs that become state).
+
+    Inputs from copy N-2 become the body's, inputs from copy N-3 (``forward``)
+    copy N-2's: state, starting from what copy 0's counterpart (``first``) reads.
+    """
+    clones: dict = {}
+    reads: dict[tuple[str, int], str] = {}
+    for t in tail:
+        c = type(nodes[t])()
+        c.CopyFrom(nodes[t])
+        c.name = f"{t}/tfaot_next"
+        del c.input[:]
+        ins = [i for i in nodes[t].input if not i.startswith("^")]
+        for pos, i in enumerate(ins):
+            src, idx = parse_tensor(i)
+            if src in prev_match:
+                src = prev_match[src]
+            elif src in clones:
+                src = clones[src].name
+            elif forward(src) is not None:
+                src = forward(src)
+                reads[(c.name, pos)] = tname([x for x in nodes[first[t]].input
+                                              if not x.startswith("^")][pos])
+            c.input.append(f"{src}:{idx}")
+        clones[t] = c
+    return clones, reads
 
 
 def _pseudo_name(body: list[str], nodes) -> str:
@@ -190,8 +320,8 @@ def _pseudo_name(body: list[str], nodes) -> str:
     return name
 
 
-def _input_dependent(nodes, order, input_name) -> set[str]:
-    dep = {input_name}
+def _input_dependent(nodes, order, input_names) -> set[str]:
+    dep = set(input_names)
     for u in order:
         if any(parse_tensor(i)[0] in dep for i in nodes[u].input if not i.startswith("^")):
             dep.add(u)
@@ -236,18 +366,23 @@ _IGNORED_ATTRS = {"_class", "_output_shapes"}
 
 
 class _Ctx:
-    def __init__(self, nodes, level, item_level, const_value):
+    def __init__(self, nodes, level, item_level, const_value, time_consts):
         self.nodes = nodes
         self.level = level
         self.item_level = item_level
         self.const_value = const_value
         self._const_key: dict[str, Any] = {}
+        self.time_consts = time_consts  # Const node -> the time step it stands for
 
     def same_static(self, ta: str, tb: str) -> bool:
         if ta == tb:
             return True
         ka, kb = self.const_key(ta), self.const_key(tb)
         return ka is not None and ka == kb
+
+    def time_pair(self, a: str, ka: int, b: str, kb: int) -> bool:
+        """Whether ``a`` and ``b`` are the time-index constants of copies ka and kb."""
+        return self.time_consts.get(a) == ka and self.time_consts.get(b) == kb
 
     def const_key(self, t: str):
         if t not in self._const_key:
@@ -290,7 +425,8 @@ class _Ctx:
                     continue
                 na = self.nodes[a]
                 a_ins = [i for i in na.input if not i.startswith("^")]
-                if len(a_ins) != len(b_ins) or not self.same_attrs(na, nb):
+                if len(a_ins) != len(b_ins) or not (self.same_attrs(na, nb) or
+                                                    self.time_pair(a, ka, b, kb)):
                     continue
                 got = {}
                 ok = True

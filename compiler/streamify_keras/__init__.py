@@ -28,6 +28,8 @@ steps relate to the original model's time axis:
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..errors import TfaotError
@@ -46,11 +48,17 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream
     "stream" (default) streams it frame by frame as a sliding window,
     "whole" builds one whole-window inference per step.
     """
+    plan = _plan(model, source, fixed_window)
+    with _unrolled_rnns(model):  # a whole-window RNN: no TensorList loop to import
+        if plan["mode"] == "recompute":
+            return _recompute_program(model, source, fmt, plan)
+        return _streamed_program(model, source, fmt, plan, fixed_window)
+
+
+def _streamed_program(model, source: str, fmt: str, plan: dict,
+                      fixed_window: str) -> StepProgram:
     import tensorflow as tf
 
-    plan = _plan(model, source, fixed_window)
-    if plan["mode"] == "recompute":
-        return _recompute_program(model, source, fmt, plan)
     x_specs = plan["x_specs"]
     discover = plan["replay"]
     states = tuple(discover.new_states)
@@ -75,6 +83,8 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream
     stream = plan["stream"]
     report = _report(model, fmt, stream, discover.layer_rows, signature,
                      whole=plan["window"] is not None and fixed_window == "whole")
+    if plan["note"]:
+        report["notes"] = [plan["note"]]
     return StepProgram(source, fmt, signature, concrete, report, stream)
 
 
@@ -94,7 +104,6 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
                          f"got {fixed_window!r}")
     step_input_specs(model, source)  # the model-level checks
-    shape = time_input_shape(model)
     window = fixed_window_length(model)
     if is_streaming(model):
         mode = "prefix"
@@ -102,7 +111,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         mode = "window"
     else:
         mode = "stateless"
-    frames = 1
+    frames, note = 1, None
     while True:
         delay = (-window) % frames if mode == "window" else 0
         replay = Replay(mode, None, frames=frames, window=window, delay=delay)
@@ -118,11 +127,15 @@ def _plan(model, source: str, fixed_window: str) -> dict:
                                  f"{MAX_FRAMES_PER_STEP} frames per step") from None
             continue
         except NotIncremental as why:
-            if mode != "window":
+            window = window or _fixed_length(model)
+            if window is None or fixed_window != "stream":
                 raise TfaotError(str(why)) from None
-            if len(model.inputs) > 1:
-                raise TfaotError(f"{why}; the whole-window fallback takes one input, this "
-                                 f"model has {len(model.inputs)}") from None
+            if _time_reaches_output(model, window):
+                # e.g. a Bidirectional tagger: one whole inference per step
+                mode = "stateless"
+                note = (f"does not stream: one whole inference of its {window} frames "
+                        f"per step, because {why}")
+                continue
             return _recompute_plan(model, source, window, str(why))
         if mode == "window" and any(y.meta == SEQ for y in ys):
             # The time axis reaches the output: not a window model (an image
@@ -131,7 +144,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             continue
         break
     y0 = [replay.output(y, i) for i, y in enumerate(ys)]
-    length = shape[1] if len(shape) >= 3 else None
+    length = time_length(model) or None
     if mode == "stateless":
         stream = StreamInfo()
     else:
@@ -140,7 +153,12 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             frames_per_step=frames, window=window if mode == "window" else None,
             first_valid_step=max(int(y.valid_from) for y in ys), delay=delay)
     return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
-            "streamed": streamed, "window": window, "delay": delay, "stream": stream}
+            "streamed": streamed, "window": window, "delay": delay, "stream": stream,
+            "note": note}
+
+
+def _time_reaches_output(model, window: int) -> bool:
+    return any(len(o.shape) >= 3 and o.shape[1] == window for o in model.outputs)
 
 
 def _step_shape(shape, mode: str, frames: int) -> tuple[int, ...]:
@@ -151,40 +169,49 @@ def _step_shape(shape, mode: str, frames: int) -> tuple[int, ...]:
 
 
 def _recompute_plan(model, source, window: int, reason: str) -> dict:
-    shape = tuple(model.inputs[0].shape)
-    features = tuple(int(d) for d in shape[2:])
     stream = StreamInfo(mode="window", time_axis=1, fixed_length=window, frames_per_step=1,
                         window=window, first_valid_step=window - 1, delay=0, recompute=reason)
-    return {"mode": "recompute", "window": window, "features": features, "stream": stream,
-            "reason": reason}
+    return {"mode": "recompute", "window": window, "stream": stream, "reason": reason,
+            "x_specs": step_inputs(model, "window", 1)}
 
 
 def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
-    """The exact fallback: a ring buffer of the last W-1 frames and the whole
-    model on the window at every step."""
+    """The exact fallback: a ring buffer of the last W-1 frames of each
+    streamed input and the whole model on the window at every step (the
+    other inputs take their value of the step)."""
     import tensorflow as tf
 
-    window, features = plan["window"], plan["features"]
-    buffer = StateInfo("window/frames", "float32", (1, window - 1, *features),
-                       initial=np.zeros((1, window - 1, *features), np.float32), layer="")
-    states = (buffer,) if window > 1 else ()
+    window, x_specs = plan["window"], plan["x_specs"]
+    # (states are float32: token ids ride in them exactly, below 2**24)
+    states = tuple(
+        StateInfo("window/frames" if i == 0 else f"window{i}/frames", "float32",
+                  (1, window - 1, *x.shape[1:]),
+                  initial=np.zeros((1, window - 1, *x.shape[1:]), np.float32), layer="")
+        for i, x in enumerate(x_specs) if x.streamed and window > 1)
+    count = len(x_specs)
 
-    def pure_step(x, *state_values):
-        frames = tf.expand_dims(x, 1)
-        if state_values:
-            frames = tf.concat([state_values[0], frames], axis=1)
-        y = model(frames, training=False)
+    def pure_step(*args):
+        xs, buffers = list(args[:count]), list(args[count:])
+        new_buffers = []
+        for i, spec in enumerate(x_specs):
+            if spec.streamed:
+                frames = tf.expand_dims(tf.cast(xs[i], tf.float32), 1)
+                if buffers:
+                    frames = tf.concat([buffers.pop(0), frames], axis=1)
+                    new_buffers.append(frames[:, 1:])
+                xs[i] = tf.cast(frames, spec.dtype)
+        y = model(xs[0] if count == 1 else xs, training=False)
         ys = tuple(y) if isinstance(y, (list, tuple)) else (y,)
-        return (*ys, frames[:, 1:]) if state_values else ys
+        return (*ys, *new_buffers)
 
-    x_spec = InputInfo("x_t", "float32", (1, *features))
-    arg_specs = [tf.TensorSpec(x_spec.shape, tf.float32, name="x_t")]
-    arg_specs += [tf.TensorSpec(s.shape, tf.float32) for s in states]
+    arg_specs = [tf.TensorSpec(x.shape, x.dtype, name="x_t" if i == 0 else f"x_t{i}")
+                 for i, x in enumerate(x_specs)]
+    arg_specs += [tf.TensorSpec(s.shape, s.dtype) for s in states]
     concrete = tf.function(pure_step, input_signature=arg_specs,
                            autograph=False).get_concrete_function()
-    count = len(concrete.structured_outputs) - len(states)
-    outputs = _output_specs(model, concrete.structured_outputs[:count])
-    signature = ProgramSignature((x_spec,), outputs, states)
+    outs = len(concrete.structured_outputs) - len(states)
+    outputs = _output_specs(model, concrete.structured_outputs[:outs])
+    signature = ProgramSignature(tuple(x_specs), outputs, states)
     rows = [{"name": layer.name, "type": type(layer).__name__, "role": "whole window"}
             for layer in getattr(model, "layers", []) if type(layer).__name__ != "InputLayer"]
     report = _report(model, fmt, plan["stream"], rows, signature)
@@ -309,6 +336,18 @@ def time_input_shape(model) -> tuple:
     return tuple(model.inputs[index].shape)
 
 
+def time_length(model) -> int | None | bool:
+    """The time input's axis 1: its length, None if open, False if the input
+    has no time axis (rank < 3; token ids: rank < 2)."""
+    streams = input_streams(model)
+    tensor = model.inputs[streams.index(True) if True in streams else 0]
+    shape = tuple(tensor.shape)
+    tokens = getattr(tensor.dtype, "name", str(tensor.dtype)) != "float32"
+    if len(shape) < (2 if tokens else 3):
+        return False
+    return None if shape[1] is None else int(shape[1])
+
+
 def _check_batch(model, batch) -> None:
     if batch in (None, 1):
         return
@@ -329,14 +368,34 @@ def is_streaming(model) -> bool:
     return _has_recurrent_layer(model) or _has_dynamic_time(model)
 
 
+def _fixed_length(model) -> int | None:
+    return time_length(model) or None
+
+
+@contextlib.contextmanager
+def _unrolled_rnns(model):
+    """Recurrent layers run whole (a whole-window build or fallback) unroll
+    their loop while traced: TensorFlow's MLIR import cannot lower the
+    TensorList while loop Keras writes (tf-import-notes)."""
+    layers = [x for layer in _all_layers(model)
+              for x in (layer, getattr(layer, "forward_layer", None),
+                        getattr(layer, "backward_layer", None)) if x is not None]
+    rnns = [x for x in layers if hasattr(x, "unroll") and not x.unroll]
+    for layer in rnns:
+        layer.unroll = True
+    try:
+        yield
+    finally:
+        for layer in rnns:
+            layer.unroll = False
+
+
 def fixed_window_length(model) -> int | None:
     """W for a candidate fixed-window model: input (batch, W, features...) with
     W fixed and no recurrent layer (whether the time axis is reduced inside
     the model is found by the replay)."""
-    shape = time_input_shape(model)
-    if len(shape) >= 3 and shape[1] is not None and not is_streaming(model):
-        return int(shape[1])
-    return None
+    length = time_length(model)
+    return length if length and not is_streaming(model) else None
 
 
 def _all_layers(model):
@@ -355,8 +414,7 @@ def _has_recurrent_layer(model) -> bool:
 
 
 def _has_dynamic_time(model) -> bool:
-    shape = time_input_shape(model)
-    return len(shape) >= 3 and shape[1] is None
+    return time_length(model) is None
 
 
 # --------------------------------------------------------------------------

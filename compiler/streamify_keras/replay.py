@@ -38,7 +38,7 @@ PER_STEP_LAYERS: dict[str, str | None] = {
     "Dense": None, "Embedding": None, "Activation": None, "Dropout": None, "GaussianDropout": None,
     "GaussianNoise": None, "AlphaDropout": None, "SpatialDropout1D": None,
     "SpatialDropout2D": None, "SpatialDropout3D": None,
-    "Identity": None, "ReLU": None, "LeakyReLU": None, "ELU": None, "PReLU": None,
+    "Identity": None, "Masking": None, "ReLU": None, "LeakyReLU": None, "ELU": None, "PReLU": None,
     "ThresholdedReLU": None,  # Keras 2 layer, see keras2.py
     "Rescaling": None, "Softmax": "axis", "LayerNormalization": "axis",
     "BatchNormalization": "axis", "UnitNormalization": "axis",
@@ -51,6 +51,7 @@ PER_STEP_LAYERS: dict[str, str | None] = {
 ELEMENTWISE_OPS = {
     "Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Maximum", "Minimum",
     "Negative", "Abs", "Exp", "Log", "Sqrt", "Square", "Tanh", "Sigmoid", "Relu",
+    "NotEqual",
 }
 
 # Why a layer cannot stream, for the common cases; anything else on a
@@ -58,8 +59,6 @@ ELEMENTWISE_OPS = {
 NOT_STREAMABLE: dict[str, str] = {
     "Bidirectional": "runs the sequence backwards as well as forwards, so step t "
                      "depends on future samples",
-    "Masking": "masks time steps; streaming masked sequences is not supported "
-               "(feed only valid samples to step() instead)",
     "RepeatVector": "creates a new time axis",
     "Attention": "attends over the whole sequence",
     "MultiHeadAttention": "attends over the whole sequence",
@@ -207,6 +206,10 @@ class Replay:
     def _run(self, model, inputs):
         import keras
 
+        functional = getattr(model, "_functional", None)
+        if isinstance(model, keras.Sequential) and functional is not None and \
+                any(_makes_mask(layer) for layer in model.layers):
+            model = functional  # its graph carries the mask into the recurrent layers
         if isinstance(model, keras.Sequential):
             x = inputs
             for layer in model.layers:
@@ -217,14 +220,15 @@ class Replay:
 
     # -- states ------------------------------------------------------------
 
-    def take_state(self, name: str, shape: tuple[int, ...], layer: str = ""):
+    def take_state(self, name: str, shape: tuple[int, ...], layer: str = "",
+                   fill: float = 0.0):
         import tensorflow as tf
 
         if self.discovering:
+            initial = np.full(shape, fill, np.float32)
             self.new_states.append(StateInfo(name, "float32", tuple(shape),
-                                             initial=np.zeros(shape, np.float32),
-                                             layer=layer))
-            return tf.zeros(shape, tf.float32)
+                                             initial=initial, layer=layer))
+            return tf.constant(initial)
         return self.incoming.pop(0)
 
     def buffer(self, name: str, value, keep: int, layer: str = ""):
@@ -276,22 +280,24 @@ class Replay:
         from .time_rules import RULES
 
         kind = type(op).__name__
-        if kwargs.get("mask") is not None:
-            raise layer_error(op, "receives a mask; masked sequences cannot stream")
+        if kwargs.get("mask") is not None and not _is_rnn(op):
+            raise layer_error(op, "receives a mask; tfaot streams masks into "
+                                  "recurrent layers only")
         if kind == "InputLayer":
             return args[0]
         if isinstance(op, keras.Model):
             self.row(op, "model")
             return self._run(op, args[0] if len(args) == 1 else list(args))
         streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
+        if self.mode == "stateless":  # one whole inference: every layer as it is
+            self.row(op, "whole")
+            return self.apply(op, args, kwargs, VEC)
         on_sequence = any(s.meta == SEQ for s in streamed)
         if _is_rnn(op):
             return self._recurrent(op, args[0], kwargs)
         if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
-            raise layer_error(op, NOT_STREAMABLE[kind])
-        if kind == "Embedding" and getattr(op, "mask_zero", False):
-            raise layer_error(op, "produces a mask (mask_zero=True); masked "
-                                  "sequences cannot stream")
+            # (a fixed-window model falls back to recomputing its window)
+            raise NotIncremental(op, NOT_STREAMABLE[kind])
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed))
@@ -316,7 +322,7 @@ class Replay:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
                               valid_from=args[0].valid_from)
-        if kind in PER_STEP_LAYERS or _is_elementwise_op(op):
+        if kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_reduction(op, args):
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
             self._check_all_sequences(op, args)
             args, kwargs, seq = self._align(op, args, kwargs)
@@ -430,19 +436,36 @@ class Replay:
         seq = x.seq
         # (before taking the layer's states: every state's new value follows it)
         mask = self.frame_numbers(seq) >= 0.0 if seq.dirty and seq.delay > 0 else None
+        user_mask = self._frame_mask(layer, kwargs.get("mask"), seq)
         states = [self.take_state(f"{layer.name}/{_state_name(layer, i)}", shape, layer.name)
                   for i, shape in enumerate(shapes)]
-        outputs = []
+        outputs, previous = [], None
+        zero_output = getattr(layer, "zero_output_for_mask", False)
         with tf.name_scope(layer.name):
             for i in range(seq.n):
                 y, new_states = cell.call(x.value[:, i], states, training=False)
                 new_states = tree.flatten(new_states)
-                if mask is not None:  # frames from before the stream leave the state alone
-                    new_states = [tf.where(mask[i], new, old)
+                # frames from before the stream, and masked frames (Keras's
+                # backend rnn), leave the states alone
+                keep = [k for k in (None if mask is None else mask[i],
+                                    None if user_mask is None else user_mask[0, i])
+                        if k is not None]
+                if keep:
+                    keep = keep[0] if len(keep) == 1 else tf.logical_and(*keep)
+                    new_states = [tf.where(keep, new, old)
                                   for new, old in zip(new_states, states)]
+                if user_mask is not None:  # a masked frame repeats the last output
+                    if previous is None:
+                        previous = tf.zeros_like(y) if zero_output else self.take_state(
+                            f"{layer.name}/output", tuple(y.shape), layer.name)
+                    y = tf.where(user_mask[0, i], y, previous if not zero_output else
+                                 tf.zeros_like(y))
+                    previous = y
                 states = new_states
                 outputs.append(y)
         self.new_values.extend(states)
+        if user_mask is not None and not zero_output:
+            self.new_values.append(previous)
         if layer.return_sequences:
             out = Streamed(tf.stack(outputs, axis=1), SEQ,
                            replace(seq, dirty=seq.delay > 0), x.valid_from)
@@ -456,10 +479,20 @@ class Replay:
             return [out] + [Streamed(s, VEC, valid_from=out.valid_from) for s in states]
         return out
 
+    def _frame_mask(self, layer, mask, seq: Seq):
+        """The (1, n) boolean mask (Masking) of the chunk's frames, or None."""
+        if mask is None:
+            return None
+        if not isinstance(mask, Streamed) or mask.meta != SEQ or \
+                (mask.seq.n, mask.seq.delay) != (seq.n, seq.delay):
+            raise layer_error(layer, "receives a mask that is not one flag per frame "
+                                     "of its input")
+        return mask.value
+
     def _check_recurrent(self, layer, x: Streamed, kwargs) -> None:
         if layer.go_backwards:
-            raise layer_error(layer, "has go_backwards=True: step t would depend "
-                                     "on future samples")
+            raise NotIncremental(layer, "has go_backwards=True: step t would depend "
+                                        "on future samples")
         if kwargs.get("initial_state") is not None:
             raise layer_error(layer, "gets its initial state from another tensor; "
                                      "tfaot needs the layer's own initial state")
@@ -524,6 +557,22 @@ def _is_rnn(layer) -> bool:
     import keras
 
     return isinstance(layer, keras.layers.RNN)
+
+
+def _makes_mask(layer) -> bool:
+    return type(layer).__name__ == "Masking" or getattr(layer, "mask_zero", False)
+
+
+def _is_feature_reduction(op, args) -> bool:
+    """``any``/``all`` over the last axis: the mask a Masking layer records
+    in a functional graph (not_equal, then any over the features)."""
+    if not type(op).__module__.startswith("keras.src.ops") or \
+            type(op).__name__ not in ("Any", "All") or getattr(op, "keepdims", False):
+        return False
+    rank = len(_leaves(args)[0].value.shape)
+    axis = getattr(op, "axis", None)
+    axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
+    return isinstance(axis, int) and axis % rank == rank - 1 and rank > 2
 
 
 def _is_elementwise_op(op) -> bool:

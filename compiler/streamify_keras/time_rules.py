@@ -152,6 +152,8 @@ class WindowReduceRule:
         import tensorflow as tf
 
         seq = x.seq
+        if replay.mode == "prefix" and type(op).__name__.startswith("Global"):
+            return _running_pool(replay, op, x)
         self._check(op, seq, replay.mode)
         need = seq.length + seq.lag
         cat = replay.buffer(f"{op.name}/window", x.value, need - seq.n, op.name)
@@ -160,6 +162,57 @@ class WindowReduceRule:
             y = op(cat[:, first:first + seq.length])
         replay.row(op, "window", buffer=max(0, need - seq.n), window=seq.length)
         return Streamed(y, VEC, valid_from=max(x.valid_from, replay.window_first_step))
+
+
+#: The running max's value before any frame (float32's lowest).
+_NO_FRAME = -3.4028234663852886e38
+
+
+def _running_pool(replay: Replay, op, x: Streamed) -> Streamed:
+    """Global average/max pooling over a growing prefix (prefix mode): the
+    mean or max of frames 0..t, kept as a running sum or max of each frame
+    (its other spatial axes pooled first), plus the step counter."""
+    import tensorflow as tf
+
+    seq = x.seq
+    if seq.lag < 0:
+        raise layer_error(op, "pools a sequence that ends after the stream's last frame")
+    is_max = "Max" in type(op).__name__
+    # the n frames that end at the reference's last frame (a lag is a delay line)
+    cat = replay.buffer(f"{op.name}/delay", x.value, seq.lag, op.name)
+    frames = cat[:, :seq.n]
+    reduce = tf.reduce_max if is_max else tf.reduce_sum
+    per_frame = reduce(frames, axis=list(range(2, len(frames.shape) - 1)), keepdims=False) \
+        if len(frames.shape) > 3 else frames
+    if not is_max:
+        per_frame = per_frame / float(_spatial_size(frames))
+    numbers = replay.frame_numbers(seq) - float(seq.lag)
+    inside = tf.reshape(numbers >= 0.0, (1, seq.n, 1))
+    with tf.name_scope(op.name):
+        if is_max:
+            best = tf.reduce_max(tf.where(inside, per_frame, _NO_FRAME), axis=1)
+            old = replay.take_state(f"{op.name}/max", tuple(best.shape), op.name,
+                                    fill=_NO_FRAME)
+            new = tf.maximum(old, best)
+            y = new
+        else:
+            total = tf.reduce_sum(tf.where(inside, per_frame, 0.0), axis=1)
+            old = replay.take_state(f"{op.name}/sum", tuple(total.shape), op.name)
+            new = old + total
+            count = tf.maximum(numbers[-1] + 1.0, 1.0)  # frames 0..t
+            y = new / count
+        replay.new_values.append(new)
+        if getattr(op, "keepdims", False):
+            y = tf.reshape(y, (1,) * (len(x.value.shape) - 1) + (int(y.shape[-1]),))
+    replay.row(op, "running " + ("max" if is_max else "mean"), buffer=max(0, seq.lag))
+    return Streamed(y, VEC, valid_from=max(x.valid_from, seq.first_step))
+
+
+def _spatial_size(frames) -> int:
+    size = 1
+    for d in frames.shape[2:-1]:
+        size *= int(d)
+    return size
 
 
 def _time_pad(op) -> tuple[tuple[int, int], list[tuple[int, int]]]:

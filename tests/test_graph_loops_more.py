@@ -1,0 +1,339 @@
+"""TF1 loops users have (issue 11, item 7): dynamic_rnn with sequence_length, tf.cond
+inside a v1 loop body, nested loops, static_rnn with peephole/projection LSTMCells
+and with a conditioning input. Graphs from graph_loop_models.py (TF1 sessions,
+tf.compat.v1 cells, frozen); each is compared with TensorFlow running the original
+graph, through the built .so where it says so (>= 100 steps, error <= 1e-5).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import graph_loop_models as glm
+import graph_models as gm
+from tfaot.errors import TfaotError
+
+STEPS = 100
+TOL = 1e-5
+
+
+def _build(gd, tmp_path, name):
+    """The .so of a frozen graph (built in-process), its harness and the build report."""
+    from tfaot import harness
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    path = gm.write_graph_def(gd, tmp_path / f"{name}.pb", text=False)
+    build_model(str(path), BuildOptions(out_dir=tmp_path / name), Progress(False))
+    return harness.load(tmp_path / name)
+
+
+def _streamed(gd, name="g"):
+    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    return streamify_graph(graph_def_to_loaded(gd, Path(f"{name}.pb"), "graphdef"),
+                           notify=False)
+
+
+def _pure_steps(program, x, extra=None):
+    """``pure_step`` run step by step from the initial state; ``extra``: per-step inputs."""
+    import tensorflow as tf
+
+    states = [tf.constant(s.initial) for s in program.signature.states]
+    ys = []
+    for t in range(x.shape[1]):
+        args = [tf.constant(x[:, t]) if i.name == "x" else tf.constant(extra[i.name])
+                for i in program.signature.inputs]
+        out = program.pure_step(*args, *states)
+        ys.append(out[0].numpy())
+        states = list(out[1:])
+    return np.stack(ys)
+
+
+def _x(features, steps=STEPS, seed=0):
+    return np.random.default_rng(seed).standard_normal((1, steps, features)).astype(np.float32)
+
+
+# -- 1. dynamic_rnn with sequence_length
+
+
+def test_sequence_length_constant_through_library(tmp_path, capsys):
+    """A constant length 60 < 100 steps: the state freezes and the outputs are
+    the zero output's after step 59, as in the graph; reset() restarts the count."""
+    gd = glm.seq_len_rnn("lstm", "const", length=60)
+    lib = _build(gd, tmp_path, "sl_const")
+    note = [ln for ln in capsys.readouterr().err.splitlines() if "time index" in ln]
+    assert len(note) == 1 and "rnn/while/GreaterEqual" in note[0], note
+    assert "stream_step0" in [s["name"] for s in lib.manifest["state"]]
+    x = _x(6)
+    want = glm.run(gd, {"x:0": x})[0]
+    for _ in range(2):  # the second pass after reset()
+        got = np.stack([lib.step(x[:, t]) for t in range(STEPS)])[:, 0]
+        err = np.abs(got - want).max()
+        print(f"sequence_length=60 (constant): .so vs TF max abs error {err:.3g}")
+        assert err <= TOL, err
+        lib.reset()
+    # The step counter is state like the others: get_state/set_state carry it.
+    for t in range(50):
+        lib.step(x[:, t])
+    saved = lib.get_state()
+    assert any(s.shape == (1,) and s[0] == 50 for s in saved)
+    first = np.stack([lib.step(x[:, t]) for t in range(50, STEPS)])
+    lib.set_state(saved)
+    second = np.stack([lib.step(x[:, t]) for t in range(50, STEPS)])
+    assert np.array_equal(first, second) and np.abs(first[:, 0] - want[50:]).max() <= TOL
+
+
+def test_sequence_length_placeholder_is_a_per_step_input(tmp_path):
+    """A sequence_length Placeholder becomes a per-step int32 input ("seq_len"):
+    step t equals the graph at time t for the length given."""
+    gd = glm.seq_len_rnn("gru", "placeholder")
+    lib = _build(gd, tmp_path, "sl_ph")
+    assert [(n, str(d), tuple(s)) for n, d, s in lib.input_specs] == \
+        [("x", "float32", (1, 6)), ("seq_len", "int32", (1,))]
+    assert lib.input_streamed == [True, False]
+    x = _x(6, seed=1)
+    for length in (37, 1_000_000):  # shorter than the stream, and "no limit"
+        lib.reset()
+        sl = np.array([length], np.int32)
+        want = glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]
+        got = np.stack([lib.step({"x": x[:, t], "seq_len": sl}) for t in range(STEPS)])[:, 0]
+        err = np.abs(got - want).max()
+        print(f"sequence_length placeholder = {length}: .so vs TF max abs error {err:.3g}")
+        assert err <= TOL, err
+
+
+def test_sequence_length_placeholder_before_the_input():
+    """A [None] length placeholder listed before a fixed-length input: the
+    features stay the streamed input."""
+    gd = glm.seq_len_rnn("lstm", "placeholder_first", frames=40)
+    program = _streamed(gd)
+    assert [(i.name, i.shape, i.streamed) for i in program.signature.inputs] == \
+        [("seq_len", (1,), False), ("x", (1, 6), True)]
+    x, sl = _x(6, steps=40, seed=13), np.array([29], np.int32)
+    got = _pure_steps(program, x, {"seq_len": sl})[:, 0]
+    assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
+
+
+def test_sequence_length_final_state_head():
+    """The final state (frozen at the length) read after the loop."""
+    gd = glm.seq_len_rnn("basic_lstm", "const", length=30, frames=50, head="state")
+    program = _streamed(gd)
+    x = _x(6, steps=50)
+    assert np.abs(_pure_steps(program, x)[-1] - glm.run(gd, {"x:0": x})).max() <= TOL
+
+
+def test_counter_as_a_value_is_still_refused():
+    """Only comparisons of the time counter stream exactly (see test_graph_errors)."""
+    import tensorflow as tf
+
+    with glm._tf1_graph(0) as g:
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        xs = tf.transpose(x, [1, 0, 2])
+        T = tf.shape(xs)[0]
+        ta_in = tf.TensorArray(tf.float32, size=T).unstack(xs)
+
+        def body(t, h, ta):
+            h = tf.tanh(h + ta_in.read(t) * tf.cast(t, tf.float32, name="position"))
+            return t + 1, h, ta.write(t, h)
+
+        _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
+                                 [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
+        tf.identity(ta.stack(), name="y")
+    gd = tf.compat.v1.graph_util.extract_sub_graph(g.as_graph_def(), ["y"])
+    with pytest.raises(TfaotError) as e:
+        _streamed(gd, "pos")
+    msg = str(e.value)
+    assert "position" in msg and "Cast" in msg and "\n" not in msg, msg
+
+
+# -- 2. tf.cond inside a v1 loop body; nested loops
+
+
+@pytest.mark.parametrize("pred", ["state", "input", "is_training"])
+def test_cond_in_loop_body_streams(pred):
+    gd = glm.cond_in_loop(pred)
+    program = _streamed(gd, f"cond_{pred}")
+    x = _x(5, seed=2)
+    err = np.abs(_pure_steps(program, x)[:, 0] - glm.run(gd, {"x:0": x})[0]).max()
+    assert err <= TOL, err
+
+
+def test_cond_on_the_time_counter_through_library(tmp_path):
+    """tf.cond(t < 3, ...): a warm-up on the time index, from the stream's step counter."""
+    gd = glm.cond_in_loop("counter")
+    lib = _build(gd, tmp_path, "cond_counter")
+    x = _x(5, seed=3)
+    want = glm.run(gd, {"x:0": x})[0]
+    got = np.stack([lib.step(x[:, t]) for t in range(STEPS)])[:, 0]
+    err = np.abs(got - want).max()
+    print(f"tf.cond on the time counter in a v1 loop: .so vs TF max abs error {err:.3g}")
+    assert err <= TOL, err
+
+
+def test_cond_with_a_stateful_branch_is_refused():
+    with pytest.raises(TfaotError) as e:
+        _streamed(glm.cond_in_loop("random"), "rnd")
+    msg = str(e.value)
+    assert "RandomUniform" in msg and "gate/Merge" in msg and "\n" not in msg, msg
+
+
+def test_nested_while_loops_name_the_inner_frame():
+    with pytest.raises(TfaotError) as e:
+        _streamed(glm.nested_loops(), "nested")
+    msg = str(e.value)
+    assert "nested while loops" in msg and "while/gate/while/while_context" in msg, msg
+    assert "\n" not in msg
+
+
+# -- 3. static_rnn: peephole + projection LSTMCell; several inputs
+
+
+def test_static_rnn_peephole_projection_through_library(tmp_path):
+    gd = glm.static_rnn("lstm_peephole_proj", frames=STEPS)
+    program = _streamed(gd)
+    assert program.report["unrolled"] and not program.report["stateless"]
+    lib = _build(gd, tmp_path, "peep")
+    x = _x(6, seed=4)
+    want = glm.run(gd, {"x:0": x})[0]
+    got = np.stack([lib.step(x[:, t]) for t in range(STEPS)])[:, 0]
+    err = np.abs(got - want).max()
+    print(f"static_rnn LSTMCell(peepholes, num_proj): .so vs TF max abs error {err:.3g}")
+    assert err <= TOL, err
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_static_rnn_with_a_conditioning_input(cell):
+    """Features + a conditioning vector concatenated to every copy's input."""
+    gd = glm.static_rnn(cell, frames=40, cond=3, head="last")
+    program = _streamed(gd)
+    assert program.report["unrolled"]
+    assert [(i.name, i.streamed) for i in program.signature.inputs] == [("x", True),
+                                                                        ("c", False)]
+    x, c = _x(6, steps=40, seed=5), np.full((1, 3), 0.7, np.float32)
+    got = _pure_steps(program, x, {"c": c})[-1]
+    assert np.abs(got - glm.run(gd, {"x:0": x, "c:0": c})).max() <= TOL
+
+
+@pytest.mark.slow
+def test_static_rnn_with_a_conditioning_input_through_library(tmp_path):
+    gd = glm.static_rnn("lstm_peephole_proj", frames=STEPS, cond=3)
+    lib = _build(gd, tmp_path, "cond_in")
+    x, c = _x(6, seed=6), np.full((1, 3), -0.4, np.float32)
+    want = glm.run(gd, {"x:0": x, "c:0": c})[0]
+    got = np.stack([lib.step({"x": x[:, t], "c": c}) for t in range(STEPS)])[:, 0]
+    assert np.abs(got - want).max() <= TOL
+
+
+@pytest.mark.parametrize("cell,seq_len", [("gru", "placeholder"), ("lstm", 15)])
+def test_static_rnn_with_sequence_length(cell, seq_len):
+    """static_rnn compares a constant time k in copy k with the length (inside
+    tf.conds): the copies' time constants become the step counter."""
+    gd = glm.static_rnn(cell, frames=24, seq_len=seq_len)
+    program = _streamed(gd, "static_sl")
+    assert program.report["unrolled"], program.report.get("notes")
+    x, sl = _x(6, steps=24, seed=11), np.array([17], np.int32)
+    feeds = {"x:0": x, **({"seq_len:0": sl} if seq_len == "placeholder" else {})}
+    got = _pure_steps(program, x, {"seq_len": sl})[:, 0]
+    assert np.abs(got - glm.run(gd, feeds)[0]).max() <= TOL
+
+
+@pytest.mark.slow
+def test_static_rnn_with_sequence_length_through_library(tmp_path):
+    gd = glm.static_rnn("lstm", frames=STEPS, seq_len="placeholder")
+    lib = _build(gd, tmp_path, "static_sl")
+    x = _x(6, seed=12)
+    for length in (70, 1000):
+        lib.reset()
+        sl = np.array([length], np.int32)
+        want = glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]
+        got = np.stack([lib.step({"x": x[:, t], "seq_len": sl}) for t in range(STEPS)])[:, 0]
+        err = np.abs(got - want).max()
+        print(f"static_rnn sequence_length={length}: .so vs TF max abs error {err:.3g}")
+        assert err <= TOL, err
+
+
+# -- 4. a convolution front end (and time strides) before static_rnn / dynamic_rnn
+
+
+def _conv_stream(program, x):
+    """pure_step over x in chunks of the stream's frames per step; (steps, *y_t)."""
+    import tensorflow as tf
+
+    p = program.stream.frames_per_step
+    states = [tf.constant(s.initial) for s in program.signature.states]
+    ys = []
+    for m in range(x.shape[1] // p):
+        out = program.pure_step(tf.constant(x[:, m * p:(m + 1) * p].reshape(
+            program.signature.inputs[0].shape)), *states)
+        ys.append(out[0].numpy())
+        states = list(out[1:])
+    return np.stack(ys)
+
+
+@pytest.mark.parametrize("rnn,stride", [("static", 1), ("static", 2), ("dynamic", 2)])
+def test_conv_front_end_before_rnn(rnn, stride):
+    """VALID conv (kernel 3) -> ReLU -> RNN over 41 frames: step m's output is the
+    graph's at the conv frame it completes (from the first step whose receptive
+    field is full on)."""
+    gd = glm.conv_rnn(rnn, stride, frames=41)
+    program = _streamed(gd, f"conv_{rnn}{stride}")
+    st = program.stream
+    assert st.frames_per_step == stride and st.first_valid_step == (2 if stride == 1 else 1)
+    assert bool(program.report.get("unrolled")) == (rnn == "static")
+    x = _x(6, steps=41, seed=7)
+    want = glm.run(gd, {"x:0": x})[0]  # (conv frames, labels)
+    got = _conv_stream(program, x)[st.first_valid_step:, 0]
+    n = min(len(got), len(want))
+    assert n >= len(want) - 1
+    err = np.abs(got[:n] - want[:n]).max()
+    assert err <= TOL, err
+
+
+def test_conv_front_end_before_static_rnn_through_library(tmp_path):
+    """100 conv frames (VALID, kernel 3) into static_rnn, through the .so."""
+    gd = glm.conv_rnn("static", 1, cell="lstm", frames=STEPS + 2)
+    lib = _build(gd, tmp_path, "conv_static")
+    assert lib.manifest["stream"]["first_valid_step"] == 2
+    x = _x(6, steps=STEPS + 2, seed=8)
+    want = glm.run(gd, {"x:0": x})[0]
+    got = np.stack([lib.step(x[:, t]) for t in range(STEPS + 2)])[2:, 0]
+    err = np.abs(got - want).max()
+    print(f"conv -> static_rnn(LSTMCell): .so vs TF max abs error {err:.3g} over {len(want)} "
+          "steps")
+    assert len(want) == STEPS and err <= TOL, err
+
+
+# -- tf.cond in the outer graph (TF1 is_training flags)
+
+
+def test_is_training_cond_with_a_default_keeps_the_inference_branch():
+    gd = glm.dropout_cond("default")
+    program = _streamed(gd, "drop")
+    assert [i.name for i in program.signature.inputs] == ["x"]
+    x = _x(6, seed=9)
+    err = np.abs(_pure_steps(program, x)[:, 0] - glm.run(gd, {"x:0": x})[0]).max()
+    assert err <= TOL, err
+
+
+def test_is_training_placeholder_with_dropout_is_refused():
+    with pytest.raises(TfaotError) as e:
+        _streamed(glm.dropout_cond("placeholder"), "drop_ph")
+    msg = str(e.value)
+    assert "dropout_cond/Merge" in msg and "RandomUniform" in msg and "\n" not in msg, msg
+
+
+def test_strided_conv_before_static_rnn_through_library(tmp_path):
+    """Stride 2 in time: each step takes 2 frames and runs the repeated cell once."""
+    gd = glm.conv_rnn("static", 2, frames=2 * STEPS + 1)
+    lib = _build(gd, tmp_path, "conv_stride2")
+    assert lib.manifest["stream"]["frames_per_step"] == 2
+    x = _x(6, steps=2 * STEPS + 1, seed=10)
+    want = glm.run(gd, {"x:0": x})[0]  # STEPS conv frames
+    got = np.stack([lib.step(x[:, 2 * m:2 * m + 2]) for m in range(STEPS)])[1:, 0]
+    err = np.abs(got - want[:STEPS - 1]).max()
+    print(f"stride-2 conv -> static_rnn(GRUCell): .so vs TF max abs error {err:.3g} over "
+          f"{len(got)} steps")
+    assert err <= TOL, err

@@ -1,0 +1,259 @@
+"""Keras models written the way published examples write them, streamed
+through the built .so and compared with Keras (>= 100 steps):
+
+* Masking before recurrent layers (padded-sequence examples): masked frames
+  (all features equal to the mask value) keep the states and repeat the
+  last output, as Keras's backend rnn does; the stream includes such frames;
+* global average / max pooling over a recurrent layer's outputs (prefix
+  mode: a running mean / max of frames 0..t);
+* Bidirectional and go_backwards layers over a fixed window: not streamable
+  incrementally, so the exact fallback (the window recomputed every step),
+  or one whole inference per step when the time axis reaches the output.
+"""
+import numpy as np
+import pytest
+
+from tfaot import harness
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from tfaot.verify import keras_reference, library_stream
+
+STEPS = 120
+TOL = 1e-5
+
+
+def _masking():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 6))
+    h = L.Masking(0.0)(x)
+    h = L.LSTM(8, return_sequences=True)(h)
+    return keras.Model(x, L.Dense(2)(L.GRU(5)(h)))
+
+
+def _masking_sequential_zero_output():
+    import keras
+    from keras import layers as L
+    return keras.Sequential([keras.Input((None, 6)), L.Masking(0.0),
+                             L.SimpleRNN(8, return_sequences=True, zero_output_for_mask=True),
+                             L.Dense(2)])
+
+
+def _lstm_global_average():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 10))
+    h = L.LSTM(16, return_sequences=True)(x)
+    h = L.LayerNormalization()(h)
+    return keras.Model(x, L.Dense(3)(L.GlobalAveragePooling1D()(h)))
+
+
+def _conv_gru_global_max():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 10))
+    h = L.Conv1D(12, 3, strides=2, padding="causal", activation="relu")(x)
+    h = L.GRU(16, return_sequences=True)(h)
+    return keras.Model(x, L.Dense(3, activation="softmax")(L.GlobalMaxPooling1D()(h)))
+
+
+def _bidirectional_classifier():
+    import keras
+    from keras import layers as L
+    x = keras.Input((20, 8))
+    return keras.Model(x, L.Dense(3)(L.Bidirectional(L.LSTM(16))(x)))
+
+
+def _go_backwards():
+    import keras
+    from keras import layers as L
+    x = keras.Input((12, 4))
+    return keras.Model(x, L.Dense(2)(L.GRU(8, go_backwards=True)(x)))
+
+
+def _bidirectional_tagger():
+    import keras
+    from keras import layers as L
+    x = keras.Input((15, 6))
+    h = L.Bidirectional(L.GRU(8, return_sequences=True))(x)
+    return keras.Model(x, L.TimeDistributed(L.Dense(3))(h))
+
+
+# name -> (builder, stream mode, recomputed window)
+MODELS = {
+    "masking": (_masking, "prefix", False),
+    "masking_seq_zero": (_masking_sequential_zero_output, "prefix", False),
+    "lstm_gap": (_lstm_global_average, "prefix", False),
+    "conv_gru_gmp": (_conv_gru_global_max, "prefix", False),
+    "bidirectional": (_bidirectional_classifier, "window", True),
+    "go_backwards": (_go_backwards, "window", True),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("published")
+    cache = {}
+
+    def get(name, builder):
+        if name not in cache:
+            model = builder()
+            path = root / f"{name}.keras"
+            model.save(path)
+            out = build_model(str(path), BuildOptions(out_dir=root / name), Progress(False))
+            cache[name] = (model, getattr(out, "path", out))
+        return cache[name]
+    return get
+
+
+def _stream_input(shape, steps, masked_every=0):
+    xs = np.random.default_rng(5).normal(size=(steps, *shape)).astype(np.float32)
+    if masked_every:  # whole frames equal to the mask value
+        xs[masked_every - 1::masked_every] = 0.0
+        xs[:3] = 0.0  # masked frames before the first real one
+    return xs
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_stream_matches_keras(built, name):
+    builder, mode, recomputed = MODELS[name]
+    model, out = built(name, builder)
+    lib = harness.load(out)
+    stream = library_stream(lib, model, name)
+    assert stream.mode == mode
+    assert bool(stream.recompute) == recomputed, stream.recompute
+    steps = STEPS + stream.first_valid_step
+    xs = _stream_input(lib.input_shape, steps, masked_every=4 if "masking" in name else 0)
+    want = keras_reference(model, xs, stream=stream, step_output=lib.output_shape)
+    got = lib.step_n(xs)
+    defined = ~np.isnan(want.reshape(steps, -1)).any(axis=1)
+    assert defined.sum() >= 100
+    err = float(np.abs(got[defined] - want[defined]).max())
+    print(f"{name}: {stream.mode} recompute={bool(stream.recompute)}: max abs error "
+          f"{err:.3g} over {defined.sum()} steps")
+    assert err <= TOL
+    # state moves mid-stream: a fresh context continues bit-identically
+    half = steps // 2
+    lib.reset()
+    lib.step_n(xs[:half])
+    other = harness.load(out)
+    other.set_state(lib.get_state())
+    np.testing.assert_array_equal(other.step_n(xs[half:]), got[half:])
+
+
+def test_masked_frames_change_nothing(built):
+    """A masked frame repeats the last output and leaves the state alone:
+    the stream with masked frames inserted equals the stream without them."""
+    model, out = built("masking", _masking)
+    lib = harness.load(out)
+    xs = _stream_input(lib.input_shape, 40)
+    plain = lib.step_n(xs)
+    lib.reset()
+    padded = np.insert(xs, [10, 10, 25], 0.0, axis=0)
+    got = lib.step_n(padded)
+    kept = np.ones(len(padded), bool)
+    kept[[10, 11, 27]] = False
+    np.testing.assert_array_equal(got[kept], plain)
+    np.testing.assert_array_equal(got[10], got[9])
+
+
+def test_bidirectional_tagger_is_one_inference_per_step(built):
+    """The time axis reaches the output: one whole inference per step."""
+    model, out = built("bidirectional_tagger", _bidirectional_tagger)
+    lib = harness.load(out)
+    assert tuple(lib.input_shape) == (1, 15, 6)
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for _ in range(100):
+        x = rng.normal(size=lib.input_shape).astype(np.float32)
+        worst = max(worst, float(np.abs(lib.step(x) - np.asarray(model(x))).max()))
+    print(f"bidirectional tagger: max abs error {worst:.3g} over 100 inferences")
+    assert worst <= TOL
+
+
+def _stateful_lstm():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 5), batch_size=1)
+    return keras.Model(x, L.Dense(2)(L.LSTM(8, stateful=True)(x)))
+
+
+def _conv_lstm_frames():
+    """Next-frame prediction over 16x16 frames, one frame per step."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 16, 16, 1))
+    h = L.ConvLSTM2D(4, (3, 3), padding="same", return_sequences=True)(x)
+    h = L.BatchNormalization()(h)
+    return keras.Model(x, L.TimeDistributed(L.Conv2D(1, 3, padding="same",
+                                                     activation="sigmoid"))(h))
+
+
+@pytest.mark.parametrize("name,builder", [("stateful", _stateful_lstm),
+                                          ("conv_lstm_frames", _conv_lstm_frames)])
+def test_verify_command(built, tmp_path, name, builder):
+    """``tfaot verify`` on models whose reference needs care: a stateful
+    layer (each reference call starts from the initial state) and frames
+    with a time axis in the output."""
+    from tfaot.verify import verify
+    _, out = built(name, builder)
+    path = out.parent / f"{name}.keras"
+    results = verify(str(path), out, steps=120, seed=0, tol=TOL)
+    for r in results:
+        print(f"{name}: {r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} {r.unit}")
+        assert r.steps >= 100 and r.ok
+
+
+def _embedding_mask_zero():
+    import keras
+    from keras import layers as L
+    return keras.Sequential([keras.Input((None,), dtype="int32"),
+                             L.Embedding(30, 8, mask_zero=True),
+                             L.GRU(8, return_sequences=True), L.Dense(2)])
+
+
+def test_embedding_mask_zero_skips_padding_tokens(built):
+    """Token 0 (padding) is masked: the GRU keeps its state and repeats its
+    last output there, in Keras and in the stream."""
+    from tfaot.verify import keras_sequence_reference
+    model, out = built("embedding_mask_zero", _embedding_mask_zero)
+    lib = harness.load(out)
+    tokens = np.random.default_rng(4).integers(1, 30, size=(STEPS, 1)).astype(np.int32)
+    tokens[::5] = 0
+    tokens[:2] = 0
+    got = lib.step_n(tokens)
+    want = keras_sequence_reference(model, tokens.reshape(1, STEPS))
+    err = float(np.abs(got - want).max())
+    print(f"embedding mask_zero: max abs error {err:.3g} over {STEPS} steps")
+    assert err <= TOL
+    np.testing.assert_array_equal(got[5], got[4])
+
+
+def _two_input_same_padding():
+    """Features + a conditioning vector; 'same' padding in time: the window
+    is recomputed every step, the vector taken as it is at that step."""
+    import keras
+    from keras import layers as L
+    x, c = keras.Input((16, 10), name="features"), keras.Input((3,), name="cond")
+    h = L.Flatten()(L.Conv1D(8, 3, padding="same")(x))
+    return keras.Model([x, c], L.Dense(2)(L.Concatenate()([h, c])))
+
+
+def _text_cnn_same_padding():
+    import keras
+    from keras import layers as L
+    x = keras.Input((30,), dtype="int32")
+    h = L.Conv1D(16, 5, padding="same", activation="relu")(L.Embedding(50, 8)(x))
+    return keras.Model(x, L.Dense(2)(L.GlobalMaxPooling1D()(h)))
+
+
+@pytest.mark.parametrize("name,builder", [("two_input_same", _two_input_same_padding),
+                                          ("text_cnn_same", _text_cnn_same_padding)])
+def test_window_fallback_with_typed_inputs(built, name, builder):
+    from tfaot.verify import verify
+    model, out = built(name, builder)
+    lib = harness.load(out)
+    stream = library_stream(lib, model, name)
+    assert stream.mode == "window" and stream.recompute
+    (result,) = verify(str(out.parent / f"{name}.keras"), out, steps=STEPS, seed=1, tol=TOL)
+    print(f"{name}: max abs error {result.max_abs_error:.3g} over {result.steps} steps")
+    assert result.steps == STEPS and result.ok

@@ -1,0 +1,229 @@
+"""tfaot's matvec micro-kernel (compiler/microkernel.py, runtime_shim/tfrt_matvec.c).
+
+Constant-weight matvecs leave IREE's codegen for a C kernel with weights
+packed at build time into the kernel object's read-only data. Correctness
+here (vs TensorFlow through the .so, on the host and on aarch64 under qemu);
+speed is measured by bench/bench_litert.py (variant ukernel).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import toolchains
+from tfaot import microkernel
+from tfaot.errors import TfaotError
+from tfaot.resources import shim_dir
+from tfaot.target import make_target
+from util import run as _run
+
+STEPS = 120
+DATA = Path(__file__).parent / "data" / "backend"
+
+
+def _dot_module(w: np.ndarray, *, x_cols: int = 1) -> str:
+    """Four products: constant W (twice), a non-constant and a splat matrix."""
+    n, k = w.shape
+    hexval = w.astype("<f4").tobytes().hex().upper()
+    wt, xt, yt = f"tensor<{n}x{k}xf32>", f"tensor<{k}x{x_cols}xf32>", f"tensor<{n}x{x_cols}xf32>"
+    dot = f"({wt}, {xt}) -> {yt}"
+    return f"""module {{
+  func.func @f(%x: {xt}, %v: {wt}) -> {yt} {{
+    %w = stablehlo.constant dense<"0x{hexval}"> : {wt}
+    %s = stablehlo.constant dense<0.5> : {wt}
+    %a = stablehlo.dot %w, %x : {dot}
+    %b = stablehlo.dot %v, %x : {dot}
+    %c = stablehlo.dot %s, %x : {dot}
+    %d = stablehlo.dot %w, %x : {dot}
+    %e = stablehlo.add %a, %b : {yt}
+    %f = stablehlo.add %c, %d : {yt}
+    %g = stablehlo.add %e, %f : {yt}
+    return %g : {yt}
+  }}
+}}
+"""
+
+
+def test_tile_agrees_with_the_c_kernel():
+    header = (shim_dir() / "tfrt_matvec.c").read_text()
+    assert re.search(r"#define TFRT_MATVEC_TILE (\d+)", header).group(1) == str(microkernel.TILE)
+
+
+def test_pack_layout_pads_the_last_tile():
+    t = 4
+    w = np.arange(10 * 3, dtype=np.float32).reshape(10, 3) + 1
+    p = microkernel.pack(w, t)
+    assert p.shape == (3, 3, t) and p.dtype == np.float32 and p.flags.c_contiguous
+    for row in range(10):
+        for col in range(3):
+            assert p[row // t, col, row % t] == w[row, col]
+    assert not p[2, :, 2:].any()  # rows 10, 11: zero padding
+
+
+def test_rewrite_takes_constant_matvecs_only():
+    w = np.random.default_rng(0).standard_normal((40, 24)).astype(np.float32)
+    text, count = microkernel.rewrite_matvecs(_dot_module(w), "m")
+    # the non-constant and the splat weights stay with IREE; the two uses
+    # of the same constant share one packed copy
+    assert count == 2
+    assert text.count("stablehlo.dot ") == 2
+    assert text.count("stream.executable private") == 1
+    assert "hal.import.static" in text and "@m_matvec_f32" in text
+    assert "alignment = 64" in text
+    assert microkernel.rewrite_matvecs(_dot_module(w), "m")[0] == text  # deterministic
+
+
+def test_rewrite_fallbacks_leave_the_text_alone():
+    w = np.ones((8, 4), np.float32) * np.arange(4, dtype=np.float32)
+    assert microkernel.rewrite_matvecs(_dot_module(w, x_cols=2), "m")[1] == 0  # a matmul
+    text = _dot_module(w)
+    assert microkernel.rewrite_matvecs(text, "m", min_weights=33) == (text, 0)  # too small
+
+
+def test_target_defaults_and_flags():
+    from tfaot.package.link import matvec_flags
+
+    host = make_target("cpu", "x86_64-unknown-linux-gnu", "host")
+    assert host.matvec_kernel == "tfaot" and host.c_flags() == ()
+    assert "-mprefer-vector-width=512" in matvec_flags(host)
+    assert make_target("cpu", "aarch64-linux-gnu", "generic").matvec_kernel == "tfaot"
+    m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4")
+    assert m4.matvec_kernel == "iree"
+    assert make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4",
+                       matvec="tfaot").matvec_kernel == "tfaot"
+    iree = make_target("cpu", "x86_64-unknown-linux-gnu", "host", matvec="iree")
+    assert iree.matvec_kernel == "iree"
+    with pytest.raises(TfaotError, match="CPU option"):
+        make_target("vulkan", matvec="tfaot")
+    with pytest.raises(TfaotError, match="not supported"):
+        make_target("cpu", matvec="xnnpack")
+
+
+def _keras_model():
+    """Odd K (5), a last tile of 3 of 32 rows (Dense(3)), N = 80 and 120."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    return keras.Sequential([keras.Input((None, 5), batch_size=1),
+                             keras.layers.LSTM(20, return_sequences=True),
+                             keras.layers.GRU(40, return_sequences=True),
+                             keras.layers.Dense(3)])
+
+
+def _build(model, tmp_path: Path, sub: str, **options):
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    path = tmp_path / "mk.keras"
+    if not path.exists():
+        model.save(path)
+    return build_model(str(path), BuildOptions(out_dir=tmp_path / sub, keep_temps=True, **options),
+                       Progress(enabled=False))
+
+
+@pytest.fixture(scope="module")
+def keras_case(tmp_path_factory):
+    from tfaot.verify import keras_reference
+
+    tmp = tmp_path_factory.mktemp("mk")
+    model = _keras_model()
+    xs = np.random.default_rng(1).standard_normal((STEPS, 1, 5)).astype(np.float32)
+    expected = keras_reference(model, xs).reshape(STEPS, -1)
+    return model, xs, expected, tmp
+
+
+def test_keras_numerics_through_the_so(keras_case):
+    from tfaot import harness
+
+    model, xs, expected, tmp = keras_case
+    built = _build(model, tmp, "out", matvec="tfaot")
+    out, man = built.path, built.manifest
+    ys = harness.load(out).step_n(xs).reshape(STEPS, -1)
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
+    # the kernel object calls the micro-kernel, merged into it; no RAM copy
+    # of the weights
+    nm = _run(["nm", out / "src" / "mk_kernels.o"]).stdout
+    assert re.search(r"\bT mk_matvec_f32\b", nm) and " U mk_matvec_f32" not in nm
+    assert not man["pack_weights"] and man["matvec"] == "tfaot"
+    ram, weights = man["footprint"]["ram_bytes"], man["footprint"]["weight_bytes"]
+    assert ram < weights
+    # rebuilding gives the same bytes
+    again = _build(model, tmp, "again", matvec="tfaot").path
+    for f in ("src/mk.c", "src/mk_kernels.o", "libmk.a"):
+        assert (out / f).read_bytes() == (again / f).read_bytes(), f
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_generated_c_is_warning_free(keras_case, cc, tmp_path):
+    import shutil
+
+    if not shutil.which(cc):
+        pytest.skip(f"needs {cc}")
+    model, _, _, tmp = keras_case
+    out = tmp / "out"
+    if not out.exists():
+        _build(model, tmp, "out", matvec="tfaot")
+    warn = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+    _run([*warn, "-O2", "-c", "mk.c", "-o", tmp_path / "mk.o"], cwd=out / "src")
+    _run([*warn, "-O3", "-march=native", "-mprefer-vector-width=512",
+          "-DTFRT_MATVEC_FN=mk_matvec_f32", "-c", shim_dir() / "tfrt_matvec.c",
+          "-o", tmp_path / "matvec.o"])
+
+
+def test_iree_matvec_still_available(keras_case):
+    from tfaot import harness
+
+    model, xs, expected, tmp = keras_case
+    out = _build(model, tmp, "iree", matvec="iree").path
+    assert "matvec_f32" not in _run(["nm", out / "src" / "mk_kernels.o"]).stdout
+    ys = harness.load(out).step_n(xs).reshape(STEPS, -1)
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
+
+
+def test_aarch64_under_qemu(keras_case, tmp_path):
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    model, xs, expected, tmp = keras_case
+    out = _build(model, tmp, "aarch64", triple="aarch64-linux-gnu", cpu="generic").path
+    assert re.search(r"\bT mk_matvec_f32\b",
+                     _run(["aarch64-linux-gnu-nm", out / "src" / "mk_kernels.o"]).stdout)
+    xs.tofile(tmp_path / "in.f32")
+    exe = tmp_path / "run"
+    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+          "-DTFAOT_MODEL=mk", "-DTFAOT_UPPER=MK", '-DTFAOT_HEADER="mk.h"', "-I", out,
+          DATA / "c" / "run_hooks.c", out / "libmk.a", "-lm", "-o", exe])
+    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
+                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == f"run={STEPS}"
+    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cortex_m4_when_asked(keras_case, tmp_path):
+    """Off by default on bare metal; asked for, it builds and matches (qemu-system-arm)."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    model, xs, expected, tmp = keras_case
+    xs, expected = xs[:20], expected[:20]
+    out = _build(model, tmp, "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+                 matvec="tfaot").path
+    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
+    (tmp_path / "inputs.h").write_text(f"#define STEPS {len(xs)}\nstatic const float "
+                                       f"inputs[STEPS][{xs[0].size}] = {{\n{rows}\n}};\n")
+    cm, image = DATA / "cortexm", tmp_path / "image.elf"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
+          "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-ffunction-sections",
+          "-fdata-sections", "-DTFAOT_MODEL=mk", "-DTFAOT_UPPER=MK", '-DTFAOT_HEADER="mk.h"',
+          "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
+          "-Wl,--gc-sections", "-Wl,-z,noexecstack", cm / "startup.c", cm / "main.c",
+          out / "libmk.a", "-lm", "-lc", "-lgcc", "-o", image])
+    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines and lines[-1] == "done", proc.stdout + proc.stderr
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=1e-5)

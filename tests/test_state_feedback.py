@@ -1,0 +1,136 @@
+"""Graphs published as one step with the state as I/O (DeepSpeech's
+previous_state_c/h -> new_state_c/h, "external state" exports): the state
+pairs are kept inside the library (compiler/state_feedback.py)."""
+import json
+
+import numpy as np
+import pytest
+
+from tfaot import harness
+from tfaot.cli import main
+from tfaot.program import ProgramSignature, TensorInfo
+from tfaot.state_feedback import find_pairs, parse_pairs
+
+STEPS = 120
+
+
+def _step_graph():
+    """One LSTM step written by hand in a TF1 session, frozen; the state is
+    fed in and read out by the caller."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(3)
+        x = tf.compat.v1.placeholder(tf.float32, [1, 10], name="input_node")
+        c = tf.compat.v1.placeholder(tf.float32, [1, 16], name="previous_state_c")
+        h = tf.compat.v1.placeholder(tf.float32, [1, 16], name="previous_state_h")
+        w = tf.compat.v1.get_variable("w", [26, 64])
+        b = tf.compat.v1.get_variable("b", [64])
+        i, f, gg, o = tf.split(tf.matmul(tf.concat([x, h], 1), w) + b, 4, axis=1)
+        c2 = tf.sigmoid(f + 1.0) * c + tf.sigmoid(i) * tf.tanh(gg)
+        h2 = tf.sigmoid(o) * tf.tanh(c2)
+        tf.identity(c2, name="new_state_c")
+        tf.identity(h2, name="new_state_h")
+        wo = tf.compat.v1.get_variable("wo", [16, 5])
+        tf.nn.softmax(tf.matmul(h2, wo), name="logits")
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return tf.compat.v1.graph_util.convert_variables_to_constants(
+                sess, g.as_graph_def(), ["logits", "new_state_c", "new_state_h"])
+
+
+@pytest.fixture(scope="module")
+def step_graph(tmp_path_factory):
+    path = tmp_path_factory.mktemp("feedback") / "ds.pb"
+    path.write_bytes(_step_graph().SerializeToString())
+    return path
+
+
+def _run_graph(graph_def, xs):
+    """The original graph stepped by its caller: state outputs fed back."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    with tf.compat.v1.Session(graph=g) as sess:
+        c = h = np.zeros((1, 16), np.float32)
+        ys = []
+        for x in xs:
+            y, c, h = sess.run(["logits:0", "new_state_c:0", "new_state_h:0"],
+                               {"input_node:0": x, "previous_state_c:0": c,
+                                "previous_state_h:0": h})
+            ys.append(y)
+    return np.stack(ys)
+
+
+def test_found_pairs_stream_through_the_library(step_graph, tmp_path, capsys):
+    out = tmp_path / "lib"
+    assert main(["build", str(step_graph), "-o", str(out)]) == 0
+    assert "keeps output 'new_state_c' as the state fed to input 'previous_state_c'" in \
+        capsys.readouterr().err
+    manifest = json.loads((out / "ds.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["input_node"]
+    assert [o["name"] for o in manifest["outputs"]] == ["logits"]
+    assert [s["name"] for s in manifest["state"]] == ["previous_state_c", "previous_state_h"]
+    lib = harness.load(out)
+    xs = np.random.default_rng(0).normal(size=(STEPS, 1, 10)).astype(np.float32)
+    got = lib.step_n(xs)
+    want = _run_graph(_step_graph(), xs)
+    err = float(np.abs(got - want).max())
+    print(f"state fed back: max abs error {err:.3g} over {STEPS} steps")
+    assert err <= 1e-5
+    # the state is the library's: reset, get/set_state
+    lib.reset()
+    lib.step_n(xs[:50])
+    other = harness.load(out)
+    other.set_state(lib.get_state())
+    np.testing.assert_array_equal(other.step_n(xs[50:]), got[50:])
+    # tfaot verify runs the graph with the same pairs fed back
+    capsys.readouterr()
+    assert main(["verify", str(step_graph), str(out), "--steps", str(STEPS)]) == 0
+    assert f"over {STEPS} steps" in capsys.readouterr().out
+
+
+def test_explicit_pairs_and_errors(step_graph, tmp_path, capsys):
+    out = tmp_path / "one"
+    assert main(["build", str(step_graph), "-o", str(out),
+                 "--state", "previous_state_c=new_state_c"]) == 0
+    manifest = json.loads((out / "ds.json").read_text())
+    assert [s["name"] for s in manifest["state"]] == ["previous_state_c"]
+    assert {i["name"] for i in manifest["inputs"]} == {"input_node", "previous_state_h"}
+    assert main(["verify", str(step_graph), str(out), "--steps", "100"]) == 0
+    for pair, words in (("previous_state_c=logits", "is float32 (1, 16) but output 'logits'"),
+                        ("nothing=logits", "'nothing' is not an input"),
+                        ("previous_state_c", "is not INPUT=OUTPUT")):
+        bad = tmp_path / "bad"
+        capsys.readouterr()
+        assert main(["build", str(step_graph), "-o", str(bad), "--state", pair]) != 0
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+        assert not bad.exists()
+
+
+def _sig(inputs, outputs):
+    def t(name):
+        return TensorInfo(name, "float32", (1, 8))
+    return ProgramSignature(tuple(map(t, inputs)), tuple(map(t, outputs)), ())
+
+
+@pytest.mark.parametrize("inputs,outputs,pairs", [
+    (["x", "previous_state_c", "previous_state_h"], ["y", "new_state_c", "new_state_h"],
+     [("previous_state_c", "new_state_c"), ("previous_state_h", "new_state_h")]),
+    (["feats", "h_in"], ["probs", "h_out"], [("h_in", "h_out")]),
+    (["audio", "state_in"], ["out", "state_out"], [("state_in", "state_out")]),
+    (["x", "prev/state"], ["y", "next/state"], [("prev/state", "next/state")]),
+    (["x", "bias_in"], ["y", "bias_out"], []),  # not named a state
+    (["x", "hidden"], ["y", "hidden"], []),  # the same name is not a pair
+])
+def test_found_pairs(inputs, outputs, pairs):
+    assert find_pairs(_sig(inputs, outputs)) == pairs
+
+
+def test_parse_pairs():
+    assert parse_pairs(None) is None
+    assert parse_pairs("a:0=b, c=d:0") == [("a", "b"), ("c", "d")]
