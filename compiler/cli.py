@@ -113,12 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "steps (default: on for Linux triples when the model has 16 KiB of "
                         "weights or more; off for bare metal, where weights stay in flash)")
     p.add_argument("--matvec", choices=["tfaot", "iree"], default=None,
-                   help="who computes constant-weight matrix-vector products: tfaot's own "
-                        "micro-kernel with weights packed at build time in read-only data "
-                        "(default on Linux triples), or IREE's generated kernels (default "
-                        "on bare metal)")
+                   help="who computes constant-weight matrix-vector products and "
+                        "convolutions (also depthwise): tfaot's own micro-kernels with weights "
+                        "packed at build time in read-only data (default on Linux triples), "
+                        "or IREE's generated kernels (default on bare metal)")
     p.add_argument("--weights-dtype", choices=["f32", "f16", "bf16"], default="f32",
-                   help="how tfaot's matvec kernel stores its weights: f32 (default), or "
+                   help="how tfaot's micro-kernels store their weights: f32 (default), or "
                         "f16/bf16 at half width (half the weight bytes, faster on models "
                         "bound by reading them; math stays f32, error vs f32 about 1e-4 "
                         "(f16) / 1e-3 (bf16)); needs tfaot's matvec kernel (--matvec=tfaot, "

@@ -18,15 +18,16 @@ shared/iree-notes.md section 0:
 * ``Target.pack_weights`` (hosted targets): data tiling + const-expr
   hoisting pack the weights once in ``__init``, and long matvecs are split
   into short independent reductions first (bench/bench_litert.py).
-* ``Target.matvec_kernel == "tfaot"``: constant-weight matvecs become calls
-  of tfaot's own micro-kernel with weights packed at build time
-  (microkernel.py); packing at init is then off unless other matmuls remain.
+* ``Target.matvec_kernel == "tfaot"``: constant-weight matvecs and
+  convolutions become calls of tfaot's own micro-kernels with weights packed
+  at build time (microkernel.py); packing at init is then off unless other
+  matmuls remain.
 """
 from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import microkernel, weight_globals
@@ -46,7 +47,8 @@ class CompiledModule:
     library_query: str | None   # CPU: the object's exported query symbol
     compiler_version: str    # e.g. "3.13.0rc20261016 @ 89ece87b..."
     target: Target
-    matvec_symbol: str | None = None  # the micro-kernel the object calls (package adds it)
+    # {kind: symbol} of tfaot's micro-kernels the object calls (package adds them)
+    kernel_symbols: dict[str, str] = field(default_factory=dict)
 
     @property
     def triple(self) -> str:
@@ -199,11 +201,12 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     workdir.mkdir(parents=True, exist_ok=True)
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
-    matvecs = 0
+    kernel_symbols: dict[str, str] = {}
     if target.matvec_kernel == "tfaot":
-        mlir_text, matvecs = microkernel.rewrite_matvecs(mlir_text, name,
-                                                         dtype=target.weights_dtype)
-        if matvecs and not _MATMUL_OP.search(mlir_text):
+        mlir_text, rewritten = microkernel.rewrite_matvecs(mlir_text, name,
+                                                           dtype=target.weights_dtype)
+        kernel_symbols = microkernel.kernel_symbols(mlir_text, name, target.weights_dtype)
+        if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
@@ -237,5 +240,5 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
         library_query=_query_symbol(kernels) if target.has_kernel_object else None,
         compiler_version=compiler_version(),
         target=target,
-        matvec_symbol=microkernel.kernel_symbol(name, target.weights_dtype) if matvecs else None,
+        kernel_symbols=kernel_symbols,
     )

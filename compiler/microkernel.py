@@ -1,4 +1,4 @@
-"""tfaot's own matvec micro-kernel: constant-weight matvecs leave IREE's codegen.
+"""tfaot's own micro-kernels: constant-weight matvecs and convolutions leave IREE's codegen.
 
 IREE's CPU code for ``W[N,K] . x[K,1]`` is one serial FMA chain per output
 tile with an in-register transpose of every weight block (iree-notes 7).
@@ -6,6 +6,15 @@ This stage replaces each such ``stablehlo.dot`` (constant f32 ``W``) by a
 dispatch of a small executable written here, whose body calls
 ``NAME_matvec_f32(w, x, x_offset, y, y_offset, n, k)``: a portable C kernel
 (runtime_shim/tfrt_matvec.c) with several independent accumulators.
+
+Convolutions with a constant filter go the same way, to ``NAME_conv_f32``:
+IREE runs the single output frame of a streamed convolution at about
+2 GMAC/s (bench/bench_streaming.py, CNN), the kernel at 15-30 on this
+machine's AVX-512; whole-window convolutions gain too. Only the common
+form qualifies: one image, channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or
+its 1-D form), no groups, no input dilation; padding becomes a
+``stablehlo.pad`` before the dispatch. Depthwise convolutions
+(``feature_group_count`` > 1) stay with IREE.
 
 * The weights are packed here, at build time, as ``[ceil(N/T)][K][T]``
   (``T = TILE`` output lanes, zero rows pad the last tile) into a
@@ -29,6 +38,8 @@ dispatch of a small executable written here, whose body calls
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .errors import TfaotError
@@ -44,9 +55,19 @@ MIN_WEIGHTS = 0
 ALIGN = 64
 
 
-def kernel_symbol(name: str, dtype: str = "f32") -> str:
+#: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro.
+KINDS = ("matvec", "conv", "dwconv")
+
+
+def kernel_symbol(name: str, dtype: str = "f32", kind: str = "matvec") -> str:
     """The C function the kernel object calls; prefixed so models link together."""
-    return f"{name}_matvec_{dtype}"
+    return f"{name}_{kind}_{dtype}"
+
+
+def kernel_symbols(mlir_text: str, name: str, dtype: str) -> dict[str, str]:
+    """``{kind: symbol}`` of the kernels the rewritten ``mlir_text`` calls."""
+    symbols = {kind: kernel_symbol(name, dtype, kind) for kind in KINDS}
+    return {kind: sym for kind, sym in symbols.items() if f"@{sym}(" in mlir_text}
 
 
 def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
@@ -89,19 +110,20 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32") -> tuple[str, int]:
-    """Replaces constant-weight matvecs by calls of the micro-kernel.
+    """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
-    Returns the new text and how many dots were replaced. Only
+    Returns the new text and how many ops were replaced. Only
     ``stablehlo.dot`` of a non-splat f32 constant ``[N,K]`` and an
-    ``[K,1]`` vector qualify (the import's matvec layout); everything else
-    is left to IREE. Identical weight matrices share one packed copy,
-    stored as ``dtype`` ("f32", "f16" or "bf16": Target.weights_dtype).
+    ``[K,1]`` vector qualify (the import's matvec layout), and the
+    convolutions ``_constant_conv`` accepts; everything else is left to
+    IREE. Identical weights (and geometry) share one packed copy, stored as
+    ``dtype`` ("f32", "f16" or "bf16": Target.weights_dtype).
     """
     from iree.compiler import ir
 
     from .mlir_import import function_ops
 
-    if "stablehlo.dot" not in mlir_text:
+    if "stablehlo.dot" not in mlir_text and "stablehlo.convolution" not in mlir_text:
         return mlir_text, 0
     with ir.Context():
         try:
@@ -112,14 +134,18 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         texts: list[str] = []
         count = 0
         for op in function_ops(module):
-            w = _constant_matvec(op, min_weights)
+            w, conv = _constant_matvec(op, min_weights), None
             if w is None:
-                continue
-            key = w.tobytes() + bytes(str(w.shape), "ascii")
+                conv = _constant_conv(op, min_weights)
+                if conv is None:
+                    continue
+                w = conv.weights
+            key = w.tobytes() + bytes(str(w.shape) + repr(conv), "ascii")
             if key not in kernels:
-                kernels[key] = f"tfaot_matvec_{len(kernels)}"
-                texts.append(_executable_text(kernels[key], w, name, dtype))
-            _replace_with_call(op, kernels[key])
+                kernels[key] = f"tfaot_{conv.kind if conv else 'matvec'}_{len(kernels)}"
+                texts.append(_conv_text(kernels[key], conv, name, dtype) if conv else
+                             _matvec_text(kernels[key], w, name, dtype))
+            _replace_with_call(op, kernels[key], operand=0 if conv else 1)
             count += 1
         if not count:
             return mlir_text, 0
@@ -149,45 +175,213 @@ def _constant_matvec(op, min_weights: int) -> np.ndarray | None:
     return np.array(value, dtype=np.float32).reshape(w_type.shape)
 
 
-def _replace_with_call(op, callee: str) -> None:
+def _replace_with_call(op, callee: str, operand: int) -> None:
+    """``op`` becomes ``callee(op.operands[operand])``; its constant weights
+    (the other operand) go when nothing else uses them."""
     from iree.compiler import ir
 
     with ir.InsertionPoint(op), op.location:
         call = ir.Operation.create(
-            "func.call", results=[op.results[0].type], operands=[op.operands[1]],
+            "func.call", results=[op.results[0].type], operands=[op.operands[operand]],
             attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-    w_op = op.operands[0].owner
+    w_op = op.operands[1 - operand].owner
     op.results[0].replace_all_uses_with(call.results[0])
     op.operation.erase()
     if not list(w_op.results[0].uses):
         w_op.operation.erase()
 
 
-def _executable_text(sym: str, w: np.ndarray, name: str, dtype: str) -> str:
-    """A private function ``@sym(x) -> W x`` and the executable it dispatches.
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A convolution the conv kernel computes: one image, channels last,
+    filter ``[kh][kw][c][n]`` (as ``weights``, ``W[n, kh*kw*c]``).
 
-    The executable's only work is the call of the C kernel with the packed
-    weights (a read-only global of the kernel object) and the two bindings,
-    each a base pointer plus an element offset: IREE moves a binding's offset
-    (e.g. one state inside a fused state buffer) into the subspan.
-    Half-width weights are ``i16`` data: the kernel knows their dtype.
+    A 1-D convolution is the 2-D one with ``kh = ih = 1``. ``pad`` is
+    ``((top, bottom), (left, right))``, applied before the kernel. A
+    depthwise convolution (``groups == c``, filter ``[kh][kw][1][n]``) keeps
+    its weights as ``[kh*kw, n]``.
     """
+
+    n: int
+    c: int
+    kh: int
+    kw: int
+    ih: int
+    iw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pad: tuple[tuple[int, int], tuple[int, int]]
+    depthwise: bool
+    x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
+    y_type: str
+    weights: np.ndarray = field(compare=False, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return "dwconv" if self.depthwise else "conv"
+
+    def packed(self) -> np.ndarray:
+        """The weights as the kernel reads them (tfrt_matvec.c)."""
+        return self.weights if self.depthwise else pack(self.weights)
+
+    @property
+    def kernel_args(self) -> tuple[int, ...]:
+        """The kernel's scalar arguments after y_offset (tfrt_matvec.c)."""
+        padded_iw = self.iw + sum(self.pad[1])
+        return (self.n, self.c, self.kh, self.kw, padded_iw, self.oh, self.ow,
+                self.sh, self.sw, self.dh, self.dw)
+
+
+#: The layouts the TF import writes for Conv2D and Conv1D (channels last).
+_CONV_LAYOUTS = {"[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]": 2, "[b, 0, f]x[0, i, o]->[b, 0, f]": 1}
+
+
+def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
+    """The geometry and weights of ``op`` when the conv kernel computes it."""
+    from iree.compiler import ir
+
+    if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
+        return None
+    attrs = {a: str(op.attributes[a]) for a in op.attributes}
+    layout = attrs.get("dimension_numbers", "").removeprefix("#stablehlo.conv<").rstrip(">")
+    spatial = _CONV_LAYOUTS.get(layout)
+    f_op = op.operands[1].owner
+    groups = _ints(attrs.get("feature_group_count", "1"))[0]
+    if (spatial is None or not isinstance(f_op, ir.OpView)
+            or f_op.operation.name != "stablehlo.constant"
+            or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
+            or any(v != 1 for v in _ints(attrs.get("lhs_dilation", "")))
+            or "true" in attrs.get("window_reversal", "")):
+        return None
+    value = ir.DenseElementsAttr(f_op.attributes["value"])
+    x_type = ir.RankedTensorType(op.operands[0].type)
+    y_type = ir.RankedTensorType(op.results[0].type)
+    f_shape = list(ir.RankedTensorType(value.type).shape)
+    if (value.is_splat or str(value.type.element_type) != "f32"
+            or str(x_type.element_type) != "f32" or x_type.shape[0] != 1
+            or not x_type.has_static_shape or int(np.prod(f_shape)) < min_weights):
+        return None
+    ones = [1] * spatial
+    strides = _ints(attrs.get("window_strides", "")) or ones
+    dilation = _ints(attrs.get("rhs_dilation", "")) or ones
+    pad = _ints(attrs.get("padding", "")) or [0] * (2 * spatial)
+    if min(pad) < 0:
+        return None
+    # the 1-D form is the 2-D one with one row
+    x_shape, y_shape = list(x_type.shape), list(y_type.shape)
+    if spatial == 1:
+        x_shape.insert(1, 1), y_shape.insert(1, 1), f_shape.insert(0, 1)
+        strides, dilation, pad = [1, *strides], [1, *dilation], [0, 0, *pad]
+    kh, kw, c, n = f_shape
+    depthwise = groups > 1
+    if depthwise:  # one input channel per group, n = c * depth multiplier
+        c = groups
+        if f_shape[2] != 1 or n % c or x_shape[3] != c:
+            return None
+    elif x_shape[3] != c:
+        return None
+    filters = np.array(value, dtype=np.float32)
+    geometry = ConvGeometry(
+        n=n, c=c, kh=kh, kw=kw, ih=x_shape[1], iw=x_shape[2], oh=y_shape[1], ow=y_shape[2],
+        sh=strides[0], sw=strides[1], dh=dilation[0], dw=dilation[1],
+        pad=((pad[0], pad[1]), (pad[2], pad[3])), depthwise=depthwise,
+        x_type=str(x_type).removeprefix("tensor<").removesuffix(">"),
+        y_type=str(y_type).removeprefix("tensor<").removesuffix(">"),
+        weights=filters.reshape(kh * kw, n) if depthwise else filters.reshape(kh * kw * c, n).T)
+    # the result shape the kernel computes must be the op's
+    for axis, (size, k, out) in enumerate(((geometry.ih, kh, geometry.oh),
+                                           (geometry.iw, kw, geometry.ow))):
+        padded = size + sum(geometry.pad[axis])
+        if out < 1 or (padded - dilation[axis] * (k - 1) - 1) // strides[axis] + 1 != out:
+            return None
+    return geometry
+
+
+def _ints(text: str) -> list[int]:
+    """The integers of an attribute's text (``array<i64: 1, 2>``,
+    ``dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>``, ``dense<0> : ...``)."""
+    import re
+
+    body = text.split(":", 1)[-1] if text.startswith("array<") else text.split(">", 1)[0]
+    values = [int(v) for v in re.findall(r"-?\d+", body)]
+    if text.startswith("dense<") and len(values) == 1:  # a splat: the shape says how many
+        shape = re.search(r"tensor<([\dx]+)xi64>", text)
+        count = int(np.prod([int(d) for d in shape.group(1).split("x")])) if shape else 1
+        values *= count
+    return values
+
+
+def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str) -> str:
+    """A private function ``@sym(x) -> W x`` and the executable it dispatches."""
     n, k = w.shape
-    packed = pack(w)
-    if dtype == "f32":
-        elem, data = "f32", packed.astype("<f4")
-    else:
-        elem, data = "i16", to_half(packed, dtype).astype("<u2")
-    wtype = f"memref<{packed.shape[0]}x{k}x{TILE}x{elem}>"
-    ttype = "tensor" + wtype[len("memref"):]
-    hexval = data.tobytes().hex().upper()
     xt, yt = f"{k}x1xf32", f"{n}x1xf32"
-    kernel = kernel_symbol(name, dtype)
+    return _matvec_function(sym, xt, yt) + _executable_text(
+        sym, pack(w), xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), dtype)
+
+
+def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str) -> str:
+    """A private function ``@sym(x) -> conv(x, W)`` and the executable it dispatches.
+
+    Before the dispatch the input becomes ``[1, ih, iw, c]`` (1-D: a
+    reshape) and is padded; after it the result gets the op's shape back.
+    """
+    (top, bottom), (left, right) = g.pad
+    image = f"1x{g.ih}x{g.iw}x{g.c}xf32"
+    padded = f"1x{g.ih + top + bottom}x{g.iw + left + right}x{g.c}xf32"
+    result = f"1x{g.oh}x{g.ow}x{g.n}xf32"
+    lines = [f"%x0 = stablehlo.reshape %x : (tensor<{g.x_type}>) -> tensor<{image}>"]
+    if padded != image:
+        lines += ["%zero = stablehlo.constant dense<0.000000e+00> : tensor<f32>",
+                  f"%x1 = stablehlo.pad %x0, %zero, low = [0, {top}, {left}, 0], high = [0, "
+                  f"{bottom}, {right}, 0], interior = [0, 0, 0, 0] : (tensor<{image}>, "
+                  f"tensor<f32>) -> tensor<{padded}>"]
+    last = "%x1" if padded != image else "%x0"
+    lines += [f"%y0 = flow.dispatch @{sym}_exe::@{sym}({last}) : (tensor<{padded}>) -> "
+              f"tensor<{result}>",
+              f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{g.y_type}>"]
+    body = "".join(f"\n    {line}" for line in lines)
+    function = f"""
+  func.func private @{sym}(%x: tensor<{g.x_type}>) -> tensor<{g.y_type}> {{{body}
+    return %y : tensor<{g.y_type}>
+  }}"""
+    return function + _executable_text(sym, g.packed(), padded, result,
+                                       kernel_symbol(name, dtype, g.kind), g.kernel_args, dtype)
+
+
+def _matvec_function(sym: str, xt: str, yt: str) -> str:
+    """``@sym``: the dispatch of its executable."""
     return f"""
   func.func private @{sym}(%x: tensor<{xt}>) -> tensor<{yt}> {{
     %y = flow.dispatch @{sym}_exe::@{sym}(%x) : (tensor<{xt}>) -> tensor<{yt}>
     return %y : tensor<{yt}>
-  }}
+  }}"""
+
+
+def _executable_text(sym: str, packed: np.ndarray, xt: str, yt: str, kernel: str,
+                     sizes: tuple[int, ...], dtype: str) -> str:
+    """The executable whose only work is ``kernel(w, x, x_offset, y, y_offset, *sizes)``.
+
+    The packed weights are a read-only global of the kernel object; the two
+    bindings are each a base pointer plus an element offset: IREE moves a
+    binding's offset (e.g. one state inside a fused state buffer) into the
+    subspan. Half-width weights are ``i16`` data: the kernel knows their dtype.
+    """
+    if dtype == "f32":
+        elem, data = "f32", packed.astype("<f4")
+    else:
+        elem, data = "i16", to_half(packed, dtype).astype("<u2")
+    wtype = f"memref<{'x'.join(map(str, packed.shape))}x{elem}>"
+    ttype = "tensor" + wtype[len("memref"):]
+    hexval = data.tobytes().hex().upper()
+    index_types = ", ".join(["index"] * len(sizes))
+    constants = "".join(f"\n        %s{i} = arith.constant {v} : index" for i, v in enumerate(sizes))
+    size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
+    x_rank, y_rank = xt.count("x"), yt.count("x")
+    return f"""
   stream.executable private @{sym}_exe {{
     stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
       %c1 = arith.constant 1 : index
@@ -198,25 +392,26 @@ def _executable_text(sym: str, w: np.ndarray, name: str, dtype: str) -> str:
           initial_value = dense<"0x{hexval}"> : {ttype}, constant,
           alignment = {ALIGN} : i64}}> : () -> ()
       func.func private @{kernel}(memref<{elem}>, memref<f32>, index, memref<f32>, index,
-                                  index, index)
+                                  {index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
       func.func @{sym}(%bx: !stream.binding, %by: !stream.binding) {{
-        %c0 = arith.constant 0 : index
-        %n = arith.constant {n} : index
-        %k = arith.constant {k} : index
+        %c0 = arith.constant 0 : index{constants}
         %w = memref.get_global @{sym}_w : {wtype}
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
         %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
-        %wb, %wo, %ws:3, %wt:3 = iree_codegen.extract_strided_metadata %w
-            : {wtype} -> memref<{elem}>, index, index, index, index, index, index, index
-        %xb, %xo, %xs:2, %xst:2 = iree_codegen.extract_strided_metadata %x
-            : memref<{xt}> -> memref<f32>, index, index, index, index, index
-        %yb, %yo, %ys:2, %yst:2 = iree_codegen.extract_strided_metadata %y
-            : memref<{yt}> -> memref<f32>, index, index, index, index, index
-        func.call @{kernel}(%wb, %xb, %xo, %yb, %yo, %n, %k)
-            : (memref<{elem}>, memref<f32>, index, memref<f32>, index, index, index) -> ()
+        {_metadata("w", wtype, packed.ndim, elem)}
+        {_metadata("x", f"memref<{xt}>", x_rank)}
+        {_metadata("y", f"memref<{yt}>", y_rank)}
+        func.call @{kernel}(%wb, %xb, %xo, %yb, %yo, {size_values})
+            : (memref<{elem}>, memref<f32>, index, memref<f32>, index, {index_types}) -> ()
         return
       }}
     }}
   }}
 """
+
+
+def _metadata(v: str, memref: str, rank: int, elem: str = "f32") -> str:
+    """``%{v}b`` (base) and ``%{v}o`` (offset) of the memref ``%{v}``."""
+    return (f"%{v}b, %{v}o, %{v}s:{rank}, %{v}st:{rank} = iree_codegen.extract_strided_metadata "
+            f"%{v} : {memref} -> memref<{elem}>, index{', index' * (2 * rank)}")

@@ -1,9 +1,13 @@
-/* tfrt_matvec.c - tfaot's matvec micro-kernel: y[n] = W[n,k] . x[k] (f32).
+/* tfrt_matvec.c - tfaot's micro-kernels: the matvec y[n] = W[n,k] . x[k], the
+ * convolution and the depthwise convolution of one image with W (f32 math).
  *
- * The kernel object's matvec dispatches (compiler/microkernel.py) call
- * TFRT_MATVEC_FN(w, x, x_offset, y, y_offset, n, k); the package stage
- * compiles this file with -DTFRT_MATVEC_FN=NAME_matvec_f32 and merges it
- * into NAME_kernels.o, which so stays self-contained (package/link.py).
+ * The kernel object's matvec and convolution dispatches
+ * (compiler/microkernel.py) call TFRT_MATVEC_FN(w, x, x_offset, y,
+ * y_offset, n, k), TFRT_CONV_FN(...) and TFRT_DWCONV_FN(...) (depthwise);
+ * the package stage compiles this file with -DTFRT_MATVEC_FN=NAME_matvec_f32
+ * (and NAME_conv_f32, NAME_dwconv_f32: the kernels the model calls) and
+ * merges it into NAME_kernels.o, which so stays self-contained
+ * (package/link.py). A kernel whose macro is not given is left out.
  * The weights were packed at build time as [ceil(n/T)][k][T] (T =
  * TFRT_MATVEC_TILE output lanes, zero rows pad the last tile) and stay in
  * the kernel object's read-only data; the offsets are in elements.
@@ -23,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifndef TFRT_MATVEC_FN
-#error "compile with -DTFRT_MATVEC_FN=<the symbol the kernel object calls>"
+#if !defined(TFRT_MATVEC_FN) && !defined(TFRT_CONV_FN) && !defined(TFRT_DWCONV_FN)
+#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=<the symbols the kernel object calls>"
 #endif
 
 /* Output lanes per packed tile; compiler/microkernel.py TILE must agree. */
@@ -73,6 +77,7 @@ typedef float tfrt_weight;
 #define TFRT_W(v) (v)
 #endif
 
+#ifdef TFRT_MATVEC_FN
 void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k);
 
@@ -97,3 +102,101 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float
     for (size_t l = 0; l < m; l++) y[t + l] = even[l] + odd[l];
   }
 }
+#endif
+
+#ifdef TFRT_CONV_FN
+/* Output positions computed together: each packed weight row loaded is used
+ * for this many positions (8 x 32 lanes are 16 AVX-512 accumulators; gcc
+ * keeps them in registers; 8 also measured fastest with AVX2). */
+#define TFRT_CONV_POSITIONS 8
+
+void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
+                  size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
+                  size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+
+/* y[oh][ow][n] = sum over (i, j, ch) of W[n][(i*kw + j)*c + ch] *
+ * x[oy*sh + i*dh][ox*sw + j*dw][ch]: one image, channels last, already
+ * padded (x is [ih][iw][c], y is [oh][ow][n]); W packed as above with k =
+ * kh*kw*c in the order (i, j, ch), the order of a [kh][kw][c][n] filter.
+ * A block of output positions shares every weight load; the taps are
+ * walked as rows of contiguous inputs (a whole filter row when dw == 1). */
+void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
+                  size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
+                  size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
+  enum { T = TFRT_MATVEC_TILE, P = TFRT_CONV_POSITIONS };
+  x += x_offset;
+  y += y_offset;
+  const size_t run = dw == 1 ? kw * c : c, runs = dw == 1 ? kh : kh * kw;
+  const size_t k = kh * kw * c, positions = oh * ow;
+  for (size_t t = 0; t < n; t += T, w += k * T) {
+    const size_t lanes = n - t < T ? n - t : T;
+    for (size_t p0 = 0; p0 < positions; p0 += P) {
+      const float *at[P];  /* first input of each position's window */
+      for (size_t q = 0; q < P; q++) {
+        /* a partial last block recomputes its last position (not stored) */
+        const size_t p = p0 + q < positions ? p0 + q : positions - 1;
+        at[q] = x + ((p / ow) * sh * iw + (p % ow) * sw) * c;
+      }
+      float acc[P][T] = {{0}};
+      const tfrt_weight *wr = w;
+      for (size_t r = 0; r < runs; r++, wr += run * T) {
+        const size_t i = dw == 1 ? r : r / kw, j = dw == 1 ? 0 : r % kw;
+        const size_t skip = (i * dh * iw + j * dw) * c;
+        for (size_t e = 0; e < run; e++) {
+          const tfrt_weight *wl = wr + e * T;
+          for (size_t q = 0; q < P; q++) {
+            const float xv = at[q][skip + e];
+            for (size_t l = 0; l < T; l++) TFRT_MAC(acc[q][l], TFRT_W(wl[l]), xv);
+          }
+        }
+      }
+      for (size_t q = 0; q < P && p0 + q < positions; q++)
+        for (size_t l = 0; l < lanes; l++) y[(p0 + q) * n + t + l] = acc[q][l];
+    }
+  }
+}
+#endif
+
+#ifdef TFRT_DWCONV_FN
+/* Output channels computed together: a multiple of every vector width. */
+#define TFRT_DWCONV_LANES 64
+
+void TFRT_DWCONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
+                    size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
+                    size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+
+/* Depthwise: y[oy][ox][o] = sum over (i, j) of W[i][j][o] *
+ * x[oy*sh + i*dh][ox*sw + j*dw][o / (n/c)], one image, channels last,
+ * already padded; W is the [kh][kw][n] filter as it is (n = c times the
+ * depth multiplier). The channels are the vector lanes. */
+void TFRT_DWCONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
+                    size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
+                    size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
+  enum { L = TFRT_DWCONV_LANES };
+  x += x_offset;
+  y += y_offset;
+  const size_t mult = n / c;
+  for (size_t oy = 0; oy < oh; oy++) {
+    for (size_t ox = 0; ox < ow; ox++, y += n) {
+      const float *at = x + (oy * sh * iw + ox * sw) * c;
+      for (size_t o0 = 0; o0 < n; o0 += L) {
+        const size_t lanes = n - o0 < L ? n - o0 : L;
+        float acc[L] = {0};
+        for (size_t i = 0; i < kh; i++) {
+          for (size_t j = 0; j < kw; j++) {
+            const float *xt = at + (i * dh * iw + j * dw) * c;
+            const tfrt_weight *wt = w + (i * kw + j) * n + o0;
+            if (mult == 1 && lanes == L) {
+              for (size_t l = 0; l < L; l++) TFRT_MAC(acc[l], TFRT_W(wt[l]), xt[o0 + l]);
+            } else {
+              for (size_t l = 0; l < lanes; l++)
+                TFRT_MAC(acc[l], TFRT_W(wt[l]), xt[(o0 + l) / mult]);
+            }
+          }
+        }
+        for (size_t l = 0; l < lanes; l++) y[o0 + l] = acc[l];
+      }
+    }
+  }
+}
+#endif

@@ -11,7 +11,7 @@ from ..resources import template_env
 from .c_api import CTX_ALIGN, ApiModel, tfaot_version
 from .ctx_size import ctx_size_for
 from .footprint import measure_footprint
-from .link import C_FLAGS, add_matvec_kernel, c_command, link_library, rename_query_symbol
+from .link import C_FLAGS, add_micro_kernels, c_command, link_library, rename_query_symbol
 from .shim import write_shim
 
 
@@ -38,8 +38,8 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
         kernels = src / f"{name}_kernels.o"
         rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
                             api.query_symbol, toolchain, target.triple)
-        if compiled.matvec_symbol:  # target.matvec_kernel == "tfaot" needs a toolchain
-            add_matvec_kernel(target, toolchain, kernels, compiled.matvec_symbol,
+        if compiled.kernel_symbols:  # target.matvec_kernel == "tfaot" needs a toolchain
+            add_micro_kernels(target, toolchain, kernels, compiled.kernel_symbols,
                               workdir / "matvec")
 
     weights = api.weights_blob()
@@ -80,10 +80,12 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "triple": target.triple,
         "cpu": target.cpu,
         "pack_weights": target.pack_weights,
-        # who computes the constant-weight matvecs (compiler/microkernel.py)
-        "matvec": "tfaot" if compiled.matvec_symbol else "iree",
-        # how the micro-kernel's packed weights are stored (--weights-dtype)
-        "weights_dtype": target.weights_dtype if compiled.matvec_symbol else "f32",
+        # who computes the constant-weight matvecs and convolutions
+        # (compiler/microkernel.py), and which of tfaot's kernels the build calls
+        "matvec": "tfaot" if compiled.kernel_symbols else "iree",
+        "micro_kernels": sorted(compiled.kernel_symbols),
+        # how the micro-kernels' packed weights are stored (--weights-dtype)
+        "weights_dtype": target.weights_dtype if compiled.kernel_symbols else "f32",
         "compiler_version": compiled.compiler_version,
         **sig.to_json(),
         "stream": stream.to_json(),

@@ -71,25 +71,27 @@ def matvec_flags(target: Target) -> list[str]:
     return ["-O3", *dtype]
 
 
-def add_matvec_kernel(target: Target, toolchain: Toolchain | None, kernels: Path, symbol: str,
-                      workdir: Path) -> None:
-    """Compiles the micro-kernel as ``symbol`` and merges it into ``kernels``.
+def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path,
+                      symbols: dict[str, str], workdir: Path) -> None:
+    """Compiles the micro-kernels ``{kind: symbol}`` and merges them into ``kernels``.
 
-    The kernel object then defines what its matvec dispatches call: it stays
-    one self-contained object, as for IREE's own kernels.
+    The kernel object then defines what its matvec and convolution
+    dispatches call: it stays one self-contained object, as for IREE's own
+    kernels.
     """
     from ..resources import shim_dir
 
     if toolchain is None:
-        raise TfaotError(f"package: the matvec micro-kernel needs the C toolchain of "
+        raise TfaotError(f"package: tfaot's micro-kernels need the C toolchain of "
                          f"{target.triple}; none is installed (build with --matvec=iree)")
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(shim_dir() / MATVEC_SOURCE, workdir / MATVEC_SOURCE)  # relative paths
     pic = ["-fPIC"] if toolchain.pic else []
-    run([*c_command(target, toolchain), *pic, *matvec_flags(target), f"-DTFRT_MATVEC_FN={symbol}",
-         "-c", MATVEC_SOURCE, "-o", "matvec.o"], workdir, "compiling the matvec micro-kernel")
+    names = [f"-DTFRT_{kind.upper()}_FN={symbol}" for kind, symbol in sorted(symbols.items())]
+    run([*c_command(target, toolchain), *pic, *matvec_flags(target), *names,
+         "-c", MATVEC_SOURCE, "-o", "matvec.o"], workdir, "compiling the micro-kernels")
     run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", kernels, "matvec.o"], workdir,
-        "adding the matvec micro-kernel to the kernel object")
+        "adding the micro-kernels to the kernel object")
     shutil.copyfile(workdir / "kernels.o", kernels)
 
 

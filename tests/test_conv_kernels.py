@@ -1,0 +1,302 @@
+"""tfaot's convolution micro-kernels (compiler/microkernel.py, runtime_shim/tfrt_matvec.c).
+
+Constant-filter convolutions (and depthwise ones) leave IREE's codegen for C
+kernels with weights packed at build time. The C kernels are checked against
+a numpy convolution over strides, dilations, depth multipliers and partial
+tiles; the rewrite against the op forms it must take or leave; whole models
+through the .so against TensorFlow (the streaming-conv suites also run through
+them: every CPU build uses them). Speed: bench/bench_streaming.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import toolchains
+from tfaot import microkernel
+from tfaot.resources import shim_dir
+from tfaot.target import make_target
+from util import run as _run
+
+STEPS = 120
+
+
+@pytest.fixture(scope="module", params=["gcc", "clang"])
+def kernels(request, tmp_path_factory):
+    """The C kernels (f32 and bf16) built as a shared library with ``cc``."""
+    from tfaot.package.link import matvec_flags
+
+    cc = request.param
+    if not shutil.which(cc):
+        pytest.skip(f"needs {cc}")
+    libs = {}
+    for dtype in ("f32", "bf16"):
+        lib = tmp_path_factory.mktemp(f"k_{cc}") / f"k_{dtype}.so"
+        _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+              *matvec_flags(make_target("cpu", weights_dtype=dtype)),
+              "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv",
+              shim_dir() / "tfrt_matvec.c", "-o", lib])
+        libs[dtype] = ctypes.CDLL(str(lib))
+    return libs
+
+
+def _reference(x, filters, stride, dilation, groups):
+    """numpy convolution of ``x [ih, iw, c]`` with ``filters [kh, kw, c/groups, n]``."""
+    kh, kw, _, n = filters.shape
+    ih, iw, c = x.shape
+    oh = (ih - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (iw - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    y = np.zeros((oh, ow, n), np.float64)
+    per_group = n // groups
+    for i in range(kh):
+        for j in range(kw):
+            rows = x[i * dilation[0]::stride[0], j * dilation[1]::stride[1]][:oh, :ow]
+            for o in range(n):
+                g = o // per_group
+                part = rows[..., g * (c // groups):(g + 1) * (c // groups)]
+                y[..., o] += part @ filters[i, j, :, o]
+    return y
+
+
+def _call(fn, packed, x, n, c, kh, kw, oh, ow, stride, dilation):
+    y = np.full((oh, ow, n), np.nan, np.float32)
+    size = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, size, ctypes.c_void_p, size] + [size] * 11
+    # offsets: x and y start one element into their buffers
+    xb = np.concatenate([[np.float32(7)], x.ravel()]).astype(np.float32)
+    yb = np.concatenate([[np.float32(7)], y.ravel()]).astype(np.float32)
+    fn(packed.ctypes.data, xb.ctypes.data, 1, yb.ctypes.data, 1, n, c, kh, kw, x.shape[1],
+       oh, ow, *stride, *dilation)
+    assert yb[0] == 7  # nothing written before the offset
+    return yb[1:].reshape(oh, ow, n)
+
+
+CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
+    (30, 28, 10, 4, 10, 18, (2, 1), (1, 1)),  # the CNN's streamed frame
+    (16, 30, 5, 3, 5, 15, (1, 1), (1, 1)),
+    (28, 1, 10, 4, 11, 40, (1, 1), (1, 1)),  # one input channel
+    (65, 3, 3, 3, 9, 9, (2, 2), (2, 1)),  # three tiles, the last of one lane
+    (7, 5, 1, 1, 4, 6, (1, 1), (1, 1)),  # pointwise
+    (8, 4, 3, 3, 7, 9, (1, 2), (1, 2)),  # dilation in width: taps one by one
+    (12, 6, 1, 5, 1, 17, (1, 1), (1, 3)),  # 1-D, dilated
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c[:6])))
+def test_conv_kernel_matches_numpy(kernels, case):
+    n, c, kh, kw, ih, iw, stride, dilation = case
+    rng = np.random.default_rng(n * c)
+    # weights scaled as trained ones are: outputs of order one
+    filters = (rng.standard_normal((kh, kw, c, n)) / np.sqrt(kh * kw * c)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    want = _reference(x, filters, stride, dilation, 1)
+    w = filters.reshape(kh * kw * c, n).T
+    got = _call(kernels["f32"].conv, microkernel.pack(w), x, n, c, kh, kw, *want.shape[:2],
+                stride, dilation)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+DEPTHWISE = [  # n, c, kh, kw, ih, iw, stride, dilation
+    (64, 64, 3, 3, 3, 21, (1, 1), (1, 1)),  # DS-CNN's streamed frame
+    (70, 70, 3, 1, 5, 4, (1, 1), (2, 1)),  # a partial lane block, dilation in time
+    (10, 5, 2, 3, 6, 7, (2, 2), (1, 1)),  # depth multiplier 2
+    (6, 2, 1, 4, 1, 12, (1, 1), (1, 2)),  # 1-D, multiplier 3
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "x".join(map(str, c[:6])))
+def test_depthwise_kernel_matches_numpy(kernels, case):
+    n, c, kh, kw, ih, iw, stride, dilation = case
+    rng = np.random.default_rng(n + c)
+    filters = (rng.standard_normal((kh, kw, 1, n)) / np.sqrt(kh * kw)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    want = _reference(x, filters, stride, dilation, c)
+    got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x, n, c,
+                kh, kw, *want.shape[:2], stride, dilation)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_half_width_conv_weights(kernels):
+    """bf16 weights: the kernel computes with exactly the rounded weights."""
+    n, c, kh, kw, ih, iw, stride, dilation = CONVS[0]
+    rng = np.random.default_rng(5)
+    filters = (rng.standard_normal((kh, kw, c, n)) / np.sqrt(kh * kw * c)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    half = microkernel.to_half(filters, "bf16")
+    want = _reference(x, microkernel.from_half(half, "bf16"), stride, dilation, 1)
+    packed = microkernel.to_half(microkernel.pack(filters.reshape(-1, n).T), "bf16")
+    got = _call(kernels["bf16"].conv, packed, x, n, c, kh, kw, *want.shape[:2], stride, dilation)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def _conv_module(layout: str, x_shape, f_shape, y_shape, attrs: str) -> str:
+    f = np.random.default_rng(0).standard_normal(f_shape).astype("<f4")
+    t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
+    return f"""module {{
+  func.func @f(%x: {t(x_shape)}) -> {t(y_shape)} {{
+    %w = stablehlo.constant dense<"0x{f.tobytes().hex().upper()}"> : {t(f_shape)}
+    %y = stablehlo.convolution(%x, %w) dim_numbers = {layout}, window = {{{attrs}}}
+        {{batch_group_count = 1 : i64, feature_group_count = GROUPS : i64}}
+        : ({t(x_shape)}, {t(f_shape)}) -> {t(y_shape)}
+    return %y : {t(y_shape)}
+  }}
+}}
+"""
+
+
+NHWC = "[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]"
+REWRITES = {  # name: (layout, x, filter, y, window, groups, kernel or None)
+    "conv_same": (NHWC, (1, 5, 8, 3), (3, 3, 3, 4), (1, 3, 8, 4),
+                  "stride = [1, 1], pad = [[0, 0], [1, 1]], rhs_dilate = [1, 1]", 1, "conv"),
+    "conv1d": ("[b, 0, f]x[0, i, o]->[b, 0, f]", (1, 9, 3), (3, 3, 5), (1, 3, 5),
+               "stride = [2], pad = [[0, 0]], rhs_dilate = [2]", 1, "conv"),
+    "depthwise_x2": (NHWC, (1, 4, 6, 3), (2, 2, 1, 6), (1, 3, 5, 6),
+                     "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 3, "dwconv"),
+    "grouped": (NHWC, (1, 4, 6, 4), (2, 2, 2, 6), (1, 3, 5, 6),
+                "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 2, None),
+    "batch2": (NHWC, (2, 4, 6, 3), (2, 2, 3, 6), (2, 3, 5, 6),
+               "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 1, None),
+    "input_dilation": (NHWC, (1, 4, 6, 3), (2, 2, 3, 6), (1, 6, 10, 6),
+                       "stride = [1, 1], pad = [[0, 0], [0, 0]], lhs_dilate = [2, 2], "
+                       "rhs_dilate = [1, 1]", 1, None),
+    "channels_first": ("[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]", (1, 3, 4, 6), (6, 3, 2, 2),
+                       (1, 6, 3, 5), "stride = [1, 1], pad = [[0, 0], [0, 0]], "
+                       "rhs_dilate = [1, 1]", 1, None),
+    "cropping_pad": (NHWC, (1, 5, 8, 3), (3, 3, 3, 4), (1, 3, 4, 4),
+                     "stride = [1, 1], pad = [[0, 0], [-1, -1]], rhs_dilate = [1, 1]", 1, None),
+}
+
+
+@pytest.mark.parametrize("name", REWRITES)
+def test_rewrite_takes_the_forms_the_kernels_compute(name):
+    layout, x, f, y, window, groups, kind = REWRITES[name]
+    text = _conv_module(layout, x, f, y, window).replace("GROUPS", str(groups))
+    new, count = microkernel.rewrite_matvecs(text, "m")
+    if kind is None:
+        assert (new, count) == (text, 0)
+        return
+    assert count == 1 and "stablehlo.convolution" not in new
+    assert microkernel.kernel_symbols(new, "m", "f32") == {kind: f"m_{kind}_f32"}
+    assert ("stablehlo.pad" in new) == (name == "conv_same")
+
+
+def test_iree_compiles_every_rewritten_form(tmp_path):
+    """The rewritten modules go through iree-compile (to the kernel object)."""
+    from tfaot.compile import compile_module
+
+    for name in ("conv_same", "conv1d", "depthwise_x2"):
+        layout, x, f, y, window, groups, _ = REWRITES[name]
+        text = _conv_module(layout, x, f, y, window).replace("GROUPS", str(groups))
+        text = text.replace("func.func @f", "func.func @step")
+        compiled = compile_module(text, tmp_path / name, name="m", target=make_target("cpu"))
+        assert set(compiled.kernel_symbols) == {REWRITES[name][6]}
+        nm = _run(["nm", compiled.kernel_object]).stdout
+        assert re.search(rf"\bU m_{REWRITES[name][6]}_f32\b", nm)
+
+
+def _keras_conv_model():
+    """Conv1D (causal, dilated), Conv2D with `same` padding in frequency and
+    stride 2 in time, DepthwiseConv2D with multiplier 2, SeparableConv2D, a
+    GRU: every kernel, with non-zero biases."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(11)
+    x = keras.Input((None, 12), batch_size=1)
+    h = L.Conv1D(16, 3, dilation_rate=2, padding="causal", activation="relu")(x)
+    h = L.Reshape((-1, 8, 2))(h)
+    h = L.Conv2D(8, (3, 3), strides=(2, 1), padding="valid", activation="relu")(
+        L.ZeroPadding2D(((0, 0), (1, 1)))(h))
+    h = L.DepthwiseConv2D((2, 3), depth_multiplier=2, padding="valid")(
+        L.ZeroPadding2D(((0, 0), (1, 1)))(h))
+    h = L.SeparableConv2D(6, (1, 3), padding="valid", activation="relu")(h)
+    h = L.Reshape((-1, 6 * 6))(h)
+    h = L.GRU(10, return_sequences=True)(h)
+    model = keras.Model(x, L.Dense(4)(h))
+    for layer in model.layers:
+        weights = layer.get_weights()
+        if weights:
+            rng = np.random.default_rng(len(layer.name))
+            layer.set_weights([w + 0.1 * rng.standard_normal(w.shape).astype(w.dtype)
+                               if w.ndim == 1 else w for w in weights])
+    return model
+
+
+@pytest.fixture(scope="module")
+def conv_case(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("convk")
+    model = _keras_conv_model()
+    model.save(tmp / "ck.keras")
+    return model, tmp
+
+
+def _build(tmp, sub, **options):
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    return build_model(str(tmp / "ck.keras"), BuildOptions(out_dir=tmp / sub, **options),
+                       Progress(enabled=False)).path
+
+
+def _verify(tmp, out, capsys):
+    from tfaot.cli import main
+
+    assert main(["verify", str(tmp / "ck.keras"), str(out), "--steps", str(STEPS)]) == 0
+    text = capsys.readouterr().out
+    err = float(re.search(r"max abs error (\S+)", text).group(1))
+    assert err <= 1e-5, text
+    return text
+
+
+def test_streamed_model_through_the_so(conv_case, capsys):
+    model, tmp = conv_case
+    out = _build(tmp, "out")
+    manifest = json.loads((out / "ck.json").read_text())
+    assert set(manifest["micro_kernels"]) == {"conv", "dwconv", "matvec"}
+    nm = _run(["nm", out / "src" / "ck_kernels.o"]).stdout
+    for kind in ("conv", "dwconv"):
+        assert re.search(rf"\bT ck_{kind}_f32\b", nm)
+    _verify(tmp, out, capsys)
+    again = _build(tmp, "again")  # deterministic
+    assert (out / "libck.a").read_bytes() == (again / "libck.a").read_bytes()
+
+
+def test_iree_kernels_on_request(conv_case, capsys):
+    model, tmp = conv_case
+    out = _build(tmp, "iree", matvec="iree")
+    manifest = json.loads((out / "ck.json").read_text())
+    assert manifest["micro_kernels"] == [] and manifest["matvec"] == "iree"
+    _verify(tmp, out, capsys)
+
+
+def test_aarch64_under_qemu(conv_case, tmp_path):
+    """The kernels built for aarch64 step as the host library does (which
+    test_streamed_model_through_the_so compares with TensorFlow)."""
+    from tfaot import harness
+
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    model, tmp = conv_case
+    host = harness.load(_build(tmp, "host"))
+    xs = np.random.default_rng(2).standard_normal((40, *host.input_shape)).astype(np.float32)
+    expected = host.step_n(xs).reshape(len(xs), -1)
+    out = _build(tmp, "aarch64", triple="aarch64-linux-gnu", cpu="generic")
+    assert re.search(r"\bT ck_dwconv_f32\b",
+                     _run(["aarch64-linux-gnu-nm", out / "src" / "ck_kernels.o"]).stdout)
+    xs.tofile(tmp_path / "in.f32")
+    exe = tmp_path / "run"
+    data = Path(__file__).parent / "data" / "backend" / "c"
+    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+          "-DTFAOT_MODEL=ck", "-DTFAOT_UPPER=CK", '-DTFAOT_HEADER="ck.h"', "-I", out,
+          data / "run_hooks.c", out / "libck.a", "-lm", "-o", exe])
+    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
+                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == f"run={len(xs)}"
+    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
