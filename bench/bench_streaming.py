@@ -74,7 +74,8 @@ MODELS = {"ds_cnn": ds_cnn, "cnn": cnn}
 GRAPHS = ("ds_cnn",)
 
 
-def build(model, fixed_window: str, out: Path, name: str, matvec: str | None = None) -> Path:
+def build(model, fixed_window: str, out: Path, name: str, matvec: str | None = None,
+          weights_dtype: str = "f32") -> Path:
     from tfaot.backend import build_library
     from tfaot.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
@@ -84,11 +85,13 @@ def build(model, fixed_window: str, out: Path, name: str, matvec: str | None = N
     work = out / "temps"
     work.mkdir(parents=True, exist_ok=True)
     build_library(import_program(program), program.signature, out, name=name, workdir=work,
-                  stream=program.stream, target=make_target("cpu", matvec=matvec))
+                  stream=program.stream, target=make_target("cpu", matvec=matvec,
+                                                          weights_dtype=weights_dtype))
     return out
 
 
-def build_graph(model, fixed_window: str, out: Path, name: str, matvec: str | None = None) -> Path:
+def build_graph(model, fixed_window: str, out: Path, name: str, matvec: str | None = None,
+                weights_dtype: str = "f32") -> Path:
     """``model`` frozen into a GraphDef (as a TF2 export would), built by the CLI path."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
@@ -102,7 +105,8 @@ def build_graph(model, fixed_window: str, out: Path, name: str, matvec: str | No
     path = out.parent / f"{name}.pb"
     path.write_bytes(frozen.graph.as_graph_def().SerializeToString())
     build_model(str(path), BuildOptions(out_dir=out, whole_window=fixed_window == "whole",
-                                        matvec=matvec), Progress(False))
+                                        matvec=matvec, weights_dtype=weights_dtype),
+                Progress(False))
     return out
 
 
@@ -144,6 +148,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--models", nargs="+", metavar="NAME",
                         help="only these rows (ds_cnn, cnn, ds_cnn_pb)")
+    parser.add_argument("--weights-dtype", choices=["f32", "bf16", "f16"], default="f32",
+                        help="the micro-kernels' weights in the streamed and whole-window "
+                             "builds (the IREE-kernel build stays f32)")
     args = parser.parse_args(argv)
 
     import keras
@@ -158,8 +165,10 @@ def main(argv=None) -> int:
         for family, factory, builder in cases:
             keras.utils.set_random_seed(1)
             model = MODELS[factory]()
-            streamed = builder(model, "stream", Path(tmp) / f"{family}_stream", f"{family}_s")
-            whole = builder(model, "whole", Path(tmp) / f"{family}_whole", f"{family}_w")
+            dtype = {"weights_dtype": args.weights_dtype}
+            streamed = builder(model, "stream", Path(tmp) / f"{family}_stream", f"{family}_s",
+                               **dtype)
+            whole = builder(model, "whole", Path(tmp) / f"{family}_whole", f"{family}_w", **dtype)
             whole_iree = builder(model, "whole", Path(tmp) / f"{family}_whole_iree",
                                  f"{family}_wi", matvec="iree")
             manifest = json.loads((streamed / f"{family}_s.json").read_text())
@@ -200,7 +209,8 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / f"streaming-{stamp}.json"
     path.write_text(json.dumps({"machine": platform.machine(), "python": sys.version.split()[0],
-                                "steps": args.steps, "repeats": args.repeats, "rows": rows},
+                                "steps": args.steps, "repeats": args.repeats,
+                                "weights_dtype": args.weights_dtype, "rows": rows},
                                indent=2))
     print(f"wrote {path}")
     return 0

@@ -81,22 +81,69 @@ typedef float tfrt_weight;
 void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k);
 
+/* Matrices at least this big (weights) are walked back and forth. */
+#define TFRT_MATVEC_BACK_AND_FORTH 32768
+
+/* Whether this call walks the tiles of w last to first. A matrix bigger
+ * than the cache, read in the same order every step, misses on every line
+ * (the lines it will need first were evicted first); walked back and forth
+ * across calls, each call starts with the lines the last call read last,
+ * which are still cached. CNN Dense over the window, 1.28 MB on a 1.25 MB
+ * L2: 23 -> 13 µs alone; LSTM(512), 4.7 MB: 145 -> 121 µs. The order of
+ * the tiles does not change any result (each tile is one independent set
+ * of output lanes). The last direction per matrix is kept per thread, so
+ * contexts on other threads do not race; without threads (bare metal, no
+ * caches worth it) the walk is always forward. */
+#if defined(__linux__) && !defined(TFRT_MATVEC_FORWARD_ONLY)
+/* The big matrices this thread walked last (a model's step has a few),
+ * searched one by one: an address hash made an LSTM's two matrices, 4 MB
+ * apart, share one slot. Past 16 of them the oldest is forgotten. */
+enum { TFRT_WALKS = 16 };
+static _Thread_local struct {
+  const void *w;
+  int backwards;
+} tfrt_last_walk[TFRT_WALKS];
+static _Thread_local unsigned tfrt_next_walk;
+
+static int tfrt_walk_backwards(const void *w) {
+  for (unsigned i = 0; i < TFRT_WALKS; i++) {
+    if (tfrt_last_walk[i].w == w) {
+      tfrt_last_walk[i].backwards = !tfrt_last_walk[i].backwards;
+      return tfrt_last_walk[i].backwards;
+    }
+  }
+  const unsigned slot = tfrt_next_walk++ % TFRT_WALKS;
+  tfrt_last_walk[slot].w = w;
+  tfrt_last_walk[slot].backwards = 0;
+  return 0;
+}
+#else
+static int tfrt_walk_backwards(const void *w) {
+  (void)w;
+  return 0;
+}
+#endif
+
 void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k) {
   enum { T = TFRT_MATVEC_TILE };
   x += x_offset;
   y += y_offset;
-  for (size_t t = 0; t < n; t += T, w += k * T) {
+  const size_t tiles = (n + T - 1) / T;
+  const int backwards = n * k >= TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
+  for (size_t i = 0; i < tiles; i++) {
+    const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
+    const tfrt_weight *wt = w + tile * k * T;
     float even[T] = {0}, odd[T] = {0};
     size_t j = 0;
     for (; j + 2 <= k; j += 2) {
       const float x0 = x[j], x1 = x[j + 1];
-      const tfrt_weight *w0 = w + j * T, *w1 = w0 + T;
+      const tfrt_weight *w0 = wt + j * T, *w1 = w0 + T;
       for (size_t l = 0; l < T; l++) TFRT_MAC(even[l], TFRT_W(w0[l]), x0);
       for (size_t l = 0; l < T; l++) TFRT_MAC(odd[l], TFRT_W(w1[l]), x1);
     }
     if (j < k) {
-      for (size_t l = 0; l < T; l++) TFRT_MAC(even[l], TFRT_W(w[j * T + l]), x[j]);
+      for (size_t l = 0; l < T; l++) TFRT_MAC(even[l], TFRT_W(wt[j * T + l]), x[j]);
     }
     const size_t m = n - t < T ? n - t : T;
     for (size_t l = 0; l < m; l++) y[t + l] = even[l] + odd[l];

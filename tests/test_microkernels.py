@@ -227,3 +227,52 @@ def test_cortex_m4_when_asked(keras_case, tmp_path):
     assert proc.returncode == 0 and lines and lines[-1] == "done", proc.stdout + proc.stderr
     ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
     np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=1e-5)
+
+
+def test_big_matrices_walked_back_and_forth_give_the_same_bits(tmp_path):
+    """Matrices of 32768+ weights are walked last tile first on every other
+    call (the cache keeps what the last call read last). The order changes
+    no bit: every call, also from several threads at once, equals a
+    forward-only build of the kernel, and numpy within rounding."""
+    import ctypes
+    import threading
+
+    from tfaot.package.link import matvec_flags
+
+    flags = matvec_flags(make_target("cpu"))
+    libs = {}
+    for variant, extra in (("both", []), ("forward", ["-DTFRT_MATVEC_FORWARD_ONLY"])):
+        so = tmp_path / f"{variant}.so"
+        _run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
+              *extra, "-DTFRT_MATVEC_FN=mv", shim_dir() / "tfrt_matvec.c", "-o", so])
+        libs[variant] = ctypes.CDLL(str(so))
+    rng = np.random.default_rng(4)
+    n, k = 100, 401  # 4 tiles, the last of 4 lanes; 40100 weights
+    w = rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
+    packed = microkernel.pack(w)
+    x = rng.standard_normal(k).astype(np.float32)
+
+    def call(lib) -> np.ndarray:
+        y = np.zeros(n, np.float32)
+        size, ptr = ctypes.c_size_t, ctypes.c_void_p
+        lib.mv(ptr(packed.ctypes.data), ptr(x.ctypes.data), size(0), ptr(y.ctypes.data),
+               size(0), size(n), size(k))
+        return y
+
+    forward = call(libs["forward"])
+    np.testing.assert_allclose(forward, w @ x, rtol=0, atol=1e-5)
+    for _ in range(3):
+        np.testing.assert_array_equal(call(libs["both"]), forward)
+    results: list[np.ndarray] = []
+
+    def many():
+        results.extend(call(libs["both"]) for _ in range(50))
+
+    threads = [threading.Thread(target=many) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 150
+    for y in results:
+        np.testing.assert_array_equal(y, forward)
