@@ -18,6 +18,7 @@ shared/iree-notes.md section 0:
 * ``Target.pack_weights`` (hosted targets): data tiling + const-expr
   hoisting pack the weights once in ``__init``, and long matvecs are split
   into short independent reductions first (bench/bench_litert.py).
+* CPU targets: small pooling windows become slices and maxima (pooling.py).
 * ``Target.matvec_kernel == "tfaot"``: constant-weight matvecs and
   convolutions become calls of tfaot's own micro-kernels with weights packed
   at build time (microkernel.py); packing at init is then off unless other
@@ -30,7 +31,7 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import microkernel, weight_globals
+from . import microkernel, pooling, weight_globals
 from .errors import TfaotError
 from .target import Target
 
@@ -201,6 +202,8 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     workdir.mkdir(parents=True, exist_ok=True)
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
+    if not target.is_gpu:
+        mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     kernel_symbols: dict[str, str] = {}
     if target.matvec_kernel == "tfaot":
         mlir_text, rewritten = microkernel.rewrite_matvecs(mlir_text, name,

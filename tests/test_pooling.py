@@ -1,0 +1,97 @@
+"""Small pooling windows as slices and maxima/sums (compiler/pooling.py).
+
+The rewrite is checked on the op forms it must take or leave, and through
+the built .so against TensorFlow on max and average pooling with strides,
+overlapping windows and `same` padding (which stays a reduce_window).
+The streaming-conv suites' pooling models run through it too.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tfaot import pooling
+
+
+def _pool_module(body: str, init: str, window, strides, shape=(1, 4, 9, 3), extra="",
+                 dilation=(1, 1, 1, 1)) -> str:
+    out = [(n - d * (w - 1) - 1) // s + 1 for n, w, s, d in zip(shape, window, strides, dilation)]
+    t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
+    arr = lambda v: "array<i64: " + ", ".join(map(str, v)) + ">"  # noqa: E731
+    return f"""module {{
+  func.func @f(%x: {t(shape)}) -> {t(out)} {{
+    %init = stablehlo.constant dense<{init}> : tensor<f32>
+    %y = "stablehlo.reduce_window"(%x, %init) <{{window_dimensions = {arr(window)},
+        window_strides = {arr(strides)}{extra}}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %m = {body} %a, %b : tensor<f32>
+      stablehlo.return %m : tensor<f32>
+    }}) : ({t(shape)}, tensor<f32>) -> {t(out)}
+    return %y : {t(out)}
+  }}
+}}
+"""
+
+
+CASES = {  # name: (body, init, window, strides, extra, slices or None)
+    "max_2": ("stablehlo.maximum", "0xFF800000", (1, 1, 2, 1), (1, 1, 2, 1), "", 2),
+    "max_3x3_overlap": ("stablehlo.maximum", "0xFF800000", (1, 3, 3, 1), (1, 1, 2, 1), "", 9),
+    "sum_1x3": ("stablehlo.add", "0.000000e+00", (1, 1, 3, 1), (1, 1, 2, 1), "", 3),
+    "too_big": ("stablehlo.maximum", "0xFF800000", (1, 4, 5, 1), (1, 1, 1, 1), "", None),
+    "max_init_zero": ("stablehlo.maximum", "0.000000e+00", (1, 1, 2, 1), (1, 1, 2, 1), "", None),
+    "min": ("stablehlo.minimum", "0x7F800000", (1, 1, 2, 1), (1, 1, 2, 1), "", None),
+    "dilated": ("stablehlo.maximum", "0xFF800000", (1, 1, 2, 1), (1, 1, 1, 1),
+                ", window_dilations = array<i64: 1, 1, 2, 1>", None),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_rewrite_takes_small_plain_windows(name):
+    body, init, window, strides, extra, slices = CASES[name]
+    dilation = (1, 1, 2, 1) if name == "dilated" else (1, 1, 1, 1)
+    text = _pool_module(body, init, window, strides, extra=extra, dilation=dilation)
+    from iree.compiler import ir
+
+    with ir.Context():
+        ir.Module.parse(text)  # the case is valid StableHLO
+    new, count = pooling.unroll_small_pools(text)
+    if slices is None:
+        assert (new, count) == (text, 0)
+        return
+    assert count == 1 and "reduce_window" not in new
+    assert len(re.findall(r"stablehlo\.slice", new)) == slices
+    assert len(re.findall(body.replace(".", r"\.") + r"\b", new)) == slices - 1
+
+
+def _pool_model():
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((20, 12))
+    h = L.Reshape((20, 12, 1))(x)
+    h = L.Conv2D(4, (3, 3), activation="relu")(h)
+    h = L.MaxPooling2D((2, 2))(h)  # in time and frequency
+    h = L.AveragePooling2D((1, 3), strides=(1, 2))(h)  # overlapping windows
+    h = L.MaxPooling2D((2, 2), padding="same")(h)  # padded: stays a reduce_window
+    h = L.Flatten()(h)
+    return keras.Model(x, L.Dense(5)(h))
+
+
+def test_pooled_model_through_the_so(tmp_path, capsys):
+    """Whole-window and streamed builds of a pooling model match Keras."""
+    from tfaot.cli import main
+
+    model = _pool_model()
+    path = tmp_path / "pool.keras"
+    model.save(path)
+    for flags in ([], ["--whole-window"]):
+        out = tmp_path / ("whole" if flags else "stream")
+        assert main(["build", str(path), "-o", str(out), "--keep-temps", *flags]) == 0
+        mlir = (out / "temps" / "compile" / "pool.mlir").read_text()
+        assert mlir.count("reduce_window") == 1  # the padded pool only
+        assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+        text = capsys.readouterr().out
+        err = float(re.search(r"max abs error (\S+)", text).group(1))
+        assert err <= 1e-5, text
