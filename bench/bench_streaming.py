@@ -2,20 +2,26 @@
 
 For a DS-CNN-style and a CNN-style Keras model with a 49-frame window of 40
 features (valid padding in time, as kws_streaming trains models meant to
-stream), and the DS-CNN frozen into a GraphDef (``ds_cnn_pb``: the graph
-streamifier), two libraries are built from the same model in the same run:
+stream), ARM ML-KWS's CNN (49 x 10 MFCCs, with its linear low-rank layer),
+and the DS-CNN frozen into a GraphDef (``ds_cnn_pb``: the graph
+streamifier), libraries are built from the same model in the same run:
 
 * streamed (the default build): a sliding window, one step per
   ``frames_per_step`` frames, ring buffers for every conv/pool over time;
 * whole window (``fixed_window="whole"``): one inference on all 49 frames
-  per step, what firmware without streaming runs every frame.
+  per step, what firmware without streaming runs every frame;
+* whole window with IREE's kernels (``--matvec=iree``), for context: what a
+  whole inference cost before tfaot's convolution micro-kernels. The first
+  two use them (the default), with ``--weights-dtype`` as given.
 
-Both run through ctypes ``step_n`` over many steps (one C call, so Python
+All run through ctypes ``step_n`` over many steps (one C call, so Python
 overhead is amortised), timed in turn in every repetition; the table gives
 CPU µs per step (thread time; medians), µs per input frame, the ratio, and
-the ratio in wall time. Target (issue 10): a streamed step <= 15% of a whole inference.
+the ratio in wall time. Target (issue 10): a streamed step <= 15% of a
+whole-window inference.
 
     .venv/bin/python bench/bench_streaming.py [--steps N] [--repeats R]
+        [--models NAME ...] [--weights-dtype f32|bf16|f16]
 """
 from __future__ import annotations
 
@@ -69,7 +75,25 @@ def cnn():
     return keras.Model(x, L.Dense(12, activation="softmax")(h))
 
 
-MODELS = {"ds_cnn": ds_cnn, "cnn": cnn}
+def arm_cnn():
+    """The CNN of ARM's ML-KWS-for-MCU (models.py create_cnn_model, the
+    "28 10 4 1 1 30 10 4 2 1 16 128" size): 49 frames of 10 MFCCs, two valid
+    convolutions, a linear low-rank layer of 16, then the fully connected
+    layers."""
+    import keras
+    from keras import layers as L
+
+    x = keras.Input((WINDOW, 10))
+    h = L.Reshape((WINDOW, 10, 1))(x)
+    h = L.Conv2D(28, (10, 4), activation="relu")(h)
+    h = L.Conv2D(30, (10, 4), strides=(2, 1), activation="relu")(h)
+    h = L.Flatten()(h)
+    h = L.Dense(16)(h)  # the linear layer
+    h = L.Dense(128, activation="relu")(h)
+    return keras.Model(x, L.Dense(12)(h))
+
+
+MODELS = {"ds_cnn": ds_cnn, "cnn": cnn, "arm_cnn": arm_cnn}
 # The same networks as frozen graphs (graph streamifier): "<family>_pb".
 GRAPHS = ("ds_cnn",)
 
@@ -147,7 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--models", nargs="+", metavar="NAME",
-                        help="only these rows (ds_cnn, cnn, ds_cnn_pb)")
+                        help="only these rows (ds_cnn, cnn, arm_cnn, ds_cnn_pb)")
     parser.add_argument("--weights-dtype", choices=["f32", "bf16", "f16"], default="f32",
                         help="the micro-kernels' weights in the streamed and whole-window "
                              "builds (the IREE-kernel build stays f32)")
@@ -181,7 +205,7 @@ def main(argv=None) -> int:
                 args.repeats)
             frames = stream.frames_per_step
             rows.append({
-                "model": family, "window": WINDOW, "features": FEATURES,
+                "model": family, "window": WINDOW, "features": int(model.inputs[0].shape[-1]),
                 "frames_per_step": frames, "recompute": bool(stream.recompute),
                 "params": int(model.count_params()),
                 "state_bytes": sum(4 * int(np.prod(s["shape"])) for s in manifest["state"]),

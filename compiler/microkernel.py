@@ -47,6 +47,9 @@ from .errors import TfaotError
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
 #: runtime_shim/tfrt_matvec.c (a test checks they agree).
 TILE = 32
+#: Matvecs of at most this many rows are packed as one tile this wide
+#: (TFRT_MATVEC_SMALL_TILE): no zero lanes to read (e.g. a Dense(12) head).
+SMALL_TILE = 16
 #: Matvecs with fewer weights stay with IREE. None do: even SimpleRNN(16)'s
 #: (128-256 weights each) ran as fast as IREE's (bench/bench_litert.py).
 MIN_WEIGHTS = 0
@@ -77,6 +80,11 @@ def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
     padded = np.zeros((tiles * tile, k), np.float32)
     padded[:n] = w
     return np.ascontiguousarray(padded.reshape(tiles, tile, k).transpose(0, 2, 1))
+
+
+def matvec_tile(n: int) -> int:
+    """Output lanes per packed tile of an ``n``-row matvec (tfrt_matvec.c's rule)."""
+    return SMALL_TILE if n <= SMALL_TILE else TILE
 
 
 def to_half(w: np.ndarray, dtype: str) -> np.ndarray:
@@ -320,7 +328,7 @@ def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str) -> str:
     n, k = w.shape
     xt, yt = f"{k}x1xf32", f"{n}x1xf32"
     return _matvec_function(sym, xt, yt) + _executable_text(
-        sym, pack(w), xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), dtype)
+        sym, pack(w, matvec_tile(n)), xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), dtype)
 
 
 def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str) -> str:
@@ -378,7 +386,8 @@ def _executable_text(sym: str, packed: np.ndarray, xt: str, yt: str, kernel: str
     ttype = "tensor" + wtype[len("memref"):]
     hexval = data.tobytes().hex().upper()
     index_types = ", ".join(["index"] * len(sizes))
-    constants = "".join(f"\n        %s{i} = arith.constant {v} : index" for i, v in enumerate(sizes))
+    constants = "".join(f"\n        %s{i} = arith.constant {v} : index"
+                        for i, v in enumerate(sizes))
     size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
     x_rank, y_rank = xt.count("x"), yt.count("x")
     return f"""

@@ -9,7 +9,8 @@
  * merges it into NAME_kernels.o, which so stays self-contained
  * (package/link.py). A kernel whose macro is not given is left out.
  * The weights were packed at build time as [ceil(n/T)][k][T] (T =
- * TFRT_MATVEC_TILE output lanes, zero rows pad the last tile) and stay in
+ * TFRT_MATVEC_TILE output lanes, zero rows pad the last tile; a matvec of
+ * at most TFRT_MATVEC_SMALL_TILE rows is one tile that wide) and stay in
  * the kernel object's read-only data; the offsets are in elements.
  *
  * Portable C: the lane loops over plain float arrays are what the C compiler
@@ -31,8 +32,11 @@
 #error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=<the symbols the kernel object calls>"
 #endif
 
-/* Output lanes per packed tile; compiler/microkernel.py TILE must agree. */
+/* Output lanes per packed tile; compiler/microkernel.py TILE must agree.
+ * Matvecs of at most TFRT_MATVEC_SMALL_TILE rows are one tile that wide
+ * (microkernel.py SMALL_TILE). */
 #define TFRT_MATVEC_TILE 32
+#define TFRT_MATVEC_SMALL_TILE 16
 
 /* A fused multiply-add only where the FPU has one (never a libm call; the
  * builtin needs no math.h, also freestanding); -std=c11 keeps gcc from
@@ -124,81 +128,113 @@ static int tfrt_walk_backwards(const void *w) {
 }
 #endif
 
+/* One tile of L output lanes: y[l] = sum over j of wt[j][l] * x[j]. Two
+ * partial sums (even and odd j) of L lanes each: several independent FMA
+ * chains. A macro instantiated for L = 32 and 16 (matrices of at most 16
+ * rows are packed 16 wide: no zero lanes to read and multiply), each with
+ * exactly sized arrays, which gcc keeps in registers. */
+#define TFRT_MATVEC_TILE_OF(L)                                                      \
+  static void tfrt_matvec_tile_##L(const tfrt_weight *wt, const float *x, float *y, \
+                                   size_t k, size_t lanes) {                        \
+    float even[L] = {0}, odd[L] = {0};                                              \
+    size_t j = 0;                                                                   \
+    for (; j + 2 <= k; j += 2) {                                                    \
+      const float x0 = x[j], x1 = x[j + 1];                                         \
+      const tfrt_weight *w0 = wt + j * L, *w1 = w0 + L;                             \
+      for (size_t l = 0; l < L; l++) TFRT_MAC(even[l], TFRT_W(w0[l]), x0);          \
+      for (size_t l = 0; l < L; l++) TFRT_MAC(odd[l], TFRT_W(w1[l]), x1);           \
+    }                                                                               \
+    if (j < k) {                                                                    \
+      for (size_t l = 0; l < L; l++) TFRT_MAC(even[l], TFRT_W(wt[j * L + l]), x[j]); \
+    }                                                                               \
+    for (size_t l = 0; l < lanes; l++) y[l] = even[l] + odd[l];                     \
+  }
+TFRT_MATVEC_TILE_OF(32)
+TFRT_MATVEC_TILE_OF(16)
+
 void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k) {
-  enum { T = TFRT_MATVEC_TILE };
   x += x_offset;
   y += y_offset;
+  if (n <= TFRT_MATVEC_SMALL_TILE) {
+    tfrt_matvec_tile_16(w, x, y, k, n);
+    return;
+  }
+  enum { T = TFRT_MATVEC_TILE };
   const size_t tiles = (n + T - 1) / T;
   const int backwards = n * k >= TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
   for (size_t i = 0; i < tiles; i++) {
     const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
-    const tfrt_weight *wt = w + tile * k * T;
-    float even[T] = {0}, odd[T] = {0};
-    size_t j = 0;
-    for (; j + 2 <= k; j += 2) {
-      const float x0 = x[j], x1 = x[j + 1];
-      const tfrt_weight *w0 = wt + j * T, *w1 = w0 + T;
-      for (size_t l = 0; l < T; l++) TFRT_MAC(even[l], TFRT_W(w0[l]), x0);
-      for (size_t l = 0; l < T; l++) TFRT_MAC(odd[l], TFRT_W(w1[l]), x1);
-    }
-    if (j < k) {
-      for (size_t l = 0; l < T; l++) TFRT_MAC(even[l], TFRT_W(wt[j * T + l]), x[j]);
-    }
-    const size_t m = n - t < T ? n - t : T;
-    for (size_t l = 0; l < m; l++) y[t + l] = even[l] + odd[l];
+    tfrt_matvec_tile_32(w + tile * k * T, x, y + t, k, n - t < T ? n - t : T);
   }
 }
 #endif
 
 #ifdef TFRT_CONV_FN
-/* Output positions computed together: each packed weight row loaded is used
- * for this many positions (8 x 32 lanes are 16 AVX-512 accumulators; gcc
- * keeps them in registers; 8 also measured fastest with AVX2). */
-#define TFRT_CONV_POSITIONS 8
-
 void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                   size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
                   size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
 
+/* The geometry of one convolution call, for its blocks. */
+struct tfrt_conv {
+  size_t n, c, kw, iw, ow, sh, sw, dh, dw, runs, run, positions;
+};
+
+/* One block of P output positions from p0 (fewer at the end: the last
+ * position is recomputed, not stored) times the T output lanes of the
+ * packed tile w from lane t: every weight row loaded serves P positions.
+ * The taps are walked as rows of contiguous inputs (a whole filter row when
+ * dw == 1). A macro, instantiated for P = 8 (16 AVX-512 accumulators, also
+ * fastest with AVX2) and P = 4 (the last few positions of a row: a streamed
+ * frame often has fewer than 8), each with its own exactly sized array:
+ * gcc keeps those in registers, not one array sized for both. */
+#define TFRT_CONV_BLOCK(P)                                                            \
+  static void tfrt_conv_block_##P(const struct tfrt_conv *g, const tfrt_weight *w,   \
+                                  const float *x, float *y, size_t p0, size_t t) {   \
+    enum { T = TFRT_MATVEC_TILE };                                                   \
+    const size_t runs = g->runs, run = g->run, positions = g->positions;             \
+    const float *at[P]; /* first input of each position's window */                 \
+    for (size_t q = 0; q < P; q++) {                                                 \
+      const size_t p = p0 + q < positions ? p0 + q : positions - 1;                 \
+      at[q] = x + ((p / g->ow) * g->sh * g->iw + (p % g->ow) * g->sw) * g->c;       \
+    }                                                                                \
+    float acc[P][T] = {{0}};                                                         \
+    for (size_t r = 0; r < runs; r++, w += run * T) {                                \
+      const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;  \
+      const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;                   \
+      for (size_t e = 0; e < run; e++) {                                             \
+        const tfrt_weight *wl = w + e * T;                                           \
+        for (size_t q = 0; q < P; q++) {                                             \
+          const float xv = at[q][skip + e];                                          \
+          for (size_t l = 0; l < T; l++) TFRT_MAC(acc[q][l], TFRT_W(wl[l]), xv);     \
+        }                                                                            \
+      }                                                                              \
+    }                                                                                \
+    const size_t lanes = g->n - t < T ? g->n - t : T;                                \
+    for (size_t q = 0; q < P && p0 + q < positions; q++)                             \
+      for (size_t l = 0; l < lanes; l++) y[(p0 + q) * g->n + t + l] = acc[q][l];     \
+  }
+TFRT_CONV_BLOCK(8)
+TFRT_CONV_BLOCK(4)
+
 /* y[oh][ow][n] = sum over (i, j, ch) of W[n][(i*kw + j)*c + ch] *
  * x[oy*sh + i*dh][ox*sw + j*dw][ch]: one image, channels last, already
  * padded (x is [ih][iw][c], y is [oh][ow][n]); W packed as above with k =
- * kh*kw*c in the order (i, j, ch), the order of a [kh][kw][c][n] filter.
- * A block of output positions shares every weight load; the taps are
- * walked as rows of contiguous inputs (a whole filter row when dw == 1). */
+ * kh*kw*c in the order (i, j, ch), the order of a [kh][kw][c][n] filter. */
 void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                   size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
                   size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
-  enum { T = TFRT_MATVEC_TILE, P = TFRT_CONV_POSITIONS };
+  const struct tfrt_conv g = {n, c, kw, iw, ow, sh, sw, dh, dw, dw == 1 ? kh : kh * kw,
+                              dw == 1 ? kw * c : c, oh * ow};
+  const size_t k = kh * kw * c;
   x += x_offset;
   y += y_offset;
-  const size_t run = dw == 1 ? kw * c : c, runs = dw == 1 ? kh : kh * kw;
-  const size_t k = kh * kw * c, positions = oh * ow;
-  for (size_t t = 0; t < n; t += T, w += k * T) {
-    const size_t lanes = n - t < T ? n - t : T;
-    for (size_t p0 = 0; p0 < positions; p0 += P) {
-      const float *at[P];  /* first input of each position's window */
-      for (size_t q = 0; q < P; q++) {
-        /* a partial last block recomputes its last position (not stored) */
-        const size_t p = p0 + q < positions ? p0 + q : positions - 1;
-        at[q] = x + ((p / ow) * sh * iw + (p % ow) * sw) * c;
-      }
-      float acc[P][T] = {{0}};
-      const tfrt_weight *wr = w;
-      for (size_t r = 0; r < runs; r++, wr += run * T) {
-        const size_t i = dw == 1 ? r : r / kw, j = dw == 1 ? 0 : r % kw;
-        const size_t skip = (i * dh * iw + j * dw) * c;
-        for (size_t e = 0; e < run; e++) {
-          const tfrt_weight *wl = wr + e * T;
-          for (size_t q = 0; q < P; q++) {
-            const float xv = at[q][skip + e];
-            for (size_t l = 0; l < T; l++) TFRT_MAC(acc[q][l], TFRT_W(wl[l]), xv);
-          }
-        }
-      }
-      for (size_t q = 0; q < P && p0 + q < positions; q++)
-        for (size_t l = 0; l < lanes; l++) y[(p0 + q) * n + t + l] = acc[q][l];
+  for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
+    for (size_t p0 = 0; p0 < g.positions; p0 += 8) {
+      if (g.positions - p0 <= 4)
+        tfrt_conv_block_4(&g, w, x, y, p0, t);
+      else
+        tfrt_conv_block_8(&g, w, x, y, p0, t);
     }
   }
 }

@@ -51,6 +51,33 @@ def _dot_module(w: np.ndarray, *, x_cols: int = 1) -> str:
 def test_tile_agrees_with_the_c_kernel():
     header = (shim_dir() / "tfrt_matvec.c").read_text()
     assert re.search(r"#define TFRT_MATVEC_TILE (\d+)", header).group(1) == str(microkernel.TILE)
+    assert (re.search(r"#define TFRT_MATVEC_SMALL_TILE (\d+)", header).group(1)
+            == str(microkernel.SMALL_TILE))
+
+
+@pytest.mark.parametrize("n", [1, 12, 16, 17, 32, 33, 70])
+def test_matvec_kernel_matches_numpy(n, tmp_path):
+    """Every tile width (16 for at most 16 rows, else 32 with a partial last
+    tile), odd and even k."""
+    import ctypes
+
+    from tfaot.package.link import matvec_flags
+
+    so = tmp_path / "mv.so"
+    _run(["gcc", "-std=c11", "-shared", "-fPIC", *matvec_flags(make_target("cpu")),
+          "-DTFRT_MATVEC_FN=mv", shim_dir() / "tfrt_matvec.c", "-o", so])
+    lib = ctypes.CDLL(str(so))
+    rng = np.random.default_rng(n)
+    for k in (1, 2, 7, 40):
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        packed = microkernel.pack(w, microkernel.matvec_tile(n))
+        x = rng.standard_normal(k).astype(np.float32)
+        y = np.full(n + 1, np.nan, np.float32)
+        size, ptr = ctypes.c_size_t, ctypes.c_void_p
+        lib.mv(ptr(packed.ctypes.data), ptr(x.ctypes.data), size(0), ptr(y.ctypes.data),
+               size(0), size(n), size(k))
+        np.testing.assert_allclose(y[:n], w @ x, rtol=0, atol=1e-5)
+        assert np.isnan(y[n])  # nothing written past the n outputs
 
 
 def test_pack_layout_pads_the_last_tile():
@@ -249,7 +276,7 @@ def test_big_matrices_walked_back_and_forth_give_the_same_bits(tmp_path):
     rng = np.random.default_rng(4)
     n, k = 100, 401  # 4 tiles, the last of 4 lanes; 40100 weights
     w = rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
-    packed = microkernel.pack(w)
+    packed = microkernel.pack(w, microkernel.matvec_tile(n))
     x = rng.standard_normal(k).astype(np.float32)
 
     def call(lib) -> np.ndarray:
