@@ -129,15 +129,14 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     """
     from iree.compiler import ir
 
-    from .mlir_import import function_ops
+    from .mlir_import import function_ops, parse_or_none
 
     if "stablehlo.dot" not in mlir_text and "stablehlo.convolution" not in mlir_text:
         return mlir_text, 0
     with ir.Context():
-        try:
-            module = ir.Module.parse(mlir_text)
-        except ir.MLIRError:
-            return mlir_text, 0  # invalid input: iree-compile names the error
+        module = parse_or_none(mlir_text)
+        if module is None:
+            return mlir_text, 0
         kernels: dict[bytes, str] = {}
         texts: list[str] = []
         count = 0

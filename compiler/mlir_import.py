@@ -358,6 +358,18 @@ def split_matvec_reductions(mlir_text: str, chunk: int = SPLIT_CHUNK) -> tuple[s
         return module.operation.get_asm(enable_debug_info=False), count
 
 
+def parse_or_none(mlir_text: str):
+    """``mlir_text`` parsed in the current ``ir.Context``, or None where it is
+    not valid: the rewrites then leave it alone and iree-compile names the
+    error."""
+    from iree.compiler import ir
+
+    try:
+        return ir.Module.parse(mlir_text)
+    except ir.MLIRError:
+        return None
+
+
 def function_ops(module) -> list:
     """Every op in the top-level blocks of the module's functions (a list:
     callers may insert ops while walking it)."""

@@ -28,15 +28,14 @@ def unroll_small_pools(mlir_text: str) -> tuple[str, int]:
     and how many were rewritten."""
     from iree.compiler import ir
 
-    from .mlir_import import function_ops
+    from .mlir_import import function_ops, parse_or_none
 
     if "stablehlo.reduce_window" not in mlir_text:
         return mlir_text, 0
     with ir.Context():
-        try:
-            module = ir.Module.parse(mlir_text)
-        except ir.MLIRError:
-            return mlir_text, 0  # invalid input: iree-compile names the error
+        module = parse_or_none(mlir_text)
+        if module is None:
+            return mlir_text, 0
         count = 0
         for op in function_ops(module):
             plan = _small_pool(op)

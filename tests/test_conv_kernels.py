@@ -13,8 +13,6 @@ import ctypes
 import json
 import re
 import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -300,15 +298,5 @@ def test_aarch64_under_qemu(conv_case, tmp_path):
     out = _build(tmp, "aarch64", triple="aarch64-linux-gnu", cpu="generic")
     assert re.search(r"\bT ck_dwconv_f32\b",
                      _run(["aarch64-linux-gnu-nm", out / "src" / "ck_kernels.o"]).stdout)
-    xs.tofile(tmp_path / "in.f32")
-    exe = tmp_path / "run"
-    data = Path(__file__).parent / "data" / "backend" / "c"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
-          "-DTFAOT_MODEL=ck", "-DTFAOT_UPPER=CK", '-DTFAOT_HEADER="ck.h"', "-I", out,
-          data / "run_hooks.c", out / "libck.a", "-lm", "-o", exe])
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
-                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == f"run={len(xs)}"
-    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    ys = toolchains.step_under_qemu_aarch64(out, "ck", xs, tmp_path)
     np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)

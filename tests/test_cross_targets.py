@@ -71,15 +71,7 @@ def test_aarch64_linux_under_qemu(inputs, tmp_path_factory, tmp_path):
     assert (out / f"lib{MODEL}.a").is_file() and not (out / f"lib{MODEL}.so").exists()
     _check_footprint(manifest)
     xs, expected = inputs
-    xs.tofile(tmp_path / "in.f32")
-    exe = tmp_path / "run"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
-          *_model_defs(), "-I", out, DATA / "c" / "run_hooks.c", out / f"lib{MODEL}.a", "-lm",
-          "-o", exe])
-    proc = _run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", exe, tmp_path / "in.f32"])
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == f"run={STEPS}"
-    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    ys = toolchains.step_under_qemu_aarch64(out, MODEL, xs, tmp_path)
     np.testing.assert_allclose(ys, expected, rtol=0, atol=TOL)
 
 

@@ -216,16 +216,7 @@ def test_aarch64_under_qemu(keras_case, tmp_path):
     out = _build(model, tmp, "aarch64", triple="aarch64-linux-gnu", cpu="generic").path
     assert re.search(r"\bT mk_matvec_f32\b",
                      _run(["aarch64-linux-gnu-nm", out / "src" / "mk_kernels.o"]).stdout)
-    xs.tofile(tmp_path / "in.f32")
-    exe = tmp_path / "run"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
-          "-DTFAOT_MODEL=mk", "-DTFAOT_UPPER=MK", '-DTFAOT_HEADER="mk.h"', "-I", out,
-          DATA / "c" / "run_hooks.c", out / "libmk.a", "-lm", "-o", exe])
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
-                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == f"run={STEPS}"
-    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    ys = toolchains.step_under_qemu_aarch64(out, "mk", xs, tmp_path)
     np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
 
 

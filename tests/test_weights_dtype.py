@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -234,14 +233,5 @@ def test_aarch64_f16_under_qemu(case, tmp_path):
     toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
     out = _build(case, "aarch64", triple="aarch64-linux-gnu", cpu="generic",
                  weights_dtype="f16").path
-    case["xs"].tofile(tmp_path / "in.f32")
-    exe = tmp_path / "run"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O2", "-DTFAOT_MODEL=wd", "-DTFAOT_UPPER=WD",
-          '-DTFAOT_HEADER="wd.h"', "-I", out, DATA / "c" / "run_hooks.c", out / "libwd.a", "-lm",
-          "-o", exe])
-    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
-                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
-    lines = proc.stdout.splitlines()
-    assert lines[-1] == f"run={STEPS}"
-    ys = np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
+    ys = toolchains.step_under_qemu_aarch64(out, "wd", case["xs"], tmp_path)
     np.testing.assert_allclose(ys, case["ref"]["f16"], rtol=0, atol=1e-5)

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
+
+#: The C program that steps a library over a file of inputs and prints each
+#: step's outputs, then "run=N" (its macros name the model).
+RUN_HOOKS = Path(__file__).parent / "data" / "backend" / "c" / "run_hooks.c"
 
 #: tool -> Debian package
 PACKAGES = {
@@ -45,3 +52,20 @@ def require_vulkan() -> None:
     if os.environ.get("TFAOT_REQUIRE_TOOLS") == "1":
         pytest.fail(f"required for the Vulkan tests: {', '.join(missing)}")
     pytest.skip(f"needs {', '.join(missing)}")
+
+
+def step_under_qemu_aarch64(out: Path, name: str, xs: np.ndarray, tmp_path: Path) -> np.ndarray:
+    """Steps the aarch64 library ``out/libNAME.a`` over ``xs`` under
+    qemu-aarch64 (RUN_HOOKS, built warning-free); one output row per step."""
+    require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    xs.astype(np.float32).tofile(tmp_path / "in.f32")
+    exe = tmp_path / "run"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2",
+                    f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}",
+                    f'-DTFAOT_HEADER="{name}.h"', "-I", out, RUN_HOOKS, out / f"lib{name}.a",
+                    "-lm", "-o", exe], check=True, capture_output=True, text=True)
+    proc = subprocess.run(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", str(exe),
+                           str(tmp_path / "in.f32")], capture_output=True, text=True, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == f"run={len(xs)}", proc.stdout[-500:]
+    return np.array([[float(v) for v in ln.split()] for ln in lines[:-1]], np.float32)
