@@ -7,14 +7,15 @@ dispatch of a small executable written here, whose body calls
 ``NAME_matvec_f32(w, x, x_offset, y, y_offset, n, k)``: a portable C kernel
 (runtime_shim/tfrt_matvec.c) with several independent accumulators.
 
-Convolutions with a constant filter go the same way, to ``NAME_conv_f32``:
-IREE runs the single output frame of a streamed convolution at about
-2 GMAC/s (bench/bench_streaming.py, CNN), the kernel at 15-30 on this
-machine's AVX-512; whole-window convolutions gain too. Only the common
-form qualifies: one image, channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or
-its 1-D form), no groups, no input dilation; padding becomes a
-``stablehlo.pad`` before the dispatch. Depthwise convolutions
-(``feature_group_count`` > 1) stay with IREE.
+Convolutions with a constant filter go the same way, to ``NAME_conv_f32``
+(and depthwise ones to ``NAME_dwconv_f32``): IREE ran the single output
+frame of a streamed convolution at about 2 GMAC/s and a streamed depthwise
+one at about 1 (bench/bench_streaming.py, CNN and DS-CNN), the kernel runs
+at 25-45 on this machine's AVX-512; whole-window convolutions gain too
+(3.7-5.1x whole inferences). Only the common form qualifies: one image,
+channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or its 1-D form), no groups
+other than depthwise ones, no input dilation; padding becomes a
+``stablehlo.pad`` before the dispatch. The rest stays with IREE.
 
 * The weights are packed here, at build time, as ``[ceil(N/T)][K][T]``
   (``T = TILE`` output lanes, zero rows pad the last tile) into a

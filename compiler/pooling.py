@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 #: Pooling windows with more elements stay one reduce_window.
 MAX_WINDOW = 16
-#: The body op and the init value (as the import prints it) that leaves it out.
-_NEUTRAL = {"stablehlo.maximum": ("0xFF800000", "-inf"), "stablehlo.add": ("0.000000e+00",)}
+#: The body ops taken, with the init value that changes no result.
+_NEUTRAL = {"stablehlo.maximum": float("-inf"), "stablehlo.add": 0.0}
 
 
 def unroll_small_pools(mlir_text: str) -> tuple[str, int]:
@@ -65,15 +67,18 @@ def _small_pool(op) -> tuple[str, list[int], list[int]] | None:
     size = 1
     for w in window:
         size *= w
-    body = list(op.operation.regions[0].blocks[0].operations)
-    if size > MAX_WINDOW or len(body) != 2 or body[0].operation.name not in _NEUTRAL:
+    block = op.operation.regions[0].blocks[0]
+    body = list(block.operations)
+    if (size > MAX_WINDOW or len(body) != 2 or body[0].operation.name not in _NEUTRAL
+            or set(body[0].operands) != set(block.arguments)
+            or str(ir.RankedTensorType(op.operands[0].type).element_type) != "f32"):
         return None
     kind = body[0].operation.name
     init = op.operands[1].owner
-    if (not isinstance(init, ir.OpView) or init.operation.name != "stablehlo.constant"
-            or not any(v in str(init.attributes["value"]) for v in _NEUTRAL[kind])):
+    if not isinstance(init, ir.OpView) or init.operation.name != "stablehlo.constant":
         return None
-    if str(ir.RankedTensorType(op.operands[0].type).element_type) != "f32":
+    values = np.array(ir.DenseElementsAttr(init.attributes["value"]), dtype=np.float32)
+    if values.size != 1 or values.item() != _NEUTRAL[kind]:
         return None
     return kind, window, strides
 
