@@ -13,6 +13,7 @@ import ctypes
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,6 +120,21 @@ def test_depthwise_kernel_matches_numpy(kernels, case):
     got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x, n, c,
                 kh, kw, *want.shape[:2], stride, dilation)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_kernels_under_sanitizers(cc, tmp_path):
+    """Both convolution kernels on exactly sized heap buffers, under
+    AddressSanitizer and UndefinedBehaviorSanitizer, against a plain loop."""
+    if not shutil.which(cc):
+        pytest.skip(f"needs {cc}")
+    exe = tmp_path / "check"
+    data = Path(__file__).parent / "data" / "kernels"
+    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+          "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+          "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
+          shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    assert _run([exe]).stdout.strip() == "ok 12"
 
 
 def test_half_width_conv_weights(kernels):
