@@ -216,9 +216,11 @@ def test_iree_compiles_every_rewritten_form(tmp_path):
 
 
 def _keras_conv_model():
-    """Conv1D (causal, dilated), Conv2D with `same` padding in frequency and
+    """Conv1D (causal, dilated), Conv2D with zero padding in frequency and
     stride 2 in time, DepthwiseConv2D with multiplier 2, SeparableConv2D, a
-    GRU: every kernel, with non-zero biases."""
+    GRU: every kernel, with non-zero biases. (Convolutions with `same`
+    padding, whose padding the rewrite moves into a pad op, run through it
+    in the streaming-conv suites' fallback models, e.g. ds_cnn_same.)"""
     import keras
     from keras import layers as L
 
@@ -282,8 +284,8 @@ def test_streamed_model_through_the_so(conv_case, capsys):
 
 
 def test_half_width_weights_through_the_so(conv_case, capsys):
-    """--weights-dtype=bf16 stores the convolution filters at half width too
-    (the kernel object's read-only data shrinks), within bf16's tolerance."""
+    """--weights-dtype=bf16 stores the convolution filters at half width too,
+    within bf16's tolerance."""
     model, tmp = conv_case
     out = _build(tmp, "bf16", weights_dtype="bf16")
     manifest = json.loads((out / "ck.json").read_text())
