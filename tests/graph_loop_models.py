@@ -6,28 +6,9 @@ input is ``x`` and whose output is ``y``.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 import graph_models as gm
-
-
-@contextlib.contextmanager
-def _tf1_graph(seed: int):
-    """A fresh graph with TF1 (v1) control flow; yields the graph."""
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util
-
-    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
-    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-    try:
-        g = tf.Graph()
-        with g.as_default():
-            tf.compat.v1.set_random_seed(seed)
-            yield g
-    finally:
-        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
 
 
 def _freeze(g, output="y"):
@@ -59,7 +40,7 @@ def seq_len_rnn(cell="lstm", seq_len="const", length=60, frames=None, features=6
     time axis."""
     import tensorflow as tf
 
-    with _tf1_graph(seed) as g:
+    with gm.tf1_graph(seed) as g:
         if seq_len == "placeholder_first":
             sl = tf.compat.v1.placeholder(tf.int32, (None,), name="seq_len")
         x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
@@ -87,7 +68,7 @@ def cond_in_loop(pred="state", frames=None, features=5, units=8, seed=0):
     import tensorflow as tf
 
     rng = np.random.default_rng(seed)
-    with _tf1_graph(seed) as g:
+    with gm.tf1_graph(seed) as g:
         w = tf.constant((rng.standard_normal((features + units, units)) * 0.4)
                         .astype(np.float32))
         x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
@@ -139,7 +120,7 @@ def static_rnn(cell="lstm_peephole_proj", frames=20, features=6, units=10, cond=
     Placeholder ``seq_len`` of shape [1])."""
     import tensorflow as tf
 
-    with _tf1_graph(seed) as g:
+    with gm.tf1_graph(seed) as g:
         x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
         steps = tf.unstack(x, frames, 1)
         if cond:
@@ -174,7 +155,7 @@ def conv_rnn(rnn="static", stride=1, cell="gru", frames=41, features=6, filters=
     "dynamic": dynamic_rnn, v1 loop) -> Dense."""
     import tensorflow as tf
 
-    with _tf1_graph(seed) as g:
+    with gm.tf1_graph(seed) as g:
         x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
         k = tf.compat.v1.get_variable("conv_w", (kernel, features, filters))
         h = tf.nn.relu(tf.nn.conv1d(x, k, stride, "VALID") + 0.1)
@@ -195,7 +176,7 @@ def dropout_cond(flag="default", frames=None, features=6, units=8, seed=0):
     ("default") or a bool Placeholder ("placeholder")."""
     import tensorflow as tf
 
-    with _tf1_graph(seed) as g:
+    with gm.tf1_graph(seed) as g:
         x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
         if flag == "default":
             training = tf.compat.v1.placeholder_with_default(False, (), name="is_training")

@@ -9,6 +9,8 @@ Enter/Merge/Switch/NextIteration/Exit frames and ``TensorArrayV3`` ops of TF1
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 
 import numpy as np
@@ -211,6 +213,23 @@ def _v1_cell(kind: str, units: int):
     raise ValueError(kind)
 
 
+@contextlib.contextmanager
+def tf1_graph(seed: int):
+    """A fresh graph with TF1 (v1) control flow, its random seed set; yields the graph."""
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.set_random_seed(seed)
+            yield g
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+
+
 def build_kws_graph(cell="lstm", rnn="dynamic", frames=100, dct=10, units=12, labels=4,
                     front_end=True, head="last", seed=0, sequence_length=None):
     """A frozen TF1 keyword-spotting graph, as speech_commands' freeze.py writes them.
@@ -225,58 +244,50 @@ def build_kws_graph(cell="lstm", rnn="dynamic", frames=100, dct=10, units=12, la
     Returns the frozen GraphDef.
     """
     import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util
 
-    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
-    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-    try:
-        g = tf.Graph()
-        with g.as_default():
-            tf.compat.v1.set_random_seed(seed)
-            if front_end:
-                wav = tf.compat.v1.placeholder(tf.string, [], name="wav_data")
-                audio, rate = tf.raw_ops.DecodeWav(contents=wav, desired_channels=1,
-                                                   desired_samples=480 + 160 * (frames - 1),
-                                                   name="decoded_sample_data")
-                spec = tf.raw_ops.AudioSpectrogram(input=audio, window_size=480, stride=160,
-                                                   magnitude_squared=True, name="AudioSpectrogram")
-                mfcc = tf.raw_ops.Mfcc(spectrogram=spec, sample_rate=rate,
-                                       dct_coefficient_count=dct, name="Mfcc")
-            else:
-                mfcc = tf.compat.v1.placeholder(tf.float32, [1, frames, dct],
-                                                name="fingerprint_input")
-            fingerprint = tf.reshape(mfcc, [-1, frames * dct], name="Reshape")
-            x = tf.reshape(fingerprint, [-1, frames, dct], name="Reshape_1")
-            c = _v1_cell(cell, units)
-            if rnn == "dynamic":
-                seq_len = None if sequence_length is None else \
-                    tf.constant([sequence_length], tf.int32, name="seq_len")
-                outs, _ = tf.compat.v1.nn.dynamic_rnn(c, x, dtype=tf.float32,
-                                                      sequence_length=seq_len)
-                out_units = outs.shape[-1]
-                per_step = None
-                last = outs[:, -1, :]
-            else:
-                steps = tf.unstack(x, frames, 1)
-                per_step, _ = tf.compat.v1.nn.static_rnn(c, steps, dtype=tf.float32)
-                out_units = per_step[-1].shape[-1]
-                last = per_step[-1]
-            w = tf.compat.v1.get_variable("final_fc_weights", (out_units, labels),
-                                          initializer=tf.compat.v1.glorot_uniform_initializer())
-            b = tf.compat.v1.get_variable("final_fc_bias", (labels,),
-                                          initializer=tf.compat.v1.random_normal_initializer())
-            if head == "last":
-                logits = tf.matmul(last, w) + b
-            else:
-                seq = outs if per_step is None else tf.stack(per_step, axis=1)
-                logits = tf.tensordot(seq, w, [[2], [0]]) + b
-            tf.nn.softmax(logits, name="labels_softmax")
-            with tf.compat.v1.Session(graph=g) as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
-                gd = tf.compat.v1.graph_util.convert_variables_to_constants(
-                    sess, g.as_graph_def(), ["labels_softmax"])
-    finally:
-        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+    with tf1_graph(seed) as g:
+        if front_end:
+            wav = tf.compat.v1.placeholder(tf.string, [], name="wav_data")
+            audio, rate = tf.raw_ops.DecodeWav(contents=wav, desired_channels=1,
+                                               desired_samples=480 + 160 * (frames - 1),
+                                               name="decoded_sample_data")
+            spec = tf.raw_ops.AudioSpectrogram(input=audio, window_size=480, stride=160,
+                                               magnitude_squared=True, name="AudioSpectrogram")
+            mfcc = tf.raw_ops.Mfcc(spectrogram=spec, sample_rate=rate,
+                                   dct_coefficient_count=dct, name="Mfcc")
+        else:
+            mfcc = tf.compat.v1.placeholder(tf.float32, [1, frames, dct],
+                                            name="fingerprint_input")
+        fingerprint = tf.reshape(mfcc, [-1, frames * dct], name="Reshape")
+        x = tf.reshape(fingerprint, [-1, frames, dct], name="Reshape_1")
+        c = _v1_cell(cell, units)
+        if rnn == "dynamic":
+            seq_len = None if sequence_length is None else \
+                tf.constant([sequence_length], tf.int32, name="seq_len")
+            outs, _ = tf.compat.v1.nn.dynamic_rnn(c, x, dtype=tf.float32,
+                                                  sequence_length=seq_len)
+            out_units = outs.shape[-1]
+            per_step = None
+            last = outs[:, -1, :]
+        else:
+            steps = tf.unstack(x, frames, 1)
+            per_step, _ = tf.compat.v1.nn.static_rnn(c, steps, dtype=tf.float32)
+            out_units = per_step[-1].shape[-1]
+            last = per_step[-1]
+        w = tf.compat.v1.get_variable("final_fc_weights", (out_units, labels),
+                                      initializer=tf.compat.v1.glorot_uniform_initializer())
+        b = tf.compat.v1.get_variable("final_fc_bias", (labels,),
+                                      initializer=tf.compat.v1.random_normal_initializer())
+        if head == "last":
+            logits = tf.matmul(last, w) + b
+        else:
+            seq = outs if per_step is None else tf.stack(per_step, axis=1)
+            logits = tf.tensordot(seq, w, [[2], [0]]) + b
+        tf.nn.softmax(logits, name="labels_softmax")
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            gd = tf.compat.v1.graph_util.convert_variables_to_constants(
+                sess, g.as_graph_def(), ["labels_softmax"])
     return tf.compat.v1.graph_util.extract_sub_graph(gd, ["labels_softmax"])
 
 

@@ -23,7 +23,7 @@ def _freeze(kind: str):
     import graph_loop_models as M
 
     lc = G.legacy_cells()
-    with M._tf1_graph(1) as g:
+    with G.tf1_graph(1) as g:
         wav = tf.compat.v1.placeholder(tf.string, [], name="wav_data")
         audio, rate = tf.raw_ops.DecodeWav(contents=wav, desired_channels=1,
                                            desired_samples=16000, name="decoded_sample_data")

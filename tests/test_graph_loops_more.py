@@ -37,6 +37,38 @@ def _streamed(gd, name="g"):
                            notify=False)
 
 
+def _compare(lib, gd, x, label: str, seq_len: int | None = None) -> None:
+    """STEPS steps of ``lib`` against TF running ``gd`` on ``x`` (with the
+    per-step ``seq_len`` value, if given)."""
+    feeds = {"x:0": x}
+    if seq_len is not None:
+        feeds["seq_len:0"] = np.array([seq_len], np.int32)
+        label = f"{label} = {seq_len}"
+    want = glm.run(gd, feeds)[0]
+    steps = [{"x": x[:, t], "seq_len": feeds["seq_len:0"]} if seq_len is not None else x[:, t]
+             for t in range(STEPS)]
+    got = np.stack([lib.step(v) for v in steps])[:, 0]
+    err = np.abs(got - want).max()
+    print(f"{label}: .so vs TF max abs error {err:.3g}")
+    assert err <= TOL, err
+
+
+def _check_lengths(lib, gd, x, lengths, label: str) -> None:
+    """``_compare`` for each per-step ``seq_len`` value, from reset."""
+    for length in lengths:
+        lib.reset()
+        _compare(lib, gd, x, label, seq_len=length)
+
+
+def _refusal(graph_def, name: str) -> str:
+    """The error streaming ``graph_def`` raises: one line, naming what is at fault."""
+    with pytest.raises(TfaotError) as e:
+        _streamed(graph_def, name)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
 def _pure_steps(program, x, extra=None):
     """``pure_step`` run step by step from the initial state; ``extra``: per-step inputs."""
     import tensorflow as tf
@@ -95,14 +127,8 @@ def test_sequence_length_placeholder_is_a_per_step_input(tmp_path):
         [("x", "float32", (1, 6)), ("seq_len", "int32", (1,))]
     assert lib.input_streamed == [True, False]
     x = _x(6, seed=1)
-    for length in (37, 1_000_000):  # shorter than the stream, and "no limit"
-        lib.reset()
-        sl = np.array([length], np.int32)
-        want = glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]
-        got = np.stack([lib.step({"x": x[:, t], "seq_len": sl}) for t in range(STEPS)])[:, 0]
-        err = np.abs(got - want).max()
-        print(f"sequence_length placeholder = {length}: .so vs TF max abs error {err:.3g}")
-        assert err <= TOL, err
+    # shorter than the stream, and "no limit"
+    _check_lengths(lib, gd, x, (37, 1_000_000), "sequence_length placeholder")
 
 
 def test_sequence_length_placeholder_before_the_input():
@@ -129,7 +155,7 @@ def test_counter_as_a_value_is_still_refused():
     """Only comparisons of the time counter stream exactly (see test_graph_errors)."""
     import tensorflow as tf
 
-    with glm._tf1_graph(0) as g:
+    with gm.tf1_graph(0) as g:
         x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
         xs = tf.transpose(x, [1, 0, 2])
         T = tf.shape(xs)[0]
@@ -143,10 +169,8 @@ def test_counter_as_a_value_is_still_refused():
                                  [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
         tf.identity(ta.stack(), name="y")
     gd = tf.compat.v1.graph_util.extract_sub_graph(g.as_graph_def(), ["y"])
-    with pytest.raises(TfaotError) as e:
-        _streamed(gd, "pos")
-    msg = str(e.value)
-    assert "position" in msg and "Cast" in msg and "\n" not in msg, msg
+    msg = _refusal(gd, "pos")
+    assert "position" in msg and "Cast" in msg, msg
 
 
 # -- 2. tf.cond inside a v1 loop body; nested loops
@@ -166,26 +190,17 @@ def test_cond_on_the_time_counter_through_library(tmp_path):
     gd = glm.cond_in_loop("counter")
     lib = _build(gd, tmp_path, "cond_counter")
     x = _x(5, seed=3)
-    want = glm.run(gd, {"x:0": x})[0]
-    got = np.stack([lib.step(x[:, t]) for t in range(STEPS)])[:, 0]
-    err = np.abs(got - want).max()
-    print(f"tf.cond on the time counter in a v1 loop: .so vs TF max abs error {err:.3g}")
-    assert err <= TOL, err
+    _compare(lib, gd, x, "tf.cond on the time counter in a v1 loop")
 
 
 def test_cond_with_a_stateful_branch_is_refused():
-    with pytest.raises(TfaotError) as e:
-        _streamed(glm.cond_in_loop("random"), "rnd")
-    msg = str(e.value)
-    assert "RandomUniform" in msg and "gate/Merge" in msg and "\n" not in msg, msg
+    msg = _refusal(glm.cond_in_loop("random"), "rnd")
+    assert "RandomUniform" in msg and "gate/Merge" in msg, msg
 
 
 def test_nested_while_loops_name_the_inner_frame():
-    with pytest.raises(TfaotError) as e:
-        _streamed(glm.nested_loops(), "nested")
-    msg = str(e.value)
+    msg = _refusal(glm.nested_loops(), "nested")
     assert "nested while loops" in msg and "while/gate/while/while_context" in msg, msg
-    assert "\n" not in msg
 
 
 # -- 3. static_rnn: peephole + projection LSTMCell; several inputs
@@ -197,11 +212,7 @@ def test_static_rnn_peephole_projection_through_library(tmp_path):
     assert program.report["unrolled"] and not program.report["stateless"]
     lib = _build(gd, tmp_path, "peep")
     x = _x(6, seed=4)
-    want = glm.run(gd, {"x:0": x})[0]
-    got = np.stack([lib.step(x[:, t]) for t in range(STEPS)])[:, 0]
-    err = np.abs(got - want).max()
-    print(f"static_rnn LSTMCell(peepholes, num_proj): .so vs TF max abs error {err:.3g}")
-    assert err <= TOL, err
+    _compare(lib, gd, x, "static_rnn LSTMCell(peepholes, num_proj)")
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
@@ -245,14 +256,7 @@ def test_static_rnn_with_sequence_length_through_library(tmp_path):
     gd = glm.static_rnn("lstm", frames=STEPS, seq_len="placeholder")
     lib = _build(gd, tmp_path, "static_sl")
     x = _x(6, seed=12)
-    for length in (70, 1000):
-        lib.reset()
-        sl = np.array([length], np.int32)
-        want = glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]
-        got = np.stack([lib.step({"x": x[:, t], "seq_len": sl}) for t in range(STEPS)])[:, 0]
-        err = np.abs(got - want).max()
-        print(f"static_rnn sequence_length={length}: .so vs TF max abs error {err:.3g}")
-        assert err <= TOL, err
+    _check_lengths(lib, gd, x, (70, 1000), "static_rnn sequence_length")
 
 
 # -- 4. a convolution front end (and time strides) before static_rnn / dynamic_rnn
@@ -319,10 +323,8 @@ def test_is_training_cond_with_a_default_keeps_the_inference_branch():
 
 
 def test_is_training_placeholder_with_dropout_is_refused():
-    with pytest.raises(TfaotError) as e:
-        _streamed(glm.dropout_cond("placeholder"), "drop_ph")
-    msg = str(e.value)
-    assert "dropout_cond/Merge" in msg and "RandomUniform" in msg and "\n" not in msg, msg
+    msg = _refusal(glm.dropout_cond("placeholder"), "drop_ph")
+    assert "dropout_cond/Merge" in msg and "RandomUniform" in msg, msg
 
 
 def test_strided_conv_before_static_rnn_through_library(tmp_path):
