@@ -19,10 +19,18 @@ GraphDefs (.pb, .pbtxt)."""
 
 
 def _add_stream_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--whole-window", action="store_true",
-                   help="a model with a fixed window and no recurrence (e.g. a keyword "
-                        "spotter over 49 frames, or an image model) runs one whole-window "
-                        "inference per step instead of streaming frame by frame")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--stream", dest="fixed_window", action="store_const", const="stream",
+                     default="auto",
+                     help="stream a model without recurrence over axis 1 as a sliding "
+                          "window, frame by frame (the default for inputs (batch, time, "
+                          "features) and (batch, time, H, W, C); use it for an input "
+                          "(batch, time, features, 1) that is not an image)")
+    how.add_argument("--whole-window", dest="fixed_window", action="store_const",
+                     const="whole",
+                     help="run one whole inference per step on a model with a fixed window "
+                          "and no recurrence (the default for images: inputs (batch, H, W, "
+                          "C)); e.g. a keyword spotter over 49 frames, once per 49 frames")
 
 
 def _add_graph_options(p: argparse.ArgumentParser) -> None:
@@ -184,7 +192,7 @@ def cmd_import(args) -> int:
     check_output_file(out)
     progress = Progress(enabled=not args.quiet)
     _, mlir_text = run_frontend(args.model, progress, _graph_options(args),
-                                whole_window=args.whole_window)
+                                fixed_window=args.fixed_window)
     write_atomically(out, mlir_text)
     if not args.quiet:
         print(f"tfaot: wrote {out}", file=sys.stderr)
@@ -207,7 +215,7 @@ def cmd_inspect(args) -> int:
     from .pipeline import Progress, load_and_streamify
 
     program = load_and_streamify(args.model, Progress(enabled=False), _graph_options(args),
-                                 whole_window=args.whole_window)
+                                 fixed_window=args.fixed_window)
     print(inspect_json(program) if args.json else inspect_text(program))
     return 0
 
@@ -220,7 +228,7 @@ def cmd_build(args) -> int:
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
-                           whole_window=args.whole_window,
+                           fixed_window=args.fixed_window,
                            graph_options=_graph_options(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)

@@ -46,10 +46,11 @@ class Progress:
 
 def load_and_streamify(model_path: str, progress: Progress,
                        graph_options: GraphOptions | None = None, *,
-                       whole_window: bool = False) -> StepProgram:
-    """load -> streamify. ``whole_window``: a fixed-window model without
-    recurrence runs one whole-window inference per step instead of streaming
-    as a sliding window."""
+                       fixed_window: str = "auto") -> StepProgram:
+    """load -> streamify. ``fixed_window``: whether a fixed-window model
+    without recurrence streams as a sliding window ("stream") or runs one
+    whole-window inference per step ("whole"); "auto" chooses by the input's
+    rank (``stream_choice``)."""
     from .tfenv import quiet_tensorflow
 
     from .load import detect_format, load_model
@@ -58,14 +59,13 @@ def load_and_streamify(model_path: str, progress: Progress,
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
         loaded = load_model(model_path, graph_options, fmt=fmt)
-    fixed_window = "whole" if whole_window else "stream"
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
             from .streamify_keras import streamify_keras
 
             program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
                                       fixed_window=fixed_window)
-            _window_note(program.stream, model_path, progress)
+            progress.note(f"{model_path}: {program.report['choice']}")
             for note in program.report.get("notes", []):
                 progress.note(f"{model_path}: {note}")
         else:  # (the graph streamifier prints its own notes)
@@ -90,22 +90,12 @@ def _fed_back_state(program, graph_options, model_path: str, progress: Progress)
     return state_feedback.hoist(program, pairs) if pairs else program
 
 
-def _window_note(stream, model_path: str, progress: Progress) -> None:
-    if stream.mode != "window":
-        return
-    how = (f"recomputing the whole window every step, because {stream.recompute}"
-           if stream.recompute else f"{stream.frames_per_step} per step")
-    progress.note(f"{model_path}: streams as a sliding window of {stream.window} frames, "
-                  f"{how} (time axis {stream.time_axis}); for one whole inference per step "
-                  "(e.g. an image model) use --whole-window")
-
-
 def run_frontend(model_path: str, progress: Progress,
                  graph_options: GraphOptions | None = None, *,
-                 whole_window: bool = False) -> tuple[StepProgram, str]:
+                 fixed_window: str = "auto") -> tuple[StepProgram, str]:
     """load -> streamify -> import; returns the program and the MLIR text."""
     program = load_and_streamify(model_path, progress, graph_options,
-                                 whole_window=whole_window)
+                                 fixed_window=fixed_window)
     with progress.stage("import"):
         from .mlir_import import import_program
 
@@ -136,7 +126,9 @@ class BuildOptions:
     matvec: str | None = None  # "tfaot" or "iree"; default: the target's (Target.matvec_kernel)
     weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
     force: bool = False  # replace an output folder that holds files tfaot did not write
-    whole_window: bool = False  # fixed-window models: one whole inference per step
+    # fixed-window models without recurrence: "stream" (a sliding window),
+    # "whole" (one whole inference per step) or "auto" (by the input's rank)
+    fixed_window: str = "auto"
     graph_options: GraphOptions = field(default_factory=GraphOptions)
 
 
@@ -188,7 +180,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     temps = out.staging / "temps"
     try:
         program, mlir_text = run_frontend(model_path, progress, options.graph_options,
-                                          whole_window=options.whole_window)
+                                          fixed_window=options.fixed_window)
         temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,

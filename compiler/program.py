@@ -131,3 +131,7 @@ class StepProgram:
     report: dict[str, Any] = field(default_factory=dict)
     # What verify, the harness and firmware need to know about the time axis.
     stream: StreamInfo = field(default_factory=StreamInfo)
+    # What owns the variables ``pure_step`` captures (the Keras model): a
+    # ConcreteFunction holds them only weakly, so without this reference a
+    # garbage collection between streamify and import deletes them.
+    owner: Any = field(default=None, repr=False, compare=False)

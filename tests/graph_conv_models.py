@@ -114,6 +114,7 @@ MODELS = {
     "pad_pool_gru": (_keras("pad_pool_gru", None, lower=True), "prefix", False),
     "ds_cnn_tf1": (_tf1(_tf1_ds_cnn), "window", False),
     "ds_cnn": (_keras("ds_cnn"), "window", False),
+    "ds_cnn_pool_all": (_keras("ds_cnn_pool_all"), "window", False),
     "cnn": (_keras("cnn"), "window", False),
     "cnn_same_tf1": (_tf1(_tf1_cnn_same), "window", True),
     "svdf": (_keras("svdf"), "window", False),

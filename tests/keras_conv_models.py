@@ -86,6 +86,33 @@ def ds_cnn_same(window=16):
     return keras.Model(x, L.Dense(3)(h))
 
 
+def ds_cnn_pool_all(window=16):
+    """DS-CNN whose last AveragePooling2D covers every remaining frame (its
+    pool size is the remaining time length: one output position, a stride
+    of that length), then Flatten, as kws_streaming's ds_cnn writes it."""
+    x = keras.Input((window, 10))
+    h = L.Reshape((window, 10, 1))(x)
+    h = L.Conv2D(6, (3, 3), strides=(1, 2), padding="valid", activation="relu")(h)
+    h = L.DepthwiseConv2D((3, 3), padding="valid")(h)
+    h = L.BatchNormalization()(h)
+    h = L.ReLU()(h)
+    h = L.Conv2D(6, (1, 1), activation="relu")(h)
+    h = L.AveragePooling2D(pool_size=(h.shape[1], h.shape[2]))(h)
+    h = L.Flatten()(h)
+    return keras.Model(x, L.Dense(3, activation="softmax")(h))
+
+
+def pool_one_position(window=16):
+    """A max pooling whose stride leaves one output position but not all
+    frames under its kernel (11 frames, pool 8, stride 8: the last 3 frames
+    are dropped), then Flatten."""
+    x = keras.Input((window, 6))
+    h = L.Conv1D(5, 6, activation="relu")(x)
+    h = L.MaxPooling1D(pool_size=8)(h)
+    h = L.Flatten()(h)
+    return keras.Model(x, L.Dense(3)(h))
+
+
 def cnn(window=16):
     """CNN (kws_streaming cnn.py): Conv2D + MaxPooling2D, Flatten, Dense."""
     x = keras.Input((window, 10))
@@ -178,6 +205,8 @@ MODELS = {
     "crnn": (crnn, "prefix", False),
     "ds_cnn": (ds_cnn, "window", False),
     "ds_cnn_same": (ds_cnn_same, "window", True),
+    "ds_cnn_pool_all": (ds_cnn_pool_all, "window", False),
+    "pool_one_position": (pool_one_position, "window", False),
     "cnn": (cnn, "window", False),
     "svdf": (svdf, "window", False),
     "tc_resnet": (tc_resnet, "window", True),

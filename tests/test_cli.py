@@ -101,18 +101,21 @@ def test_console_script_runs_without_traceback(tmp_path):
     assert "import" in help_text and "inspect" in help_text
 
 
-def test_whole_window_keeps_an_image_model_one_inference_per_step(tmp_path, capsys):
-    """A fixed-window model streams row by row unless --whole-window asks otherwise."""
+def test_an_image_model_is_one_inference_per_step_unless_streamed(tmp_path, capsys):
+    """Input (batch, H, W, C) without recurrence: one image per step by
+    default; --stream streams it over the rows as a sliding window."""
     import keras
 
     path = tmp_path / "img.keras"
     keras.Sequential([keras.Input((8, 8, 1), batch_size=1), keras.layers.Conv2D(2, 3),
                       keras.layers.Flatten(), keras.layers.Dense(3)]).save(path)
     assert main(["inspect", str(path), "--json"]) == 0
-    streamed = json.loads(capsys.readouterr().out)
-    assert streamed["stream"]["mode"] == "window" and streamed["stream"]["window"] == 8
-    assert streamed["inputs"][0]["shape"] == [1, 8, 1]
-    assert main(["inspect", str(path), "--json", "--whole-window"]) == 0
     whole = json.loads(capsys.readouterr().out)
     assert whole["stream"]["mode"] == "stateless"
     assert whole["inputs"][0]["shape"] == [1, 8, 8, 1]
+    assert main(["inspect", str(path), "--json", "--stream"]) == 0
+    streamed = json.loads(capsys.readouterr().out)
+    assert streamed["stream"]["mode"] == "window" and streamed["stream"]["window"] == 8
+    assert streamed["inputs"][0]["shape"] == [1, 8, 1]
+    with pytest.raises(SystemExit):  # one or the other
+        main(["inspect", str(path), "--stream", "--whole-window"])

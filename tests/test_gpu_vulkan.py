@@ -13,6 +13,7 @@ import pytest
 
 import keras_conv_models
 import keras_models
+from sanitizers import run_checked
 from toolchains import require_vulkan
 from util import run
 
@@ -84,14 +85,16 @@ def test_manifest_and_footprint_describe_the_gpu_build(built):
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_threads_reset_and_state_under_sanitizers(built, tmp_path, cc):
     """Two contexts in two threads give the one-context results bit for bit;
-    reset and get/set_state mid-stream too; -Wall -Wextra -Werror, ASan+UBSan."""
+    reset and get/set_state mid-stream too; -Wall -Wextra -Werror, ASan+UBSan.
+    Memory the Vulkan driver keeps at exit is the driver's (it varies with
+    the CPU and Mesa's version); a leak of tfaot's own code fails."""
     _, lib = built["lstm40"]
     exe = tmp_path / f"drv_{cc}"
     run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
          "-I", lib / "src", DRIVER, lib / "src" / "vkm.c", "-o", exe, "-ldl", "-lm",
          "-lpthread"])
-    proc = run([exe, "check"])
+    proc = run_checked([exe, "check"])
     assert "ALL OK" in proc.stdout, proc.stdout
 
 

@@ -25,7 +25,7 @@ from tfaot.verify import GraphReference, verify
 
 STEPS = 110
 TOL = 1e-5
-BUILT_FAST = {"crnn", "conv_causal_dilated", "ds_cnn_tf1", "svdf", "tc_resnet"}
+BUILT_FAST = {"crnn", "conv_causal_dilated", "ds_cnn_tf1", "ds_cnn_pool_all", "svdf", "tc_resnet"}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +123,15 @@ def test_library_matches_tensorflow(models, name):
     np.testing.assert_array_equal(other.step_n(xs[25:]), got[25:])
     lib.reset()  # back to the start of the stream, ring buffers included
     np.testing.assert_array_equal(lib.step_n(xs[:10]), got[:10])
+
+
+def test_a_stride_over_one_output_position_adds_no_frames(models):
+    """The graph of a DS-CNN pooling over all remaining frames streams one
+    frame per step (test_step_program_matches_tensorflow: its numbers)."""
+    from tfaot.load_graph import load_graph
+
+    stream = streamify_graph(load_graph(models("ds_cnn_pool_all")), notify=False).stream
+    assert (stream.mode, stream.frames_per_step) == ("window", 1) and not stream.recompute
 
 
 def test_manifest_header_and_state(models):

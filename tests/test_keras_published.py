@@ -257,3 +257,22 @@ def test_window_fallback_with_typed_inputs(built, name, builder):
     (result,) = verify(str(out.parent / f"{name}.keras"), out, steps=STEPS, seed=1, tol=TOL)
     print(f"{name}: max abs error {result.max_abs_error:.3g} over {result.steps} steps")
     assert result.steps == STEPS and result.ok
+
+
+@pytest.mark.parametrize("builder", [_bidirectional_classifier, _masking],
+                         ids=["window_fallback", "streamed"])
+def test_variables_survive_garbage_collection_between_stages(tmp_path, builder):
+    """The traced step holds the model's variables weakly (tf.function):
+    the program keeps the model alive until the import has frozen them, so
+    a collection between streamify and import changes nothing."""
+    import gc
+
+    from tfaot.mlir_import import import_program
+    from tfaot.pipeline import load_and_streamify
+
+    path = tmp_path / "m.keras"
+    builder().save(path)
+    gc.collect()
+    program = load_and_streamify(str(path), Progress(enabled=False))
+    gc.collect()
+    assert "stablehlo" in import_program(program)

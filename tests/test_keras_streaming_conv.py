@@ -116,6 +116,17 @@ def test_whole_window_build_is_one_inference():
     assert "whole-window build" in program.report["mode"]
 
 
+@pytest.mark.parametrize("name", ["ds_cnn_pool_all", "pool_one_position"])
+def test_a_stride_over_one_output_position_adds_no_frames(name):
+    """A pooling whose output has one time position (over all remaining
+    frames, or with frames past its kernel dropped) slides one frame per
+    step with an output every step; test_stream_matches_keras checks the
+    numbers through the built library."""
+    stream = streamify_keras(K.build(name), "m.keras", "keras").stream
+    assert (stream.mode, stream.frames_per_step) == ("window", 1) and not stream.recompute
+    assert stream.delay == 0
+
+
 def test_image_model_stays_one_inference():
     """A fixed-shape model whose output keeps axis 1 is not a window model."""
     import keras_models

@@ -48,12 +48,13 @@ __all__ = ["streamify_graph"]
 
 
 def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
-                    fixed_window: str = "stream") -> StepProgram:
+                    fixed_window: str = "auto") -> StepProgram:
     """Stream a loaded frozen graph (``load_graph.LoadedGraph``).
 
     ``fixed_window``: for a graph with a fixed window and no recurrence,
-    "stream" (default) streams it frame by frame as a sliding window,
-    "whole" builds one whole-window inference per step (``timeplan.py``).
+    "stream" streams it frame by frame as a sliding window, "whole" builds
+    one whole-window inference per step (``timeplan.py``), "auto" (default)
+    chooses by the input's rank (``stream_choice``).
 
     Returns a ``StepProgram`` whose ``pure_step`` is a ConcreteFunction
     ``(x_t, *states) -> (y_t, *new_states)`` at batch 1 (with several graph
@@ -68,7 +69,7 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
     return program
 
 
-def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "stream") -> StepProgram:
+def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> StepProgram:
     simple, why = simplified(loaded)
     if simple is not None:
         try:
@@ -115,7 +116,7 @@ def simplified(loaded):
     return dataclasses.replace(loaded, graph_def=gd, details=details), ""
 
 
-def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "",
+def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
                not_window: str = "") -> StepProgram:
     """``mode``: "prefix" or "stateless" after a failed window attempt
     (``timeplan.py``), ``not_window`` saying why."""
@@ -145,7 +146,9 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "
                 a = shape.index(u.steps)
         axis_hint = (f" (the time axis of input '{inp.name}' was taken to be {a}; "
                      "set it with --time-axis if that is wrong)")
-    mode = mode or choose_mode(g, shape, a, inp.time_axis is not None, fixed_window)
+    why = not_window
+    if not mode:
+        mode, why = choose_mode(g, shape, a, inp.time_axis is not None, fixed_window, inp.dtype)
     stateless = mode == "stateless"
     if stateless:
         a = None  # no loop: the step is one inference on the input as it is
@@ -245,10 +248,7 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "
                    for i, s, _, step in step_inputs)
     sig = ProgramSignature(inputs, outputs, states.infos)
     notes = []
-    if stateless and time_like(shape) and fixed_window == "whole":
-        notes.append(f"one whole-window inference per step on input '{inp.name}' of shape "
-                     f"{'x'.join(str(d) for d in shape)} (--whole-window)")
-    elif stateless and time_like(shape):
+    if stateless and time_like(shape) and not_window:
         notes.append(
             "nothing streams: no time loop or unrolled recurrence found"
             + (f" ({g.not_unrolled})" if g.not_unrolled else "")
@@ -289,10 +289,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "stream", mode: str = "
     report["stream"] = stream.to_json()
     if planned is not None and planned.rows:
         report["layers"] = planned.rows
-    if stream.mode == "window":
-        report["stream_notes"] = [window_note(stream, inp.name)]
-    elif stateless and fixed_window == "whole" and time_like(shape):
-        report["mode"] += "; whole-window build (--whole-window; the default streams it per frame)"
+    if not notes:  # (the note above says how it streams, and why)
+        report["stream_notes"] = [window_note(stream, inp.name, why)]
+    if stateless and fixed_window == "whole" and time_like(shape):
+        report["mode"] += "; whole-window build (--whole-window)"
     counted = _counter_notes(g, states, [i for i, s, _, _ in step_inputs if not s])
     if counted:
         report["stream_notes"] = report.get("stream_notes", []) + counted

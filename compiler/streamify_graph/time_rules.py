@@ -121,13 +121,15 @@ def _windowed(s: SeqOp):
         padding = "same" if s2b[2] else padding
     plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s))
     out_s2b = ("out", 1, 0) if s2b else None
+    attrs = _time_stride_one(s) if plan["unstrided"] else {}
     if plan["per_step"]:
-        s.set(s.emit(), [replace(seq(s.a), s2b=out_s2b)])
+        outs = emit_with(s, {}, attrs) if attrs else s.emit()
+        frames = plan["out"] if plan["unstrided"] else None
+        s.set(outs, [replace(seq(s.a, frames), s2b=out_s2b)])
         return
     em = s.em
     cat = em.time.buffer((s.node.name, "frames"), s.x, plan["keep"], s.a, s.node.name)
     window = take_frames(cat, s.a, plan["offset"], plan["offset"] + plan["frames"])
-    attrs = {}
     if s2b:  # the space-to-batch pair's dilation, on the conv itself
         dilations = [1] * s.rank
         dilations[s.a] = dil
@@ -137,6 +139,16 @@ def _windowed(s: SeqOp):
     em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
            kernel=k, stride=stride, dilation=dil, delay=out.delay)
     s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+def _time_stride_one(s: SeqOp) -> dict:
+    """The node's strides with 1 on the time axis: a stride that never
+    applies (one output position over the window; ``windowed_plan``)."""
+    import tensorflow as tf
+
+    strides = list(s.node.attr["strides"].list.i)
+    strides[s.a] = 1
+    return {"strides": {"list": tf.compat.v1.AttrValue.ListValue(i=strides)}}
 
 
 @rule("SpaceToBatchND")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import stream_choice
 from ..program import InputInfo, ProgramSignature, StepProgram, StreamInfo, TensorInfo
 from ..streamify_keras import MAX_FRAMES_PER_STEP
 from ..streamify_keras.replay import NeedFrames
@@ -31,7 +32,7 @@ from .graphdef import Fail
 from .ring import TimePlan
 from .state import StateRegistry
 
-FIXED_WINDOW_CHOICES = ("stream", "whole")
+FIXED_WINDOW_CHOICES = stream_choice.CHOICES
 
 
 class NotAWindow(Fail):
@@ -45,20 +46,24 @@ class Planned:
     first_valid_step: int = 0
 
 
-def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str) -> str:
-    """"prefix", "window" or "stateless" (before any replay; see the module doc)."""
+def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
+                dtype: str = "float32") -> tuple[str, str]:
+    """("prefix" | "window" | "stateless", why) before any replay (see the
+    module doc; ``fixed_window`` "auto" follows ``stream_choice``)."""
     if fixed_window not in FIXED_WINDOW_CHOICES:
         raise Fail(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, got {fixed_window!r}")
     if g.loops or g.unrolled:
-        return "prefix"
+        return "prefix", "the graph has a recurrence (a time loop or an unrolled cell)"
     if a is None or not 0 <= a < len(shape):
-        return "stateless"
+        return "stateless", "the input has no time axis"
     if shape[a] is None:  # an open time axis (axis 0 without loops: a batch)
-        return "prefix" if explicit_axis or a != 0 else "stateless"
-    windowed = shape[a] > 1 and fixed_window == "stream" and (explicit_axis or time_like(shape))
-    if windowed:
-        return "window"
-    return "prefix" if explicit_axis else "stateless"
+        if explicit_axis or a != 0:
+            return "prefix", f"axis {a} of the input is open"
+        return "stateless", "the input's only open axis is the batch"
+    choice = stream_choice.choose(fixed_window, shape, dtype, axis_given=explicit_axis)
+    if shape[a] > 1 and choice.fixed_window == "stream" and (explicit_axis or time_like(shape)):
+        return "window", choice.why
+    return ("prefix" if explicit_axis else "stateless"), choice.why
 
 
 def time_like(shape) -> bool:
@@ -146,12 +151,9 @@ def mode_text(stream: StreamInfo, base: str) -> str:
     return base
 
 
-def window_note(stream: StreamInfo, input_name: str) -> str:
-    text = (f"streams as a sliding window of {stream.window} frames of input '{input_name}', "
-            f"{stream.frames_per_step} per step (time axis {stream.time_axis})")
-    if stream.recompute:
-        text += f", recomputing the whole window each step ({stream.recompute})"
-    return text + "; for one whole inference per step use --whole-window"
+def window_note(stream: StreamInfo, input_name: str, why: str = "") -> str:
+    return stream_choice.note(stream, why or "its input has a fixed window of frames",
+                              input_name)
 
 
 # --------------------------------------------------------------------------

@@ -22,9 +22,13 @@ steps relate to the original model's time axis:
   ``causal`` padding in time, padding at the window's ends, misaligned
   strides) switch the whole model to the exact fallback: a ring buffer of
   the last W-1 input frames and a whole-window inference per step
-  (``recompute`` in StreamInfo). ``fixed_window="whole"`` keeps the old
-  behaviour: one whole-window inference per step (``stateless``).
-* ``stateless``: no time axis; step = one inference.
+  (``recompute`` in StreamInfo). ``fixed_window="whole"``: one
+  whole-window inference per step (``stateless``).
+* ``stateless``: no time axis, or an image (``stream_choice``); step = one
+  inference.
+
+``fixed_window="auto"`` (the default) takes "stream" or "whole" by the
+input's rank (``stream_choice``); the report's "choice" says which and why.
 """
 from __future__ import annotations
 
@@ -32,31 +36,32 @@ import contextlib
 
 import numpy as np
 
+from .. import stream_choice
 from ..errors import TfaotError
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from .replay import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, SEQ, VEC,  # noqa: F401
                      NeedFrames, NotIncremental, Replay, Streamed, layer_error)
 
-FIXED_WINDOW_CHOICES = ("stream", "whole")
+FIXED_WINDOW_CHOICES = stream_choice.CHOICES
 MAX_FRAMES_PER_STEP = 4096
 
 
-def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "stream") -> StepProgram:
+def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "auto") -> StepProgram:
     """Build the step program of a loaded Keras model.
 
     ``fixed_window``: for a model with a fixed window and no recurrence,
-    "stream" (default) streams it frame by frame as a sliding window,
-    "whole" builds one whole-window inference per step.
+    "stream" streams it frame by frame as a sliding window, "whole" builds
+    one whole-window inference per step, "auto" (default) chooses by the
+    input's rank (``stream_choice``).
     """
     plan = _plan(model, source, fixed_window)
     with _unrolled_rnns(model):  # a whole-window RNN: no TensorList loop to import
         if plan["mode"] == "recompute":
             return _recompute_program(model, source, fmt, plan)
-        return _streamed_program(model, source, fmt, plan, fixed_window)
+        return _streamed_program(model, source, fmt, plan)
 
 
-def _streamed_program(model, source: str, fmt: str, plan: dict,
-                      fixed_window: str) -> StepProgram:
+def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     import tensorflow as tf
 
     x_specs = plan["x_specs"]
@@ -82,13 +87,12 @@ def _streamed_program(model, source: str, fmt: str, plan: dict,
     signature = ProgramSignature(tuple(x_specs), out_specs, states)
     stream = plan["stream"]
     report = _report(model, fmt, stream, discover.layer_rows, signature,
-                     whole=plan["window"] is not None and fixed_window == "whole")
-    if plan["note"]:
-        report["notes"] = [plan["note"]]
-    return StepProgram(source, fmt, signature, concrete, report, stream)
+                     whole=plan["window"] is not None and stream.mode == "stateless")
+    report["choice"] = stream_choice.note(stream, plan["why"])
+    return StepProgram(source, fmt, signature, concrete, report, stream, owner=model)
 
 
-def stream_info(model, source: str = "model", fixed_window: str = "stream") -> StreamInfo:
+def stream_info(model, source: str = "model", fixed_window: str = "auto") -> StreamInfo:
     """The StreamInfo a build of ``model`` gets (discovery only, no tracing)."""
     return _plan(model, source, fixed_window)["stream"]
 
@@ -104,6 +108,8 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
                          f"got {fixed_window!r}")
     step_input_specs(model, source)  # the model-level checks
+    choice = _stream_choice(model, fixed_window)
+    fixed_window, why = choice.fixed_window, choice.why
     window = fixed_window_length(model)
     if is_streaming(model):
         mode = "prefix"
@@ -111,7 +117,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         mode = "window"
     else:
         mode = "stateless"
-    frames, note = 1, None
+    frames = 1
     while True:
         delay = (-window) % frames if mode == "window" else 0
         replay = Replay(mode, None, frames=frames, window=window, delay=delay)
@@ -126,21 +132,21 @@ def _plan(model, source: str, fixed_window: str) -> dict:
                 raise TfaotError(f"{source}: the time strides need more than "
                                  f"{MAX_FRAMES_PER_STEP} frames per step") from None
             continue
-        except NotIncremental as why:
+        except NotIncremental as reason:
             window = window or _fixed_length(model)
             if window is None or fixed_window != "stream":
-                raise TfaotError(str(why)) from None
+                raise TfaotError(str(reason)) from None
             if _time_reaches_output(model, window):
                 # e.g. a Bidirectional tagger: one whole inference per step
                 mode = "stateless"
-                note = (f"does not stream: one whole inference of its {window} frames "
-                        f"per step, because {why}")
+                why = f"{reason}, and the time axis reaches the output"
                 continue
-            return _recompute_plan(model, source, window, str(why))
+            return _recompute_plan(model, source, window, str(reason), why)
         if mode == "window" and any(y.meta == SEQ for y in ys):
-            # The time axis reaches the output: not a window model (an image
-            # to image model, say); one whole inference per step.
+            # The time axis reaches the output: not a window model (a
+            # sequence to sequence model, say); one whole inference per step.
             mode = "stateless"
+            why = "the time axis reaches the output (no window to slide)"
             continue
         break
     y0 = [replay.output(y, i) for i, y in enumerate(ys)]
@@ -154,7 +160,24 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             first_valid_step=max(int(y.valid_from) for y in ys), delay=delay)
     return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
             "streamed": streamed, "window": window, "delay": delay, "stream": stream,
-            "note": note}
+            "why": why}
+
+
+def _stream_choice(model, requested: str) -> stream_choice.Choice:
+    """Stream or one inference per step, and why (``stream_choice``)."""
+    if _has_recurrent_layer(model):
+        return stream_choice.Choice("stream", "the model has recurrent layers")
+    shape = time_input_shape(model)
+    if _has_dynamic_time(model):
+        return stream_choice.Choice("stream", f"axis 1 of input {_shape_text(shape)} is open")
+    streams = input_streams(model)
+    tensor = model.inputs[streams.index(True) if True in streams else 0]
+    dtype = getattr(tensor.dtype, "name", str(tensor.dtype))
+    return stream_choice.choose(requested, shape, dtype)
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
 
 
 def _time_reaches_output(model, window: int) -> bool:
@@ -168,11 +191,11 @@ def _step_shape(shape, mode: str, frames: int) -> tuple[int, ...]:
     return (1, *features) if frames == 1 else (1, frames, *features)
 
 
-def _recompute_plan(model, source, window: int, reason: str) -> dict:
+def _recompute_plan(model, source, window: int, reason: str, why: str) -> dict:
     stream = StreamInfo(mode="window", time_axis=1, fixed_length=window, frames_per_step=1,
                         window=window, first_valid_step=window - 1, delay=0, recompute=reason)
     return {"mode": "recompute", "window": window, "stream": stream, "reason": reason,
-            "x_specs": step_inputs(model, "window", 1)}
+            "x_specs": step_inputs(model, "window", 1), "why": why}
 
 
 def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
@@ -215,7 +238,8 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     rows = [{"name": layer.name, "type": type(layer).__name__, "role": "whole window"}
             for layer in getattr(model, "layers", []) if type(layer).__name__ != "InputLayer"]
     report = _report(model, fmt, plan["stream"], rows, signature)
-    return StepProgram(source, fmt, signature, concrete, report, plan["stream"])
+    report["choice"] = stream_choice.note(plan["stream"], plan["why"])
+    return StepProgram(source, fmt, signature, concrete, report, plan["stream"], owner=model)
 
 
 def _output_specs(model, values) -> tuple[TensorInfo, ...]:
@@ -434,7 +458,7 @@ def _report(model, fmt, stream: StreamInfo, layer_rows, signature: ProgramSignat
         mode = (f"streaming sliding window, recomputed (step = the whole model on the last "
                 f"{stream.window} frames; {stream.recompute})")
     elif whole:
-        mode += "; whole-window build (fixed_window='whole'; the default streams it per frame)"
+        mode += "; whole-window build (the whole fixed window per step)"
     return {
         "format": fmt,
         "mode": mode,

@@ -62,12 +62,13 @@ class WindowedRule:
         plan = self.plan(op, x.seq, replay.mode)
         if plan["per_step"]:
             replay.row(op, "per-step")
-            return replay.apply(op, (x,), {}, SEQ, seq=x.seq, valid_from=x.valid_from)
+            with _time_stride_one(op, plan["unstrided"]):
+                return replay.apply(op, (x,), {}, SEQ, seq=plan["out"], valid_from=x.valid_from)
         if plan["causal"]:
             x = replay.clean(x)
         cat = replay.buffer(f"{op.name}/frames", x.value, plan["keep"], op.name)
         window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
-        with tf.name_scope(op.name), _valid_padding(op):
+        with tf.name_scope(op.name), _valid_padding(op), _time_stride_one(op, plan["unstrided"]):
             y = op(window)
         out = plan["out"]
         replay.row(op, "time conv" if self.kind == "conv" else "time pool",
@@ -86,8 +87,17 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
     (an exception) when the layer cannot stream incrementally.
     """
     eff = dil * (k - 1) + 1
+    unstrided = s > 1 and _one_output(seq.length, eff, s, padding)
+    if unstrided:
+        # One output position over the whole window (a pooling over all the
+        # remaining frames, say): its stride never applies, so it must not
+        # multiply the frames per step. The frames past the kernel's reach
+        # are dropped (a crop at the end), and the layer slides by one
+        # frame, with an output every step, as kws_streaming streams it.
+        seq = replace(seq, end=seq.end - (seq.length - eff), length=eff)
+        s = 1
     if eff == 1 and s == 1:
-        return {"per_step": True, "out": seq}
+        return {"per_step": True, "out": seq, "unstrided": unstrided}
     if padding == "same":
         raise refuse(f"pads the time axis (padding='same', kernel {k} in time), so its "
                      "outputs near the end depend on frames not yet received; use "
@@ -110,7 +120,13 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
     return {"per_step": False, "causal": padding == "causal", "keep": keep,
             "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
             "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
-            "k": k, "stride": s, "dilation": dil}
+            "k": k, "stride": s, "dilation": dil, "unstrided": unstrided}
+
+
+def _one_output(length: int | None, eff: int, s: int, padding: str) -> bool:
+    """A valid convolution or pooling over a fixed window that has one
+    output position."""
+    return length is not None and padding != "same" and eff <= length < eff + s
 
 
 class _valid_padding:
@@ -127,6 +143,23 @@ class _valid_padding:
     def __exit__(self, *exc):
         if self.saved == "causal":
             self.op.padding = self.saved
+
+
+class _time_stride_one:
+    """Runs a layer whose stride in time never applies (one output position
+    over the window) with stride 1 in time, so it slides one frame a step."""
+
+    def __init__(self, op, active: bool):
+        self.op = op
+        self.saved = op.strides if active else None
+
+    def __enter__(self):
+        if self.saved is not None:
+            self.op.strides = (1, *tuple(self.saved)[1:])
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.op.strides = self.saved
 
 
 class PoolRule(WindowedRule):
