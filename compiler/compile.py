@@ -33,7 +33,7 @@ from pathlib import Path
 
 from . import microkernel, pooling, weight_globals
 from .errors import TfaotError
-from .target import Target
+from .target import WEIGHTS_DTYPES, Target
 
 #: The compiler release the backend is tested against (kernel ABI, VM op set).
 PINNED_COMPILER_VERSION = "3.13.0"
@@ -102,6 +102,15 @@ def _query_symbol(kernel_object: Path) -> str:
             f"kernel object {kernel_object.name} defines {len(names)} library query "
             f"symbols ({', '.join(names) or 'none'}); expected exactly one")
     return names[0]
+
+
+def undefined_symbols(obj: Path, nm: str = "nm") -> set[str]:
+    """The symbols an object file imports (``nm -u``)."""
+    proc = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise TfaotError(f"reading the symbols of {Path(obj).name} with {nm} failed: "
+                         f"{proc.stderr.strip()}")
+    return {ln.split()[-1] for ln in proc.stdout.splitlines() if ln.strip()}
 
 
 def _run_iree_compile(args: list[str], workdir: Path, name: str, triple: str, cpu: str, *,
@@ -180,6 +189,41 @@ def split_allocations(hal_text: str) -> str:
     return str(module) if changed else hal_text
 
 
+def _compile_to_hal(src: Path, hal_stage: Path, flags: list[str], workdir: Path, *,
+                    name: str, target: Target, expect: list[Path]) -> list[str]:
+    """Phase 1 of ``compile_module``; returns the flags both phases use.
+
+    IREE evaluates constant expressions at build time (const-eval, with
+    const-expr hoisting: --pack-weights) in a module it links itself with
+    iree-lld, where tfaot's micro-kernels do not exist. rewrite_matvecs
+    leaves ops with constant inputs to IREE; should IREE's folding still make
+    a kernel's input constant, the phase runs again without const-eval (the
+    expression is then computed by ``__init``, where the kernel is linked).
+    """
+    for extra in ([], ["--iree-opt-const-eval=false"]):
+        try:
+            _run_iree_compile([src.name, *flags, *extra, "--compile-to=hal", "-o", hal_stage.name],
+                              workdir, name, target.triple, target.cpu, expect=expect)
+            return [*flags, *extra]
+        except TfaotError as e:
+            symbol, error = _undefined_kernel(workdir, name), e
+            if symbol is None:
+                raise
+    raise TfaotError(
+        f"model '{name}': iree-compile links a call of tfaot's micro-kernel {symbol} into "
+        "code it runs itself, where the kernel does not exist; build with --matvec=iree"
+    ) from error
+
+
+def _undefined_kernel(workdir: Path, name: str) -> str | None:
+    """The micro-kernel iree-lld found undefined in the last failed iree-compile."""
+    stderr = workdir / "iree-compile.stderr"
+    text = stderr.read_text() if stderr.exists() else ""
+    ours = {microkernel.kernel_symbol(name, dtype, kind)
+            for kind in microkernel.KINDS for dtype in WEIGHTS_DTYPES}
+    return next((m for m in re.findall(r"undefined symbol: (\S+)", text) if m in ours), None)
+
+
 _HEX_CONSTANT = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -204,11 +248,9 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if not target.is_gpu:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
-    kernel_symbols: dict[str, str] = {}
     if target.matvec_kernel == "tfaot":
         mlir_text, rewritten = microkernel.rewrite_matvecs(mlir_text, name,
                                                            dtype=target.weights_dtype)
-        kernel_symbols = microkernel.kernel_symbols(mlir_text, name, target.weights_dtype)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.pack_weights:
@@ -221,17 +263,21 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     src.write_text(mlir_text)
     vm_asm = workdir / f"{name}.vm.mlir"
     kernels = workdir / f"{name}_kernels.o"
-    for stale in (vm_asm, kernels, workdir / "iree-compile.cmd"):
+    for stale in (vm_asm, kernels, *(workdir / f"iree-compile.{e}" for e in ("cmd", "stderr"))):
         stale.unlink(missing_ok=True)
     # Phase 1 (to the end of the HAL phase) writes the kernel object; between
     # the phases allocations are made distinct (see split_allocations);
     # phase 2 lowers to the VM program. Relative paths keep temp directories
     # out of anything the compiler records.
     hal_stage = workdir / f"{name}.hal.mlir"
-    flags = target.iree_flags(Path(kernels.name))
     object_made = [kernels] if target.has_kernel_object else []
-    _run_iree_compile([src.name, *flags, "--compile-to=hal", "-o", hal_stage.name],
-                      workdir, name, triple, cpu, expect=[hal_stage, *object_made])
+    flags = _compile_to_hal(src, hal_stage, target.iree_flags(Path(kernels.name)), workdir,
+                            name=name, target=target, expect=[hal_stage, *object_made])
+    # What the package stage compiles is what the object imports (a check,
+    # not a guess from the MLIR text): no kernel symbol is left undefined.
+    kernel_symbols = (microkernel.imported_kernels(undefined_symbols(kernels), name,
+                                                   target.weights_dtype)
+                      if target.has_kernel_object else {})
     hal_stage.write_text(split_allocations(hal_stage.read_text()))
     _run_iree_compile([hal_stage.name, "--compile-from=hal", *flags, "-o", vm_asm.name],
                       workdir, name, triple, cpu, expect=[vm_asm])

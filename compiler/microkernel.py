@@ -74,6 +74,35 @@ def kernel_symbols(mlir_text: str, name: str, dtype: str) -> dict[str, str]:
     return {kind: sym for kind, sym in symbols.items() if f"@{sym}(" in mlir_text}
 
 
+def kernel_like(symbols: set[str]) -> list[str]:
+    """The names in ``symbols`` of the form of a micro-kernel's (kernel_symbol)."""
+    import re
+
+    form = re.compile(rf"_({'|'.join(KINDS)})_(f32|f16|bf16)$")
+    return sorted(sym for sym in symbols if form.search(sym))
+
+
+def imported_kernels(undefined: set[str], name: str, dtype: str) -> dict[str, str]:
+    """``{kind: symbol}`` of the micro-kernels a kernel object imports.
+
+    ``undefined`` is the object's undefined symbols: what the package stage
+    must compile is what the object calls, not what the MLIR text seemed to
+    call. A kernel-like import this build cannot compile (another model's
+    prefix or another dtype: package/link.py compiles one dtype) is refused
+    here, naming it, instead of failing at link time. Other undefined
+    symbols (libc, libm) are left to the linker.
+    """
+    wanted = {kernel_symbol(name, dtype, kind): kind for kind in KINDS}
+    found = {}
+    for sym in kernel_like(undefined):
+        if sym not in wanted:
+            raise TfaotError(
+                f"model '{name}': the kernel object calls the micro-kernel {sym}, but this "
+                f"build compiles only {', '.join(sorted(wanted))}; build with --matvec=iree")
+        found[wanted[sym]] = sym
+    return found
+
+
 def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
     """``W[N,K]`` as ``[ceil(N/tile)][K][tile]``: row ``p*tile+t`` of W is lane t of tile p."""
     n, k = w.shape
@@ -125,7 +154,9 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     ``stablehlo.dot`` of a non-splat f32 constant ``[N,K]`` and an
     ``[K,1]`` vector qualify (the import's matvec layout), and the
     convolutions ``_constant_conv`` accepts; everything else is left to
-    IREE. Identical weights (and geometry) share one packed copy, stored as
+    IREE, also such ops whose input is a constant (``_constant_values``:
+    IREE computes them at build time, where the kernels do not exist).
+    Identical weights (and geometry) share one packed copy, stored as
     ``dtype`` ("f32", "f16" or "bf16": Target.weights_dtype).
     """
     from iree.compiler import ir
@@ -141,7 +172,11 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         kernels: dict[bytes, str] = {}
         texts: list[str] = []
         count = 0
-        for op in function_ops(module):
+        ops = function_ops(module)
+        constant = _constant_values(ops)
+        for op in ops:
+            if _input_is_constant(op, constant):
+                continue
             w, conv = _constant_matvec(op, min_weights), None
             if w is None:
                 conv = _constant_conv(op, min_weights)
@@ -162,6 +197,38 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         text = module.operation.get_asm(enable_debug_info=False, assume_verified=True)
     end = text.rstrip().rfind("}")
     return text[:end] + "".join(texts) + text[end:], count
+
+
+#: Ops without operands whose result is a constant (IREE's const-expr roots).
+_CONSTANT_ROOTS = ("stablehlo.constant", "arith.constant", "stablehlo.iota",
+                   "ml_program.global_load_const")
+
+
+def _constant_values(ops: list) -> set:
+    """The results of ``ops`` (in order) computed from constants only.
+
+    IREE evaluates such expressions at compile time (const-expr hoisting and
+    const-eval, on with --pack-weights), in a JIT-linked module where
+    tfaot's kernels do not exist: iree-lld then fails on an undefined
+    ``NAME_matvec_f32``. E.g. a window's LSTM unrolled from zero initial
+    states multiplies its recurrent weights by a constant. Erring towards
+    "constant" only leaves an op to IREE.
+    """
+    constant: set = set()
+    for op in ops:
+        name = op.operation.name
+        operands = list(op.operands)
+        if (name in _CONSTANT_ROOTS if not operands
+                else all(v in constant for v in operands)):
+            constant.update(op.results)
+    return constant
+
+
+def _input_is_constant(op, constant: set) -> bool:
+    """Whether the matvec's vector / the convolution's image is a constant."""
+    name = op.operation.name
+    operand = {"stablehlo.dot": 1, "stablehlo.convolution": 0}.get(name)
+    return operand is not None and len(op.operands) > operand and op.operands[operand] in constant
 
 
 def _constant_matvec(op, min_weights: int) -> np.ndarray | None:

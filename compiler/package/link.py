@@ -92,7 +92,22 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
          "-c", MATVEC_SOURCE, "-o", "matvec.o"], workdir, "compiling the micro-kernels")
     run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", kernels, "matvec.o"], workdir,
         "adding the micro-kernels to the kernel object")
+    check_kernels_defined(workdir / "kernels.o", toolchain)
     shutil.copyfile(workdir / "kernels.o", kernels)
+
+
+def check_kernels_defined(kernels: Path, toolchain: Toolchain) -> None:
+    """Refuses a kernel object that still imports a micro-kernel: the library
+    would fail to link or load (an undefined ``NAME_matvec_f32``) far from
+    the cause."""
+    from ..compile import undefined_symbols
+    from ..microkernel import kernel_like
+
+    missing = kernel_like(undefined_symbols(kernels, toolchain.nm))
+    if missing:
+        raise TfaotError(f"package: the kernel object calls the micro-kernel(s) "
+                         f"{', '.join(missing)}, which this build did not compile from "
+                         f"{MATVEC_SOURCE}")
 
 
 def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
