@@ -3,7 +3,9 @@
 1. Freeze the pure step (variables become constants, so weights stay
    constants in the module rather than globals).
 2. TensorFlow's own converter: ``convert_function`` to the TF dialect, then
-   the ``tf-lower-to-mlprogram-and-hlo`` pipeline, which ends in StableHLO.
+   (after folding TensorFlow's SpaceToBatchND / BatchToSpaceND form of
+   dilated convolutions into one convolution: dilated_conv.py) the
+   ``tf-lower-to-mlprogram-and-hlo`` pipeline, which ends in StableHLO.
 3. Legality: that pipeline keeps ops it cannot lower *silently* (and
    iree-compile then crashes), so every op is checked here and an op outside
    the allowed dialects is an error naming the TF op type and node.
@@ -19,6 +21,7 @@ import re
 
 import numpy as np
 
+from .dilated_conv import fold_dilated_convs
 from .dtypes import dtype
 from .errors import TfaotError, first_line
 from .program import StateInfo, StepProgram, TensorInfo
@@ -33,7 +36,7 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True) -> str:
     ``matvec_layout=False`` keeps the weights in TensorFlow's layout (for
     benchmarks that compare against it).
     """
-    tf_text = _to_tf_dialect(program)
+    tf_text, _ = fold_dilated_convs(_to_tf_dialect(program))
     hlo_text = _lower_to_stablehlo(tf_text, program.source)
     return _wrap(hlo_text, program, matvec_layout)
 

@@ -85,6 +85,9 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     (7, 5, 1, 1, 4, 6, (1, 1), (1, 1)),  # pointwise
     (8, 4, 3, 3, 7, 9, (1, 2), (1, 2)),  # dilation in width: taps one by one
     (12, 6, 1, 5, 1, 17, (1, 1), (1, 3)),  # 1-D, dilated
+    # blocks of 6 positions (x86-64 AVX2 builds) past the last full block:
+    (20, 8, 3, 3, 5, 5, (1, 1), (1, 1)),  # 9 positions
+    (17, 4, 2, 2, 3, 11, (1, 1), (1, 1)),  # 20 positions, a tail of 2
 ]
 
 
@@ -107,6 +110,7 @@ DEPTHWISE = [  # n, c, kh, kw, ih, iw, stride, dilation
     (70, 70, 3, 1, 5, 4, (1, 1), (2, 1)),  # a partial lane block, dilation in time
     (10, 5, 2, 3, 6, 7, (2, 2), (1, 1)),  # depth multiplier 2
     (6, 2, 1, 4, 1, 12, (1, 1), (1, 2)),  # 1-D, multiplier 3
+    (20, 20, 3, 3, 4, 9, (1, 1), (1, 1)),  # 7 per row: a block of 4, then one by one
 ]
 
 
