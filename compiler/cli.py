@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import TfaotError
+from .errors import TfaotError, first_line
 from .target import KINDS
 
 DESCRIPTION = """\
@@ -33,6 +36,35 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
                           "C)); e.g. a keyword spotter over 49 frames, once per 49 frames")
 
 
+def _size(text: str) -> int:
+    from .sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _add_size_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sizes (said before compiling; a build past a limit is refused)")
+    g.add_argument("--max-context-bytes", type=_size, metavar="SIZE",
+                   help="the largest context (state, step I/O and, with --weights=file, the "
+                        "weights) to build, e.g. 4G (default: 1G)")
+    g.add_argument("--max-weight-bytes", type=_size, metavar="SIZE",
+                   help="the largest weights (and model files) to build, e.g. 2G (default: 1G)")
+    g.add_argument("--allow-large", action="store_true",
+                   help="no size limit but what the target can address (4 GiB on 32-bit "
+                        "targets, 1.5 GiB of RAM on a Cortex-M)")
+
+
+def _size_limits(args):
+    from .sizes import SizeLimits
+
+    limits = SizeLimits.unlimited() if args.allow_large else SizeLimits()
+    return SizeLimits(args.max_context_bytes or limits.context_bytes,
+                      args.max_weight_bytes or limits.weight_bytes)
+
+
 def _add_graph_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("graph formats (frozen .pb/.pbtxt, SavedModel)")
     g.add_argument("--inputs", metavar="NAME[:INDEX][:SHAPE],...",
@@ -49,6 +81,10 @@ def _add_graph_options(p: argparse.ArgumentParser) -> None:
                         "outputs: keep output OUT as the state fed to input IN at the next "
                         "step (default: pairs whose names say so, e.g. "
                         "previous_state_c=new_state_c)")
+    g.add_argument("--signature", metavar="NAME",
+                   help="the SavedModel signature to compile (default: serving_default, "
+                        "else the first by name; the build says which when there are "
+                        "several)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "read-only data (flash on a microcontroller), or file: a "
                         "NAME.weights sidecar next to the library that the program loads "
                         "and passes to NAME_init_with_weights (checked against a hash in "
-                        "NAME.h), so weights can be updated without relinking")
+                        "NAME.h: new weights need a new build; the file lets them live "
+                        "apart from the code, e.g. in their own flash region)")
     p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="pack the weights once at init into a RAM copy laid out for faster "
                         "steps (default: on for Linux triples when the model has 16 KiB of "
@@ -131,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "bound by reading them; math stays f32, error vs f32 about 1e-4 "
                         "(f16) / 1e-3 (bf16)); needs tfaot's matvec kernel (--matvec=tfaot, "
                         "the default on Linux triples)")
+    _add_size_options(p)
     _add_stream_options(p)
     _add_graph_options(p)
 
@@ -154,10 +192,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is: a KeyboardInterrupt, so that
+    whatever cleans up after Ctrl-C (the staging folder, a running
+    iree-compile that subprocess.run kills) does so after `kill` too."""
+
+
+@contextmanager
+def _sigterm_raises():
+    """Turns SIGTERM into ``Terminated`` while a command runs (main thread only:
+    Python delivers signals there)."""
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding caller): leave it alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        with _sigterm_raises():
+            check_arguments(args)
+            status = COMMANDS[args.command](args)
+            sys.stdout.flush()  # a closed pipe shows here, among the handlers below
+            return status
+    except BrokenPipeError:  # `tfaot inspect m.pb | head`: stop quietly, as unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except TfaotError as e:
         print(f"tfaot: error: {e}", file=sys.stderr)
         return 1
@@ -165,16 +235,16 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"tfaot: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
+    except Terminated:
+        print("tfaot: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("tfaot: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `tfaot inspect --json m.pb | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except Exception as e:  # a bug in tfaot: say so plainly, traceback on request
         if os.environ.get("TFAOT_DEBUG"):
             raise
-        print(f"tfaot: internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        print(f"tfaot: internal error: {type(e).__name__}: {first_line(e) if str(e) else ''}"
               " (this is a tfaot bug; set TFAOT_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
 
@@ -182,7 +252,53 @@ def main(argv: list[str] | None = None) -> int:
 def _graph_options(args):
     from .pipeline import GraphOptions
 
-    return GraphOptions(args.inputs, args.outputs, args.time_axis, args.state)
+    return GraphOptions(args.inputs, args.outputs, args.time_axis, args.state,
+                        args.signature)
+
+
+def check_arguments(args) -> None:
+    """Values argparse accepts but no command can use: refused before any work."""
+    if args.command == "verify":
+        _check_verify_numbers(args)
+    if hasattr(args, "inputs"):
+        _check_graph_flags(args)
+
+
+def _check_verify_numbers(args) -> None:
+    if args.steps < 1:
+        raise TfaotError("--steps must be at least 1")
+    if args.seed < 0:
+        raise TfaotError(f"--seed {args.seed}: must be 0 or more")
+    if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
+        raise TfaotError(f"--tol {args.tol}: must be a finite number, 0 or more")
+
+
+def _check_graph_flags(args) -> None:
+    """The graph flags parse (names given once, dimensions positive), and a
+    Keras model, which has no use for them, says they are ignored."""
+    from .load import detect_format
+    from .load_graph import parse_input_specs, parse_output_specs
+    from .state_feedback import parse_pairs
+
+    parse_input_specs(args.inputs, "--inputs")
+    parse_output_specs(args.outputs)
+    _check_state_pairs(parse_pairs(args.state) or [])
+    given = [flag for flag, value in (("--inputs", args.inputs), ("--outputs", args.outputs),
+                                      ("--time-axis", args.time_axis), ("--state", args.state),
+                                      ("--signature", args.signature)) if value is not None]
+    if given and detect_format(Path(args.model)) in ("keras", "h5"):
+        print(f"tfaot: warning: {args.model}: ignoring {', '.join(given)}: "
+              f"{'it applies' if len(given) == 1 else 'they apply'} to graph formats "
+              "(frozen graphs, SavedModels); a Keras model's inputs and state come from its "
+              "layers", file=sys.stderr)
+
+
+def _check_state_pairs(pairs) -> None:
+    """Each state input fed by one output, each output feeding one input."""
+    for side, names in (("input", [a for a, _ in pairs]), ("output", [b for _, b in pairs])):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise TfaotError(f"--state: {side} '{repeated[0]}' is named in two pairs")
 
 
 def cmd_import(args) -> int:
@@ -229,7 +345,7 @@ def cmd_build(args) -> int:
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
                            fixed_window=args.fixed_window,
-                           graph_options=_graph_options(args))
+                           graph_options=_graph_options(args), limits=_size_limits(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)
     if not args.quiet:
@@ -265,15 +381,11 @@ def cmd_verify(args) -> int:
     from .tfenv import quiet_tensorflow
     from .verify import verify
 
-    if args.steps < 1:
-        raise TfaotError("--steps must be at least 1")
     quiet_tensorflow()
     results = verify(args.model, Path(args.dir), steps=args.steps, seed=args.seed,
                      tol=args.tol, graph_options=_graph_options(args))
     for r in results:
-        verdict = "ok" if r.ok else "FAIL"
-        print(f"{r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} {r.unit} "
-              f"(tolerance {r.tolerance:g}): {verdict}")
+        print(r.describe())
     return 0 if all(r.ok for r in results) else 1
 
 

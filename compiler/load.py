@@ -64,12 +64,34 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
-        return LoadedModel(path, fmt, keras_model=_load_keras(path, fmt))
-    from .load_graph import GraphOptions, load_graph
+        loaded = LoadedModel(path, fmt, keras_model=_load_keras(path, fmt))
+    else:
+        from .load_graph import GraphOptions, load_graph
 
-    options = graph_options or GraphOptions()
-    return LoadedModel(path, fmt, graph=load_graph(path, options.inputs, options.outputs,
-                                                   options.time_axis))
+        options = graph_options or GraphOptions()
+        loaded = LoadedModel(path, fmt, graph=load_graph(
+            path, options.inputs, options.outputs, options.time_axis, options.signature))
+    _refuse_empty_inputs(loaded)
+    return loaded
+
+
+def input_shapes(loaded: LoadedModel) -> list[tuple[str, tuple | None]]:
+    """(name, shape) of each model input; None for an unknown dimension or rank."""
+    if loaded.keras_model is not None:
+        return [(getattr(t, "name", f"input {i}"), tuple(t.shape))
+                for i, t in enumerate(loaded.keras_model.inputs)]
+    return [(i.name, i.shape) for i in loaded.graph.inputs]
+
+
+def _refuse_empty_inputs(loaded: LoadedModel) -> None:
+    """A dimension of length 0 holds no data; found here, not by the C
+    compiler's struct layout after the slow stages."""
+    for name, shape in input_shapes(loaded):
+        if shape is not None and 0 in shape:
+            text = "x".join("?" if d is None else str(d) for d in shape)
+            raise TfaotError(f"{loaded.path}: input '{name}' has shape {text}: a dimension "
+                             "of length 0 holds no data; give the model (or --inputs) a "
+                             "non-empty shape")
 
 
 def _load_keras(path: Path, fmt: str):

@@ -44,6 +44,7 @@ class GraphOptions:
     outputs: str | None = None  # "NAME,..."
     time_axis: int | None = None
     state: str | None = None  # "IN=OUT,...": state the graph's caller feeds back
+    signature: str | None = None  # a SavedModel's signature (default: serving_default)
 
 
 @dataclass
@@ -80,12 +81,13 @@ class LoadedGraph:
 
 def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = None,
                outputs: Sequence[str] | str | None = None,
-               time_axis: int | None = None) -> LoadedGraph:
+               time_axis: int | None = None, signature: str | None = None) -> LoadedGraph:
     """Load a frozen GraphDef (.pb/.pbtxt) or a SavedModel folder (v1 or v2).
 
     ``inputs``: ``NAME:SHAPE`` strings (``"x:1x100x40"``, ``"x:1,?,40"``; a
     comma-separated string of several is accepted too); ``outputs``: node or
-    tensor names; ``time_axis``: the time axis of the (first) input.
+    tensor names; ``time_axis``: the time axis of the (first) input;
+    ``signature``: which signature of a SavedModel (default: serving_default).
     """
     from .tfenv import quiet_tensorflow
 
@@ -100,8 +102,11 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
             raise TfaotError(f"{path}: a folder, but not a SavedModel (no saved_model.pb inside)")
         from .load_saved_model import load_saved_model
 
-        loaded = load_saved_model(path, input_specs, output_specs)
+        loaded = load_saved_model(path, input_specs, output_specs, signature)
     else:
+        if signature is not None:
+            raise TfaotError(f"--signature {signature}: {path} is a frozen graph, which has "
+                             "no signatures (only SavedModel folders do)")
         graph_def, text = read_graph_def(path)
         loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
         loaded.details["text_format"] = text
@@ -444,39 +449,58 @@ def parse_input_specs(inputs, path=None) -> list[tuple[str, tuple | None]] | Non
                 items.append(piece)
     else:
         items = list(inputs)
-    specs = []
-    for item in items:
-        item = item.strip()
-        # NAME, NAME:INDEX, NAME:SHAPE or NAME:INDEX:SHAPE; a bare number after
-        # the name is an output index ("Split:1"), not a rank-1 shape.
-        parts = item.split(":")
-        name, shape_text = parts[0], None
-        if len(parts) >= 2 and re.fullmatch(r"\d+", parts[1]) and \
-                (len(parts) == 3 or len(parts) == 2):
-            name = parts[0] if parts[1] == "0" else f"{parts[0]}:{parts[1]}"
-            shape_text = parts[2] if len(parts) == 3 else None
-        elif len(parts) == 2:
-            shape_text = parts[1]
-        elif len(parts) > 2:
-            where = f"{path}: " if path else ""
-            raise TfaotError(f"{where}bad input spec '{item}': expected NAME[:INDEX][:SHAPE] "
-                             "like x:1x100x40 or Mfcc:0:1x49x10")
-        if shape_text is None:
-            specs.append((name, None))
-            continue
-        dims = [d for d in re.split(r"[x,\s]+", shape_text.strip("[]() ")) if d]
-        shape = []
-        for d in dims:
-            if d in ("?", "-1", "None", "none"):
-                shape.append(None)
-            elif re.fullmatch(r"\d+", d):
-                shape.append(int(d))
-            else:
-                where = f"{path}: " if path else ""
-                raise TfaotError(f"{where}bad input spec '{item}': expected NAME:SHAPE "
-                                 "like x:1x100x40 (use ? for an unknown dimension)")
-        specs.append((name, tuple(shape)))
+    where = f"{path}: " if path else ""
+    specs = [_parse_input_item(item.strip(), where) for item in items]
+    _refuse_duplicates([name for name, _ in specs], "--inputs")
     return specs
+
+
+def _parse_input_item(item: str, where: str) -> tuple[str, tuple | None]:
+    """NAME, NAME:INDEX, NAME:SHAPE or NAME:INDEX:SHAPE; a bare number after
+    the name is an output index ("Split:1"), not a rank-1 shape."""
+    parts = item.split(":")
+    name, shape_text = parts[0], None
+    if len(parts) in (2, 3) and re.fullmatch(r"\d+", parts[1]):
+        name = parts[0] if parts[1] == "0" else f"{parts[0]}:{parts[1]}"
+        shape_text = parts[2] if len(parts) == 3 else None
+    elif len(parts) == 2:
+        shape_text = parts[1]
+    elif len(parts) > 2:
+        raise TfaotError(f"{where}bad input spec '{item}': expected NAME[:INDEX][:SHAPE] "
+                         "like x:1x100x40 or Mfcc:0:1x49x10")
+    if not name:
+        raise TfaotError(f"{where}bad input spec '{item}': the tensor name is missing")
+    if shape_text is None:
+        return name, None
+    return name, _parse_shape(shape_text, item, where)
+
+
+def _parse_shape(shape_text: str, item: str, where: str) -> tuple:
+    """"1x100x40" / "1,?,40" -> (1, None, 40); every dimension a positive
+    length or ? (an empty one, "1x3x", is a typo, not a rank-2 shape)."""
+    dims = re.split(r"[x,\s]+", shape_text.strip().strip("[]() "))
+    shape = []
+    for d in dims:
+        if d in ("?", "None", "none"):
+            shape.append(None)
+        elif re.fullmatch(r"\d+", d) and int(d) > 0:
+            shape.append(int(d))
+        else:
+            why = "a dimension of length 0 holds no data" if re.fullmatch(r"0+", d) else \
+                f"'{d}' is not a dimension" if d else "a dimension is missing"
+            raise TfaotError(f"{where}bad input spec '{item}': {why}; expected NAME:SHAPE "
+                             "like x:1x100x40 (? for an unknown dimension)")
+    return tuple(shape)
+
+
+def _refuse_duplicates(names: list[str], flag: str, key=lambda name: name) -> None:
+    """A name given twice is a typo; taking either silently hides it.
+    ``key``: what makes two names the same tensor ("y" and "y:0")."""
+    seen = set()
+    for name in names:
+        if key(name) in seen:
+            raise TfaotError(f"{flag}: '{name}' is given twice")
+        seen.add(key(name))
 
 
 def parse_output_specs(outputs) -> list[str] | None:
@@ -485,6 +509,7 @@ def parse_output_specs(outputs) -> list[str] | None:
     if isinstance(outputs, str):
         outputs = [o for o in outputs.split(",")]
     out = [o.strip() for o in outputs if o.strip()]
+    _refuse_duplicates(out, "--outputs", key=lambda o: o if ":" in o else o + ":0")
     return out or None
 
 

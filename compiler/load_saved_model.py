@@ -42,23 +42,35 @@ def saved_model_version(path: Path, saved_model=None) -> int:
     return 2 if len(sm.meta_graphs[0].object_graph_def.nodes) > 0 else 1
 
 
-def load_saved_model(path: Path, input_specs, output_specs) -> LoadedGraph:
+def load_saved_model(path: Path, input_specs, output_specs,
+                     signature: str | None = None) -> LoadedGraph:
+    """``signature``: the signature to load (default: serving_default, else
+    the first by name); the choice and the others are in the details."""
     sm = read_saved_model(path)
     if saved_model_version(path, sm) == 2:
-        return _load_saved_model_v2(path, input_specs, output_specs)
+        return _load_saved_model_v2(path, input_specs, output_specs, signature)
     tags = list(sm.meta_graphs[0].meta_info_def.tags) or ["serve"]
-    return _load_saved_model_v1(path, tags, input_specs, output_specs)
+    return _load_saved_model_v1(path, tags, input_specs, output_specs, signature)
 
 
-def _pick_signature(sigs: dict, path: Path):
+def _pick_signature(sigs: dict, path: Path, wanted: str | None = None):
     if not sigs:
         raise TfaotError(f"{path}: the SavedModel has no signatures (save it with a "
                          "serving signature, e.g. Keras model.export(dir))")
-    key = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
+    if wanted is not None and wanted not in sigs:
+        raise TfaotError(f"--signature {wanted}: {path} has no such signature; it has "
+                         + ", ".join(sorted(sigs)))
+    key = wanted or ("serving_default" if "serving_default" in sigs else sorted(sigs)[0])
     return key, sigs[key]
 
 
-def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
+def signature_details(key: str, sigs) -> dict:
+    """What the build says about the signature it took (pipeline prints a
+    note when there was a choice)."""
+    return {"signature": key, "signatures": sorted(sigs)}
+
+
+def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> LoadedGraph:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -69,7 +81,8 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
     except Exception as e:
         raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel: "
                          f"{first_line(e)}") from None
-    key, sig = _pick_signature(dict(obj.signatures), path)
+    sigs = dict(obj.signatures)
+    key, sig = _pick_signature(sigs, path, signature)
     _, kw_specs = sig.structured_input_signature
     # Several inputs keep the signature's order (its input names, sorted).
     in_keys = sorted(kw_specs)
@@ -95,7 +108,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs) -> LoadedGraph:
         gd, path, "savedmodel",
         [(name, tuple(shape)) for name, shape in zip(in_names, shapes)],
         None if output_specs is None else output_specs,
-        details={"savedmodel_version": 2, "signature": key,
+        details={"savedmodel_version": 2, **signature_details(key, sigs),
                  "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
     if output_specs is None:
         loaded.outputs = outs
@@ -133,7 +146,7 @@ def _tensor_spec_name(tensor: str) -> str:
 
 
 def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
-                         output_specs) -> LoadedGraph:
+                         output_specs, signature) -> LoadedGraph:
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -143,7 +156,8 @@ def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
         except Exception as e:
             raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel (v1): "
                              f"{first_line(e)}") from None
-        key, sig = _pick_signature(dict(meta.signature_def), path)
+        sigs = dict(meta.signature_def)
+        key, sig = _pick_signature(sigs, path, signature)
         in_items = sorted(sig.inputs.items())
         out_items = sorted(sig.outputs.items())
         if input_specs:
@@ -165,6 +179,7 @@ def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
                              f"{first_line(e)}") from None
     gd = tf.compat.v1.graph_util.extract_sub_graph(gd, out_nodes)
     loaded = graph_def_to_loaded(gd, path, "savedmodel", spec_inputs, out_tensors,
-                                 details={"savedmodel_version": 1, "signature": key})
+                                 details={"savedmodel_version": 1,
+                                          **signature_details(key, sigs)})
     loaded.output_names = out_names
     return loaded

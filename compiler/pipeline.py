@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import output_dir
+from . import output_dir, sizes
 from .load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
@@ -43,14 +43,20 @@ class Progress:
         if self.enabled:
             print(f"tfaot: note: {text}", file=sys.stderr, flush=True)
 
+    @staticmethod
+    def warn(text: str) -> None:
+        """Something asked for that the build does not do: printed even with -q."""
+        print(f"tfaot: warning: {text}", file=sys.stderr, flush=True)
+
 
 def load_and_streamify(model_path: str, progress: Progress,
                        graph_options: GraphOptions | None = None, *,
-                       fixed_window: str = "auto") -> StepProgram:
+                       fixed_window: str = "auto", check_sizes=None) -> StepProgram:
     """load -> streamify. ``fixed_window``: whether a fixed-window model
     without recurrence streams as a sliding window ("stream") or runs one
     whole-window inference per step ("whole"); "auto" chooses by the input's
-    rank (``stream_choice``)."""
+    rank (``stream_choice``). ``check_sizes(program, loaded)``: called once
+    the step is known, before anything is imported or compiled."""
     from .tfenv import quiet_tensorflow
 
     from .load import detect_format, load_model
@@ -59,6 +65,7 @@ def load_and_streamify(model_path: str, progress: Progress,
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
         loaded = load_model(model_path, graph_options, fmt=fmt)
+    _note_signature(loaded, model_path, progress)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
             from .streamify_keras import streamify_keras
@@ -73,7 +80,18 @@ def load_and_streamify(model_path: str, progress: Progress,
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
             program = _fed_back_state(program, graph_options, model_path, progress)
+    if check_sizes is not None:
+        check_sizes(program, loaded)
     return program
+
+
+def _note_signature(loaded, model_path: str, progress: Progress) -> None:
+    """A SavedModel with several signatures: which one the build took."""
+    details = loaded.graph.details if loaded.graph is not None else {}
+    others = [s for s in details.get("signatures", []) if s != details.get("signature")]
+    if others:
+        progress.note(f"{model_path}: uses signature '{details['signature']}' (also has "
+                      f"{', '.join(others)}; --signature NAME for another)")
 
 
 def _fed_back_state(program, graph_options, model_path: str, progress: Progress):
@@ -92,10 +110,10 @@ def _fed_back_state(program, graph_options, model_path: str, progress: Progress)
 
 def run_frontend(model_path: str, progress: Progress,
                  graph_options: GraphOptions | None = None, *,
-                 fixed_window: str = "auto") -> tuple[StepProgram, str]:
+                 fixed_window: str = "auto", check_sizes=None) -> tuple[StepProgram, str]:
     """load -> streamify -> import; returns the program and the MLIR text."""
     program = load_and_streamify(model_path, progress, graph_options,
-                                 fixed_window=fixed_window)
+                                 fixed_window=fixed_window, check_sizes=check_sizes)
     with progress.stage("import"):
         from .mlir_import import import_program
 
@@ -130,6 +148,7 @@ class BuildOptions:
     # "whole" (one whole inference per step) or "auto" (by the input's rank)
     fixed_window: str = "auto"
     graph_options: GraphOptions = field(default_factory=GraphOptions)
+    limits: sizes.SizeLimits = field(default_factory=sizes.SizeLimits)
 
 
 @dataclass(frozen=True)
@@ -146,7 +165,8 @@ def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
     manifest: ``tfaot verify`` cuts and runs the original graph the same way
     unless told otherwise."""
     cut = {k: v for k, v in (("inputs", graph.inputs), ("outputs", graph.outputs),
-                             ("time_axis", graph.time_axis), ("state", graph.state))
+                             ("time_axis", graph.time_axis), ("state", graph.state),
+                             ("signature", graph.signature))
            if v is not None}
     if cut:
         manifest["graph_cut"] = cut
@@ -154,6 +174,17 @@ def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
         manifest["state_feedback"] = report["state_feedback"]
     if cut or report.get("state_feedback"):
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _warn_weights_not_in_file(manifest: dict, target, name: str, progress: Progress) -> None:
+    """--weights=file moves only constants over 256 B; a model without any
+    gets no NAME.weights and no NAME_init_with_weights, which a firmware
+    written for them would only find out at its link."""
+    if target.external_weights and manifest.get("weights", {}).get("mode") != "file":
+        progress.warn(f"--weights=file: no constant of this model is over 256 B, so no "
+                      f"{name}.weights is written and {name}.h has no "
+                      f"{name}_init_with_weights; the weights stay in the library "
+                      f"(call {name}_init)")
 
 
 def build_model(model_path: str, options: BuildOptions, progress: Progress) -> BuiltLibrary:
@@ -175,12 +206,15 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                          external_weights=options.weights == "file",
                          matvec=options.matvec, weights_dtype=options.weights_dtype)
     detect_format(Path(model_path))
+    sizes.check_model_files(model_path, options.limits, target)
     out_path = Path(options.out_dir or Path("build") / name)
     out = output_dir.prepare(out_path, model_path, force=options.force)
     temps = out.staging / "temps"
     try:
-        program, mlir_text = run_frontend(model_path, progress, options.graph_options,
-                                          fixed_window=options.fixed_window)
+        program, mlir_text = run_frontend(
+            model_path, progress, options.graph_options, fixed_window=options.fixed_window,
+            check_sizes=lambda program, loaded: sizes.check_step(
+                program, loaded, options.limits, target, progress.note))
         temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,
@@ -188,6 +222,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                                  stream=program.stream)
         _record_graph_cut(manifest, options.graph_options, program.report,
                           out.staging / f"{name}.json")
+        _warn_weights_not_in_file(manifest, target, name, progress)
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()

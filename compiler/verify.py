@@ -20,13 +20,94 @@ from .verify_graph import (GraphReference, build_cut, feedback_reference,  # noq
 class VerifyResult:
     output: str
     steps: int
-    max_abs_error: float
+    max_abs_error: float  # over the steps where both sides are finite
     tolerance: float
     unit: str = "steps"  # what ``steps`` counts
+    # The first place where one side is NaN or Inf and the other is not (or
+    # a different non-finite value): a failure whatever the tolerance.
+    mismatch: str | None = None
+    # Steps where both sides hold the same NaN/Inf (TensorFlow's output is
+    # not finite there, and the library agrees), and the first of them.
+    nonfinite_steps: int = 0
+    first_nonfinite: str | None = None
 
     @property
     def ok(self) -> bool:
-        return bool(self.max_abs_error <= self.tolerance)
+        return self.mismatch is None and bool(self.max_abs_error <= self.tolerance)
+
+    def describe(self) -> str:
+        """The one line `tfaot verify` prints for this output."""
+        line = (f"{self.output}: max abs error {self.max_abs_error:.3g} over {self.steps} "
+                f"{self.unit} (tolerance {self.tolerance:g}): {'ok' if self.ok else 'FAIL'}")
+        if self.mismatch:
+            line += f": {self.mismatch}"
+        if self.nonfinite_steps:
+            line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
+                     f"of them, first at {self.first_nonfinite})")
+        return line
+
+
+class ErrorTally:
+    """The comparison of one output, step by step.
+
+    Finite pairs give the abs error. A NaN or Inf on one side only is a
+    mismatch (Python's ``max(0.0, nan)`` is 0.0 and numpy's max of a NaN is
+    NaN, so non-finite values are told apart here instead of inside a max):
+    the first one is kept, with its step. The same NaN/Inf on both sides
+    agrees with TensorFlow; those steps are counted and reported.
+    """
+
+    def __init__(self):
+        self.max_abs_error = 0.0
+        self.steps = 0
+        self.mismatch: str | None = None
+        self.nonfinite_steps = 0
+        self.first_nonfinite: str | None = None
+
+    def add(self, where: str, got, want) -> None:
+        """Compares one step's output; ``where`` names the step in messages."""
+        got = np.asarray(got, np.float64).ravel()
+        want = np.asarray(want, np.float64).ravel()
+        self.steps += 1
+        finite = np.isfinite(got) & np.isfinite(want)
+        if finite.any():
+            self.max_abs_error = max(self.max_abs_error,
+                                     float(np.abs(got[finite] - want[finite]).max()))
+        same = (np.isnan(got) & np.isnan(want)) | (np.isinf(got) & (got == want))
+        differ = ~finite & ~same
+        if differ.any() and self.mismatch is None:
+            k = int(np.flatnonzero(differ)[0])
+            self.mismatch = (f"at {where} the library gives {got[k]:.6g} where TensorFlow "
+                             f"gives {want[k]:.6g} (element {k})")
+        if same.any():
+            self.nonfinite_steps += 1
+            self.first_nonfinite = self.first_nonfinite or where
+
+    def result(self, output: str, tol: float, steps: int | None = None,
+               unit: str = "steps") -> VerifyResult:
+        return VerifyResult(output, self.steps if steps is None else steps,
+                            self.max_abs_error, tol, unit, self.mismatch,
+                            self.nonfinite_steps, self.first_nonfinite)
+
+
+def undefined_steps(shape) -> np.ma.MaskedArray:
+    """A reference with every step undefined yet (masked); a builder assigns
+    the steps the stream defines (a full window, a conv front end's warm-up
+    over). The mask, not NaN, says which steps to skip: a model whose output
+    is NaN must be compared, not skipped."""
+    return np.ma.masked_all(shape, np.float32)
+
+
+def defined_steps(want) -> np.ndarray:
+    """Which steps of a reference (plain, or from ``undefined_steps``) are defined."""
+    mask = np.ma.getmaskarray(want).reshape(len(want), -1)
+    return ~mask.any(axis=1)
+
+
+def nan_filled(want) -> np.ndarray:
+    """A reference as a plain array with NaN at the undefined steps (the
+    public form of the reference functions)."""
+    return np.ma.filled(want, np.nan) if np.ma.isMaskedArray(want) else want
 
 
 #: Default tolerance by the library's matvec weight dtype (--weights-dtype):
@@ -67,7 +148,8 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
         # Keras 2 (tf_keras), not in the Keras 3 model the build used.
         reference_model = keras_reference_model(loaded)
         if len(xs) == 1:
-            wants = [keras_reference(head, xs[0], stream=stream, step_output=shape)
+            wants = [keras_reference(head, xs[0], stream=stream, step_output=shape,
+                                     masked=True)
                      for head, shape in zip(_output_heads(reference_model,
                                                           len(lib.output_shapes)),
                                             lib.output_shapes)]
@@ -92,7 +174,7 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
             # sequence sees one value, so every step gets the same one.
             xs = [x if s else np.repeat(x[:1], len(x), axis=0)
                   for x, s in zip(xs, lib.input_streamed)]
-        wants = [reference.outputs(xs) for reference in references]
+        wants = [reference.outputs(xs, masked=True) for reference in references]
     return _compare(lib, lib_dir, model_path, run_sequence(lib, xs), wants, tol)
 
 
@@ -104,12 +186,16 @@ def _compare(lib, lib_dir, model_path, steps_out, wants, tol) -> list[VerifyResu
             raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
                              f"{model_path} gives {want.shape[1:]}; was it built from this "
                              "model?")
-        # Steps whose reference is not defined (a window not yet full, a conv
-        # front end whose receptive field is not yet full) are NaN in ``want``.
-        defined = ~np.isnan(want.reshape(len(want), -1)).any(axis=1)
-        error = float(np.abs(got[defined].astype(np.float64) - want[defined]).max())
-        name = lib.manifest["outputs"][i]["name"]
-        results.append(VerifyResult(name, int(defined.sum()), error, tol))
+        first = len(steps_out) - len(want)  # the library's number of ``want``'s step 0
+        defined = defined_steps(want)
+        if not defined.any():
+            raise TfaotError(f"{lib_dir}: no step of {len(steps_out)} has a reference "
+                             "output (the window is not full yet); use more --steps")
+        tally = ErrorTally()
+        values = np.ma.getdata(want)
+        for m in np.flatnonzero(defined):
+            tally.add(f"step {first + m}", got[m], values[m])
+        results.append(tally.result(lib.manifest["outputs"][i]["name"], tol))
     return results
 
 
@@ -125,8 +211,8 @@ def _verify_fixed_length(references, lib, rng, limit: int, steps: int,
     length, p = st.fixed_length, st.frames_per_step
     per_sequence = -(-length // p)
     sequences = max(8, -(-steps // per_sequence))
-    errors = [0.0] * len(references)
-    for _ in range(sequences):
+    tallies = [ErrorTally() for _ in references]
+    for k in range(sequences):
         xs = [random_inputs(rng, (per_sequence, *shape), dt, limit)
               for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
         xs = [x if s else np.repeat(x[:1], len(x), axis=0)
@@ -134,17 +220,16 @@ def _verify_fixed_length(references, lib, rng, limit: int, steps: int,
         ys = run_sequence(lib, xs)
         for i, ref in enumerate(references):
             want, step = ref.fixed_output(xs, rng)
-            got = np.asarray(ys[step][i], np.float64)
-            errors[i] = max(errors[i], float(np.abs(got - want).max()))
-    return [VerifyResult(lib.manifest["outputs"][i]["name"], sequences, e, tol,
+            tallies[i].add(f"step {step} of sequence {k}", ys[step][i], want)
+    return [tally.result(lib.manifest["outputs"][i]["name"], tol,
                          unit=f"sequences of {length} frames")
-            for i, e in enumerate(errors)]
+            for i, tally in enumerate(tallies)]
 
 
 def keras_multi_input_reference(model, xs: list, streamed: list, stream,
                                 step_outputs) -> list[np.ndarray]:
     """What each step of a several-input model must return, per output:
-    ``(steps, *step output)``, NaN where not defined.
+    ``(steps, *step output)``, masked where not defined (``undefined_steps``).
 
     Step m is the model on the streamed inputs' frames 0..(m+1)P-1 (prefix;
     padded with zeros to T for a fixed-length model, which a causal stream
@@ -157,7 +242,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
     frames = [(x[:, 0] if p > 1 else x).reshape(1, steps * p, *x.shape[2 + (p > 1):])
               if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
     fixed = fixed_time_length(model) if stream.mode == "prefix" else None
-    wants = [np.full((steps, *shape), np.nan, np.float32) for shape in step_outputs]
+    wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
     import tensorflow as tf
 
     # Traced once for any length (eager Keras calls are ~15x slower).
@@ -284,13 +369,15 @@ def fixed_time_length(model) -> int | None:
 
 
 def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
-                    stream=None, step_output: tuple[int, ...] | None = None) -> np.ndarray:
+                    stream=None, step_output: tuple[int, ...] | None = None,
+                    masked: bool = False) -> np.ndarray:
     """Keras outputs for each step of ``xs`` (steps, *step input shape).
 
     ``model`` is a Keras 3 or a Keras 2 (tf_keras) model; for the latter
     pass ``streaming`` (found on the Keras 3 twin of the file) or ``stream``
     (the library's StreamInfo). With ``stream``, steps whose reference is not
-    defined are NaN (see ``keras_stream_reference``).
+    defined are NaN (see ``keras_stream_reference``), or with ``masked``
+    masked (a NaN there is then the model's own output).
     """
     from .streamify_keras import is_streaming
 
@@ -300,7 +387,8 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
         p = stream.frames_per_step
         frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
         frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
-        return keras_stream_reference(model, frames, stream, step_output)
+        want = keras_stream_reference(model, frames, stream, step_output)
+        return want if masked else nan_filled(want)
     if streaming is None:
         streaming = is_streaming(model)
     if not streaming:
@@ -341,7 +429,7 @@ def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
 def keras_stream_reference(model, frames: np.ndarray, stream,
                            step_output: tuple[int, ...] | None = None) -> np.ndarray:
     """What each step must return for the input stream ``frames`` (1, N, ...):
-    ``(N // P, *step output)``, NaN where the reference is not defined.
+    ``(N // P, *step output)``, masked where the reference is not defined.
 
     * window: the model on the ``window`` frames ending ``delay`` frames
       before the step's last frame;
@@ -366,7 +454,7 @@ def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
     batch = 1 if model.inputs[0].shape[0] is not None else 64
     outs = np.concatenate([np.asarray(model(windows[i:i + batch]))
                            for i in range(0, len(windows), batch)])
-    want = np.full((steps, 1, *outs.shape[1:]), np.nan, np.float32)
+    want = undefined_steps((steps, 1, *outs.shape[1:]))
     want[valid] = outs[:, None]
     return want
 
@@ -389,7 +477,7 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
         seq = np.asarray(twin(frames))
         prev = np.asarray(twin(frames[:, :-p]))
         rate = seq.shape[1] - prev.shape[1]
-        want = np.full((steps, *seq.shape[:1], *seq.shape[2:]), np.nan, np.float32)
+        want = undefined_steps((steps, *seq.shape[:1], *seq.shape[2:]))
         for m in range(first, steps):
             index = seq.shape[1] - 1 - (steps - 1 - m) * rate
             if index >= 0:
@@ -410,7 +498,7 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
         if not outs:
             raise TfaotError("no step of this stream has a reference output; use more --steps")
         sample = next(iter(outs.values()))
-        want = np.full((steps, *sample.shape), np.nan, np.float32)
+        want = undefined_steps((steps, *sample.shape))
         for m, y in outs.items():
             want[m] = y
     return want

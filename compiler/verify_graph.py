@@ -17,11 +17,12 @@ def build_cut(lib, given):
     """The graph options given, else those the library was built with."""
     from .load_graph import GraphOptions
 
-    if given is not None and (given.inputs, given.outputs, given.time_axis) != (None,) * 3:
+    if given is not None and (given.inputs, given.outputs, given.time_axis,
+                              given.signature) != (None,) * 4:
         return given
     cut = lib.manifest.get("graph_cut")
     return GraphOptions(cut.get("inputs"), cut.get("outputs"), cut.get("time_axis"),
-                        cut.get("state")) if cut else given
+                        cut.get("state"), cut.get("signature")) if cut else given
 
 
 def token_limit(graph_def) -> int:
@@ -155,18 +156,20 @@ class GraphReference:
             return wanted
         return -(-self.stream.fixed_length // self.stream.frames_per_step)
 
-    def outputs(self, xs) -> np.ndarray:
+    def outputs(self, xs, masked: bool = False) -> np.ndarray:
         """Reference per step; only the last step for fixed-length last-output graphs.
 
         ``xs``: one array per input, (steps, *step input); a per-step input
-        (not streamed) holds the same value at every step."""
+        (not streamed) holds the same value at every step. Steps without a
+        reference are NaN, or with ``masked`` masked (``verify.undefined_steps``)."""
         xs = list(xs) if isinstance(xs, (list, tuple)) else [xs]
         steps = len(xs[0])
         if self.stateless:
             return np.stack([self._run([x[m] for x in xs]) for m in range(steps)])
         if self.stream.mode == "window" or self.stream.first_valid_step or \
                 self.stream.frames_per_step > 1:
-            return self._windowed(xs[0])
+            want = self._windowed(xs[0])
+            return want if masked else np.ma.filled(want, np.nan)
         seqs = [np.moveaxis(x, 0, self.time_axis) if s else x[0]
                 for x, s in zip(xs, self.streamed)]
         full = np.asarray(self._run(seqs))
@@ -182,11 +185,11 @@ class GraphReference:
         """Reference per step for a stream whose steps see a window, several
         frames or a conv front end (StreamInfo): the graph on the window that
         ends ``delay`` frames before the step's last frame, or on the prefix
-        up to it (a sequence output: its last frame); NaN where undefined."""
+        up to it (a sequence output: its last frame); masked where undefined."""
         st, a, steps = self.stream, self.time_axis, len(xs)
         p = st.frames_per_step
         frames = np.concatenate(list(xs), axis=a) if p > 1 else np.moveaxis(xs, 0, a)
-        want = np.full((steps, *self.step_output), np.nan, np.float32)
+        want = np.ma.masked_all((steps, *self.step_output), np.float32)
         run = lambda lo, hi: np.asarray(self._run([np.take(frames, range(lo, hi), axis=a)]))  # noqa
         if st.mode == "window":
             for m in range(steps):

@@ -124,8 +124,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         x_specs = step_inputs(model, mode, frames)
         streamed = [x.streamed for x in x_specs]
         try:
-            ys = replay.run_model(model, [tf.zeros(x.shape, x.dtype) for x in x_specs],
-                                  all_outputs=True, streamed=streamed)
+            ys, y0 = _discover(replay, model, x_specs, streamed)
         except NeedFrames as more:
             frames *= more.frames
             if frames > MAX_FRAMES_PER_STEP:
@@ -149,7 +148,6 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             why = "the time axis reaches the output (no window to slide)"
             continue
         break
-    y0 = [replay.output(y, i) for i, y in enumerate(ys)]
     length = time_length(model) or None
     if mode == "stateless":
         stream = StreamInfo()
@@ -161,6 +159,26 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
             "streamed": streamed, "window": window, "delay": delay, "stream": stream,
             "why": why}
+
+
+def _discover(replay: Replay, model, x_specs, streamed) -> tuple[list, list]:
+    """Replays the model once to find its states and outputs: traced on
+    TensorSpecs, so no tensor of the input's size (a whole window of a big
+    input) is ever made. Returns the replayed outputs (Streamed, with their
+    time meta) and the step outputs (symbolic; their shapes are what counts)."""
+    import tensorflow as tf
+
+    found = {}
+
+    def trace(*xs):
+        ys = replay.run_model(model, list(xs), all_outputs=True, streamed=streamed)
+        found["ys"] = ys
+        found["y0"] = [replay.output(y, i) for i, y in enumerate(ys)]
+        return found["y0"]
+
+    specs = [tf.TensorSpec(x.shape, x.dtype) for x in x_specs]
+    tf.function(trace, autograph=False).get_concrete_function(*specs)
+    return found["ys"], found["y0"]
 
 
 def _stream_choice(model, requested: str) -> stream_choice.Choice:
@@ -205,11 +223,13 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     import tensorflow as tf
 
     window, x_specs = plan["window"], plan["x_specs"]
-    # (states are float32: token ids ride in them exactly, below 2**24)
+    # (states are float32: token ids ride in them exactly, below 2**24; the
+    # initial value is a view of one zero: no memory until the size check passed)
     states = tuple(
         StateInfo("window/frames" if i == 0 else f"window{i}/frames", "float32",
                   (1, window - 1, *x.shape[1:]),
-                  initial=np.zeros((1, window - 1, *x.shape[1:]), np.float32), layer="")
+                  initial=np.broadcast_to(np.float32(0), (1, window - 1, *x.shape[1:])),
+                  layer="")
         for i, x in enumerate(x_specs) if x.streamed and window > 1)
     count = len(x_specs)
 

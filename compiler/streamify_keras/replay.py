@@ -139,9 +139,10 @@ class Replay:
     frames per step; in window mode the output is the model on the window
     that ends ``delay`` frames before the step's last frame.
 
-    With ``states=None`` it runs eagerly on zeros and records the state slots
-    it meets (discovery); otherwise it takes state values from ``states`` in
-    the same order and collects the new values in ``new_values``.
+    With ``states=None`` it runs once, traced on the step inputs' specs
+    (``streamify_keras._discover``), and records the state slots it meets
+    (discovery); otherwise it takes state values from ``states`` in the same
+    order and collects the new values in ``new_values``.
     """
 
     def __init__(self, mode: str, states: list | None, *, frames: int = 1,
@@ -225,10 +226,13 @@ class Replay:
         import tensorflow as tf
 
         if self.discovering:
-            initial = np.full(shape, fill, np.float32)
+            # A read-only view of one value: a big state (a long window's ring
+            # buffer) costs no memory until a later stage needs its bytes,
+            # after the build has checked the context size.
+            initial = np.broadcast_to(np.float32(fill), tuple(shape))
             self.new_states.append(StateInfo(name, "float32", tuple(shape),
                                              initial=initial, layer=layer))
-            return tf.constant(initial)
+            return tf.fill(tuple(shape), np.float32(fill))
         return self.incoming.pop(0)
 
     def buffer(self, name: str, value, keep: int, layer: str = ""):

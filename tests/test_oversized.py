@@ -1,0 +1,76 @@
+"""Oversized models are refused before compiling, in one line with the sizes
+and the flag that overrides; nothing of the input's size is ever allocated."""
+import resource
+
+import pytest
+
+from tfaot.cli import main
+
+
+@pytest.fixture(scope="module")
+def huge_input(tmp_path_factory):
+    """A fixed input of 1x100000x12000 floats (4.5 GiB) into a small Dense."""
+    import keras
+
+    model = keras.Sequential([keras.Input((100000, 12000), batch_size=1),
+                              keras.layers.Dense(4), keras.layers.GlobalAveragePooling1D()])
+    path = tmp_path_factory.mktemp("huge") / "huge.keras"
+    model.save(path)
+    return path
+
+
+def _refused(capsys, argv) -> str:
+    assert main([str(a) for a in argv]) == 1
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("tfaot: error: "), err
+    assert "internal error" not in err and "Traceback" not in err, err
+    return lines[-1]
+
+
+def test_whole_window_of_a_huge_input_is_refused_with_its_size(huge_input, tmp_path, capsys):
+    # The Keras stage once made tf.zeros of the whole input (ResourceExhaustedError);
+    # tracing on specs needs none of it: cap the address space well below 4.5 GiB.
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, hard))
+    try:
+        line = _refused(capsys, ["build", huge_input, "-o", tmp_path / "out", "--whole-window"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    assert "4.47 GiB" in line and "--max-context-bytes 5G" in line and "--allow-large" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_context_over_what_a_cortex_m_holds_is_refused_even_when_allowed(huge_input, tmp_path,
+                                                                         capsys):
+    line = _refused(capsys, ["build", huge_input, "-o", tmp_path / "out", "--whole-window",
+                             "--triple", "thumbv7em-none-eabihf", "--cpu", "cortex-m4",
+                             "--allow-large"])
+    assert "4.47 GiB" in line and "Cortex-M" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_weights_over_the_limit_are_refused_before_loading(huge_input, tmp_path, capsys):
+    line = _refused(capsys, ["build", huge_input, "-o", tmp_path / "out",
+                             "--max-weight-bytes", "1K"])
+    assert "--max-weight-bytes" in line and "1 KiB" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sizes_are_said_before_compiling(huge_input, tmp_path, capsys):
+    assert main(["build", str(huge_input), "-o", str(tmp_path / "out"), "--whole-window",
+                 "--max-context-bytes", "1M"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    note = next(i for i, line in enumerate(lines) if "context at least 4.47 GiB" in line)
+    assert "weights" in lines[note] and "over the 1 MiB limit" in lines[-1]
+    assert not any(line.startswith("tfaot: compile") for line in lines)
+
+
+def test_parse_size():
+    from tfaot.sizes import parse_size, size_text
+
+    assert parse_size("1048576") == 1 << 20
+    assert parse_size("1.5G") == 3 << 29 and parse_size("64MiB") == 64 << 20
+    assert size_text(3 << 29) == "1.5 GiB" and size_text(12) == "12 B"
+    with pytest.raises(ValueError):
+        parse_size("-1G")

@@ -1,0 +1,99 @@
+"""`tfaot verify` never passes NaN or Inf: a non-finite value on one side only
+is a failure with its step; NaN on both sides is reported; which steps are
+skipped comes from the stream (a window not yet full), not from NaN."""
+import numpy as np
+import pytest
+
+import graph_models as gm
+from tfaot.cli import main
+from tfaot.verify import ErrorTally
+
+
+def _window_graph(path, weight: float):
+    """x (1, 4, 3) -> flattened window -> Dense(2): a sliding window of 4 frames."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, 4, 3), name="x")
+        w = np.full((12, 2), weight, np.float32)
+        w[0, 0] = 0.5
+        tf.tanh(tf.matmul(tf.reshape(x, (1, 12)), tf.constant(w)), name="y")
+    gm.write_graph_def(g.as_graph_def(), path, text=False)
+    return path
+
+
+def _fixed_length_rnn(path, nan_head: bool):
+    """A SimpleRNN over exactly 5 frames that returns one value per sequence."""
+    model = gm.keras_model("simplernn", (4,), 3, timesteps=5, return_sequences=False, dense=2)
+    if nan_head:
+        weights = model.get_weights()
+        weights[-1][:] = np.nan
+        model.set_weights(weights)
+    gm.write_graph_def(gm.freeze_keras(model, 5, 3, False), path, text=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nan")
+    paths = {"window_ok": _window_graph(tmp / "window_ok.pb", 0.25),
+             "window_nan": _window_graph(tmp / "window_nan.pb", np.nan),
+             "rnn_ok": _fixed_length_rnn(tmp / "rnn_ok.pb", False),
+             "rnn_nan": _fixed_length_rnn(tmp / "rnn_nan.pb", True)}
+    return tmp, paths
+
+
+@pytest.fixture(scope="module")
+def libs(models):
+    tmp, paths = models
+    built = {}
+    for key in ("window_ok", "window_nan", "rnn_nan"):
+        out = tmp / f"lib_{key}"
+        assert main(["build", str(paths[key]), "-o", str(out), "-q"]) == 0
+        built[key] = out
+    return built
+
+
+def _verify(model, lib, capsys) -> tuple[int, str]:
+    code = main(["verify", str(model), str(lib), "--steps", "12"])
+    captured = capsys.readouterr()
+    assert "internal error" not in captured.err, captured.err
+    return code, captured.out
+
+
+def test_fixed_length_library_returning_nan_fails(models, libs, capsys):
+    code, out = _verify(models[1]["rnn_ok"], libs["rnn_nan"], capsys)
+    assert code == 1, out
+    assert "FAIL" in out and "library gives nan" in out and "step 4 of sequence 0" in out
+
+
+def test_window_reference_nan_everywhere_is_compared_not_skipped(models, libs, capsys):
+    code, out = _verify(models[1]["window_nan"], libs["window_ok"], capsys)
+    assert code == 1, out
+    # the window of 4 frames is full from step 3: the first compared step
+    assert "TensorFlow gives nan" in out and "at step 3" in out
+
+
+def test_nan_on_both_sides_is_reported(models, libs, capsys):
+    code, out = _verify(models[1]["window_nan"], libs["window_nan"], capsys)
+    assert code == 0, out
+    assert "NaN/Inf in both" in out and "12 of them" in out
+
+
+def test_finite_library_still_passes(models, libs, capsys):
+    code, out = _verify(models[1]["window_ok"], libs["window_ok"], capsys)
+    assert code == 0 and "over 12 steps" in out, out
+
+
+def test_tally_tells_non_finite_values_apart():
+    tally = ErrorTally()
+    tally.add("step 0", [1.0, 2.0], [1.0, 2.5])
+    tally.add("step 1", [np.inf, np.nan], [np.inf, np.nan])
+    assert tally.mismatch is None and tally.max_abs_error == 0.5
+    assert tally.nonfinite_steps == 1 and tally.first_nonfinite == "step 1"
+    tally.add("step 2", [np.inf], [-np.inf])
+    tally.add("step 3", [np.nan], [0.0])
+    assert tally.mismatch.startswith("at step 2 ")
+    result = tally.result("y", 1.0)
+    assert not result.ok and "FAIL" in result.describe()
