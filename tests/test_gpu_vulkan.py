@@ -110,6 +110,16 @@ def test_without_a_driver_init_reports_the_device_status(built, tmp_path):
     assert "init without a driver: 14" in proc.stdout
 
 
+def test_init_on_a_live_context_does_not_leak_the_device(built, tmp_path):
+    """Issue 20: each extra init used to leak 3.3 MB (the whole device)."""
+    _, lib = built["lstm40"]
+    exe = tmp_path / "drv"
+    run(["gcc", "-std=c11", "-O1", "-I", lib / "src", DRIVER, lib / "src" / "vkm.c", "-o", exe,
+         "-ldl", "-lm", "-lpthread"])
+    proc = subprocess.run([exe, "reinit"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "ALL OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_static_library_links_without_vulkan(built, tmp_path):
     """The library opens the loader itself: linking needs -ldl -lm, not -lvulkan."""
     _, lib = built["lstm40"]
