@@ -262,6 +262,10 @@ class Emitter:
                     y = tf.identity(x0)
                 self.set(node, [y], [seq(axis, **record)])
                 return
+            if keys == list(range(T)) and metas[-1].kind in STATIC_KINDS and \
+                    self.only_reshaped(node):
+                self.emit_blocks_over_time(node, x0, axis, T, record)
+                return
         if len(items) > 1 or others - STATIC_KINDS - {"step"} or \
                 ("step" in others and int(k) != T - 1):
             self.fail(node, f"combines time step {k} of a sequence with other time steps or "
@@ -270,6 +274,29 @@ class Emitter:
             self.fail(node, "combines a time step with a value computed from the sequence length")
         outs = self.emit_generic(node)
         self.set(node, outs, [Meta("item", key=k, axis=T, **record)] * len(outs))
+
+    def only_reshaped(self, node) -> bool:
+        """Whether every consumer of ``node`` is a Reshape of its output."""
+        users = [n for n in self.g.nodes.values()
+                 if any(not i.startswith("^") and parse_tensor(i)[0] == node.name
+                        for i in n.input)]
+        return bool(users) and all(n.op == "Reshape" and parse_tensor(n.input[0]) ==
+                                   (node.name, 0) for n in users)
+
+    def emit_blocks_over_time(self, node, x0, axis: int, T: int, record: dict):
+        """All T time steps side by side along an axis of their own (PTB's
+        ``concat(outputs, 1)``: [B, size] pieces -> [B, T*size]), read only
+        through reshapes.  In memory that is the stack of the pieces along a
+        new time axis ([B, T, size]), so it streams as that stack: each step
+        is its piece with a time axis of 1, and the reshapes see the stacked
+        full shape (a reshape to one row per step then keeps time whole)."""
+        import tensorflow as tf
+
+        piece = [int(d) for d in x0.shape]
+        with tf.name_scope(scope(node.name)):
+            y = tf.expand_dims(x0, axis)
+        self.probe.shapes[f"{node.name}:0"] = tuple(piece[:axis] + [T] + piece[axis:])
+        self.set(node, [y], [seq(axis, **record)])
 
     def emit_list_op(self, node, ins, metas):
         import tensorflow as tf
