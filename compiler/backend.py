@@ -11,6 +11,7 @@ from pathlib import Path
 
 from . import compile as compile_mod
 from . import emit as emit_mod
+from . import input_ranges
 from . import package as package_mod
 from . import weight_globals
 from .names import check_name
@@ -36,6 +37,7 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
     check_name(name)
     target = target or make_target("cpu", triple, cpu)
     workdir = Path(workdir)
+    id_ranges = _id_ranges(mlir_text, signature, progress)
     with stage("compile", f"iree-compile, {target.describe()}"):
         compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
                                               target=target)
@@ -45,4 +47,24 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
             external_rodata=weight_globals.is_weights_rodata if target.external_weights else None)
     with stage("package"):
         return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
-                                   workdir=workdir / "package", stream=stream)
+                                   workdir=workdir / "package", stream=stream,
+                                   id_ranges=id_ranges)
+
+
+def _id_ranges(mlir_text: str, signature: ProgramSignature, progress) -> dict[int, dict]:
+    """The integer inputs that index a table and their valid ids
+    (input_ranges.py); what the build checks, and cannot, goes to the notes."""
+    analysis = input_ranges.analyze(mlir_text, len(signature.inputs))
+    ranges = input_ranges.input_id_ranges(analysis, signature.inputs)
+    note = getattr(progress, "note", None)
+    if note is not None:
+        for index, r in ranges.items():
+            t = signature.inputs[index]
+            whole = len(r["runs"]) == 1 and r["runs"][0][:2] == [0, t.size]
+            note(f"input '{t.name}' indexes a table: the step refuses ids outside "
+                 f"[{r['min']}, {r['end']})" +
+                 ("" if whole else " (its elements' ranges are in the manifest's id_range)"))
+    warn = getattr(progress, "warn", None)
+    for text in analysis.unchecked if warn is not None else ():
+        warn(f"{text}: those ids are not range-checked")
+    return ranges

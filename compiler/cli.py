@@ -332,8 +332,32 @@ def cmd_inspect(args) -> int:
 
     program = load_and_streamify(args.model, Progress(enabled=False), _graph_options(args),
                                  fixed_window=args.fixed_window)
+    _add_id_ranges(program)
     print(inspect_json(program) if args.json else inspect_text(program))
     return 0
+
+
+def _add_id_ranges(program) -> None:
+    """Integer inputs: import the step to find which index a table and their
+    valid ids (what the built step checks); skipped if the import fails."""
+    import numpy as np
+
+    inputs = program.signature.inputs
+    if not any(np.issubdtype(np.dtype(t.dtype), np.integer) for t in inputs):
+        return
+    from . import input_ranges
+    from .mlir_import import import_program
+
+    try:
+        text = import_program(program)
+    except TfaotError:
+        return  # (build names the error)
+    analysis = input_ranges.analyze(text, len(inputs))
+    ranges = input_ranges.input_id_ranges(analysis, inputs)
+    program.report["id_ranges"] = {inputs[i].name: r for i, r in ranges.items()}
+    if analysis.unchecked:
+        program.report.setdefault("notes", []).extend(
+            f"{u}: those ids are not range-checked" for u in analysis.unchecked)
 
 
 def cmd_build(args) -> int:

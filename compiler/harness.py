@@ -12,6 +12,11 @@
     s = m.get_state()                      # list of arrays, manifest order
     m.set_state(s)                         # restore (this or another context)
 
+A token id outside the table its input indexes (the manifest's ``id_range``)
+is refused by the library (NAME_ERR_INPUT_RANGE, nothing run, state
+unchanged); step and step_n then raise ``InputRangeError`` naming the
+input, the id, its valid range and the step.
+
 Each ``Model`` owns one context (64-byte aligned memory that it allocates
 once), so several models or several contexts of one model can coexist.
 """
@@ -25,6 +30,24 @@ import numpy as np
 
 from .errors import TfaotError
 from .program import StreamInfo
+from .status import STATUSES
+
+
+#: NAME_ERR_INPUT_RANGE
+INPUT_RANGE_STATUS = next(s.value for s in STATUSES if s.name == "INPUT_RANGE")
+
+
+class InputRangeError(TfaotError):
+    """A step refused a token id outside its input's table (NAME_ERR_INPUT_RANGE):
+    nothing ran and the state is as it was before the call. ``step`` counts
+    the steps run since init/reset; ``sample`` is the offending sample's
+    index in a step_n call (0 for step)."""
+
+    def __init__(self, message: str, *, input: str, id: int, valid: tuple[int, int],
+                 element: int, step: int, sample: int = 0):
+        super().__init__(message)
+        self.input, self.id, self.valid = input, id, tuple(valid)
+        self.element, self.step, self.sample = element, step, sample
 
 
 class Model:
@@ -92,6 +115,8 @@ class Model:
         self._ctx = ctypes.c_void_p(base + (-base % align))
         self._live = False
         self.weights = self._read_weights(lib)
+        # Steps run since init/reset (named when a token id is refused).
+        self.steps = 0
 
     def _read_weights(self, lib) -> np.ndarray | None:
         """--weights=file builds: NAME.weights, kept alive as long as the model."""
@@ -113,6 +138,40 @@ class Model:
         if status != 0:
             text = self._fn["status_string"](status).decode()
             raise TfaotError(f"{self.name}_{what} failed with status {status}: {text}")
+
+    def _check_step(self, status: int, what: str, x, batch: int | None) -> None:
+        """``_check`` for step / step_n: a refused token id raises InputRangeError."""
+        if status == INPUT_RANGE_STATUS:
+            error = self._range_error(x, batch, what)
+            if error is not None:
+                raise error
+        self._check(status, what)
+
+    def _range_error(self, x, batch: int | None, what: str) -> InputRangeError | None:
+        """The first id outside its range in ``x`` (one sample, or ``batch``
+        samples for step_n), as the error to raise; None if none is found."""
+        parts = [x] if self._inputs_struct is None else self._each_input(x)
+        n = 1 if batch is None else batch
+        for sample in range(n):
+            for index, (part, spec) in enumerate(zip(parts, self.manifest["inputs"])):
+                r = spec.get("id_range")
+                if not r:
+                    continue
+                flat = np.asarray(part).reshape(n, -1)[sample]
+                for first, count, lo, hi in r["runs"]:
+                    for element in range(first, first + count):
+                        v = int(flat[element])
+                        if v < lo or v >= hi:
+                            where = (f"step {self.steps}" if batch is None else
+                                     f"sample {sample} of this step_n call (step "
+                                     f"{self.steps + sample} since init/reset)")
+                            return InputRangeError(
+                                f"{self.name}_{what} refused input '{spec['name']}' at "
+                                f"{where}: id {v} (element {element}) is outside its table's "
+                                f"range [{lo}, {hi}); nothing ran and the state is unchanged",
+                                input=spec["name"], id=v, valid=(lo, hi), element=element,
+                                step=self.steps + sample, sample=sample)
+        return None
 
     def _as_input(self, x, batch: int | None, index: int = 0) -> np.ndarray:
         name, dtype, shape = self.input_specs[index]
@@ -171,37 +230,48 @@ class Model:
             self._check(self._fn["init_with_weights"](self._ctx, self.weights.ctypes.data,
                                                       self.weights.size), "init_with_weights")
         self._live = True
+        self.steps = 0
 
     def reset(self) -> None:
         self._check(self._fn["reset"](self._ctx), "reset")
+        self.steps = 0
 
     def step(self, x):
         """One step; returns a new array of the output shape (a tuple of
         arrays, manifest order, for a model with several outputs)."""
+        given = x
         x = self._as_input(x, None) if self._inputs_struct is None else self._pack_inputs(x, None)
         if self._outputs_struct is not None:
             out = self._outputs_struct()
-            self._check(self._fn["step"](self._ctx, x.ctypes.data, ctypes.addressof(out)), "step")
+            self._check_step(self._fn["step"](self._ctx, x.ctypes.data, ctypes.addressof(out)),
+                             "step", given, None)
+            self.steps += 1
             raw = np.frombuffer(bytearray(out), dtype=np.uint8)[None]
             return tuple(y[0] for y in _unpack_outputs(raw, self.output_specs,
                                                        self._outputs_struct))
         y = np.empty(self.output_shape, dtype=self.output_dtype)
-        self._check(self._fn["step"](self._ctx, x.ctypes.data, y.ctypes.data), "step")
+        self._check_step(self._fn["step"](self._ctx, x.ctypes.data, y.ctypes.data), "step",
+                         given, None)
+        self.steps += 1
         return y
 
     def step_n(self, xs):
         """Runs len(xs) steps in order; returns (n, *output shape) (a tuple of
         such arrays, manifest order, for a model with several outputs)."""
         n = self._step_count(xs)
+        given = xs
         xs = self._as_input(xs, n) if self._inputs_struct is None else self._pack_inputs(xs, n)
         if self._outputs_struct is not None:
             size = ctypes.sizeof(self._outputs_struct)
             raw = np.zeros((max(n, 1), size), dtype=np.uint8)
-            self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, raw.ctypes.data, n),
-                        "step_n")
+            self._check_step(self._fn["step_n"](self._ctx, xs.ctypes.data, raw.ctypes.data, n),
+                             "step_n", given, n)
+            self.steps += n
             return _unpack_outputs(raw[:n], self.output_specs, self._outputs_struct)
         ys = np.empty((n, *self.output_shape), dtype=self.output_dtype)
-        self._check(self._fn["step_n"](self._ctx, xs.ctypes.data, ys.ctypes.data, n), "step_n")
+        self._check_step(self._fn["step_n"](self._ctx, xs.ctypes.data, ys.ctypes.data, n),
+                         "step_n", given, n)
+        self.steps += n
         return ys
 
     def get_state(self) -> list[np.ndarray]:

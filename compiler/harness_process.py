@@ -15,6 +15,7 @@ reads ``x0, x1, ...`` (one (steps, *input i) array per input) and writes
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,10 @@ import numpy as np
 
 from .errors import TfaotError
 from .target import GPU_KINDS
+
+
+#: How the child reports a refused token id (harness.InputRangeError) to the parent.
+_RANGE_TAG = "tfaot: input-range: "
 
 
 def needs_own_process(manifest: dict) -> bool:
@@ -56,6 +61,12 @@ def run_in_child(lib_dir: Path, xs: list[np.ndarray], *, name: str | None = None
                               check=False)
         if proc.returncode != 0 or not outputs.exists():
             lines = (proc.stderr or proc.stdout).strip().splitlines()
+            refused = [line for line in lines if line.startswith(_RANGE_TAG)]
+            if refused:  # a token id out of range: the same error as in-process
+                from .harness import InputRangeError
+
+                info = json.loads(refused[-1][len(_RANGE_TAG):])
+                raise InputRangeError(info.pop("message"), **info)
             why = lines[-1] if lines else f"exit code {proc.returncode}"
             raise TfaotError(f"{lib_dir}: running the library failed: {why}")
         with np.load(outputs) as data:
@@ -81,6 +92,11 @@ def main(argv: list[str]) -> int:
             xs = [data[f"x{i}"] for i in range(len(data.files))]
         steps = _step_all(lib, xs)
         lib.close()
+    except harness.InputRangeError as e:
+        print(_RANGE_TAG + json.dumps({"message": str(e), "input": e.input, "id": e.id,
+                                       "valid": list(e.valid), "element": e.element,
+                                       "step": e.step, "sample": e.sample}), file=sys.stderr)
+        return 1
     except TfaotError as e:
         print(f"tfaot: error: {e}", file=sys.stderr)
         return 1

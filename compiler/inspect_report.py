@@ -73,8 +73,11 @@ def inspect_text(program: StepProgram) -> str:
     for s in r["state"]:
         lines.append(f"  {s['name']:<24} {s['dtype']} {tuple(s['shape'])}")
     lines.append("step:")
+    id_ranges = r.get("id_ranges", {})
     for t in r["inputs"]:
-        lines.append(f"  input  {t['name']:<17} {t['dtype']} {tuple(t['shape'])}")
+        ids = id_ranges.get(t["name"])
+        lines.append(f"  input  {t['name']:<17} {t['dtype']} {tuple(t['shape'])}" +
+                     (f"  ids in [{ids['min']}, {ids['end']})" if ids else ""))
     for t in r["outputs"]:
         lines.append(f"  output {t['name']:<17} {t['dtype']} {tuple(t['shape'])}")
     return "\n".join(lines)

@@ -60,7 +60,7 @@ STATUSES: tuple[Status, ...] = (
            "pass {name}.weights to {name}_init_with_weights",
            "--weights=file builds: weights missing, or not the ones built with"),
     Status("INPUT_RANGE", 16, "an integer input (token id) is outside its table; nothing was run",
-           "an integer input indexes a table and is out of range (see {P}_INPUT_RANGES); state unchanged"),
+           "an integer input indexes a table and is out of range (see {P}_INPUTi_MIN, _END); state unchanged"),
     Status("BUSY", 17, "context already in use by another call (one thread per context)",
            "the context is in use by another call: one thread per context at a time"),
 )

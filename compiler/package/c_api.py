@@ -51,6 +51,44 @@ def tensor_dict(t: TensorInfo) -> dict:
             "streamed": bool(getattr(t, "streamed", True))}
 
 
+def c_int(value: int, ctype: str) -> str:
+    """An integer literal of a token id bound, for comparison with ``ctype``."""
+    if ctype in ("int64_t", "uint64_t") and not -(1 << 31) <= value < (1 << 31):
+        return f"{'U' if ctype[0] == 'u' else ''}INT64_C({value})"
+    return f"({value})" if value < 0 else str(value)
+
+
+def id_checks(inputs: list[dict]) -> list[dict]:
+    """What the C check of the token-id inputs needs: per checked input its
+    runs of elements, each with the C condition that refuses an ``id``
+    (None: every id is refused, e.g. an unsigned id of an empty table)."""
+    checks = []
+    for i, t in enumerate(inputs):
+        r = t.get("id_range")
+        if not r:
+            continue
+        d = dtype(t["dtype"], f"input '{t['name']}'")
+        tmin = -(1 << (8 * d.size - 1)) if t["ctype"][0] == "i" else 0
+        tmax = (1 << (8 * d.size - (1 if t["ctype"][0] == "i" else 0))) - 1
+        runs = []
+        for first, count, lo, hi in r["runs"]:
+            parts = []
+            if lo > tmin:
+                parts.append(f"id < {c_int(lo, t['ctype'])}")
+            if hi <= tmax:
+                parts.append(f"id >= {c_int(hi, t['ctype'])}" if hi > tmin or tmin < 0
+                             else None)
+            refuse = None if None in parts else " || ".join(parts)
+            runs.append({"first": first, "count": count, "lo": lo, "hi": hi, "refuse": refuse})
+        checks.append({"index": i, "name": t["name"], "ctype": t["ctype"], "size": d.size,
+                       "slot": t["slot"], "field": t["field"], "runs": runs,
+                       "min": r["min"], "end": r["end"],
+                       "min_c": c_int(r["min"], t["ctype"]), "end_c": c_int(r["end"], t["ctype"]),
+                       "whole": len(r["runs"]) == 1 and r["runs"][0][:2] == [0, t["size"]],
+                       "tables": r.get("tables", [])})
+    return checks
+
+
 def input_slots(inputs: list[dict]) -> int:
     """Adds ``slot`` to each input: its 64-byte aligned place in the context's
     input copy (kernels assume aligned bindings); returns the copy's size."""
@@ -95,11 +133,16 @@ class ApiModel:
 
     @classmethod
     def check(cls, vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModule,
-              name: str, stream: StreamInfo | None = None) -> "ApiModel":
-        """Checks the compiled program against ``sig``; raises naming the mismatch."""
+              name: str, stream: StreamInfo | None = None,
+              id_ranges: dict[int, dict] | None = None) -> "ApiModel":
+        """Checks the compiled program against ``sig``; raises naming the mismatch.
+        ``id_ranges``: the valid ids of the inputs that index a table (by input
+        index), which the step checks."""
         model = cls(name, vm, compiled, _library_name(vm, compiled),
                     [tensor_dict(t) for t in sig.inputs], [tensor_dict(t) for t in sig.outputs],
                     [tensor_dict(t) for t in sig.states], stream=stream or StreamInfo())
+        for index, r in (id_ranges or {}).items():
+            model.inputs[index]["id_range"] = r
         if not model.inputs or not model.outputs:
             raise TfaotError(
                 f"package: model '{name}' has {len(model.inputs)} inputs and "
@@ -151,6 +194,7 @@ class ApiModel:
             footprint=footprint or {"code_bytes": 0, "weight_bytes": 0},
             signature=emit_mod.function_signature,
             statuses=statuses,
+            id_checks=id_checks(self.inputs),
             status_width=max(len(st["api_name"]) + len(str(st["value"])) for st in statuses) + 1,
             stream=self.stream,
             shim={"backend": target.shim_backend, "header": backend.header,

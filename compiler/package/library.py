@@ -22,11 +22,13 @@ def cmake_files(name: str) -> list[str]:
 
 def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledModule,
             out_dir: Path, *, name: str, workdir: Path,
-            stream: StreamInfo | None = None) -> dict:
-    """Builds the library files into ``out_dir``; returns the manifest (also NAME.json)."""
+            stream: StreamInfo | None = None, id_ranges: dict[int, dict] | None = None) -> dict:
+    """Builds the library files into ``out_dir``; returns the manifest (also NAME.json).
+    ``id_ranges``: the valid ids of the inputs that index a table, by input
+    index (input_ranges.input_id_ranges); the step refuses the others."""
     target = compiled.target
     stream = stream or StreamInfo()
-    api = ApiModel.check(vm, sig, compiled, name, stream)
+    api = ApiModel.check(vm, sig, compiled, name, stream, id_ranges)
     out_dir, workdir = Path(out_dir).resolve(), Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     src = out_dir / "src"
@@ -87,7 +89,7 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         # how the micro-kernels' packed weights are stored (--weights-dtype)
         "weights_dtype": target.weights_dtype if compiled.kernel_symbols else "f32",
         "compiler_version": compiled.compiler_version,
-        **sig.to_json(),
+        **_signature_json(api, sig),
         "stream": stream.to_json(),
         "state_bytes": api.state_bytes,
         "state_offsets": [s["offset"] for s in api.states],
@@ -104,6 +106,18 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
             k: api.weights[k] for k in ("bytes", "fnv1a64")}} if api.weights
             else {"mode": "embedded"}),
     }
+
+
+def _signature_json(api: ApiModel, sig: ProgramSignature) -> dict:
+    """The signature, each input that indexes a table with its ``id_range``:
+    ``min``/``end`` (valid ids [min, end) for every checked element),
+    ``runs`` ([first element, count, min, end] per run of checked elements)
+    and ``tables`` (what it indexes)."""
+    out = sig.to_json()
+    for entry, t in zip(out["inputs"], api.inputs):
+        if t.get("id_range"):
+            entry["id_range"] = t["id_range"]
+    return out
 
 
 def gpu_footprint(api: ApiModel) -> dict:
