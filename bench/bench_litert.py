@@ -20,16 +20,20 @@ repetition so machine noise hits all runners alike:
   litert         Interpreter.invoke() (ai-edge-litert, 1 thread, XNNPACK),
                  the state in resource variables (the step assigns them),
                  timed from Python: includes ~0.1-0.3 us of Python call cost
+  litert-int8    the same with the converter's dynamic-range int8
+                 (optimizations=[Optimize.DEFAULT], nothing else): int8
+                 weights, activations quantized on the fly
   floor          max(FLOPs / peak FMA rate, weight bytes / cached read
                  bandwidth at that size), both measured here by a C loop
 
 Medians over repetitions of CPU time per step are reported, with the ratios
-tfaot / LiteRT and tfaot / floor; everything (with every sample, wall
+tfaot / LiteRT and tfaot / floor, and each runner's max abs error against
+TensorFlow (the Keras model on the whole sequence, 100 steps); everything (with every sample, wall
 times, dispatch counts and context sizes) goes to bench/results/.
 
     python bench/bench_litert.py [--quick] [--series] [--reps 7]
                                  [--models lstm2x128,...]
-                                 [--variants ukernel,ukernel-bf16,ukernel-f16,packed,stock]
+                                 [--variants ukernel,ukernel-bf16,ukernel-f16,ukernel-int8,packed,stock]
 
 Needs the bench extra: pip install -e '.[bench]' (ai-edge-litert).
 """
@@ -73,6 +77,7 @@ VARIANTS = {
     "ukernel": ["--matvec=tfaot"],
     "ukernel-bf16": ["--matvec=tfaot", "--weights-dtype=bf16"],
     "ukernel-f16": ["--matvec=tfaot", "--weights-dtype=f16"],
+    "ukernel-int8": ["--matvec=tfaot", "--weights-dtype=int8"],
     "packed": ["--matvec=iree", "--pack-weights"],
     "stock": ["--matvec=iree", "--no-pack-weights"],
 }
@@ -137,7 +142,14 @@ static double cpu_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-#define W 16  /* floats per vector: 64 bytes (the compiler splits it without AVX-512) */
+/* floats per vector: one register of the widest unit ("+x" below must fit one) */
+#if defined(__AVX512F__)
+#define W 16
+#elif defined(__AVX__)
+#define W 8
+#else
+#define W 4
+#endif
 typedef float vf __attribute__((vector_size(4 * W)));
 
 /* peak: 12 independent FMA chains on W-wide vectors; returns GFLOP/s */
@@ -256,8 +268,9 @@ def manifest(lib_dir: Path, name: str) -> dict:
     return json.loads((lib_dir / f"{name}.json").read_text())
 
 
-def litert_model(model):
-    """The streaming step as a LiteRT flatbuffer: frozen weights, state in resource variables."""
+def litert_model(model, int8: bool = False):
+    """The streaming step as a LiteRT flatbuffer: frozen weights, state in
+    resource variables; ``int8``: the converter's dynamic-range int8."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -284,6 +297,8 @@ def litert_model(model):
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [module.step.get_concrete_function()], module)
     converter.experimental_enable_resource_variables = True
+    if int8:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert(), program
 
 
@@ -315,6 +330,38 @@ def make_litert_runner(flatbuffer: bytes, features: int):
         c1, w1 = time.thread_time(), time.perf_counter()
         return (c1 - c0) / n * 1e6, (w1 - w0) / n * 1e6
     return run, interp
+
+
+def reference_sequence(model, features: int, steps: int = 100):
+    """(inputs [steps, 1, features], TensorFlow's outputs [steps, 1, out]) of
+    the Keras model run on the whole sequence."""
+    xs = np.random.default_rng(1).standard_normal((steps, 1, features)).astype(np.float32)
+    ys = np.asarray(model(xs.transpose(1, 0, 2)))  # [1, steps, out]
+    return xs, ys.transpose(1, 0, 2)
+
+
+def litert_error(flatbuffer: bytes, xs, want) -> float:
+    """Max abs error of a LiteRT step model against TensorFlow's outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=flatbuffer, num_threads=1)
+    interp.allocate_tensors()
+    inp = interp.get_input_details()[0]["index"]
+    out = interp.get_output_details()[0]["index"]
+    err = 0.0
+    for x, y in zip(xs, want):
+        interp.set_tensor(inp, x)
+        interp.invoke()
+        err = max(err, float(np.max(np.abs(interp.get_tensor(out) - y))))
+    return err
+
+
+def tfaot_error(lib_dir: Path, xs, want) -> float:
+    """Max abs error of a tfaot library (step by step) against TensorFlow's outputs."""
+    from tfaot import harness
+
+    got = harness.load(lib_dir).step_n(xs)
+    return float(np.max(np.abs(np.asarray(got).reshape(want.shape) - want)))
 
 
 def check_litert(flatbuffer: bytes, lib_dir: Path, features: int, steps: int = 100) -> float:
@@ -375,10 +422,16 @@ def main() -> None:
         model.save(path)
         flops, weight_bytes = model_cost(model)
         flat, _ = litert_model(model)
+        flat_int8, _ = litert_model(model, int8=True)
+        xs, want = reference_sequence(model, features)
         info[name] = {"flops": flops, "weight_bytes": weight_bytes, "params": model.count_params(),
-                      "litert_bytes": len(flat), "variants": {}}
+                      "litert_bytes": len(flat), "litert_int8_bytes": len(flat_int8),
+                      "variants": {},
+                      "max_abs_error_vs_tf": {"litert": litert_error(flat, xs, want),
+                                              "litert-int8": litert_error(flat_int8, xs, want)}}
         runners[name] = {}
         lit_run, _ = make_litert_runner(flat, features)
+        lit8_run, _ = make_litert_runner(flat_int8, features)
         for variant in variants:
             lib_dir = work / variant / name
             build_s = tfaot_build(path, lib_dir, VARIANTS[variant])
@@ -390,6 +443,7 @@ def main() -> None:
             }
             if variant == variants[0]:
                 info[name]["litert_max_abs_diff_vs_tfaot"] = check_litert(flat, lib_dir, features)
+            info[name]["max_abs_error_vs_tf"][f"tfaot:{variant}"] = tfaot_error(lib_dir, xs, want)
             n_out = MODELS[name][2]
 
             def run_c(s, lib=lib_dir / f"lib{name}.so", name=name, f=features, o=n_out):
@@ -398,6 +452,7 @@ def main() -> None:
                 return float(out[0]), float(out[1])
             runners[name][f"tfaot:{variant}"] = run_c
         runners[name]["litert"] = lit_run
+        runners[name]["litert-int8"] = lit8_run
         print(f"built {name}: " + ", ".join(
             f"{v} {d['build_s']:.0f} s, {d['dispatches']}" for v, d in info[name]["variants"].items()),
             file=sys.stderr)
@@ -421,7 +476,7 @@ def main() -> None:
     roof.append(measure_roofline())
     peak = max(r[0] for r in roof)
 
-    kinds = [f"tfaot:{v}" for v in variants] + ["litert"]
+    kinds = [f"tfaot:{v}" for v in variants] + ["litert-int8", "litert"]
     rows = []
     head = (f"{'model':<10} {'floor':>7} " + " ".join(f"{k:>14}" for k in kinds) + " "
             + " ".join(f"{k.split(':')[-1] + '/lit':>11}" for k in kinds[:-1]) + " "
@@ -438,6 +493,7 @@ def main() -> None:
         row = {"model": name, **info[name], "floor_us": floor, "read_gbps": bw,
                "cpu_us": cpu, "wall_us": wall,
                "over_litert": {k: cpu[k] / cpu["litert"] for k in kinds[:-1]},
+               "over_litert_int8": {k: cpu[k] / cpu["litert-int8"] for k in kinds[:-2]},
                "over_floor": {k: cpu[k] / floor for k in kinds},
                "samples_cpu_wall_us": samples[name]}
         rows.append(row)
@@ -445,6 +501,13 @@ def main() -> None:
               + " ".join(f"{row['over_litert'][k]:>11.2f}" for k in kinds[:-1]) + " "
               + " ".join(f"{row['over_floor'][k]:>13.2f}" for k in kinds[:-1]) + "  "
               + " ".join(f"{v}={disp[v]}" for v in variants))
+    print("\nmax abs error vs TensorFlow over 100 steps, and CPU time / LiteRT int8's:")
+    for row in rows:
+        err = row["max_abs_error_vs_tf"]
+        print(f"{row['model']:<10} " + "  ".join(
+            f"{k.split(':')[-1]} {err[k]:.2g}"
+            + (f" ({row['over_litert_int8'][k]:.2f}x)" if k in row["over_litert_int8"] else "")
+            for k in kinds))
     print("context bytes (ctx_size): " + "; ".join(
         f"{n} " + ", ".join(f"{v} {info[n]['variants'][v]['ctx_size']}" for v in variants)
         for n in wanted))

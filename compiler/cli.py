@@ -162,12 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "convolutions (also depthwise): tfaot's own micro-kernels with weights "
                         "packed at build time in read-only data (default on Linux triples), "
                         "or IREE's generated kernels (default on bare metal)")
-    p.add_argument("--weights-dtype", choices=["f32", "f16", "bf16"], default="f32",
-                   help="how tfaot's micro-kernels store their weights: f32 (default), or "
+    p.add_argument("--weights-dtype", choices=["f32", "f16", "bf16", "int8"], default="f32",
+                   help="how tfaot's micro-kernels store their weights: f32 (default), "
                         "f16/bf16 at half width (half the weight bytes, faster on models "
                         "bound by reading them; math stays f32, error vs f32 about 1e-4 "
-                        "(f16) / 1e-3 (bf16)); needs tfaot's matvec kernel (--matvec=tfaot, "
-                        "the default on Linux triples)")
+                        "(f16) / 1e-3 (bf16)), or int8: matvecs (dense layers, LSTM/GRU "
+                        "gates) with int8 weights, one scale per row, and an input "
+                        "quantized to int8 at every call, summed in int32 (the scheme of "
+                        "LiteRT's dynamic-range int8; error about 1e-3 to 1e-2; "
+                        "convolutions keep f32 weights); needs tfaot's matvec kernel "
+                        "(--matvec=tfaot, the default on Linux triples)")
     _add_size_options(p)
     _add_stream_options(p)
     _add_graph_options(p)

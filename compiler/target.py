@@ -34,7 +34,7 @@ CUDA_ARCHS_REFUSED = ("sm_90", "sm_90a", "sm_100", "sm_100a")
 PACK_WEIGHTS_MIN_BYTES = 16 * 1024
 
 #: --weights-dtype values: how tfaot's matvec kernel stores its weights (math in f32).
-WEIGHTS_DTYPES = ("f32", "f16", "bf16")
+WEIGHTS_DTYPES = ("f32", "f16", "bf16", "int8")
 
 #: Architectures (the triple's first field) whose kernels and C we build.
 SUPPORTED_ARCHS = ("x86_64", "aarch64", "riscv64", "riscv32", "arm", "thumb")
@@ -103,8 +103,9 @@ class Target:
     # --matvec: "tfaot" (own micro-kernel, compiler/microkernel.py) or "iree";
     # None: the target's default (see matvec_kernel).
     matvec: str | None = None
-    # --weights-dtype: "f32", or "f16"/"bf16" for the micro-kernel's weights
-    # stored at half width (compiler/microkernel.py; needs matvec_kernel "tfaot").
+    # --weights-dtype: "f32", "f16"/"bf16" for the micro-kernels' weights
+    # stored at half width, or "int8" for int8 matvecs (compiler/microkernel.py;
+    # needs matvec_kernel "tfaot").
     weights_dtype: str = "f32"
 
     @property

@@ -19,6 +19,11 @@
  * sums over k (even and odd columns) are 4 AVX-512 / 8 AVX2 / 16 NEON
  * vector chains, where IREE's own kernel keeps one chain (iree-notes 7).
  *
+ * int8 weights (--weights-dtype=int8, symbol NAME_matvec_int8): with
+ * -DTFRT_MATVEC_INT8 the matvec is the one of tfrt_matvec_int8.h (int8
+ * weights and a per-call int8 input, int32 sums); the convolutions keep f32
+ * weights.
+ *
  * Half-width weights (--weights-dtype, symbol NAME_matvec_bf16/_f16): with
  * -DTFRT_MATVEC_BF16 or -DTFRT_MATVEC_F16 the packed weights are 16-bit
  * (bf16: the upper half of the f32; f16: IEEE half), converted to f32 as
@@ -91,10 +96,7 @@ typedef float tfrt_weight;
 #endif
 
 #ifdef TFRT_MATVEC_FN
-void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t k);
-
-/* Matrices at least this big (weights) are walked back and forth. */
+/* Matrices at least this big (f32 weights) are walked back and forth. */
 #define TFRT_MATVEC_BACK_AND_FORTH 32768
 
 /* Whether this call walks the tiles of w last to first. A matrix bigger
@@ -138,6 +140,10 @@ static int tfrt_walk_backwards(const void *w) {
 }
 #endif
 
+#ifndef TFRT_MATVEC_INT8
+void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
+                    size_t y_offset, size_t n, size_t k);
+
 /* One tile of L output lanes: y[l] = sum over j of wt[j][l] * x[j]. Two
  * partial sums (even and odd j) of L lanes each: several independent FMA
  * chains. A macro instantiated for L = 32 and 16 (matrices of at most 16
@@ -178,7 +184,175 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float
     tfrt_matvec_tile_32(w + tile * k * T, x, y + t, k, n - t < T ? n - t : T);
   }
 }
+
+#else
+/* ---- int8 matvec (--weights-dtype=int8) -----------------------------------
+ * The scheme of TFLite's hybrid kernels and XNNPACK's dynamically quantized
+ * fully connected operator: each row of W is int8 with its own scale
+ * (symmetric, round(w / s_row), s_row = max|w_row| / 127, at build time);
+ * the input vector is quantized the same way at every call, each block of
+ * TFRT_I8_BLOCK inputs with its own scale s_b; the products are summed in
+ * int32 per block and y = s_row * sum over blocks of s_b * sum_b.
+ * Symmetric rather than asymmetric input:
+ * an LSTM's or GRU's input is mostly a state in [-1, 1] and features around
+ * 0, no zero point means no correction term per row, and the error is
+ * LiteRT's own (bench/bench_litert.py measures both).
+ *
+ * w is one blob: the scales (f32, one per packed row, a multiple of 16, so
+ * 64-byte aligned after them) and the int8 weights packed as
+ * [ceil(n/T)][k4/4][T][4] (k4: k rounded up to 4; T as for f32), four
+ * consecutive k of each lane together: the order of dot-product
+ * instructions (x86 vpdpbusd, Arm sdot) and of 16-bit pair MACs. */
+void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
+                    size_t y_offset, size_t n, size_t k);
+
+/* Input elements quantized per pass: the int8 copy lives on the stack. */
+#define TFRT_I8_CHUNK 512
+/* Inputs per quantization scale: 32, so that the parts of a concatenated
+ * vector (an LSTM's [x, h]: features of any range, a state within +-1) each
+ * get a scale of their own, where one scale for the whole vector left the
+ * state with a few levels (error vs TF 3.1e-3 -> see README on 2xLSTM(128)). */
+#define TFRT_I8_BLOCK 16
+
+/* Groups of 4 inputs per block (one scale). */
+#define TFRT_I8_GROUPS (TFRT_I8_BLOCK / 4)
+
+/* The T lanes of one tile over `groups` groups of 4 inputs: out[l] = sum
+ * over blocks of block_scale[b] * (the block's int32 sum of lane l's
+ * products). */
+#define TFRT_I8_TILE_OF(T)                                                               \
+  static void tfrt_i8_tile_##T(const int8_t *wt, const int8_t *xq,                       \
+                               const float *block_scale, size_t groups, float *out) {    \
+    float total[T] = {0};                                                                \
+    for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {                 \
+      const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;      \
+      int32_t acc[T] = {0};                                                              \
+      for (size_t h = g; h < end; h++, wt += 4 * T, xq += 4)                             \
+        for (size_t l = 0; l < T; l++)                                                   \
+          acc[l] += wt[4 * l] * xq[0] + wt[4 * l + 1] * xq[1] + wt[4 * l + 2] * xq[2] +  \
+                    wt[4 * l + 3] * xq[3];                                               \
+      for (size_t l = 0; l < T; l++) total[l] += (float)acc[l] * *block_scale;           \
+    }                                                                                    \
+    for (size_t l = 0; l < T; l++) out[l] = total[l];                                    \
+  }
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && !defined(TFRT_FREESTANDING)
+#include <immintrin.h>
+/* AVX2 without VNNI: vpmaddubsw multiplies unsigned by signed bytes and
+ * adds pairs to int16, so the input's signs go onto the weights (vpsignb)
+ * and its magnitudes are the unsigned side: |x| <= 127 and |w| <= 127 keep
+ * a pair's sum within int16 (2 * 127 * 127 < 32768: no saturation).
+ * vpmaddwd by ones then adds the pairs to one int32 per lane: 32 products
+ * per 4 vector operations, where sign-extending the weights to 16 bits for
+ * vpmaddwd took 6 (30 -> 39 GMAC/s on a Zen 3; the trick of llama.cpp's
+ * AVX2 q8 dot products). Each block's int32 sums go to f32 accumulators in
+ * registers, times the block's scale. */
+#define TFRT_I8_LANES8(i)                                                               \
+  a##i = _mm256_add_epi32(                                                              \
+      a##i, _mm256_madd_epi16(                                                          \
+                _mm256_maddubs_epi16(                                                   \
+                    xa, _mm256_sign_epi8(                                               \
+                            _mm256_loadu_si256((const __m256i *)(wt + 32 * (i))), xs)), \
+                ones));
+#define TFRT_I8_SCALE8(i) f##i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a##i), scale, f##i);
+
+static void tfrt_i8_tile_avx2_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
+                                 size_t groups, float *out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+  for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {
+    const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t h = g; h < end; h++, wt += 128, xq += 4) {
+      int32_t four;
+      __builtin_memcpy(&four, xq, sizeof four);
+      const __m256i xs = _mm256_set1_epi32(four), xa = _mm256_abs_epi8(xs);
+      TFRT_I8_LANES8(0) TFRT_I8_LANES8(1) TFRT_I8_LANES8(2) TFRT_I8_LANES8(3)
+    }
+    const __m256 scale = _mm256_broadcast_ss(block_scale);
+    TFRT_I8_SCALE8(0) TFRT_I8_SCALE8(1) TFRT_I8_SCALE8(2) TFRT_I8_SCALE8(3)
+  }
+  _mm256_storeu_ps(out, f0);
+  _mm256_storeu_ps(out + 8, f1);
+  _mm256_storeu_ps(out + 16, f2);
+  _mm256_storeu_ps(out + 24, f3);
+}
+#define TFRT_I8_TILE_32 tfrt_i8_tile_avx2_32
+#else
+#define TFRT_I8_TILE_32 tfrt_i8_tile_32
+TFRT_I8_TILE_OF(32)
 #endif
+TFRT_I8_TILE_OF(16)
+
+/* Largest |x[i]| of n inputs; NaN if one is NaN or infinite. */
+static float tfrt_i8_absmax(const float *x, size_t n) {
+  float top = 0, probe = 0;
+  for (size_t i = 0; i < n; i++) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    top = a > top ? a : top;
+    probe += x[i] * 0.0f;
+  }
+  return probe == 0 ? top : probe;
+}
+
+/* Quantizes count inputs (0 up to padded, a multiple of TFRT_I8_BLOCK) one
+ * block at a time: xq = round(x / scale) with scale = max|x| / 127 of the
+ * block, in block_scale. */
+static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t *xq,
+                             float *block_scale) {
+  for (size_t b = 0; b * TFRT_I8_BLOCK < padded; b++) {
+    const size_t first = b * TFRT_I8_BLOCK;
+    const size_t n = count > first ? (count - first < TFRT_I8_BLOCK ? count - first
+                                                                     : TFRT_I8_BLOCK) : 0;
+    const float top = tfrt_i8_absmax(x + first, n);
+    const float inv = top > 0 ? 127.0f / top : 0.0f;
+    block_scale[b] = top / 127.0f;
+    for (size_t i = 0; i < n; i++) {
+      const float v = x[first + i] * inv;
+      xq[first + i] = (int8_t)(int32_t)(v + (v < 0 ? -0.5f : 0.5f));
+    }
+    for (size_t i = n; i < TFRT_I8_BLOCK; i++) xq[first + i] = 0;
+  }
+}
+
+void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
+                    size_t y_offset, size_t n, size_t k) {
+  x += x_offset;
+  y += y_offset;
+  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
+  const size_t tiles = (n + T - 1) / T, k4 = (k + 3) / 4 * 4;
+  const float *row_scale = (const float *)(const void *)w;
+  const int8_t *wq = w + tiles * T * sizeof(float);
+  const float bad = tfrt_i8_absmax(x, k);
+  if (bad != bad) {  /* NaN or Inf in x: W x is NaN (or Inf), never a finite guess */
+    for (size_t i = 0; i < n; i++) y[i] = bad;
+    return;
+  }
+  const int backwards = n * k >= 4 * TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
+  int8_t xq[TFRT_I8_CHUNK];
+  float block_scale[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE];
+  for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
+    const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
+    const size_t blocks = (chunk + TFRT_I8_BLOCK - 1) / TFRT_I8_BLOCK;
+    tfrt_i8_quantize(x + k0, k - k0 < chunk ? k - k0 : chunk, blocks * TFRT_I8_BLOCK, xq,
+                     block_scale);
+    for (size_t i = 0; i < tiles; i++) {
+      const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
+      const int8_t *wt = wq + (tile * k4 + k0) * T;
+      if (T == TFRT_MATVEC_TILE)
+        TFRT_I8_TILE_32(wt, xq, block_scale, chunk / 4, out);
+      else
+        tfrt_i8_tile_16(wt, xq, block_scale, chunk / 4, out);
+      const size_t lanes = n - t < T ? n - t : T;
+      for (size_t l = 0; l < lanes; l++) {
+        const float part = out[l] * row_scale[t + l];
+        y[t + l] = k0 ? y[t + l] + part : part;
+      }
+    }
+  }
+}
+#endif /* TFRT_MATVEC_INT8 */
+#endif /* TFRT_MATVEC_FN */
 
 #ifdef TFRT_CONV_FN
 void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,

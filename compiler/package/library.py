@@ -87,7 +87,7 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "matvec": "tfaot" if compiled.kernel_symbols else "iree",
         "micro_kernels": sorted(compiled.kernel_symbols),
         # how the micro-kernels' packed weights are stored (--weights-dtype)
-        "weights_dtype": target.weights_dtype if compiled.kernel_symbols else "f32",
+        **_weights_dtype(target.weights_dtype, compiled.kernel_symbols),
         "compiler_version": compiled.compiler_version,
         **_signature_json(api, sig),
         "stream": stream.to_json(),
@@ -131,3 +131,23 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
     for file, template in zip(cmake_files(manifest["name"]),
                               ("Config.cmake.j2", "CMakeLists.txt.j2")):
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
+
+
+#: What ``weights_scheme`` says of an int8 build (compiler/microkernel.py).
+INT8_SCHEME = ("matvec: int8 weights, symmetric, one f32 scale per output row; input "
+               "quantized to int8 per call (symmetric, one scale per block of 16 inputs); "
+               "int32 sums per block; "
+               "convolutions: f32 weights")
+
+
+def _weights_dtype(requested: str, kernels: dict[str, str]) -> dict[str, str]:
+    """The manifest's ``weights_dtype`` (and for int8 its scheme): what the
+    kernels this build calls store, f32 when none does otherwise."""
+    from ..microkernel import kernel_dtype
+
+    stored = {kernel_dtype(kind, requested) for kind in kernels} - {"f32"}
+    if not stored:
+        return {"weights_dtype": "f32"}
+    if requested == "int8":
+        return {"weights_dtype": "int8", "weights_scheme": INT8_SCHEME}
+    return {"weights_dtype": requested}
