@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "quantized to int8 at every call, summed in int32 (the scheme of "
                         "LiteRT's dynamic-range int8; error about 1e-3 to 1e-2; "
                         "convolutions keep f32 weights); needs tfaot's matvec kernel "
-                        "(--matvec=tfaot, the default on Linux triples)")
+                        "(--matvec=tfaot, the default on Linux triples; bare-metal int8 "
+                        "builds take it for their matvecs by themselves)")
     _add_size_options(p)
     _add_stream_options(p)
     _add_graph_options(p)

@@ -249,8 +249,9 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     if not target.is_gpu:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
-        mlir_text, rewritten = microkernel.rewrite_matvecs(mlir_text, name,
-                                                           dtype=target.weights_dtype)
+        mlir_text, rewritten = microkernel.rewrite_matvecs(
+            mlir_text, name, dtype=target.weights_dtype,
+            kinds=target.kernel_kinds or microkernel.KINDS)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.pack_weights:

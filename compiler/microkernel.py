@@ -59,6 +59,12 @@ SMALL_TILE = 16
 #: Matvecs with fewer weights stay with IREE. None do: even SimpleRNN(16)'s
 #: (128-256 weights each) ran as fast as IREE's (bench/bench_litert.py).
 MIN_WEIGHTS = 0
+#: int8 builds leave matrices of fewer weights f32 (IREE's kernels), as
+#: LiteRT's dynamic-range quantization leaves tensors under 1024 elements:
+#: quantizing them saves a few hundred bytes and costs accuracy and time
+#: (SimpleRNN(16): error vs TF 2.6e-2 instead of 5e-7, step 0.32 us
+#: instead of 0.14, bench_litert.py).
+INT8_MIN_WEIGHTS = 1024
 #: Byte alignment of the packed weights: vector loads that straddle cache
 #: lines made the kernel 1.4x slower (IREE's default for globals is 16).
 ALIGN = 64
@@ -212,7 +218,7 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
-                    dtype: str = "f32") -> tuple[str, int]:
+                    dtype: str = "f32", kinds: tuple[str, ...] = KINDS) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -222,7 +228,9 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     IREE, also such ops whose input is a constant (``_constant_values``:
     IREE computes them at build time, where the kernels do not exist).
     Identical weights (and geometry) share one packed copy, stored as
-    ``dtype`` ("f32", "f16" or "bf16": Target.weights_dtype).
+    ``dtype`` ("f32", "f16", "bf16" or "int8": Target.weights_dtype; int8
+    takes matvecs of INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
+    use (Target.kernel_kinds); other ops stay IREE's.
     """
     from iree.compiler import ir
 
@@ -239,13 +247,15 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         count = 0
         ops = function_ops(module)
         constant = _constant_values(ops)
+        matvec_min = max(min_weights, INT8_MIN_WEIGHTS) if dtype == "int8" else min_weights
         for op in ops:
             if _input_is_constant(op, constant):
                 continue
-            w, conv = _constant_matvec(op, min_weights), None
+            w = _constant_matvec(op, matvec_min) if "matvec" in kinds else None
+            conv = None
             if w is None:
                 conv = _constant_conv(op, min_weights)
-                if conv is None:
+                if conv is None or conv.kind not in kinds:
                     continue
                 w = conv.weights
             key = w.tobytes() + bytes(str(w.shape) + repr(conv), "ascii")

@@ -187,6 +187,16 @@ def _warn_weights_not_in_file(manifest: dict, target, name: str, progress: Progr
                       f"(call {name}_init)")
 
 
+def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress) -> None:
+    """--weights-dtype applies to the micro-kernels' weights only (int8: to
+    matrices of 1024 weights or more); say when no weight took it."""
+    asked = target.weights_dtype
+    if asked != "f32" and manifest.get("weights_dtype") == "f32":
+        what = ("no matvec of 1024 weights or more (smaller ones stay f32, as in LiteRT)"
+                if asked == "int8" else "no matvec or convolution the micro-kernels take")
+        progress.warn(f"--weights-dtype={asked}: this model has {what}; its weights stay f32")
+
+
 def build_model(model_path: str, options: BuildOptions, progress: Progress) -> BuiltLibrary:
     """load -> ... -> package into a folder that appears only when complete.
 
@@ -223,6 +233,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         _record_graph_cut(manifest, options.graph_options, program.report,
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
+        _warn_weights_dtype_unused(manifest, target, progress)
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()

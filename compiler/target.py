@@ -107,6 +107,11 @@ class Target:
     # stored at half width, or "int8" for int8 matvecs (compiler/microkernel.py;
     # needs matvec_kernel "tfaot").
     weights_dtype: str = "f32"
+    # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
+    # all. An int8 build for bare metal without --matvec takes the matvec
+    # kernel only: on a Cortex-M4 its DSP path beat IREE's f32 kernels
+    # (bench/bench_mcu.py), the desktop convolution kernels do not.
+    kernel_kinds: tuple[str, ...] | None = None
 
     @property
     def arch(self) -> str:
@@ -323,6 +328,9 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     target = replace(_make_target(kind, triple, cpu, weight_packing),
                      external_weights=external_weights, matvec=matvec,
                      weights_dtype=weights_dtype)
+    if (matvec is None and weights_dtype == "int8" and target.bare_metal_arm
+            and target.toolchain() is not None):
+        target = replace(target, matvec="tfaot", kernel_kinds=("matvec",))
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
                          f"{target.triple}, and none is installed; use --matvec=iree")

@@ -206,12 +206,20 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float
 void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k);
 
-/* Input elements quantized per pass: the int8 copy lives on the stack. */
+/* Input elements quantized per pass: the int8 copy lives on the stack
+ * (and on 32-bit Arm the words widened from it: 128 keeps the kernel's
+ * stack under 1 KB on a microcontroller; a multiple of TFRT_I8_BLOCK, so
+ * the blocks and the result do not depend on it). */
+#if defined(__ARM_FEATURE_DSP) && !defined(__aarch64__)
+#define TFRT_I8_CHUNK 128
+#else
 #define TFRT_I8_CHUNK 512
-/* Inputs per quantization scale: 32, so that the parts of a concatenated
- * vector (an LSTM's [x, h]: features of any range, a state within +-1) each
- * get a scale of their own, where one scale for the whole vector left the
- * state with a few levels (error vs TF 3.1e-3 -> see README on 2xLSTM(128)). */
+#endif
+/* Inputs per quantization scale: the parts of a concatenated vector (an
+ * LSTM's [x, h]: features of any range, a state within +-1) each get scales
+ * of their own, where one scale for the whole vector left the state with a
+ * few levels (more error than LiteRT's int8, which quantizes x and h
+ * apart). 16 had less error than 32 at the same speed (bench_litert.py). */
 #define TFRT_I8_BLOCK 16
 
 /* Groups of 4 inputs per block (one scale). */
@@ -247,18 +255,26 @@ void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
  * vpmaddwd took 6 (30 -> 39 GMAC/s on a Zen 3; the trick of llama.cpp's
  * AVX2 q8 dot products). Each block's int32 sums go to f32 accumulators in
  * registers, times the block's scale. */
-#define TFRT_I8_LANES8(i)                                                               \
-  a##i = _mm256_add_epi32(                                                              \
-      a##i, _mm256_madd_epi16(                                                          \
-                _mm256_maddubs_epi16(                                                   \
-                    xa, _mm256_sign_epi8(                                               \
-                            _mm256_loadu_si256((const __m256i *)(wt + 32 * (i))), xs)), \
-                ones));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* VNNI's vpdpbusd does the unsigned x signed products and the sum of four
+ * into int32 in one instruction, without the int16 step (so the same sums
+ * as the AVX2 sequence, which never saturates). */
+#define TFRT_I8_DOT(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
+#elif defined(__AVXVNNI__)
+#define TFRT_I8_DOT(acc, u, s) _mm256_dpbusd_avx_epi32((acc), (u), (s))
+#else
+#define TFRT_I8_DOT(acc, u, s) \
+  _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), ones))
+#endif
+#define TFRT_I8_LANES8(i)                                                                  \
+  a##i = TFRT_I8_DOT(                                                                     \
+      a##i, xa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(wt + 32 * (i))), xs));
 #define TFRT_I8_SCALE8(i) f##i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a##i), scale, f##i);
 
 static void tfrt_i8_tile_avx2_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
                                  size_t groups, float *out) {
   const __m256i ones = _mm256_set1_epi16(1);
+  (void)ones;  /* (VNNI needs none) */
   __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
   for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {
     const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;
@@ -278,11 +294,153 @@ static void tfrt_i8_tile_avx2_32(const int8_t *wt, const int8_t *xq, const float
   _mm256_storeu_ps(out + 24, f3);
 }
 #define TFRT_I8_TILE_32 tfrt_i8_tile_avx2_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_16
+TFRT_I8_TILE_OF(16)
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+/* aarch64. With the dot-product extension (FEAT_DotProd: Cortex-A55/A76
+ * and later, Neoverse, Apple cores; -mcpu=native finds it) SDOT adds four
+ * int8 products to each int32 lane: one instruction per 4 lanes x 4 inputs,
+ * which is the packed [T][4] layout. Without it, SMULL/SMULL2 widen the
+ * products to int16 (|w x| <= 127 * 127), ADDP adds pairs (<= 32258, no
+ * overflow) and SADALP adds the pairs of pairs into the int32 lanes: four
+ * instructions per 16 products. */
+static inline int32x4_t tfrt_i8_dot4(int32x4_t acc, int8x16_t w, int8x16_t x) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, w, x);
+#else
+  const int16x8_t lo = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+  const int16x8_t hi = vmull_high_s8(w, x);
+  return vpadalq_s16(acc, vpaddq_s16(lo, hi));
+#endif
+}
+
+/* T lanes as T/4 vectors: int32 sums per block, f32 totals across them. */
+#define TFRT_I8_TILE_NEON(T)                                                              \
+  static void tfrt_i8_tile_neon_##T(const int8_t *wt, const int8_t *xq,                   \
+                                    const float *block_scale, size_t groups, float *out) { \
+    float32x4_t total[T / 4];                                                            \
+    for (size_t i = 0; i < T / 4; i++) total[i] = vdupq_n_f32(0);                         \
+    for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {                 \
+      const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;      \
+      int32x4_t acc[T / 4];                                                              \
+      for (size_t i = 0; i < T / 4; i++) acc[i] = vdupq_n_s32(0);                         \
+      for (size_t h = g; h < end; h++, wt += 4 * T, xq += 4) {                           \
+        int32_t four;                                                                    \
+        __builtin_memcpy(&four, xq, sizeof four);                                        \
+        const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(four));                     \
+        for (size_t i = 0; i < T / 4; i++)                                               \
+          acc[i] = tfrt_i8_dot4(acc[i], vld1q_s8(wt + 16 * i), x);                       \
+      }                                                                                  \
+      const float32x4_t scale = vdupq_n_f32(*block_scale);                               \
+      for (size_t i = 0; i < T / 4; i++)                                                 \
+        total[i] = vfmaq_f32(total[i], vcvtq_f32_s32(acc[i]), scale);                    \
+    }                                                                                    \
+    for (size_t i = 0; i < T / 4; i++) vst1q_f32(out + 4 * i, total[i]);                  \
+  }
+TFRT_I8_TILE_NEON(32)
+TFRT_I8_TILE_NEON(16)
+#define TFRT_I8_TILE_32 tfrt_i8_tile_neon_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_neon_16
+#elif defined(__ARM_FEATURE_DSP) && !defined(__aarch64__)
+/* 32-bit Arm with the DSP extension (Cortex-M4/M7/M33, Cortex-A in Arm
+ * state): SMLAD multiplies two signed 16-bit halves pairwise and adds both
+ * products to a 32-bit sum in one instruction (one cycle on the M4);
+ * SXTB16 sign-extends bytes 0 and 2 of a word into the two halves (bytes 1
+ * and 3 after a rotation by 8). So four products of a lane cost a word
+ * load, two SXTB16 and two SMLAD; the input's words are widened once per
+ * tile. The C of TFRT_I8_TILE_OF keeps T sums in memory and reads bytes
+ * one at a time (about 3.5x the instructions). */
+static inline uint32_t tfrt_sxtb16(uint32_t v) {
+  uint32_t r;
+  __asm__("sxtb16 %0, %1" : "=r"(r) : "r"(v));
+  return r;
+}
+
+static inline uint32_t tfrt_sxtb16_ror8(uint32_t v) {
+  uint32_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+  return r;
+}
+
+static inline int32_t tfrt_smlad(uint32_t a, uint32_t b, int32_t acc) {
+  int32_t r;
+  __asm__("smlad %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(acc));
+  return r;
+}
+
+static inline uint32_t tfrt_word(const int8_t *p) {
+  uint32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* Lane l's four products with the widened input word pair (even, odd). */
+#define TFRT_I8_DSP_LANE(acc, p, even, odd)                                             \
+  do {                                                                                   \
+    const uint32_t w_ = tfrt_word(p);                                                    \
+    acc = tfrt_smlad(tfrt_sxtb16(w_), (even), acc);                                      \
+    acc = tfrt_smlad(tfrt_sxtb16_ror8(w_), (odd), acc);                                  \
+  } while (0)
+
+/* Four lanes at a time over all blocks: the int32 sums of a block in core
+ * registers, the lanes' f32 totals in FPU registers (no memory traffic per
+ * block); the input words widened once per tile. */
+static inline __attribute__((always_inline)) void tfrt_i8_tile_dsp(
+    const int8_t *wt, const int8_t *xq, const float *block_scale, size_t groups, float *out,
+    const size_t T) {
+  uint32_t widened[TFRT_I8_CHUNK / 2];  /* per group: bytes 0 and 2, then 1 and 3 */
+  for (size_t h = 0; h < groups; h++) {
+    const uint32_t v = tfrt_word(xq + 4 * h);
+    widened[2 * h] = tfrt_sxtb16(v);
+    widened[2 * h + 1] = tfrt_sxtb16_ror8(v);
+  }
+  for (size_t l = 0; l < T; l += 4) {
+    float f0 = 0, f1 = 0, f2 = 0, f3 = 0;
+    const int8_t *p = wt + l * 4;
+    const uint32_t *x = widened;
+    const float *scale = block_scale;
+    for (size_t left = groups; left; scale++) {
+      size_t n = left < TFRT_I8_GROUPS ? left : TFRT_I8_GROUPS;
+      int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      left -= n;
+      do {
+        TFRT_I8_DSP_LANE(a0, p, x[0], x[1]);
+        TFRT_I8_DSP_LANE(a1, p + 4, x[0], x[1]);
+        TFRT_I8_DSP_LANE(a2, p + 8, x[0], x[1]);
+        TFRT_I8_DSP_LANE(a3, p + 12, x[0], x[1]);
+        p += 4 * T;
+        x += 2;
+      } while (--n);
+      f0 += (float)a0 * *scale;
+      f1 += (float)a1 * *scale;
+      f2 += (float)a2 * *scale;
+      f3 += (float)a3 * *scale;
+    }
+    out[l] = f0;
+    out[l + 1] = f1;
+    out[l + 2] = f2;
+    out[l + 3] = f3;
+  }
+}
+
+static void tfrt_i8_tile_dsp_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
+                                size_t groups, float *out) {
+  tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 32);
+}
+
+static void tfrt_i8_tile_dsp_16(const int8_t *wt, const int8_t *xq, const float *block_scale,
+                                size_t groups, float *out) {
+  tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 16);
+}
+#define TFRT_I8_TILE_32 tfrt_i8_tile_dsp_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_dsp_16
 #else
 #define TFRT_I8_TILE_32 tfrt_i8_tile_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_16
 TFRT_I8_TILE_OF(32)
-#endif
 TFRT_I8_TILE_OF(16)
+#endif
 
 /* Largest |x[i]| of n inputs; NaN if one is NaN or infinite. */
 static float tfrt_i8_absmax(const float *x, size_t n) {
@@ -342,7 +500,7 @@ void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
       if (T == TFRT_MATVEC_TILE)
         TFRT_I8_TILE_32(wt, xq, block_scale, chunk / 4, out);
       else
-        tfrt_i8_tile_16(wt, xq, block_scale, chunk / 4, out);
+        TFRT_I8_TILE_16(wt, xq, block_scale, chunk / 4, out);
       const size_t lanes = n - t < T ? n - t : T;
       for (size_t l = 0; l < lanes; l++) {
         const float part = out[l] * row_scale[t + l];

@@ -8,14 +8,18 @@ scaling may differ), in its portable form and, where the CPU has AVX2, its
 AVX2 form; the packing; a Keras LSTM + GRU through the .so against
 TensorFlow over 120 steps (quantization error, bounded); the manifest and
 the smaller read-only data; a convolution model whose convolutions keep f32
-weights beside int8 matvecs; aarch64 under qemu, equal to the host build.
+weights beside int8 matvecs; aarch64 under qemu, equal to the host build;
+the Cortex-M DSP kernel (SXTB16/SMLAD) under qemu-system-arm against numpy
+and, in a whole M4 image, against the host build.
 Speed and error against LiteRT's int8: bench/bench_litert.py.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +65,19 @@ def _call(lib, w: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _variants() -> dict[str, list[str]]:
-    """Kernel variant -> gcc flags: the portable C and (x86-64) the AVX2 one."""
+    """Kernel variant -> gcc flags: the portable C, (x86-64) the AVX2 one, and
+    this CPU's own (-march=native: VNNI where it has it; aarch64: sdot)."""
     import platform
 
-    out = {"portable": ["-march=x86-64"] if platform.machine() == "x86_64" else []}
+    out = {"portable": ["-march=x86-64"] if platform.machine() == "x86_64" else [],
+           # what a cpu=host build compiles: on a CPU with VNNI its vpdpbusd path
+           "native": ["-march=native"] if platform.machine() == "x86_64" else ["-mcpu=native"]}
     if platform.machine() == "x86_64":
         out["avx2"] = ["-mavx2", "-mfma"]
     return out
 
 
-@pytest.mark.parametrize("variant", ["portable", "avx2"])
+@pytest.mark.parametrize("variant", ["portable", "avx2", "native"])
 def test_kernel_matches_the_arithmetic(variant, tmp_path):
     flags = _variants().get(variant)
     if flags is None or (variant == "avx2" and not _has_avx2()):
@@ -96,6 +103,100 @@ def test_kernel_matches_the_arithmetic(variant, tmp_path):
     assert np.isnan(_call(lib, w, x)).all()
     x[4] = np.inf
     assert np.isnan(_call(lib, w, x)).all()
+
+
+#: Bare-metal Arm: (gcc flags, QEMU machine); both cores have the DSP
+#: extension, so the kernel takes its SXTB16/SMLAD path.
+CORTEX_M = {"cortex-m4": (["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"], "mps2-an386"),
+            "cortex-m7": (["-mcpu=cortex-m7", "-mfpu=fpv5-d16"], "mps2-an500")}
+DATA = Path(__file__).parent / "data"
+
+
+def _c_array(ctype: str, name: str, values) -> str:
+    body = ", ".join(values)
+    return f"static const _Alignas(64) {ctype} {name}[] = {{{body}}};\n"
+
+
+def _int8_cases_header(cases) -> str:
+    """int8_cases.h for data/kernels/int8_check.c: each (w, x) packed."""
+    text, table = "", []
+    for i, (w, x) in enumerate(cases):
+        blob = microkernel.pack_int8(w).view(np.int8)
+        text += _c_array("int8_t", f"w{i}", map(str, blob.tolist()))
+        text += _c_array("float", f"x{i}", (f"{float(v)!r}f" for v in x))
+        table.append(f"{{w{i}, x{i}, {w.shape[0]}u, {w.shape[1]}u}}")
+    return (text + "static const struct { const int8_t *w; const float *x; size_t n, k; } "
+            f"cases[] = {{{', '.join(table)}}};\n"
+            f"#define MAX_ROWS {max(w.shape[0] for w, _ in cases)}\n")
+
+
+@pytest.mark.parametrize("cpu", sorted(CORTEX_M))
+def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
+    """The DSP (SXTB16 + SMLAD) path under qemu-system-arm: the same int32
+    sums as numpy's model, so the same outputs up to f32 rounding."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    cases = _kernel_cases(np.random.default_rng(4))
+    (tmp_path / "int8_cases.h").write_text(_int8_cases_header(cases))
+    cm = DATA / "backend" / "cortexm"
+    image = tmp_path / "k.elf"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
+          *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", "-DTFRT_MATVEC_INT8",
+          "-DTFRT_MATVEC_FN=m_int8", "-I", tmp_path, "-I", cm, "-nostartfiles", "-T",
+          cm / "mps2.ld", cm / "startup.c", DATA / "kernels" / "int8_check.c",
+          shim_dir() / "tfrt_matvec.c", "-lgcc", "-o", image])
+    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    proc = subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][1], "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    _check_kernel_output(proc, cases)
+
+
+@pytest.mark.parametrize("march,instruction", [("armv8-a", "sadalp"),
+                                               ("armv8.2-a+dotprod", "sdot")])
+def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
+    """The NEON paths (SMULL/ADDP/SADALP; SDOT with the dot-product
+    extension) under qemu-aarch64 (-cpu max has FEAT_DotProd)."""
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    cases = _kernel_cases(np.random.default_rng(5))
+    (tmp_path / "int8_cases.h").write_text(_int8_cases_header(cases))
+    exe = tmp_path / "check"
+    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
+          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_int8", "-I", tmp_path,
+          DATA / "kernels" / "int8_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
+    assert instruction in _run(["aarch64-linux-gnu-objdump", "-d", exe]).stdout
+    proc = subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe],
+                          capture_output=True, text=True, timeout=120)
+    _check_kernel_output(proc, cases)
+
+
+def _kernel_cases(rng) -> list[tuple[np.ndarray, np.ndarray]]:
+    cases = []
+    for n, k in SHAPES:
+        w = (rng.standard_normal((n, k)) * 0.3).astype(np.float32)
+        w[n // 2] = 0
+        w[0, 0] = 1e30  # an extreme weight: its row's other weights round to 0
+        cases.append((w, rng.standard_normal(k).astype(np.float32)))
+    return cases
+
+
+def _check_kernel_output(proc: subprocess.CompletedProcess, cases) -> None:
+    """The printed outputs (int8_check.c) against numpy's int8 arithmetic."""
+    text = proc.stdout + proc.stderr
+    lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], text[-2000:]
+    got = np.array([int(h, 16) for ln in lines[:-1] for h in ln.split()], np.uint32)
+    got = got.view(np.float32)
+    start = 0
+    for w, x in cases:
+        want = microkernel.int8_matvec(w, x)
+        y = got[start:start + len(w)]
+        start += len(w)
+        assert np.all(np.isfinite(y))
+        # f32 rounding of each row's sum: relative to the size of its terms
+        # (the extreme row's are 1e30, the others' of order 1)
+        scale = np.abs(w).astype(np.float64) @ np.abs(x).astype(np.float64)
+        assert np.all(np.abs(y - want) <= 2e-6 * scale), (w.shape, np.abs(y - want).max())
+    assert start == len(got)
 
 
 def test_packing():
@@ -159,12 +260,39 @@ def test_verify_uses_the_int8_tolerance(case, capsys):
 
 
 def test_weights_are_a_quarter(case):
-    matvec_weights = sum(w.size for w in case["model"].get_weights() if w.ndim == 2)
+    # matrices under INT8_MIN_WEIGHTS stay f32 (the LSTM's 80x5 input kernel, the head)
+    matvec_weights = sum(w.size for w in case["model"].get_weights()
+                         if w.ndim == 2 and w.size >= microkernel.INT8_MIN_WEIGHTS)
     f32 = case["built"]["f32"].manifest["footprint"]["weight_bytes"]
     int8 = case["built"]["int8"].manifest["footprint"]["weight_bytes"]
     assert int8 <= f32 - 3 * matvec_weights + 1024, (f32, int8)  # scales and padding on top
     header = (case["built"]["int8"].path / "q8.h").read_text()
     assert f"#define Q8_WEIGHT_BYTES {int8}" in header
+
+
+def test_small_matrices_stay_f32(tmp_path, capsys):
+    """A SimpleRNN(16): no matrix of 1024 weights, so nothing is quantized
+    (as LiteRT does): f32 accuracy, and the build says so."""
+    import keras
+
+    from tfaot import harness
+    from tfaot.cli import main
+    from tfaot.verify import keras_reference
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((None, 8), batch_size=1),
+                              keras.layers.SimpleRNN(16, return_sequences=True),
+                              keras.layers.Dense(2)])
+    path = tmp_path / "tiny.keras"
+    model.save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "--weights-dtype=int8"]) == 0
+    assert "--weights-dtype=int8: this model has no matvec of 1024 weights" in \
+        capsys.readouterr().err
+    lib = harness.load(tmp_path / "out")
+    assert lib.manifest["weights_dtype"] == "f32"
+    xs = np.random.default_rng(0).standard_normal((STEPS, 1, 8)).astype(np.float32)
+    err = np.abs(lib.step_n(xs).reshape(STEPS, -1) - keras_reference(model, xs).reshape(STEPS, -1))
+    assert float(err.max()) < 1e-5
 
 
 def test_convolutions_keep_f32_beside_int8_matvecs(tmp_path):
@@ -205,23 +333,96 @@ def test_aarch64_matches_the_host_build(case, tmp_path):
     np.testing.assert_allclose(np.asarray(ys).reshape(STEPS, -1), host, rtol=0, atol=1e-5)
 
 
+def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
+    """The whole library for a Cortex-M4 (bare metal; int8 picks the matvec
+    micro-kernel there by itself), linked into an image run by
+    qemu-system-arm: its DSP kernel gives the host int8 build's outputs."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    from tfaot import harness
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    out = build_model(str(case["path"]), BuildOptions(
+        out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+        weights_dtype="int8"), Progress(enabled=False)).path
+    manifest = json.loads((out / "q8.json").read_text())
+    assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"
+    xs = case["xs"]
+    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
+    (tmp_path / "inputs.h").write_text(
+        f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
+        f"{rows}\n}};\n")
+    cm = DATA / "backend" / "cortexm"
+    image = tmp_path / "image.elf"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
+          *CORTEX_M["cortex-m4"][0], "-mfloat-abi=hard", "-DTFAOT_MODEL=q8", "-DTFAOT_UPPER=Q8",
+          '-DTFAOT_HEADER="q8.h"', "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T",
+          cm / "mps2.ld", "-Wl,--gc-sections", cm / "startup.c", cm / "main.c",
+          out / "libq8.a", "-lm", "-lc", "-lgcc", "-o", image])
+    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], proc.stdout + proc.stderr
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    host = harness.load(case["built"]["int8"].path).step_n(xs).reshape(STEPS, -1)
+    np.testing.assert_allclose(ys.view(np.float32), host, rtol=0, atol=1e-5)
+    assert float(np.max(np.abs(ys.view(np.float32) - case["ref"]))) < 2e-2
+
+
 @pytest.mark.parametrize("cc,flags", [
     ("gcc", ["-march=haswell"]), ("clang", ["-march=haswell"]), ("gcc", []),
     ("aarch64-linux-gnu-gcc", []),
+    ("gcc", ["-march=icelake-server"]), ("clang", ["-march=alderlake"]),
+    ("aarch64-linux-gnu-gcc", ["-march=armv8.2-a+dotprod"]),
     ("arm-none-eabi-gcc", ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16",
                            "-mfloat-abi=hard", "-DTFRT_FREESTANDING"])])
 def test_kernel_is_warning_free(cc, flags, tmp_path):
-    """The int8 kernel (AVX2 with -march=haswell, portable elsewhere) with the
-    f32 convolutions of the same build."""
+    """The int8 kernel's paths (AVX2: haswell; AVX-512 VNNI: icelake-server;
+    AVX-VNNI: alderlake; sdot; Cortex-M DSP; portable) with the f32
+    convolutions of the same build."""
     import platform
 
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
-    if "-march=haswell" in flags and platform.machine() != "x86_64":
+    if any(f.startswith("-march=") and "armv8" not in f for f in flags) and \
+            platform.machine() != "x86_64":
         pytest.skip("x86-64 flags")
     _run([cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pedantic", *flags,
           "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_int8", "-DTFRT_CONV_FN=c_f32",
           "-DTFRT_DWCONV_FN=d_f32", "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
+
+
+def test_bare_metal_int8_takes_the_matvec_kernel_only():
+    """Bare metal keeps IREE's kernels by default; int8 needs the matvec
+    micro-kernel, so it is chosen, and only for matvecs (the desktop
+    convolution kernels are slower on a Cortex-M: bench_mcu.py)."""
+    from tfaot.target import make_target
+
+    t = make_target("cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4", weights_dtype="int8")
+    assert (t.matvec_kernel, t.kernel_kinds) == ("tfaot", ("matvec",))
+    t = make_target("cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4", matvec="tfaot",
+                    weights_dtype="int8")
+    assert (t.matvec_kernel, t.kernel_kinds) == ("tfaot", None)
+    assert make_target("cpu", triple="thumbv7em-none-eabihf",
+                       cpu="cortex-m4").matvec_kernel == "iree"
+
+
+def test_rewrite_keeps_the_kinds_asked_for():
+    import keras
+
+    from tfaot.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.Input((None, 6), batch_size=1),
+                              keras.layers.Conv1D(16, 3, padding="causal"),
+                              keras.layers.GRU(24, return_sequences=True)])
+    text = import_program(streamify_keras(model, "cq", "keras"))
+    _, every = microkernel.rewrite_matvecs(text, "k", min_weights=1)
+    only, count = microkernel.rewrite_matvecs(text, "k", min_weights=1, kinds=("matvec",))
+    assert 0 < count < every
+    assert "k_matvec_f32" in only and "k_conv_f32" not in only
 
 
 def test_refused_where_the_kernel_is_not_used():

@@ -61,13 +61,16 @@ MATVEC_SOURCE = "tfrt_matvec.c"
 
 def matvec_flags(target: Target) -> list[str]:
     """C flags of the micro-kernel: -O3 (gcc -O2 keeps its accumulator arrays
-    in memory, 1.7x slower) and, for x86-64 cpu=host, this machine's vector
-    units, as iree-compile's kernels; with AVX-512, 512-bit vectors read the
+    in memory, 1.7x slower) and, for cpu=host, this machine's vector units,
+    as iree-compile's kernels; with AVX-512, 512-bit vectors read the
     weights 1.5x faster than gcc's default 256 (bench/bench_litert.py)."""
     # half-width weights (--weights-dtype): the kernel's variant that converts them
     dtype = [f"-DTFRT_MATVEC_{target.weights_dtype.upper()}"] * (target.weights_dtype != "f32")
     if target.cpu == "host" and target.arch == "x86_64":
         return ["-O3", "-march=native", "-mprefer-vector-width=512", *dtype]
+    if target.cpu == "host" and target.arch == "aarch64":
+        # this core's extensions, e.g. the dot product the int8 kernel uses
+        return ["-O3", "-mcpu=native", *dtype]
     return ["-O3", *dtype]
 
 

@@ -1,0 +1,45 @@
+/* Check of the int8 matvec kernel on an emulated target
+ * (tests/test_weights_int8.py): runs every case of int8_cases.h (written by
+ * the test: packed blobs, inputs, sizes) and prints each output as the hex
+ * of its float32 bits. Linux (qemu-aarch64) prints with stdio, bare metal
+ * (qemu-system-arm) with semihosting. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "int8_cases.h"
+#if defined(__linux__)
+#include <stdio.h>
+static void semihost_puts(const char *s) { fputs(s, stdout); }
+#else
+#include "semihost.h"
+#endif
+
+void m_int8(const int8_t *w, const float *x, size_t x_offset, float *y, size_t y_offset,
+            size_t n, size_t k);
+
+static float y[MAX_ROWS];
+
+static void print_hex(const float *v, size_t n) {
+  char line[9 * 16 + 2];
+  for (size_t i = 0; i < n; i += 16) {
+    char *p = line;
+    for (size_t j = i; j < n && j < i + 16; j++) {
+      uint32_t bits;
+      __builtin_memcpy(&bits, &v[j], 4);
+      for (int s = 28; s >= 0; s -= 4) *p++ = "0123456789abcdef"[(bits >> s) & 15u];
+      *p++ = ' ';
+    }
+    *p++ = '\n';
+    *p = 0;
+    semihost_puts(line);
+  }
+}
+
+int main(void) {
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    m_int8(cases[c].w, cases[c].x, 0, y, 0, cases[c].n, cases[c].k);
+    print_hex(y, cases[c].n);
+  }
+  semihost_puts("done\n");
+  return 0;
+}
