@@ -74,9 +74,9 @@ MODELS = {
 
 #: variant -> BuildOptions fields
 VARIANTS = {
-    "default": {},
-    "tfaot-f32": {"matvec": "tfaot"},
-    "int8": {"weights_dtype": "int8"},  # bare metal: the matvec micro-kernel (DSP path)
+    "default": {},  # f32; the matvec micro-kernel's Cortex-M path for matrices >= 1024
+    "iree": {"matvec": "iree"},  # f32, IREE's kernels only (the default before)
+    "int8": {"weights_dtype": "int8"},  # the matvec micro-kernel's DSP path
 }
 
 

@@ -251,7 +251,8 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     if target.matvec_kernel == "tfaot":
         mlir_text, rewritten = microkernel.rewrite_matvecs(
             mlir_text, name, dtype=target.weights_dtype,
-            kinds=target.kernel_kinds or microkernel.KINDS)
+            kinds=target.kernel_kinds or microkernel.KINDS,
+            min_weights=target.kernel_min_weights)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.pack_weights:

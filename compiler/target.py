@@ -108,10 +108,10 @@ class Target:
     # needs matvec_kernel "tfaot").
     weights_dtype: str = "f32"
     # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
-    # all. An int8 build for bare metal without --matvec takes the matvec
-    # kernel only: on a Cortex-M4 its DSP path beat IREE's f32 kernels
-    # (bench/bench_mcu.py), the desktop convolution kernels do not.
+    # all. Bare-metal Arm with an FPU takes the matvec kernel only, for
+    # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
     kernel_kinds: tuple[str, ...] | None = None
+    kernel_min_weights: int = 0
 
     @property
     def arch(self) -> str:
@@ -169,9 +169,9 @@ class Target:
 
         tfaot's micro-kernel (compiler/microkernel.py) keeps its weights packed
         in read-only data and is the default on hosted (Linux) CPU targets,
-        where it measured faster (bench/bench_litert.py); bare-metal targets
-        keep IREE's kernels unless asked (the kernel's 64 accumulators suit
-        vector units, not a scalar FPU). An explicit --pack-weights asks for
+        where it measured faster (bench/bench_litert.py); bare-metal Arm
+        takes it for matvecs only (make_target, _mcu_matvec_kernel), other
+        bare-metal targets keep IREE's kernels unless asked. An explicit --pack-weights asks for
         IREE's kernels on weights packed at init. The kernel is C, compiled
         with the target's toolchain: without one, IREE's kernels.
         """
@@ -328,14 +328,33 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     target = replace(_make_target(kind, triple, cpu, weight_packing),
                      external_weights=external_weights, matvec=matvec,
                      weights_dtype=weights_dtype)
-    if (matvec is None and weights_dtype == "int8" and target.bare_metal_arm
-            and target.toolchain() is not None):
-        target = replace(target, matvec="tfaot", kernel_kinds=("matvec",))
+    if matvec is None and _mcu_matvec_kernel(target):
+        target = replace(target, matvec="tfaot", kernel_kinds=("matvec",),
+                         kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
                          f"{target.triple}, and none is installed; use --matvec=iree")
     _check_weights_dtype(target)
     return target
+
+
+#: Bare metal: smaller matrices stay IREE's (its dispatch costs less on a
+#: tiny model: SimpleRNN(16) 5.9k vs 6.2k estimated M4 cycles).
+MCU_KERNEL_MIN_WEIGHTS = 1024
+
+
+def _mcu_matvec_kernel(target: Target) -> bool:
+    """Whether a bare-metal Arm build takes tfaot's matvec kernel by default:
+    with an FPU (f32: its Cortex-M path keeps 8 sums in registers, 3.9
+    estimated M4 cycles per multiply-add against 4.9 for IREE's kernel,
+    LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
+    (the DSP path), when the Arm toolchain is installed. Convolutions stay
+    IREE's: the desktop convolution kernels are slower there."""
+    if not target.bare_metal_arm or target.weight_packing or target.external_weights:
+        return False
+    if not (target.hard_float or target.weights_dtype == "int8"):
+        return False
+    return target.toolchain() is not None
 
 
 def _check_weights_dtype(target: Target) -> None:
@@ -348,8 +367,8 @@ def _check_weights_dtype(target: Target) -> None:
                          "weights loaded at run time stay f32")
     if target.matvec_kernel != "tfaot":
         why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
-               "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
-               "without --matvec=tfaot, or no C toolchain)")
+               "this build uses IREE's kernels (--matvec=iree, --pack-weights, soft-float "
+               "bare metal without --matvec=tfaot, or no C toolchain)")
         raise TfaotError(f"--weights-dtype={dtype} needs tfaot's matvec kernel "
                          f"(--matvec=tfaot, CPU targets); {why}")
 

@@ -165,8 +165,38 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float
     }                                                                               \
     for (size_t l = 0; l < lanes; l++) y[l] = even[l] + odd[l];                     \
   }
+#if defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON)
+/* 32-bit Arm with a scalar FPU and no vector unit (Cortex-M4F/M7/M33):
+ * the tiles of L lanes above keep 2L sums, which do not fit its 32
+ * single-precision registers, so gcc kept them in memory (about 13 cycles
+ * per multiply-add on an M4). Here 8 lanes at a time: 8 sums, 8 weights
+ * and the input element stay in registers, one weight load, one multiply
+ * and one add per multiply-add (3 estimated M4 cycles; separate vmul and
+ * vadd, which cost 1 each, where vfma costs 3; -std=c11 does not contract
+ * them). Same packed layout, so the same blob serves both. */
+#define TFRT_MATVEC_LANE_GROUP(q) a##q += TFRT_W(wj[q]) * xj;
+#define TFRT_MATVEC_TILE_OF_M(L)                                                      \
+  static void tfrt_matvec_tile_##L(const tfrt_weight *wt, const float *x, float *y,   \
+                                   size_t k, size_t lanes) {                          \
+    for (size_t l = 0; l < lanes; l += 8) {                                           \
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;           \
+      const tfrt_weight *wj = wt + l;                                                 \
+      for (size_t j = 0; j < k; j++, wj += L) {                                       \
+        const float xj = x[j];                                                        \
+        TFRT_MATVEC_LANE_GROUP(0) TFRT_MATVEC_LANE_GROUP(1) TFRT_MATVEC_LANE_GROUP(2) \
+        TFRT_MATVEC_LANE_GROUP(3) TFRT_MATVEC_LANE_GROUP(4) TFRT_MATVEC_LANE_GROUP(5) \
+        TFRT_MATVEC_LANE_GROUP(6) TFRT_MATVEC_LANE_GROUP(7)                           \
+      }                                                                               \
+      const float sums[8] = {a0, a1, a2, a3, a4, a5, a6, a7};                         \
+      for (size_t i = 0; i < 8 && l + i < lanes; i++) y[l + i] = sums[i];             \
+    }                                                                                 \
+  }
+TFRT_MATVEC_TILE_OF_M(32)
+TFRT_MATVEC_TILE_OF_M(16)
+#else
 TFRT_MATVEC_TILE_OF(32)
 TFRT_MATVEC_TILE_OF(16)
+#endif
 
 void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
                     size_t y_offset, size_t n, size_t k) {

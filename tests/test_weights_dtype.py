@@ -119,7 +119,7 @@ def test_refused_combinations():
     with pytest.raises(TfaotError, match="--weights=file"):
         make_target("cpu", external_weights=True, weights_dtype="bf16")
     with pytest.raises(TfaotError, match="needs tfaot's matvec kernel"):
-        make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="bf16")
+        make_target("cpu", "thumbv7em-none-eabi", "cortex-m4", weights_dtype="bf16")
     assert make_target("cpu", weights_dtype="bf16").weights_dtype == "bf16"
 
 

@@ -10,7 +10,9 @@ TensorFlow over 120 steps (quantization error, bounded); the manifest and
 the smaller read-only data; a convolution model whose convolutions keep f32
 weights beside int8 matvecs; aarch64 under qemu, equal to the host build;
 the Cortex-M DSP kernel (SXTB16/SMLAD) under qemu-system-arm against numpy
-and, in a whole M4 image, against the host build.
+and, in a whole M4 image, against the host build; the aarch64 NEON and
+SDOT paths under qemu-aarch64; and, with the same emulated drivers, the f32
+kernel's Cortex-M path (which bare-metal builds now use by default).
 Speed and error against LiteRT's int8: bench/bench_litert.py.
 """
 from __future__ import annotations
@@ -117,17 +119,68 @@ def _c_array(ctype: str, name: str, values) -> str:
     return f"static const _Alignas(64) {ctype} {name}[] = {{{body}}};\n"
 
 
-def _int8_cases_header(cases) -> str:
-    """int8_cases.h for data/kernels/int8_check.c: each (w, x) packed."""
-    text, table = "", []
+def _cases_header(cases, dtype: str = "int8") -> str:
+    """matvec_cases.h for data/kernels/matvec_check.c: each (w, x) packed
+    for the int8 or the f32 kernel."""
+    ctype = {"int8": "int8_t", "f32": "float"}[dtype]
+    text, table = f"#define WEIGHT_T {ctype}\n", []
     for i, (w, x) in enumerate(cases):
-        blob = microkernel.pack_int8(w).view(np.int8)
-        text += _c_array("int8_t", f"w{i}", map(str, blob.tolist()))
+        if dtype == "int8":
+            values = map(str, microkernel.pack_int8(w).view(np.int8).tolist())
+        else:
+            values = (f"{float(v)!r}f" for v in
+                      microkernel.pack(w, microkernel.matvec_tile(len(w))).ravel())
+        text += _c_array(ctype, f"w{i}", values)
         text += _c_array("float", f"x{i}", (f"{float(v)!r}f" for v in x))
         table.append(f"{{w{i}, x{i}, {w.shape[0]}u, {w.shape[1]}u}}")
-    return (text + "static const struct { const int8_t *w; const float *x; size_t n, k; } "
+    return (text + f"static const struct {{ const {ctype} *w; const float *x; size_t n, k; }} "
             f"cases[] = {{{', '.join(table)}}};\n"
             f"#define MAX_ROWS {max(w.shape[0] for w, _ in cases)}\n")
+
+
+def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str]) -> Path:
+    cm = DATA / "backend" / "cortexm"
+    image = tmp_path / "k.elf"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
+          *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
+          "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld", cm / "startup.c",
+          DATA / "kernels" / "matvec_check.c", shim_dir() / "tfrt_matvec.c", "-lgcc",
+          "-o", image])
+    return image
+
+
+def _run_cortex_m(cpu: str, image: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][1], "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("cpu", sorted(CORTEX_M))
+def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
+    """The f32 kernel's Cortex-M path (8 sums in FPU registers, vmul + vadd)
+    under qemu-system-arm against float64 numpy, f32 rounding apart; row
+    counts that leave 8-lane groups and tiles part empty."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    rng = np.random.default_rng(6)
+    cases = [((rng.standard_normal((n, k)) * 0.3).astype(np.float32),
+              rng.standard_normal(k).astype(np.float32))
+             for n, k in [(12, 40), (16, 7), (33, 5), (80, 25), (256, 104), (20, 1)]]
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, "f32"))
+    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_FN=m_kernel"])
+    assert "vmul.f32" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    proc = _run_cortex_m(cpu, image)
+    text = proc.stdout + proc.stderr
+    lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], text[-2000:]
+    got = np.array([int(h, 16) for ln in lines[:-1] for h in ln.split()], np.uint32)
+    got, start = got.view(np.float32), 0
+    for w, x in cases:
+        want = w.astype(np.float64) @ x.astype(np.float64)
+        scale = np.abs(w).astype(np.float64) @ np.abs(x).astype(np.float64)
+        y = got[start:start + len(w)]
+        start += len(w)
+        assert np.all(np.abs(y - want) <= 1e-6 * scale), (w.shape, np.abs(y - want).max())
+    assert start == len(got)
 
 
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))
@@ -136,19 +189,10 @@ def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
     sums as numpy's model, so the same outputs up to f32 rounding."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _kernel_cases(np.random.default_rng(4))
-    (tmp_path / "int8_cases.h").write_text(_int8_cases_header(cases))
-    cm = DATA / "backend" / "cortexm"
-    image = tmp_path / "k.elf"
-    _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
-          *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", "-DTFRT_MATVEC_INT8",
-          "-DTFRT_MATVEC_FN=m_int8", "-I", tmp_path, "-I", cm, "-nostartfiles", "-T",
-          cm / "mps2.ld", cm / "startup.c", DATA / "kernels" / "int8_check.c",
-          shim_dir() / "tfrt_matvec.c", "-lgcc", "-o", image])
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
+    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel"])
     assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
-    proc = subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][1], "-nographic", "-monitor",
-                           "none", "-serial", "none", "-semihosting", "-kernel", image],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    _check_kernel_output(proc, cases)
+    _check_kernel_output(_run_cortex_m(cpu, image), cases)
 
 
 @pytest.mark.parametrize("march,instruction", [("armv8-a", "sadalp"),
@@ -158,11 +202,11 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
     extension) under qemu-aarch64 (-cpu max has FEAT_DotProd)."""
     toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
     cases = _kernel_cases(np.random.default_rng(5))
-    (tmp_path / "int8_cases.h").write_text(_int8_cases_header(cases))
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
     exe = tmp_path / "check"
     _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
-          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_int8", "-I", tmp_path,
-          DATA / "kernels" / "int8_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
+          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel", "-I", tmp_path,
+          DATA / "kernels" / "matvec_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
     assert instruction in _run(["aarch64-linux-gnu-objdump", "-d", exe]).stdout
     proc = subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe],
                           capture_output=True, text=True, timeout=120)
@@ -180,7 +224,7 @@ def _kernel_cases(rng) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _check_kernel_output(proc: subprocess.CompletedProcess, cases) -> None:
-    """The printed outputs (int8_check.c) against numpy's int8 arithmetic."""
+    """The printed outputs (matvec_check.c) against numpy's int8 arithmetic."""
     text = proc.stdout + proc.stderr
     lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
     assert proc.returncode == 0 and lines[-1:] == ["done"], text[-2000:]
@@ -393,19 +437,25 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
           "-DTFRT_DWCONV_FN=d_f32", "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
 
 
-def test_bare_metal_int8_takes_the_matvec_kernel_only():
-    """Bare metal keeps IREE's kernels by default; int8 needs the matvec
-    micro-kernel, so it is chosen, and only for matvecs (the desktop
-    convolution kernels are slower on a Cortex-M: bench_mcu.py)."""
-    from tfaot.target import make_target
+def test_bare_metal_arm_takes_the_matvec_kernel_only():
+    """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
+    default, for matrices of 1024 weights or more, and only for matvecs (the
+    desktop convolution kernels are slower on a Cortex-M: bench_mcu.py);
+    --matvec=tfaot asks for all of them; soft-float f32 stays IREE's."""
+    toolchains.require("arm-none-eabi-gcc")
+    from tfaot.target import MCU_KERNEL_MIN_WEIGHTS, make_target
 
-    t = make_target("cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4", weights_dtype="int8")
-    assert (t.matvec_kernel, t.kernel_kinds) == ("tfaot", ("matvec",))
-    t = make_target("cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4", matvec="tfaot",
-                    weights_dtype="int8")
-    assert (t.matvec_kernel, t.kernel_kinds) == ("tfaot", None)
-    assert make_target("cpu", triple="thumbv7em-none-eabihf",
-                       cpu="cortex-m4").matvec_kernel == "iree"
+    m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
+    for dtype in ("f32", "int8"):
+        t = make_target("cpu", **m4, weights_dtype=dtype)
+        assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == (
+            "tfaot", ("matvec",), MCU_KERNEL_MIN_WEIGHTS)
+    t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
+    assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
+    assert make_target("cpu", **m4, matvec="iree").matvec_kernel == "iree"
+    soft = {"triple": "thumbv7em-none-eabi", "cpu": "cortex-m4"}
+    assert make_target("cpu", **soft).matvec_kernel == "iree"
+    assert make_target("cpu", **soft, weights_dtype="int8").matvec_kernel == "tfaot"
 
 
 def test_rewrite_keeps_the_kinds_asked_for():

@@ -1,12 +1,13 @@
-/* Check of the int8 matvec kernel on an emulated target
- * (tests/test_weights_int8.py): runs every case of int8_cases.h (written by
- * the test: packed blobs, inputs, sizes) and prints each output as the hex
- * of its float32 bits. Linux (qemu-aarch64) prints with stdio, bare metal
- * (qemu-system-arm) with semihosting. */
+/* Check of a matvec micro-kernel on an emulated target
+ * (tests/test_weights_int8.py): runs every case of matvec_cases.h (written
+ * by the test: packed weights of type WEIGHT_T, inputs, sizes) through
+ * m_kernel and prints each output as the hex of its float32 bits. Linux
+ * (qemu-aarch64) prints with stdio, bare metal (qemu-system-arm) with
+ * semihosting. */
 #include <stddef.h>
 #include <stdint.h>
 
-#include "int8_cases.h"
+#include "matvec_cases.h"
 #if defined(__linux__)
 #include <stdio.h>
 static void semihost_puts(const char *s) { fputs(s, stdout); }
@@ -14,8 +15,8 @@ static void semihost_puts(const char *s) { fputs(s, stdout); }
 #include "semihost.h"
 #endif
 
-void m_int8(const int8_t *w, const float *x, size_t x_offset, float *y, size_t y_offset,
-            size_t n, size_t k);
+void m_kernel(const WEIGHT_T *w, const float *x, size_t x_offset, float *y, size_t y_offset,
+              size_t n, size_t k);
 
 static float y[MAX_ROWS];
 
@@ -37,7 +38,7 @@ static void print_hex(const float *v, size_t n) {
 
 int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    m_int8(cases[c].w, cases[c].x, 0, y, 0, cases[c].n, cases[c].k);
+    m_kernel(cases[c].w, cases[c].x, 0, y, 0, cases[c].n, cases[c].k);
     print_hex(y, cases[c].n);
   }
   semihost_puts("done\n");
