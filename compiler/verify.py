@@ -586,10 +586,40 @@ def _sequence_twin(model, open_time: bool = False):
             config["return_sequences"] = True
         return layer.__class__.from_config(config)
 
+    if isinstance(model, k.Sequential) and _has_layers_after_last_output(model, k):
+        return _sequential_twin(model, k, clone, open_time)
     kwargs = {}
     if open_time:
         shape = tuple(model.inputs[0].shape)
         kwargs["input_tensors"] = k.Input(batch_shape=(shape[0], None, *shape[2:]))
     twin = k.models.clone_model(model, clone_function=clone, **kwargs)
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def _has_layers_after_last_output(model, k) -> bool:
+    """A last-output recurrent layer followed by others (ConvLSTM -> Flatten)."""
+    seen = False
+    for layer in model.layers:
+        if seen and not isinstance(layer, k.layers.RNN):
+            return True
+        seen = seen or (isinstance(layer, k.layers.RNN) and not layer.return_sequences)
+    return False
+
+
+def _sequential_twin(model, k, clone, open_time: bool):
+    """The twin of a Sequential model: layers after a last-output recurrent
+    layer see one more (time) axis, so each runs per step (TimeDistributed):
+    a Flatten after a ConvLSTM would otherwise flatten time as well."""
+    shape = tuple(model.inputs[0].shape)
+    layers, after = [], False
+    for layer in model.layers:
+        recurrent = isinstance(layer, k.layers.RNN)
+        twin_layer = clone(layer)
+        layers.append(k.layers.TimeDistributed(twin_layer) if after and not recurrent
+                      else twin_layer)
+        after = after or (recurrent and not layer.return_sequences)
+    time = None if open_time else shape[1]
+    twin = k.Sequential([k.Input(batch_shape=(shape[0], time, *shape[2:])), *layers])
     twin.set_weights(model.get_weights())
     return twin
