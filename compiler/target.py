@@ -169,11 +169,12 @@ class Target:
 
         tfaot's micro-kernel (compiler/microkernel.py) keeps its weights packed
         in read-only data and is the default on hosted (Linux) CPU targets,
-        where it measured faster (bench/bench_litert.py); bare-metal Arm
-        takes it for matvecs only (make_target, _mcu_matvec_kernel), other
-        bare-metal targets keep IREE's kernels unless asked. An explicit --pack-weights asks for
-        IREE's kernels on weights packed at init. The kernel is C, compiled
-        with the target's toolchain: without one, IREE's kernels.
+        where it measured faster (bench/bench_litert.py); Cortex-M (thumb
+        triples) takes it for matvecs only (make_target, _mcu_matvec_kernel),
+        other bare-metal targets keep IREE's kernels unless asked. An
+        explicit --pack-weights asks for IREE's kernels on weights packed at
+        init. The kernel is C, compiled with the target's toolchain: without
+        one, IREE's kernels.
         """
         if self.is_gpu:
             return "iree"
@@ -350,7 +351,11 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
     (the DSP path), when the Arm toolchain is installed. Convolutions stay
     IREE's: the desktop convolution kernels are slower there."""
-    if not target.bare_metal_arm or target.weight_packing or target.external_weights:
+    # Cortex-M triples are thumb*; an Arm-state core may have NEON, where the
+    # desktop tiles apply and were not measured against IREE's
+    if not (target.bare_metal_arm and target.arch.startswith("thumb")):
+        return False
+    if target.weight_packing or target.external_weights:
         return False
     if not (target.hard_float or target.weights_dtype == "int8"):
         return False

@@ -20,8 +20,9 @@
  * vector chains, where IREE's own kernel keeps one chain (iree-notes 7).
  *
  * int8 weights (--weights-dtype=int8, symbol NAME_matvec_int8): with
- * -DTFRT_MATVEC_INT8 the matvec is the one of tfrt_matvec_int8.h (int8
- * weights and a per-call int8 input, int32 sums); the convolutions keep f32
+ * -DTFRT_MATVEC_INT8 the matvec is the int8 one below (int8 weights and a
+ * per-call int8 input, int32 sums; paths for AVX2/VNNI, NEON/SDOT, the
+ * Cortex-M DSP extension and portable C); the convolutions keep f32
  * weights.
  *
  * Half-width weights (--weights-dtype, symbol NAME_matvec_bf16/_f16): with
