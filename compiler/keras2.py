@@ -36,6 +36,8 @@ has a major version below 3.
 from __future__ import annotations
 
 import json
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +274,17 @@ def load_reference(path: Path, fmt: str = "h5"):
 
 
 def _named(path: Path, fmt: str):
-    from .load import _with_suffix
+    return with_suffix(path, "." + fmt)
 
-    return _with_suffix(path, "." + fmt)
+
+@contextmanager
+def with_suffix(path: Path, suffix: str):
+    """Keras (3 and 2) picks its reader by file suffix; give it one that
+    matches the content (a symlink in a temporary folder)."""
+    if path.suffix == suffix:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tfaot-") as tmp:
+        link = Path(tmp) / f"model{suffix}"
+        link.symlink_to(path.resolve())
+        yield link

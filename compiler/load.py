@@ -8,9 +8,7 @@ frozen graph already cut to the chosen inputs and outputs.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ class LoadedModel:
     path: Path
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
-    graph: Any = None  # for "savedmodel" and "graphdef": a load_graph.LoadedGraph
+    graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
 
 
 def detect_format(path: Path) -> str:
@@ -99,11 +97,11 @@ def _load_keras(path: Path, fmt: str):
 
     if fmt == "keras" and not zipfile.is_zipfile(path):
         raise TfaotError(f"{path}: not a readable .keras archive (truncated?)")
-    try:
-        with _with_suffix(path, "." + fmt) as named:
-            if fmt == "keras":
-                from . import keras2
+    from . import keras2
 
+    try:
+        with keras2.with_suffix(path, "." + fmt) as named:
+            if fmt == "keras":
                 if keras2.is_keras2_file(named, fmt):  # saved by tf_keras
                     return keras2.load_archive_as_keras3(named)
                 keras2.register()  # a .keras re-saved from a Keras 2 file names them
@@ -113,18 +111,6 @@ def _load_keras(path: Path, fmt: str):
         raise
     except Exception as e:  # Keras raises many types; keep the first line
         raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
-
-
-@contextmanager
-def _with_suffix(path: Path, suffix: str):
-    """Keras picks its reader by file suffix; give it one that matches the content."""
-    if path.suffix == suffix:
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="tfaot-") as tmp:
-        link = Path(tmp) / f"model{suffix}"
-        link.symlink_to(path.resolve())
-        yield link
 
 
 def _load_h5(path: Path):

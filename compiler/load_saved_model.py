@@ -8,14 +8,14 @@
 * v1 (TF1 ``SavedModelBuilder``): loaded into a TF1 session and frozen with
   ``convert_variables_to_constants``; its loops are usually v1 control flow.
 
-Both end in ``load_graph.graph_def_to_loaded``, like a frozen GraphDef.
+Both end in ``graph_cut.graph_def_to_loaded``, like a frozen GraphDef.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .errors import TfaotError, first_line
-from .load_graph import LoadedGraph, _fmt_shape, graph_def_to_loaded
+from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
 
 
 def read_saved_model(path: Path):

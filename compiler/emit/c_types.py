@@ -6,13 +6,8 @@ view of the one dtype table, compiler/dtypes.py.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
 from ..dtypes import DTYPES
 from ..errors import TfaotError
-
-if TYPE_CHECKING:
-    from .program import FunctionInfo
 
 _REF_CTYPES = {
     "!vm.buffer": "tfrt_buffer *",
@@ -45,18 +40,6 @@ def c_ident(text: str) -> str:
     """A C identifier made from ``text`` (other characters become '_')."""
     s = re.sub(r"[^0-9A-Za-z_]", "_", text)
     return s if s and not s[0].isdigit() else "_" + s
-
-
-def function_signature(info: FunctionInfo) -> str:
-    """C prototype of a translated VM function (without the trailing ';')."""
-    params = [f"struct {info.prefix}_ctx *ctx"]
-    for i, t in enumerate(info.arg_types):
-        ct = ctype_of(t)
-        params.append(f"{ct}{'' if ct.endswith('*') else ' '}arg{i}")
-    for i, t in enumerate(info.result_types):
-        ct = ctype_of(t)
-        params.append(f"{ct}{'' if ct.endswith('*') else ' '}*result{i}")
-    return f"static int {info.cname}({', '.join(params)})"
 
 
 _OPS_TEMPLATE = None

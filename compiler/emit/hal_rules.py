@@ -9,15 +9,14 @@ executable is loaded in ``__init``; a call site reads a slot.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .c_types import ops_template
 from .vmir import defining_op, is_null_const, rodata_sym
 
-if TYPE_CHECKING:
-    from .function import FunctionEmitter
-
-CallRule = Callable[["FunctionEmitter", Any, list], None]
+# rule(fe, op, groups); fe: the function.FunctionEmitter calling it (passed
+# in, not imported: the emitter imports the rules)
+CallRule = Callable[[Any, Any, list], None]
 
 
 def _shape_array(fe, shape_values) -> tuple[str, str]:

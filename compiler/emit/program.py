@@ -324,3 +324,15 @@ class VMModule:
         """Records the name of a kernel library the program loads."""
         if name not in self.prog.library_names:
             self.prog.library_names.append(name)
+
+
+def function_signature(info: FunctionInfo) -> str:
+    """C prototype of a translated VM function (without the trailing ';')."""
+    params = [f"struct {info.prefix}_ctx *ctx"]
+    for i, t in enumerate(info.arg_types):
+        ct = ctype_of(t)
+        params.append(f"{ct}{'' if ct.endswith('*') else ' '}arg{i}")
+    for i, t in enumerate(info.result_types):
+        ct = ctype_of(t)
+        params.append(f"{ct}{'' if ct.endswith('*') else ' '}*result{i}")
+    return f"static int {info.cname}({', '.join(params)})"

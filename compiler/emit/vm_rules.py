@@ -8,16 +8,15 @@ comes from the macros of codegen_templates/vm_ops.j2. ``vm.call`` and
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .c_types import ctype_of, is_ref, ops_template
 from .hal_rules import HAL_CALL_RULES
 from .vmir import int_attr, is_null_const, optional_attr, symbol
 
-if TYPE_CHECKING:
-    from .function import FunctionEmitter
-
-Rule = Callable[["FunctionEmitter", Any], None]
+# rule(fe, op); fe: the function.FunctionEmitter calling it (passed in, not
+# imported: the emitter imports the rules)
+Rule = Callable[[Any, Any], None]
 
 # ---------------------------------------------------------------------------
 # Integer op tables: op name -> C template over {r} (result), {a}, {b}, {c}.

@@ -1,6 +1,6 @@
 """Streamify stage for graph formats: a frozen graph with time loops -> a step program.
 
-The input is a ``load_graph.LoadedGraph``: an unmodified frozen TensorFlow
+The input is a ``graph_cut.LoadedGraph``: an unmodified frozen TensorFlow
 graph whose recurrent layers are ``While`` loops over time, either functional
 (``While``/``StatelessWhile`` with body/cond functions) or TF1 v1 control
 flow (``Enter``/``Merge``/``Switch``/``NextIteration``/``Exit``), with
@@ -49,7 +49,7 @@ __all__ = ["streamify_graph"]
 
 def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
                     fixed_window: str = "auto") -> StepProgram:
-    """Stream a loaded frozen graph (``load_graph.LoadedGraph``).
+    """Stream a loaded frozen graph (``graph_cut.LoadedGraph``).
 
     ``fixed_window``: for a graph with a fixed window and no recurrence,
     "stream" streams it frame by frame as a sliding window, "whole" builds

@@ -3,7 +3,7 @@
 ``Emitter.run`` is called inside the ``tf.function`` of the step. It walks
 the nodes the outputs need, in order, and tracks a time meta for every
 tensor (``meta.py``): static and per-step work is copied as is, ops with a
-whole-sequence input go through their rule in ``rules.SEQ_RULES``, and every
+whole-sequence input go through their rule in ``seq_op.SEQ_RULES``, and every
 loop body is imported once with its states as arguments (``emit_loop``).
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from .loops import LOOP_OP
 from .unrolled import UNROLLED_OP
 from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
 from .ring import TimePlan, TimeState, take_frames
-from .rules import apply_seq_rule
+from . import rules  # noqa: F401 - registers the sequence rules (and time_rules')
+from .seq_op import apply_seq_rule
 from .state import StateRegistry
 
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}

@@ -29,7 +29,7 @@ from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
 from .ring import take_frames
-from .rules import SeqOp, rule
+from .seq_op import SeqOp, rule
 
 CONV_OPS = {"Conv2D", "DepthwiseConv2dNative", "Conv3D"}
 POOL_OPS = {"MaxPool", "AvgPool", "MaxPool3D", "AvgPool3D"}

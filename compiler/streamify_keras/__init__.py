@@ -39,6 +39,7 @@ import numpy as np
 from .. import stream_choice
 from ..errors import TfaotError
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
+from . import time_rules
 from .replay import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, SEQ, VEC,  # noqa: F401
                      NeedFrames, NotIncremental, Replay, Streamed, layer_error)
 
@@ -71,8 +72,8 @@ def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
 
     def pure_step(*args):
         xs, state_values = list(args[:count]), list(args[count:])
-        replay = Replay(plan["mode"], state_values, frames=plan["frames"],
-                        window=plan["window"], delay=plan["delay"])
+        replay = Replay(plan["mode"], state_values, rules=time_rules.RULES,
+                        frames=plan["frames"], window=plan["window"], delay=plan["delay"])
         ys = [replay.output(y, i) for i, y in enumerate(
             replay.run_model(model, xs, all_outputs=True, streamed=plan["streamed"]))]
         return (*ys, *replay.new_values)
@@ -120,7 +121,8 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     frames = 1
     while True:
         delay = (-window) % frames if mode == "window" else 0
-        replay = Replay(mode, None, frames=frames, window=window, delay=delay)
+        replay = Replay(mode, None, rules=time_rules.RULES, frames=frames, window=window,
+                        delay=delay)
         x_specs = step_inputs(model, mode, frames)
         streamed = [x.streamed for x in x_specs]
         try:

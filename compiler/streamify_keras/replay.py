@@ -145,9 +145,13 @@ class Replay:
     order and collects the new values in ``new_values``.
     """
 
-    def __init__(self, mode: str, states: list | None, *, frames: int = 1,
+    def __init__(self, mode: str, states: list | None, *, rules: dict, frames: int = 1,
                  window: int | None = None, delay: int = 0):
         self.mode = mode
+        # layer kind -> the rule of a layer that mixes time steps
+        # (time_rules.RULES; given by the caller, as those rules build on
+        # this module)
+        self.rules = rules
         self.frames = frames
         self.window = window
         self.delay = delay
@@ -281,8 +285,6 @@ class Replay:
     def call_layer(self, op, *args, **kwargs):
         import keras
 
-        from .time_rules import RULES
-
         kind = type(op).__name__
         if kwargs.get("mask") is not None and not _is_rnn(op):
             raise layer_error(op, "receives a mask; tfaot streams masks into "
@@ -305,7 +307,7 @@ class Replay:
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed))
-        rule = RULES.get(kind)
+        rule = self.rules.get(kind)
         if rule is not None:
             if getattr(op, "data_format", "channels_last") != "channels_last":
                 raise layer_error(op, "uses data_format='channels_first'; tfaot streams "
@@ -412,15 +414,13 @@ class Replay:
         """
         import tensorflow as tf
 
-        from .time_rules import RULES
-
         target = tuple(op.target_shape)
         per_step = tuple(int(d) for d in x.value.shape[2:])
         rest = target[1:]
         if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
             if x.seq.length is not None and -1 not in target and \
                     int(np.prod(target)) == x.seq.length * int(np.prod(per_step)):
-                return RULES["Flatten"].step(self, op, x)
+                return self.rules["Flatten"].step(self, op, x)
             raise layer_error(op, f"target shape {target} mixes the time axis "
                                   f"with the features {per_step}")
         self.row(op, "per-step")

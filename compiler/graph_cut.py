@@ -1,0 +1,355 @@
+"""A frozen GraphDef cut to its inputs and outputs (the load stage's last
+step for every graph format: frozen GraphDefs and SavedModels).
+
+Inputs are the ``Placeholder`` nodes (the dangling
+``unused_control_flow_input*`` ones that freezing leaves behind are
+ignored) or the signature inputs; outputs are the nodes nothing consumes or
+the signature outputs. Both can be overridden: ``--inputs`` may name any
+tensor (``Mfcc``, ``Mfcc:0``), and the graph is then cut there (a Placeholder
+takes its place; an audio front end before it is dropped); only what the
+outputs need is kept. A string input (``wav_data`` -> DecodeWav -> ...) is
+refused with the tensor to cut at.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import TfaotError
+from .graphdef import FLOAT_TYPES, NON_DATA_TYPES, consumers_of, node_of, out_dtype
+
+# Node types that are never a model output even if nothing consumes them.
+_NOT_OUTPUTS = {"NoOp", "Assert", "Placeholder", "Const", "VarHandleOp", "VariableV2",
+                "SaveV2", "RestoreV2", "Enter", "Exit", "NextIteration", "LoopCond",
+                "TensorListReserve", "EmptyTensorList", "TensorArrayV3", "TensorListFromTensor"}
+_UNUSED_CF_INPUT = re.compile(r"(^|/)unused_control_flow_input(_\d+)?$")
+
+
+@dataclass
+class GraphInput:
+    """One input placeholder of the graph (its full, sequence shape)."""
+
+    name: str  # node name, no ":0"
+    dtype: str  # numpy dtype name
+    shape: tuple[int | None, ...] | None  # None for an unknown rank / dim
+    time_axis: int | None = None  # None: chosen by streamify_graph
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype,
+                "shape": None if self.shape is None else list(self.shape),
+                "time_axis": self.time_axis}
+
+
+@dataclass
+class LoadedGraph:
+    """A frozen graph and its interface, as ``streamify_graph`` needs it."""
+
+    path: Path  # the model path, for messages
+    format: str  # "graphdef" or "savedmodel"
+    graph_def: Any  # tf.compat.v1.GraphDef, frozen
+    inputs: list[GraphInput]
+    outputs: list[str]  # tensor names, "node:0"
+    output_names: list[str]  # user-facing names (signature keys or node names)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------
+# Public entry points
+
+
+def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
+                        output_specs=None, details: dict | None = None) -> LoadedGraph:
+    """Find the inputs/outputs of an in-memory frozen GraphDef and cut it to them.
+
+    ``input_specs`` may name any tensor (``NAME`` or ``NAME:INDEX``), not only
+    a Placeholder: the graph is cut there (a Placeholder takes the tensor's
+    place) and everything that only fed it is dropped. Nodes the outputs do
+    not need are dropped too. The graph as given stays in
+    ``details["source_graph_def"]`` with the tensors to feed in it, so that a
+    reference can run the original graph.
+    """
+    import tensorflow as tf
+
+    nodes = {n.name: n for n in graph_def.node}
+    consumed = set()
+    for n in graph_def.node:
+        for i in n.input:
+            consumed.add(node_of(i))
+    if output_specs:
+        outputs = []
+        for name in output_specs:
+            node_name, _, idx = name.partition(":")
+            if node_name not in nodes:
+                raise TfaotError(f"{path}: output node '{node_name}' is not in the graph")
+            outputs.append(f"{node_name}:{idx or 0}")
+        output_names = [o.partition(":")[0] for o in output_specs]
+    else:
+        outs = [n for n in graph_def.node
+                if n.name not in consumed and n.op not in _NOT_OUTPUTS
+                and not n.op.startswith("Save") and not n.op.startswith("Restore")
+                and out_dtype(n) not in NON_DATA_TYPES]
+        if len(outs) > 1:
+            # Unused final loop values (the Identity nodes tf.while_loop adds
+            # in the loop's scope) are not outputs when there is anything else.
+            rest = [n for n in outs if not _reads_loop_result(n, nodes)]
+            outs = rest or outs
+        if not outs:
+            raise TfaotError(f"{path}: cannot find the graph's output: every node is "
+                             "consumed by another (give them with --outputs NAME,...)")
+        outputs = [f"{n.name}:0" for n in outs]
+        output_names = [n.name for n in outs]
+    details = dict(details or {})
+    details["source_graph_def"] = graph_def
+    inputs: list[GraphInput] = []
+    feeds: list[str] = []
+    cut_info: list[dict] = []
+    if input_specs:
+        cuts = []
+        for name, shape in input_specs:
+            node_name, _, idx = name.partition(":")
+            node = nodes.get(node_name)
+            if node is None:
+                raise TfaotError(f"{path}: input node '{node_name}' is not in the graph")
+            cuts.append((node, int(idx or 0), shape))
+        graph_def, inputs, cut_info = _cut(graph_def, path, cuts, outputs)
+        feeds = [c["tensor"] for c in cut_info]
+    else:
+        graph_def, dropped = _prune(graph_def, outputs)
+        if dropped:
+            details["pruned_nodes"] = dropped
+        consumed = {node_of(i) for n in graph_def.node for i in n.input if i[:1] != "^"}
+        data = _data_needed(graph_def, outputs)
+        for n in graph_def.node:
+            if n.op in ("Placeholder", "PlaceholderV2") and not _UNUSED_CF_INPUT.search(n.name):
+                if n.name not in consumed or n.name not in data:
+                    continue  # dangling placeholder (freezing leftovers)
+                inputs.append(GraphInput(n.name, tf.dtypes.as_dtype(n.attr["dtype"].type).name,
+                                         _placeholder_shape(n)))
+                feeds.append(f"{n.name}:0")
+        if not inputs:
+            raise TfaotError(f"{path}: the graph has no input: no Placeholder node found "
+                             "(give one with --inputs NAME:SHAPE)")
+        non_numeric = [i for i in inputs if i.dtype in ("string", "variant", "resource")]
+        if non_numeric:
+            raise TfaotError(_front_end_message(graph_def, path, non_numeric[0]))
+    details["feeds"] = feeds
+    if cut_info:
+        details["cut"] = cut_info
+    return LoadedGraph(path, fmt, graph_def, inputs, outputs, output_names, details)
+
+
+# Ops that decode or preprocess raw data before a network (an audio or image front end).
+FRONT_END_OPS = {"DecodeWav", "AudioSpectrogram", "Mfcc", "DecodeRaw", "DecodeJpeg",
+                 "DecodePng", "DecodeImage", "DecodeBmp", "DecodeGif", "DecodeAndCropJpeg",
+                 "DecodeCSV", "ParseExample", "ParseExampleV2", "ParseSingleExample",
+                 "StringToNumber", "DecodeBase64", "DecodeCompressed", "DecodePaddedRaw",
+                 "DecodeProtoV2", "StringSplit", "StringSplitV2", "Substr"}
+
+
+def _prune(graph_def, outputs: list[str]):
+    """Keep only what ``outputs`` need, through data and control inputs (v1 loops put
+    nodes in their frame by control edges). Returns (graph_def, number of dropped nodes)."""
+    import tensorflow as tf
+
+    needed = _reachable(graph_def, outputs, control=True)
+    if len(needed) == len(graph_def.node):
+        return graph_def, 0
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(n for n in graph_def.node if n.name in needed)
+    return out, len(graph_def.node) - len(needed)
+
+
+def _data_needed(graph_def, outputs: list[str]) -> set[str]:
+    """The nodes ``outputs`` need through data inputs alone."""
+    return _reachable(graph_def, outputs, control=False)
+
+
+def _reachable(graph_def, outputs: list[str], *, control: bool) -> set[str]:
+    """The nodes ``outputs`` read, transitively (through control inputs too if ``control``)."""
+    nodes = {n.name: n for n in graph_def.node}
+    needed: set[str] = set()
+    work = [node_of(o) for o in outputs]
+    while work:
+        u = work.pop()
+        if u in needed or u not in nodes:
+            continue
+        needed.add(u)
+        work.extend(node_of(i) for i in nodes[u].input if control or not i.startswith("^"))
+    return needed
+
+
+def _tensor_facts(graph_def, tensors: list[str]):
+    """(dtype name, static shape or None) of each tensor, from TensorFlow's shape inference."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:
+        return {}
+    facts = {}
+    for t in tensors:
+        try:
+            tensor = g.get_tensor_by_name(t)
+        except (KeyError, ValueError):
+            continue
+        shape = None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+        facts[t] = (tensor.dtype.name, shape)
+    return facts
+
+
+def _cut(graph_def, path: Path, cuts, outputs: list[str]):
+    """Replace each cut tensor by a Placeholder; drop what only fed them."""
+    import tensorflow as tf
+
+    nodes = {n.name: n for n in graph_def.node}
+    tensors = [f"{node.name}:{idx}" for node, idx, _ in cuts]
+    facts = _tensor_facts(graph_def, tensors)
+    replace: dict[str, str] = {}  # "node:idx" -> placeholder name
+    new_nodes = []
+    inputs, info = [], []
+    for (node, idx, shape), tensor in zip(cuts, tensors):
+        if node.op in ("Placeholder", "PlaceholderV2") and idx == 0:
+            dtype = tf.dtypes.as_dtype(node.attr["dtype"].type).name
+            inputs.append(GraphInput(node.name, dtype,
+                                     shape if shape is not None else _placeholder_shape(node)))
+            continue
+        if tensor not in facts:
+            raise TfaotError(f"{path}: input '{tensor}': node '{node.name}' (op {node.op}) "
+                             f"has no output {idx} (or TensorFlow cannot import the graph)")
+        dtype, static_shape = facts[tensor]
+        if shape is None:
+            shape = static_shape
+        if static_shape is not None and shape is not None:
+            if len(shape) != len(static_shape) or any(
+                    a is not None and b is not None and a != b
+                    for a, b in zip(shape, static_shape)):
+                raise TfaotError(f"{path}: input '{tensor}' has shape "
+                                 f"{_fmt_shape(static_shape)} in the graph, not "
+                                 f"{_fmt_shape(shape)}")
+            shape = tuple(a if a is not None else b for a, b in zip(shape, static_shape))
+        ph_name = node.name if idx == 0 else f"{node.name}_output{idx}"
+        while ph_name in nodes and ph_name != node.name:
+            ph_name += "_"
+        replace[tensor] = ph_name
+        ph = tf.compat.v1.NodeDef(name=ph_name, op="Placeholder")
+        ph.attr["dtype"].type = tf.as_dtype(dtype).as_datatype_enum
+        if shape is not None:
+            ph.attr["shape"].shape.CopyFrom(
+                tf.TensorShape([None if d is None else d for d in shape]).as_proto())
+        new_nodes.append(ph)
+        inputs.append(GraphInput(ph_name, dtype, None if shape is None else tuple(shape)))
+        info.append({"tensor": tensor, "placeholder": ph_name, "op": node.op,
+                     "dtype": dtype, "shape": None if shape is None else list(shape)})
+    if not replace:
+        gd, _ = _prune(graph_def, outputs)
+        return gd, inputs, []
+    cut_nodes = {node_of(t) for t in replace}
+    rewired = tf.compat.v1.GraphDef()
+    rewired.versions.CopyFrom(graph_def.versions)
+    rewired.library.CopyFrom(graph_def.library)
+    rewired.node.extend(new_nodes)
+    ph_names = {p.name for p in new_nodes}
+    for n in graph_def.node:
+        if n.name in ph_names:
+            continue  # its place is taken by the placeholder of the same name
+        c = rewired.node.add()
+        c.CopyFrom(n)
+        ins = []
+        for i in n.input:
+            if i.startswith("^"):
+                if node_of(i) not in cut_nodes:
+                    ins.append(i)
+                continue
+            node, _, k = i.partition(":")
+            ins.append(replace.get(f"{node}:{k or 0}", i))
+        c.input[:] = ins
+    before = {n.name for n in graph_def.node}
+    gd, _ = _prune(rewired, outputs)
+    kept = {n.name for n in gd.node}
+    data = _data_needed(gd, outputs)
+    for n in gd.node:
+        if n.op in ("Placeholder", "PlaceholderV2") and n.name in data and \
+                n.name not in {i.name for i in inputs} and \
+                not _UNUSED_CF_INPUT.search(n.name):
+            raise TfaotError(f"{path}: after the cut at {', '.join(tensors)} the output(s) "
+                             f"still need the graph input '{n.name}'; cut there too or "
+                             "choose other --inputs")
+    dropped = sorted(before - kept)
+    dropped_ops = sorted({nodes[d].op for d in dropped})
+    for c in info:
+        c["dropped_nodes"] = len(dropped)
+        c["dropped_ops"] = dropped_ops
+    used = {node_of(i) for n in gd.node for i in n.input}
+    for inp in inputs:
+        if inp.name not in used and not any(o.startswith(inp.name + ":") for o in outputs):
+            raise TfaotError(f"{path}: input '{inp.name}' does not feed the output(s) "
+                             f"{', '.join(outputs)}")
+    return gd, inputs, info
+
+
+def _front_end_message(graph_def, path: Path, inp: GraphInput) -> str:
+    """Why a string input cannot be streamed, and where to cut the graph instead."""
+    nodes = {n.name: n for n in graph_def.node}
+    consumers = consumers_of(graph_def)
+    order = [n.name for n in graph_def.node]
+    pos = {name: k for k, name in enumerate(order)}
+    # Forward from the input, in graph order.
+    seen, work = set(), [inp.name]
+    while work:
+        u = work.pop()
+        for c in consumers.get(u, []):
+            if c not in seen:
+                seen.add(c)
+                work.append(c)
+    downstream = sorted(seen, key=lambda n: pos.get(n, 0))
+    chain = [n for n in downstream if nodes[n].op in FRONT_END_OPS]
+    suggestion = None
+    float_nodes = [n for n in downstream if out_dtype(nodes[n]) in FLOAT_TYPES
+                   or nodes[n].op in ("Mfcc", "AudioSpectrogram", "DecodeWav")]
+    if chain:
+        last = chain[-1]
+        suggestion = last
+    elif float_nodes:
+        suggestion = float_nodes[0]
+    what = f"input '{inp.name}' is a {inp.dtype} placeholder"
+    if chain:
+        what += " feeding a front end (" + " -> ".join(
+            dict.fromkeys(nodes[n].op for n in chain)) + ")"
+    msg = f"{path}: {what}; tfaot streams numeric tensors only"
+    if suggestion is None:
+        return msg + ": cut the graph where the network starts with --inputs NAME:SHAPE"
+    tensor = f"{suggestion}:0"
+    facts = _tensor_facts(graph_def, [tensor]).get(tensor)
+    shape = "SHAPE" if facts is None or facts[1] is None else _fmt_shape(facts[1])
+    return (msg + f": cut the graph where the network starts, e.g. --inputs "
+            f"{suggestion}:{shape} (the first float tensor after the front end)")
+
+
+def _reads_loop_result(node, nodes) -> bool:
+    """An Identity that tf.while_loop adds in the loop's scope for a result."""
+    if node.op != "Identity" or not node.input:
+        return False
+    src = nodes.get(node_of(node.input[0]))
+    return src is not None and src.op in ("While", "StatelessWhile") and \
+        node.name.startswith(src.name + "/")
+
+
+def _placeholder_shape(node) -> tuple[int | None, ...] | None:
+    if "shape" not in node.attr:
+        return None
+    shp = node.attr["shape"].shape
+    if shp.unknown_rank:
+        return None
+    return tuple(None if d.size < 0 else int(d.size) for d in shp.dim)
+
+
+def _fmt_shape(shape) -> str:
+    if shape is None:
+        return "<unknown>"
+    return "x".join("?" if d is None else str(d) for d in shape)
