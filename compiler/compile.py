@@ -244,17 +244,20 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     triple, cpu = target.triple, target.cpu
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    if target.weights_as_globals:
-        mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if not target.is_gpu:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
         mlir_text, rewritten = microkernel.rewrite_matvecs(
             mlir_text, name, dtype=target.weights_dtype,
             kinds=target.kernel_kinds or microkernel.KINDS,
-            min_weights=target.kernel_min_weights)
+            min_weights=target.kernel_min_weights,
+            weights_as_globals=target.weights_as_globals)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
+    if target.weights_as_globals:
+        # after the kernels' rewrite, which makes its packed weights globals
+        # itself (the constants it replaces are gone by then)
+        mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap (mlir_import.split_matvec_reductions).

@@ -21,7 +21,10 @@ other than depthwise ones, no input dilation; padding becomes a
   (``T = TILE`` output lanes, zero rows pad the last tile) into a
   ``memref.global`` constant of the executable (generic op form: the only
   one that takes its ``alignment``), so they end up in the kernel object's
-  read-only data: no RAM copy, nothing to do in ``init``.
+  read-only data: no RAM copy, nothing to do in ``init``. With weights as
+  globals (--weights=file) they are a mutable global of the host program
+  instead, passed to the dispatch as its first binding, so the sidecar
+  holds them (the kernel takes a weights offset, as for x and y).
 * The call is an external function declared ``hal.import.static``: with
   ``--iree-llvmcpu-link-static`` the kernel object keeps it as an undefined
   symbol; the package stage compiles the C kernel under that name with the
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import weight_globals
 from .errors import TfaotError
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
@@ -218,7 +222,8 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
-                    dtype: str = "f32", kinds: tuple[str, ...] = KINDS) -> tuple[str, int]:
+                    dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
+                    weights_as_globals: bool = False) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -230,7 +235,10 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     Identical weights (and geometry) share one packed copy, stored as
     ``dtype`` ("f32", "f16", "bf16" or "int8": Target.weights_dtype; int8
     takes matvecs of INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
-    use (Target.kernel_kinds); other ops stay IREE's.
+    use (Target.kernel_kinds); other ops stay IREE's. ``weights_as_globals``
+    (Target.weights_as_globals): the packed weights become mutable globals
+    passed to the dispatch (``_WeightsGlobal``) instead of constants of the
+    kernel object, so that --weights=file moves them to its sidecar.
     """
     from iree.compiler import ir
 
@@ -243,6 +251,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         if module is None:
             return mlir_text, 0
         kernels: dict[bytes, str] = {}
+        globals_texts: list[str] = []
         texts: list[str] = []
         count = 0
         ops = function_ops(module)
@@ -261,8 +270,12 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             key = w.tobytes() + bytes(str(w.shape) + repr(conv), "ascii")
             if key not in kernels:
                 kernels[key] = f"tfaot_{conv.kind if conv else 'matvec'}_{len(kernels)}"
-                texts.append(_conv_text(kernels[key], conv, name, dtype) if conv else
-                             _matvec_text(kernels[key], w, name, dtype))
+                sym = kernels[key]
+                weights, text = (_conv_text(sym, conv, name, dtype, weights_as_globals) if conv
+                                 else _matvec_text(sym, w, name, dtype, weights_as_globals))
+                globals_texts += [weights.global_text()] if weights else []
+                texts += [weights.setter_text()] if weights else []
+                texts.append(text)
             _replace_with_call(op, kernels[key], operand=0 if conv else 1)
             count += 1
         if not count:
@@ -270,8 +283,10 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         # The callees are appended below as text, so the module does not
         # verify yet; unverified modules would print in generic form.
         text = module.operation.get_asm(enable_debug_info=False, assume_verified=True)
-    end = text.rstrip().rfind("}")
-    return text[:end] + "".join(texts) + text[end:], count
+    # IREE's stream conversion wants a global defined before its loads
+    top, end = text.index("\n") + 1, text.rstrip().rfind("}")
+    return (text[:top] + "".join(globals_texts) + text[top:end] + "".join(texts) + text[end:],
+            count)
 
 
 #: Ops without operands whose result is a constant (IREE's const-expr roots).
@@ -465,16 +480,20 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str) -> str:
-    """A private function ``@sym(x) -> W x`` and the executable it dispatches."""
+def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str,
+                 as_global: bool) -> tuple[_WeightsGlobal | None, str]:
+    """A private function ``@sym(x) -> W x`` and the executable it dispatches
+    (and its weights' global with ``as_global``)."""
     n, k = w.shape
     xt, yt = f"{k}x1xf32", f"{n}x1xf32"
     packed = pack_int8(w) if dtype == "int8" else pack(w, matvec_tile(n))
-    return _matvec_function(sym, xt, yt) + _executable_text(
-        sym, packed, xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), dtype)
+    weights = _weights_global(sym, packed, dtype, as_global)
+    return weights, _matvec_function(sym, xt, yt, weights) + _executable_text(
+        sym, packed, xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), dtype, weights)
 
 
-def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str) -> str:
+def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
+               as_global: bool) -> tuple[_WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> conv(x, W)`` and the executable it dispatches.
 
     Before the dispatch the input becomes ``[1, ih, iw, c]`` (1-D: a
@@ -491,75 +510,148 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str) -> str:
                   f"{bottom}, {right}, 0], interior = [0, 0, 0, 0] : (tensor<{image}>, "
                   f"tensor<f32>) -> tensor<{padded}>"]
     last = "%x1" if padded != image else "%x0"
-    lines += [f"%y0 = flow.dispatch @{sym}_exe::@{sym}({last}) : (tensor<{padded}>) -> "
-              f"tensor<{result}>",
+    packed = g.packed()
+    weights = _weights_global(sym, packed, kernel_dtype(g.kind, dtype), as_global)
+    lines += [*_dispatch_lines(sym, weights, last, padded, "%y0", result),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{g.y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
     function = f"""
   func.func private @{sym}(%x: tensor<{g.x_type}>) -> tensor<{g.y_type}> {{{body}
     return %y : tensor<{g.y_type}>
   }}"""
-    return function + _executable_text(sym, g.packed(), padded, result,
-                                       kernel_symbol(name, dtype, g.kind), g.kernel_args,
-                                       kernel_dtype(g.kind, dtype))
+    return weights, function + _executable_text(
+        sym, packed, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args,
+        kernel_dtype(g.kind, dtype), weights)
 
 
-def _matvec_function(sym: str, xt: str, yt: str) -> str:
+def _matvec_function(sym: str, xt: str, yt: str, weights: "_WeightsGlobal | None") -> str:
     """``@sym``: the dispatch of its executable."""
+    body = "".join(f"\n    {line}" for line in _dispatch_lines(sym, weights, "%x", xt, "%y", yt))
     return f"""
-  func.func private @{sym}(%x: tensor<{xt}>) -> tensor<{yt}> {{
-    %y = flow.dispatch @{sym}_exe::@{sym}(%x) : (tensor<{xt}>) -> tensor<{yt}>
+  func.func private @{sym}(%x: tensor<{xt}>) -> tensor<{yt}> {{{body}
     return %y : tensor<{yt}>
   }}"""
 
 
-def _executable_text(sym: str, packed: np.ndarray, xt: str, yt: str, kernel: str,
-                     sizes: tuple[int, ...], dtype: str) -> str:
-    """The executable whose only work is ``kernel(w, x, x_offset, y, y_offset, *sizes)``.
+def _dispatch_lines(sym: str, weights: "_WeightsGlobal | None", x: str, xt: str, y: str,
+                    yt: str) -> list[str]:
+    """``y = dispatch(x)``, with the weights' global loaded and passed first
+    when they are one."""
+    if weights is None:
+        return [f"{y} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> tensor<{yt}>"]
+    return [f"%w = ml_program.global_load @{weights.name} : {weights.tensor}",
+            f"{y} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
+            f"tensor<{xt}>) -> tensor<{yt}>"]
 
-    The packed weights are a read-only global of the kernel object; the two
-    bindings are each a base pointer plus an element offset: IREE moves a
-    binding's offset (e.g. one state inside a fused state buffer) into the
-    subspan. Half-width weights are ``i16`` data, int8 ones an ``i8`` blob
-    (pack_int8): the kernel knows their dtype.
-    """
+
+def _weights_global(sym: str, packed: np.ndarray, dtype: str,
+                    as_global: bool) -> _WeightsGlobal | None:
+    """The kernel's weights as a global of the host program, when weights are
+    globals and these are over weight_globals.INLINE_MAX_BYTES (smaller ones
+    stay in the code, as other small constants do)."""
+    big = _weight_data(packed, dtype).nbytes > weight_globals.INLINE_MAX_BYTES
+    return _WeightsGlobal(sym, packed, dtype) if as_global and big else None
+
+
+@dataclass(frozen=True)
+class _WeightsGlobal:
+    """The packed weights of one kernel as a mutable global with a setter (the
+    form of weight_globals.py: the setter keeps IREE from folding the global
+    back into a constant, and drop_setters removes it from the VM program)."""
+
+    sym: str
+    packed: np.ndarray = field(compare=False)
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{weight_globals.WEIGHT_PREFIX}_{self.sym}"
+
+    @property
+    def tensor(self) -> str:
+        return f"tensor<{'x'.join(map(str, self.packed.shape))}x{_element(self.dtype)}>"
+
+    def global_text(self) -> str:
+        data = _weight_data(self.packed, self.dtype).tobytes().hex().upper()
+        return (f'  ml_program.global private mutable @{self.name}(dense<"0x{data}"> : '
+                f"{self.tensor}) : {self.tensor}\n")
+
+    def setter_text(self) -> str:
+        setter = f"{weight_globals.SETTER_PREFIX}_{self.sym}"
+        return f"""
+  func.func @{setter}(%v: {self.tensor}) {{
+    ml_program.global_store @{self.name} = %v : {self.tensor}
+    return
+  }}"""
+
+
+def _element(dtype: str) -> str:
+    """The element type the kernel of ``dtype`` reads its weights as."""
+    return {"int8": "i8", "f32": "f32"}.get(dtype, "i16")
+
+
+def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:
+    """The packed weights' bytes as the kernel reads them (little-endian)."""
     if dtype == "int8":
-        elem, data = "i8", packed
-    elif dtype == "f32":
-        elem, data = "f32", packed.astype("<f4")
-    else:
-        elem, data = "i16", to_half(packed, dtype).astype("<u2")
+        return packed  # already the blob's bytes (pack_int8)
+    if dtype == "f32":
+        return packed.astype("<f4")
+    return to_half(packed, dtype).astype("<u2")
+
+
+def _executable_text(sym: str, packed: np.ndarray, xt: str, yt: str, kernel: str,
+                     sizes: tuple[int, ...], dtype: str,
+                     weights: _WeightsGlobal | None = None) -> str:
+    """The executable whose only work is
+    ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``.
+
+    The packed weights are a read-only global of the kernel object, or with
+    ``weights`` (a global of the host program) a third binding, the first.
+    Each binding is a base pointer plus an element offset: IREE moves a
+    binding's offset (e.g. one state inside a fused state buffer, one
+    weights global among the others) into the subspan. Half-width weights
+    are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
+    their dtype.
+    """
+    elem = _element(dtype)
     wtype = f"memref<{'x'.join(map(str, packed.shape))}x{elem}>"
-    ttype = "tensor" + wtype[len("memref"):]
-    hexval = data.tobytes().hex().upper()
     index_types = ", ".join(["index"] * len(sizes))
     constants = "".join(f"\n        %s{i} = arith.constant {v} : index"
                         for i, v in enumerate(sizes))
     size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
     x_rank, y_rank = xt.count("x"), yt.count("x")
+    if weights is None:
+        hexval = _weight_data(packed, dtype).tobytes().hex().upper()
+        ttype = "tensor" + wtype[len("memref"):]
+        w_global = f"""
+      "memref.global"() <{{sym_name = "{sym}_w", sym_visibility = "private", type = {wtype},
+          initial_value = dense<"0x{hexval}"> : {ttype}, constant,
+          alignment = {ALIGN} : i64}}> : () -> ()"""
+        w_binding, w_value = "", f"memref.get_global @{sym}_w : {wtype}"
+    else:
+        w_global, w_binding = "", "%bw: !stream.binding, "
+        w_value = f"stream.binding.subspan %bw[%c0] : !stream.binding -> {wtype}"
     return f"""
   stream.executable private @{sym}_exe {{
     stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
       %c1 = arith.constant 1 : index
       stream.return %c1, %c1, %c1 : index, index, index
     }}
-    builtin.module {{
-      "memref.global"() <{{sym_name = "{sym}_w", sym_visibility = "private", type = {wtype},
-          initial_value = dense<"0x{hexval}"> : {ttype}, constant,
-          alignment = {ALIGN} : i64}}> : () -> ()
-      func.func private @{kernel}(memref<{elem}>, memref<f32>, index, memref<f32>, index,
-                                  {index_types})
+    builtin.module {{{w_global}
+      func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
+                                  index, {index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
-      func.func @{sym}(%bx: !stream.binding, %by: !stream.binding) {{
+      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding) {{
         %c0 = arith.constant 0 : index{constants}
-        %w = memref.get_global @{sym}_w : {wtype}
+        %w = {w_value}
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
         %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
         {_metadata("w", wtype, packed.ndim, elem)}
         {_metadata("x", f"memref<{xt}>", x_rank)}
         {_metadata("y", f"memref<{yt}>", y_rank)}
-        func.call @{kernel}(%wb, %xb, %xo, %yb, %yo, {size_values})
-            : (memref<{elem}>, memref<f32>, index, memref<f32>, index, {index_types}) -> ()
+        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {size_values})
+            : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
+               {index_types}) -> ()
         return
       }}
     }}

@@ -355,7 +355,7 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     # desktop tiles apply and were not measured against IREE's
     if not (target.bare_metal_arm and target.arch.startswith("thumb")):
         return False
-    if target.weight_packing or target.external_weights:
+    if target.weight_packing:
         return False
     if not (target.hard_float or target.weights_dtype == "int8"):
         return False
@@ -367,13 +367,11 @@ def _check_weights_dtype(target: Target) -> None:
     dtype = target.weights_dtype
     if dtype == "f32":
         return
-    if target.external_weights:
-        raise TfaotError(f"--weights-dtype={dtype} cannot be combined with --weights=file: "
-                         "weights loaded at run time stay f32")
     if target.matvec_kernel != "tfaot":
         why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
-               "this build uses IREE's kernels (--matvec=iree, --pack-weights, soft-float "
-               "bare metal without --matvec=tfaot, or no C toolchain)")
+               "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
+               "soft-float or with --weights=file and without --matvec=tfaot, or no C "
+               "toolchain)")
         raise TfaotError(f"--weights-dtype={dtype} needs tfaot's matvec kernel "
                          f"(--matvec=tfaot, CPU targets); {why}")
 

@@ -2,8 +2,8 @@
  * convolution and the depthwise convolution of one image with W (f32 math).
  *
  * The kernel object's matvec and convolution dispatches
- * (compiler/microkernel.py) call TFRT_MATVEC_FN(w, x, x_offset, y,
- * y_offset, n, k), TFRT_CONV_FN(...) and TFRT_DWCONV_FN(...) (depthwise);
+ * (compiler/microkernel.py) call TFRT_MATVEC_FN(w, w_offset, x, x_offset,
+ * y, y_offset, n, k), TFRT_CONV_FN(...) and TFRT_DWCONV_FN(...) (depthwise);
  * the package stage compiles this file with -DTFRT_MATVEC_FN=NAME_matvec_f32
  * (and NAME_conv_f32, NAME_dwconv_f32: the kernels the model calls) and
  * merges it into NAME_kernels.o, which so stays self-contained
@@ -11,7 +11,9 @@
  * The weights were packed at build time as [ceil(n/T)][k][T] (T =
  * TFRT_MATVEC_TILE output lanes, zero rows pad the last tile; a matvec of
  * at most TFRT_MATVEC_SMALL_TILE rows is one tile that wide) and stay in
- * the kernel object's read-only data; the offsets are in elements.
+ * the kernel object's read-only data (w_offset 0), or, with --weights=file,
+ * in a buffer of the weights that init fills (w_offset: where this
+ * matrix starts in it). The offsets are in elements (bytes for int8).
  *
  * Portable C: the lane loops over plain float arrays are what the C compiler
  * vectorises for the target (AVX-512/AVX2/SSE, NEON) at -O3. What makes it
@@ -142,8 +144,8 @@ static int tfrt_walk_backwards(const void *w) {
 #endif
 
 #ifndef TFRT_MATVEC_INT8
-void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t k);
+void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k);
 
 /* One tile of L output lanes: y[l] = sum over j of wt[j][l] * x[j]. Two
  * partial sums (even and odd j) of L lanes each: several independent FMA
@@ -199,8 +201,9 @@ TFRT_MATVEC_TILE_OF(32)
 TFRT_MATVEC_TILE_OF(16)
 #endif
 
-void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t k) {
+void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k) {
+  w += w_offset;
   x += x_offset;
   y += y_offset;
   if (n <= TFRT_MATVEC_SMALL_TILE) {
@@ -234,8 +237,8 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, const float *x, size_t x_offset, float
  * [ceil(n/T)][k4/4][T][4] (k4: k rounded up to 4; T as for f32), four
  * consecutive k of each lane together: the order of dot-product
  * instructions (x86 vpdpbusd, Arm sdot) and of 16-bit pair MACs. */
-void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t k);
+void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k);
 
 /* Input elements quantized per pass: the int8 copy lives on the stack
  * (and on 32-bit Arm the words widened from it: 128 keeps the kernel's
@@ -504,8 +507,9 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t
   }
 }
 
-void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t k) {
+void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k) {
+  w += w_offset;
   x += x_offset;
   y += y_offset;
   const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
@@ -544,9 +548,9 @@ void TFRT_MATVEC_FN(const int8_t *w, const float *x, size_t x_offset, float *y,
 #endif /* TFRT_MATVEC_FN */
 
 #ifdef TFRT_CONV_FN
-void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                  size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
-                  size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                  float *y, size_t y_offset, size_t n, size_t c, size_t kh, size_t kw,
+                  size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
 
 /* The geometry of one convolution call, for its blocks. */
 struct tfrt_conv {
@@ -678,12 +682,13 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
  * x[oy*sh + i*dh][ox*sw + j*dw][ch]: one image, channels last, already
  * padded (x is [ih][iw][c], y is [oh][ow][n]); W packed as above with k =
  * kh*kw*c in the order (i, j, ch), the order of a [kh][kw][c][n] filter. */
-void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                  size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
-                  size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
+void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                  float *y, size_t y_offset, size_t n, size_t c, size_t kh, size_t kw,
+                  size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
   const struct tfrt_conv g = {n, c, kw, iw, ow, sh, sw, dh, dw, dw == 1 ? kh : kh * kw,
                               dw == 1 ? kw * c : c, oh * ow};
   const size_t k = kh * kw * c;
+  w += w_offset;
   x += x_offset;
   y += y_offset;
   for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
@@ -704,9 +709,10 @@ void TFRT_CONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *
 #endif
 
 #ifdef TFRT_DWCONV_FN
-void TFRT_DWCONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
-                    size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t c, size_t kh, size_t kw,
+                    size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh,
+                    size_t dw);
 
 /* Positions of one output row and channels computed together: each weight
  * vector loaded serves TFRT_DWCONV_P positions (4 x 16 channels: 8 AVX2
@@ -797,12 +803,14 @@ static void tfrt_dwconv_one(const struct tfrt_dwconv *g, const tfrt_weight *w, c
  * depth multiplier). The channels are the vector lanes; when n is not a
  * multiple of them, the last block overlaps the one before (recomputed
  * channels, no scalar tail). */
-void TFRT_DWCONV_FN(const tfrt_weight *w, const float *x, size_t x_offset, float *y,
-                    size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw,
-                    size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
+void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t c, size_t kh, size_t kw,
+                    size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh,
+                    size_t dw) {
   enum { P = TFRT_DWCONV_P, L = TFRT_DWCONV_LANES };
   const struct tfrt_dwconv g = {n, c, kh, kw, iw, sw, dh, dw};
   const int blocks = n == c && n >= L;
+  w += w_offset;
   x += x_offset;
   y += y_offset;
   for (size_t oy = 0; oy < oh; oy++) {

@@ -67,11 +67,16 @@ def _reference(x, filters, stride, dilation, groups):
 def _call(fn, packed, x, n, c, kh, kw, oh, ow, stride, dilation):
     y = np.full((oh, ow, n), np.nan, np.float32)
     size = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, size, ctypes.c_void_p, size] + [size] * 11
-    # offsets: x and y start one element into their buffers
+    fn.argtypes = [ctypes.c_void_p, size, ctypes.c_void_p, size, ctypes.c_void_p, size] + \
+        [size] * 11
+    # offsets: w, x and y start into their buffers
+    # (four all-ones elements before the weights: NaN as f32 or bf16)
+    packed = np.ascontiguousarray(packed)
+    wb = np.concatenate([np.full(4 * packed.itemsize, 0xFF, np.uint8),
+                         packed.view(np.uint8).ravel()]).view(packed.dtype)
     xb = np.concatenate([[np.float32(7)], x.ravel()]).astype(np.float32)
     yb = np.concatenate([[np.float32(7)], y.ravel()]).astype(np.float32)
-    fn(packed.ctypes.data, xb.ctypes.data, 1, yb.ctypes.data, 1, n, c, kh, kw, x.shape[1],
+    fn(wb.ctypes.data, 4, xb.ctypes.data, 1, yb.ctypes.data, 1, n, c, kh, kw, x.shape[1],
        oh, ow, *stride, *dilation)
     assert yb[0] == 7  # nothing written before the offset
     return yb[1:].reshape(oh, ow, n)

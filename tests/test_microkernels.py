@@ -75,7 +75,9 @@ def test_matvec_kernel_matches_numpy(n, tmp_path):
         x = rng.standard_normal(k).astype(np.float32)
         y = np.full(n + 1, np.nan, np.float32)
         size, ptr = ctypes.c_size_t, ctypes.c_void_p
-        lib.mv(ptr(packed.ctypes.data), ptr(x.ctypes.data), size(0), ptr(y.ctypes.data),
+        # the weights start 3 elements into their buffer (w_offset)
+        wb = np.concatenate([np.full(3, np.nan, np.float32), packed.ravel()])
+        lib.mv(ptr(wb.ctypes.data), size(3), ptr(x.ctypes.data), size(0), ptr(y.ctypes.data),
                size(0), size(n), size(k))
         np.testing.assert_allclose(y[:n], w @ x, rtol=0, atol=1e-5)
         assert np.isnan(y[n])  # nothing written past the n outputs
@@ -278,8 +280,8 @@ def test_big_matrices_walked_back_and_forth_give_the_same_bits(tmp_path):
     def call(lib) -> np.ndarray:
         y = np.zeros(n, np.float32)
         size, ptr = ctypes.c_size_t, ctypes.c_void_p
-        lib.mv(ptr(packed.ctypes.data), ptr(x.ctypes.data), size(0), ptr(y.ctypes.data),
-               size(0), size(n), size(k))
+        lib.mv(ptr(packed.ctypes.data), size(0), ptr(x.ctypes.data), size(0),
+               ptr(y.ctypes.data), size(0), size(n), size(k))
         return y
 
     forward = call(libs["forward"])

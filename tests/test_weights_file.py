@@ -61,20 +61,59 @@ def test_sidecar_build_matches_tensorflow_and_keeps_weights_out_of_the_code(mode
     assert f"#define WM_WEIGHTS_BYTES {len(weights)}u" in header
     assert f"0x{manifest['weights']['fnv1a64']}ull" in header
     # The library's read-only data is a small fraction of the weights.
-    obj = subprocess.run(["ar", "p", file_build / "libwm.a", "wm.o"], capture_output=True,
-                         check=True).stdout
-    rodata = sum(size for name, size in elf_sections(obj).items() if name.startswith(".rodata"))
-    assert rodata < len(weights) // 10
+    assert _library_rodata(file_build) < len(weights) // 10
     results = verify(str(model_file), file_build, steps=120, seed=1, tol=1e-5)
     assert all(r.ok and r.steps == 120 for r in results), results
 
 
-def test_init_checks_the_weights(file_build, tmp_path):
+def _library_rodata(out: Path) -> int:
+    obj = subprocess.run(["ar", "p", out / "libwm.a", "wm.o"], capture_output=True,
+                         check=True).stdout
+    return sum(size for name, size in elf_sections(obj).items() if name.startswith(".rodata"))
+
+
+def _defined_symbols(out: Path) -> set[str]:
+    nm = subprocess.run(["nm", "--defined-only", out / "libwm.a"], capture_output=True,
+                        text=True, check=True).stdout
+    return {line.split()[-1] for line in nm.splitlines() if len(line.split()) == 3}
+
+
+def test_sidecar_build_keeps_the_matvec_kernel(file_build):
+    """The kernel's packed weights are a global of the host program (passed to
+    the dispatch as a binding), so the sidecar holds them and the step still
+    runs tfaot's kernel, not IREE's slower matvec."""
+    assert "wm_matvec_f32" in _defined_symbols(file_build)
+
+
+def _check_init(out: Path, tmp_path: Path) -> None:
     exe = tmp_path / "weights_file"
     run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined",
-         "-I", file_build, C_TEST, file_build / "libwm.a", "-o", exe, "-lm"])
-    proc = run([exe, file_build / "wm.weights"])
+         "-I", out, C_TEST, out / "libwm.a", "-o", exe, "-lm"])
+    proc = run([exe, out / "wm.weights"])
     assert "ALL OK" in proc.stdout, proc.stdout
+
+
+def test_init_checks_the_weights(file_build, tmp_path):
+    _check_init(file_build, tmp_path)
+
+
+def test_int8_sidecar_holds_the_int8_weights(model_file, file_build, tmp_path):
+    """--weights=file with --weights-dtype=int8: the sidecar holds the int8
+    weights and their scales (about a quarter of the f32 sidecar), the
+    library none of them, and the outputs match TF within int8's tolerance."""
+    out = tmp_path / "wm_int8"
+    _build(model_file, out, "--weights=file", "--weights-dtype=int8")
+    manifest = json.loads((out / "wm.json").read_text())
+    assert manifest["weights_dtype"] == "int8" and manifest["weights"]["mode"] == "file"
+    int8_bytes = (out / "wm.weights").stat().st_size
+    assert int8_bytes == manifest["weights"]["bytes"]
+    assert int8_bytes < 0.35 * (file_build / "wm.weights").stat().st_size
+    assert "wm_matvec_int8" in _defined_symbols(out)
+    assert _library_rodata(out) < int8_bytes // 4
+    results = verify(str(model_file), out, steps=120, seed=3, tol=None)  # the int8 default
+    assert all(r.ok and r.steps == 120 for r in results), results
+    assert max(r.max_abs_error for r in results) > 1e-5  # the int8 weights are in use
+    _check_init(out, tmp_path)
 
 
 def test_pack_weights_and_weights_file_exclude_each_other(model_file, tmp_path):

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void conv(const float *w, const float *x, size_t x_offset, float *y, size_t y_offset, size_t n,
-          size_t c, size_t kh, size_t kw, size_t iw, size_t oh, size_t ow, size_t sh, size_t sw,
-          size_t dh, size_t dw);
-void dwconv(const float *w, const float *x, size_t x_offset, float *y, size_t y_offset, size_t n,
-            size_t c, size_t kh, size_t kw, size_t iw, size_t oh, size_t ow, size_t sh,
-            size_t sw, size_t dh, size_t dw);
+void conv(const float *w, size_t w_offset, const float *x, size_t x_offset, float *y,
+          size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw, size_t oh,
+          size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+void dwconv(const float *w, size_t w_offset, const float *x, size_t x_offset, float *y,
+            size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw, size_t oh,
+            size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
 
 enum { TILE = 32 };
 
@@ -36,7 +36,7 @@ static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw,
   for (size_t tap = 0; tap < kh * kw * cg; tap++)
     for (size_t o = 0; o < n; o++)
       w[mult ? tap * n + o : (o / TILE) * k * TILE + tap * TILE + o % TILE] = filters[tap * n + o];
-  (mult ? dwconv : conv)(w, x, 0, y, 0, n, c, kh, kw, iw, oh, ow, sh, sw, dh, dw);
+  (mult ? dwconv : conv)(w, 0, x, 0, y, 0, n, c, kh, kw, iw, oh, ow, sh, sw, dh, dw);
   int bad = 0;
   for (size_t oy = 0; oy < oh && !bad; oy++)
     for (size_t ox = 0; ox < ow && !bad; ox++)

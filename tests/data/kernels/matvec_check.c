@@ -15,8 +15,8 @@ static void semihost_puts(const char *s) { fputs(s, stdout); }
 #include "semihost.h"
 #endif
 
-void m_kernel(const WEIGHT_T *w, const float *x, size_t x_offset, float *y, size_t y_offset,
-              size_t n, size_t k);
+void m_kernel(const WEIGHT_T *w, size_t w_offset, const float *x, size_t x_offset, float *y,
+              size_t y_offset, size_t n, size_t k);
 
 static float y[MAX_ROWS];
 
@@ -38,7 +38,7 @@ static void print_hex(const float *v, size_t n) {
 
 int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    m_kernel(cases[c].w, cases[c].x, 0, y, 0, cases[c].n, cases[c].k);
+    m_kernel(cases[c].w, 0, cases[c].x, 0, y, 0, cases[c].n, cases[c].k);
     print_hex(y, cases[c].n);
   }
   semihost_puts("done\n");
