@@ -166,8 +166,11 @@ def check_step(program, loaded, limits: SizeLimits, target, note) -> None:
         parts["weights copied in by init"] = weights
     context = sum(parts.values())
     detail = ", ".join(f"{k} {size_text(v)}" for k, v in parts.items())
+    dtype = target.weights_dtype
+    # the kernels' narrower weights are known once compiled (the footprint)
+    built = "" if dtype == "f32" else f" as f32 (fewer as {dtype}: see the footprint)"
     note(f"{program.source}: context at least {size_text(context)} ({detail}), weights "
-         f"{size_text(weights)}")
+         f"{size_text(weights)}{built}")
     max_context, max_weights, why = target_limits(target)
     if context > max_context:
         raise TfaotError(f"{program.source}: the context needs at least {size_text(context)} "
