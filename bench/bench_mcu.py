@@ -27,8 +27,8 @@ stack the step used (painted and measured), and the max abs error of the
 outputs against TensorFlow running the Keras model over the same steps.
 
 The peer a user would pick, TFLite Micro with CMSIS-NN, is not built here:
-it needs TFLM's source tree and its pinned third-party sources (see the
-README's Cortex-M section). Needs arm-none-eabi-gcc, newlib and
+it needs TFLM's source tree and its pinned third-party sources (see
+docs/performance.md, Cortex-M). Needs arm-none-eabi-gcc, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
 
     .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b]

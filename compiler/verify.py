@@ -116,7 +116,7 @@ def nan_filled(want) -> np.ndarray:
 #: rounding of its weight (half of 1/127 of its row's largest) and of its
 #: input (half of 1/127 of the vector's largest), i.e. a relative error up
 #: to about 1/127 of a matvec's largest terms, carried through the model;
-#: measured: see README (int8 section).
+#: measured: see docs/performance.md (int8 weights).
 DEFAULT_TOLERANCE = {"f32": 1e-5, "f16": 1e-3, "bf16": 1e-2, "int8": 5e-2}
 
 
