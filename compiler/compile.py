@@ -3,7 +3,7 @@
 The flags come from the ``Target`` (``Target.iree_flags``: the one place where
 tfaot's options become iree-compile flags); this module adds the phases and
 runs the compiler. The flag set and the reasons for each flag are in
-shared/iree-notes.md section 0:
+docs/notes/iree-notes.md section 0:
 
 * ``inline-dynamic`` execution model: the host program is a small VM module
   that calls 9 ``hal_inline``/``hal_loader`` imports, which our runtime shim

@@ -219,8 +219,8 @@ class Target:
     def iree_flags(self, kernel_object: Path) -> list[str]:
         """iree-compile flags of the kernels and host program (both phases).
 
-        The reasons for each flag are in shared/iree-notes.md section 0
-        (CPU) and shared/gpu-notes.md (GPU).
+        The reasons for each flag are in docs/notes/iree-notes.md section 0
+        (CPU) and docs/notes/gpu-notes.md (GPU).
         """
         if self.is_gpu:
             return self._gpu_flags()

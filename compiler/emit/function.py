@@ -136,7 +136,7 @@ class FunctionEmitter:
             self.line("TFRT_TRY(tfrt_backend_sync(rt));")
         if rule is None:
             raise self.error(op, f"no C emit rule for VM op '{name}'; tfaot supports the VM "
-                             "subset listed in shared/iree-notes.md section 1.2")
+                             "subset listed in docs/notes/iree-notes.md section 1.2")
         rule(self, op)
 
 
