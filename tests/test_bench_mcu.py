@@ -23,7 +23,7 @@ def test_plugin_counts_a_loop_exactly(machine, cpu, tmp_path):
     import bench_mcu
 
     plugin = bench_mcu.build_plugin(tmp_path)
-    cm = DATA / "backend" / "cortexm"
+    cm = toolchains.FIRMWARE
     image = tmp_path / "loop.elf"
     run(["arm-none-eabi-gcc", "-std=c11", "-O2", "-mthumb", f"-mcpu={cpu}", "-I", cm,
          "-nostartfiles", "-T", cm / "mps2.ld", cm / "startup.c", DATA / "kernels" / "loop_mark.c",

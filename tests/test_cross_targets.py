@@ -88,7 +88,7 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
         f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
         f"{rows}\n}};\n")
     image = tmp_path / "image.elf"
-    cm = DATA / "cortexm"
+    cm = toolchains.FIRMWARE
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
           *ARM[cpu][0], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
           *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",

@@ -5,6 +5,7 @@ output must match the harness (which tests/test_build_keras.py checks
 against TensorFlow)."""
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -117,3 +118,25 @@ def test_two_keras_models_in_one_program(kws, tmp_path):
            for k in ("kws", "rnn")}
     np.testing.assert_allclose(got["kws"], expected, rtol=0, atol=TOL)
     np.testing.assert_allclose(got["rnn"], expected_rnn, rtol=0, atol=TOL)
+
+
+def test_cortex_m_firmware_make_run(kws, tmp_path):
+    """examples/cortex_m: `make run` builds the KWS model for a Cortex-M4,
+    links the bare-metal firmware and runs it under qemu-system-arm; its
+    outputs match the host library on the same frames (f32; the M4 build
+    differs from the host's only in summation order and libm)."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm", "make")
+    host, _, _, model = kws
+    steps = 12
+    proc = _run(["make", "-C", toolchains.FIRMWARE, "run", f"BUILD={tmp_path}",
+                 f"TFAOT={' '.join(_tfaot())}", f"PYTHON={sys.executable}",
+                 f"MODEL={model}", f"STEPS={steps}"])
+    # QEMU writes semihosting output to stderr; keep only the program's lines.
+    text = proc.stdout + proc.stderr
+    lines = [ln for ln in text.splitlines() if re.fullmatch(r"done|([0-9a-f]{8} )+", ln)]
+    assert lines and lines[-1] == "done", text[-2000:]
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    assert ys.shape[0] == steps
+    frames = np.load(tmp_path / "frames.npy").reshape(steps, 1, -1)
+    want = harness.load(host).step_n(frames).reshape(steps, -1)
+    np.testing.assert_allclose(ys.view(np.float32), want, rtol=0, atol=1e-5)

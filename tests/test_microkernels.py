@@ -238,7 +238,7 @@ def test_cortex_m4_when_asked(keras_case, tmp_path):
     rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
     (tmp_path / "inputs.h").write_text(f"#define STEPS {len(xs)}\nstatic const float "
                                        f"inputs[STEPS][{xs[0].size}] = {{\n{rows}\n}};\n")
-    cm, image = DATA / "cortexm", tmp_path / "image.elf"
+    cm, image = toolchains.FIRMWARE, tmp_path / "image.elf"
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
           "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-ffunction-sections",
           "-fdata-sections", "-DTFAOT_MODEL=mk", "-DTFAOT_UPPER=MK", '-DTFAOT_HEADER="mk.h"',

@@ -140,7 +140,7 @@ def _cases_header(cases, dtype: str = "int8") -> str:
 
 
 def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str]) -> Path:
-    cm = DATA / "backend" / "cortexm"
+    cm = toolchains.FIRMWARE
     image = tmp_path / "k.elf"
     _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
           *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
@@ -396,7 +396,7 @@ def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
     (tmp_path / "inputs.h").write_text(
         f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
         f"{rows}\n}};\n")
-    cm = DATA / "backend" / "cortexm"
+    cm = toolchains.FIRMWARE
     image = tmp_path / "image.elf"
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
           *CORTEX_M["cortex-m4"][0], "-mfloat-abi=hard", "-DTFAOT_MODEL=q8", "-DTFAOT_UPPER=Q8",

@@ -17,6 +17,9 @@ import pytest
 #: The C program that steps a library over a file of inputs and prints each
 #: step's outputs, then "run=N" (its macros name the model).
 RUN_HOOKS = Path(__file__).parent / "data" / "backend" / "c" / "run_hooks.c"
+#: The bare-metal Cortex-M example (start-up, linker script, semihosting, a
+#: main that runs a model over inputs.h): firmware tests build on it.
+FIRMWARE = Path(__file__).parent.parent / "examples" / "cortex_m"
 
 #: tool -> Debian package
 PACKAGES = {

@@ -133,7 +133,10 @@ def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
     keep = workdir / "public.syms"
     keep.write_text("".join(f"{name}_{fn}\n"
                             for fn in (*PUBLIC_FUNCTIONS, *WEIGHTS_FILE_FUNCTIONS)))
-    run([toolchain.objcopy, f"--keep-global-symbols={keep}", combined], src,
+    # arm-none-eabi's ld -r ignores -z noexecstack and marks the merged
+    # note executable (a linker warning in every firmware): clear its flags.
+    run([toolchain.objcopy, f"--keep-global-symbols={keep}",
+         "--set-section-flags", ".note.GNU-stack=contents,readonly", combined], src,
         "hiding internal symbols")
     built = []
     lib_a = out_dir / f"lib{name}.a"

@@ -1,5 +1,5 @@
-/* Bare-metal test program: runs the model over INPUTS (inputs.h, written by
- * the test) through NAME_run and the I/O hooks, and prints every output
+/* Bare-metal program: runs the model over INPUTS (inputs.h, written by
+ * make_inputs.py or a test) through NAME_run and the I/O hooks, and prints every output
  * value as the hex of its float32 bits (exact; no printf, so no heap). */
 #include <stddef.h>
 #include <stdint.h>
