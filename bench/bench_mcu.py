@@ -49,7 +49,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 MCU = Path(__file__).parent / "mcu"
-CORTEXM = ROOT / "tests" / "data" / "backend" / "cortexm"  # start-up, linker script, semihosting
+CORTEXM = ROOT / "examples" / "cortex_m"  # start-up, linker script, semihosting
 RESULTS = Path(__file__).parent / "results"
 M4_FLAGS = ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
 

@@ -188,12 +188,23 @@ def _conv_lstm_frames():
                                                      activation="sigmoid"))(h))
 
 
+def _stacked_cells():
+    """keras.layers.RNN over StackedRNNCells: the cell takes its states as one
+    list per cell ([[h, c], h]), kept as three flat states."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 6))
+    cells = L.StackedRNNCells([L.LSTMCell(12), L.GRUCell(10)])
+    return keras.Model(x, L.Dense(3)(L.RNN(cells, return_sequences=True)(x)))
+
+
 @pytest.mark.parametrize("name,builder", [("stateful", _stateful_lstm),
-                                          ("conv_lstm_frames", _conv_lstm_frames)])
+                                          ("conv_lstm_frames", _conv_lstm_frames),
+                                          ("stacked_cells", _stacked_cells)])
 def test_verify_command(built, tmp_path, name, builder):
     """``tfaot verify`` on models whose reference needs care: a stateful
-    layer (each reference call starts from the initial state) and frames
-    with a time axis in the output."""
+    layer (each reference call starts from the initial state), frames
+    with a time axis in the output, and nested cell states."""
     from tfaot.verify import verify
     _, out = built(name, builder)
     path = out.parent / f"{name}.keras"

@@ -447,7 +447,8 @@ class Replay:
         zero_output = getattr(layer, "zero_output_for_mask", False)
         with tf.name_scope(layer.name):
             for i in range(seq.n):
-                y, new_states = cell.call(x.value[:, i], states, training=False)
+                y, new_states = cell.call(x.value[:, i], _cell_states(layer, states),
+                                          training=False)
                 new_states = tree.flatten(new_states)
                 # frames from before the stream, and masked frames (Keras's
                 # backend rnn), leave the states alone
@@ -503,7 +504,7 @@ class Replay:
         if x.meta != SEQ:
             raise layer_error(layer, "reads a tensor that has no time axis of the "
                                      "model input (e.g. after a last-output layer)")
-        state_shapes(layer)  # raises on nested state sizes
+        state_shapes(layer)  # raises on state sizes without shapes
 
     # -- report ------------------------------------------------------------
 
@@ -522,19 +523,36 @@ class Replay:
 def state_shapes(layer) -> list[tuple[int, ...]]:
     """Shapes (batch 1) of a recurrent layer's states: (1, units) for the usual
     cells, the feature-map shape for ConvLSTM cells."""
+    from keras import tree
+
     size = layer.cell.state_size
     sizes = list(size) if isinstance(size, (list, tuple)) else [size]
+    if _nested_states(layer):  # StackedRNNCells: one list per cell, kept flat here
+        sizes = tree.flatten(size)
     if all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
         return [(1, int(s)) for s in sizes]
     if all(isinstance(s, (int, np.integer)) for s in sizes) and \
             hasattr(layer.cell, "get_initial_state"):
         try:
-            initial = layer.cell.get_initial_state(batch_size=1)
+            initial = tree.flatten(layer.cell.get_initial_state(batch_size=1))
             return [tuple(int(d) for d in s.shape) for s in initial]
         except Exception:  # noqa: BLE001 - reported below
             pass
-    raise layer_error(layer, f"has a nested state size {size!r} (e.g. "
-                             "StackedRNNCells), which is not supported yet")
+    raise layer_error(layer, f"has a state size {size!r} whose shapes tfaot cannot tell")
+
+
+def _nested_states(layer) -> bool:
+    """Whether the cell takes its states as nested lists (StackedRNNCells)."""
+    size = layer.cell.state_size
+    return isinstance(size, (list, tuple)) and any(isinstance(s, (list, tuple)) for s in size)
+
+
+def _cell_states(layer, states: list):
+    """The flat ``states`` in the structure the cell's call takes."""
+    from keras import tree
+
+    return tree.pack_sequence_as(layer.cell.state_size, states) if _nested_states(layer) \
+        else states
 
 
 def _state_name(layer, index: int) -> str:
