@@ -547,7 +547,11 @@ def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
             x if steps >= length else x_model))
     except Exception:
         twin = None
-    if twin is not None:
+    # a twin whose output lost the time axis (pooling over all of it) is no
+    # stepwise reference
+    time_axis = twin is not None and twin.ndim == full.ndim + (0 if sequence_output else 1) \
+        and twin.shape[1] >= length
+    if time_axis:
         if sequence_output:
             agrees = np.abs(twin[:, :length] - full).max() <= 1e-6
         else:

@@ -198,9 +198,24 @@ def _stacked_cells():
     return keras.Model(x, L.Dense(3)(L.RNN(cells, return_sequences=True)(x)))
 
 
+def _normalized_gru():
+    """A Normalization layer adapted to the data (per-feature mean and
+    variance, a constant affine map per frame) in front of a causal conv."""
+    import keras
+    import numpy as np
+    from keras import layers as L
+    x = keras.Input((None, 8))
+    norm = L.Normalization()
+    norm.adapt(np.random.default_rng(0).normal(3, 2, (50, 20, 8)).astype("float32"))
+    h = L.Conv1D(16, 3, padding="causal")(norm(x))
+    h = L.Activation("swish")(L.BatchNormalization()(h))
+    return keras.Model(x, L.Dense(2)(L.GRU(16, return_sequences=True)(h)))
+
+
 @pytest.mark.parametrize("name,builder", [("stateful", _stateful_lstm),
                                           ("conv_lstm_frames", _conv_lstm_frames),
-                                          ("stacked_cells", _stacked_cells)])
+                                          ("stacked_cells", _stacked_cells),
+                                          ("normalized_gru", _normalized_gru)])
 def test_verify_command(built, tmp_path, name, builder):
     """``tfaot verify`` on models whose reference needs care: a stateful
     layer (each reference call starts from the initial state), frames
@@ -212,6 +227,24 @@ def test_verify_command(built, tmp_path, name, builder):
     for r in results:
         print(f"{name}: {r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} {r.unit}")
         assert r.steps >= 100 and r.ok
+
+
+def _fixed_window_average():
+    import keras
+    from keras import layers as L
+    x = keras.Input((30, 8))
+    h = L.GlobalAveragePooling1D()(L.LSTM(16, return_sequences=True)(x))
+    return keras.Model(x, L.Dense(2)(h))
+
+
+def test_verify_fixed_window_pooled_over_time(built):
+    """A fixed 30-frame input pooled over all of time: only the 30th step has
+    a Keras reference (the open-time twin has no time axis left), and
+    verify compares that one instead of failing inside numpy."""
+    from tfaot.verify import verify
+    _, out = built("fixed_gap", _fixed_window_average)
+    results = verify(str(out.parent / "fixed_gap.keras"), out, steps=30, seed=0, tol=TOL)
+    assert [(r.ok, r.steps) for r in results] == [(True, 1)], results
 
 
 def _embedding_mask_zero():

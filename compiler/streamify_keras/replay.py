@@ -42,6 +42,7 @@ PER_STEP_LAYERS: dict[str, str | None] = {
     "ThresholdedReLU": None,  # Keras 2 layer, see keras2.py
     "Rescaling": None, "Softmax": "axis", "LayerNormalization": "axis",
     "BatchNormalization": "axis", "UnitNormalization": "axis",
+    "Normalization": "axis",  # adapted mean and variance per feature: a constant affine map
     "Concatenate": "axis", "Add": None, "Subtract": None, "Multiply": None,
     "Average": None, "Maximum": None, "Minimum": None,
 }
@@ -395,7 +396,7 @@ class Replay:
         axes = getattr(op, attr)
         axes = axes if isinstance(axes, (list, tuple)) else [axes]
         for axis in axes:
-            if axis % rank in (0, 1):
+            if axis is not None and axis % rank in (0, 1):
                 raise layer_error(op, f"works along axis {axis}, the "
                                       f"{'batch' if axis % rank == 0 else 'time'} axis")
 
