@@ -118,6 +118,17 @@ def nan_filled(want) -> np.ndarray:
 #: to about 1/127 of a matvec's largest terms, carried through the model;
 #: measured: see docs/performance.md (int8 weights).
 DEFAULT_TOLERANCE = {"f32": 1e-5, "f16": 1e-3, "bf16": 1e-2, "int8": 5e-2}
+#: Keras models that compute in half precision (mixed precision policies):
+#: TensorFlow's own outputs carry that rounding (f16: 2^-11 relative per op,
+#: bf16: 2^-8), so a library that matches them can only match that closely
+#: (an LSTM(16) under mixed_float16: 5.7e-4).
+COMPUTE_DTYPE_TOLERANCE = {"float16": 5e-3, "bfloat16": 5e-2}
+
+
+def compute_dtype_tolerance(model) -> float:
+    """The tolerance the coarsest compute dtype of ``model``'s layers needs."""
+    dtypes = {str(getattr(layer, "compute_dtype", "float32")) for layer in model.layers}
+    return max((COMPUTE_DTYPE_TOLERANCE.get(d, 0.0) for d in dtypes), default=0.0)
 
 
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float | None,
@@ -127,6 +138,7 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     from .load import load_model
 
     lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
+    tol_given = tol is not None
     if tol is None:
         tol = DEFAULT_TOLERANCE.get(lib.manifest.get("weights_dtype", "f32"), 1e-5)
     rng = np.random.default_rng(seed)
@@ -134,6 +146,8 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     loaded = load_model(model_path, graph_options)
     if loaded.keras_model is not None:
         model = loaded.keras_model
+        if not tol_given:
+            tol = max(tol, compute_dtype_tolerance(model))
         stream = library_stream(lib, model, model_path)
         _check_input_shape(model, lib, model_path, lib_dir, stream)
         fixed = fixed_time_length(model) if stream.mode == "prefix" else None

@@ -247,6 +247,30 @@ def test_verify_fixed_window_pooled_over_time(built):
     assert [(r.ok, r.steps) for r in results] == [(True, 1)], results
 
 
+def _mixed_float16_lstm():
+    import keras
+    from keras import layers as L
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = keras.Input((None, 8))
+        h = L.LSTM(16, return_sequences=True)(x)
+        return keras.Model(x, L.Dense(2, dtype="float32")(h))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_verify_mixed_precision_model(built):
+    """A model trained under mixed_float16 computes in float16 in TensorFlow:
+    verify's default tolerance follows its compute dtype (it is not the
+    library that is off), and an explicit --tol still wins."""
+    from tfaot.verify import compute_dtype_tolerance, verify
+    model, out = built("mixed16", _mixed_float16_lstm)
+    assert compute_dtype_tolerance(model) == 5e-3
+    results = verify(str(out.parent / "mixed16.keras"), out, steps=120, seed=0, tol=None)
+    assert all(r.ok and r.steps == 120 and r.tolerance == 5e-3 for r in results), results
+    assert max(r.max_abs_error for r in results) > 1e-5  # float16 rounding in TF's outputs
+
+
 def _embedding_mask_zero():
     import keras
     from keras import layers as L
