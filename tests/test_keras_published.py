@@ -212,7 +212,22 @@ def _normalized_gru():
     return keras.Model(x, L.Dense(2)(L.GRU(16, return_sequences=True)(h)))
 
 
+def _gated_dilated_conv():
+    """WaveNet's gated activation: keras.ops.split over the features of a
+    dilated causal convolution, tanh(a) * sigmoid(b), a residual add."""
+    import keras
+    from keras import layers as L
+    from keras import ops
+    x = keras.Input((None, 8))
+    h = L.Conv1D(16, 2, padding="causal", dilation_rate=2)(x)
+    a, b = ops.split(h, 2, axis=-1)
+    h = L.Add()([x, L.Conv1D(8, 1)(ops.tanh(a) * ops.sigmoid(b))])
+    return keras.Model(x, L.Dense(2)(ops.mean(ops.concatenate([h, x], axis=-1), axis=-1,
+                                              keepdims=True)))
+
+
 @pytest.mark.parametrize("name,builder", [("stateful", _stateful_lstm),
+                                          ("gated_dilated_conv", _gated_dilated_conv),
                                           ("conv_lstm_frames", _conv_lstm_frames),
                                           ("stacked_cells", _stacked_cells),
                                           ("normalized_gru", _normalized_gru)])

@@ -329,7 +329,7 @@ class Replay:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
                               valid_from=args[0].valid_from)
-        if kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_reduction(op, args):
+        if kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args):
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
             self._check_all_sequences(op, args)
             args, kwargs, seq = self._align(op, args, kwargs)
@@ -586,16 +586,22 @@ def _makes_mask(layer) -> bool:
     return type(layer).__name__ == "Masking" or getattr(layer, "mask_zero", False)
 
 
-def _is_feature_reduction(op, args) -> bool:
-    """``any``/``all`` over the last axis: the mask a Masking layer records
-    in a functional graph (not_equal, then any over the features)."""
+#: keras.ops that work along an axis (or a set): per step when every such
+#: axis is a feature axis (not batch or time): the mask a Masking layer
+#: records (not_equal, then any over the features), ``ops.split`` of a gated
+#: activation, ``ops.concatenate`` or a mean over features.
+FEATURE_AXIS_OPS = {"Any", "All", "Split", "Concatenate", "Sum", "Mean", "Max", "Min", "Prod",
+                    "Softmax", "LogSoftmax", "Argmax", "Argmin"}
+
+
+def _is_feature_axis_op(op, args) -> bool:
     if not type(op).__module__.startswith("keras.src.ops") or \
-            type(op).__name__ not in ("Any", "All") or getattr(op, "keepdims", False):
+            type(op).__name__ not in FEATURE_AXIS_OPS:
         return False
     rank = len(_leaves(args)[0].value.shape)
     axis = getattr(op, "axis", None)
-    axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
-    return isinstance(axis, int) and axis % rank == rank - 1 and rank > 2
+    axes = axis if isinstance(axis, (list, tuple)) else [axis]
+    return rank > 2 and all(isinstance(a, int) and a % rank >= 2 for a in axes)
 
 
 def _is_elementwise_op(op) -> bool:
