@@ -117,7 +117,7 @@ def compile_default_vmfb(lib_dir: Path, name: str) -> Path:
 
 def compile_plain_vmfb(model, lib_dir: Path) -> Path:
     """The streaming module with TensorFlow's weight layout, compiled the default way."""
-    from tfaot.mlir_import import import_program
+    from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
 
     mlir = lib_dir / "plain.mlir"

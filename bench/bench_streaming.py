@@ -155,8 +155,8 @@ GRAPHS = ("ds_cnn", "kws_cnn")
 
 def build(model, fixed_window: str, out: Path, name: str, matvec: str | None = None,
           weights_dtype: str = "f32") -> Path:
-    from tfaot.backend import build_library
-    from tfaot.mlir_import import import_program
+    from tfaot.backend.build import build_library
+    from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
     from tfaot.target import make_target
 
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
                              "(--matvec=iree), for context")
     args = parser.parse_args(argv)
 
-    from tfaot.tfenv import quiet_tensorflow
+    from tfaot.frontend.tfenv import quiet_tensorflow
 
     quiet_tensorflow()
     rows = []

@@ -19,7 +19,7 @@ find_program(TFAOT_EXECUTABLE tfaot DOC "The tfaot command line")
 
 # The runtime shim that `tfaot build` writes next to src/<name>.c, which
 # includes it (core + CPU backend + the generated status header): byproducts
-# of the build command.  Must list compiler/package.py's SHIM_FILES and
+# of the build command.  Must list compiler/package/shim.py's SHIM_FILES and
 # SHIM_STATUS_HEADER (tests/test_cmake.py checks it).
 set(TFAOT_SHIM_FILES tfrt.h tfrt_backend.h tfrt_core.c tfrt_cpu.h tfrt_cpu.c tfrt_abi.h
     tfrt_status.h)

@@ -281,9 +281,9 @@ def _check_verify_numbers(args) -> None:
 def _check_graph_flags(args) -> None:
     """The graph flags parse (names given once, dimensions positive), and a
     Keras model, which has no use for them, says they are ignored."""
-    from .load import detect_format
-    from .load_graph import parse_input_specs, parse_output_specs
-    from .state_feedback import parse_pairs
+    from .frontend.load import detect_format
+    from .frontend.load_graph import parse_input_specs, parse_output_specs
+    from .streamify_graph.state_feedback import parse_pairs
 
     parse_input_specs(args.inputs, "--inputs")
     parse_output_specs(args.outputs)
@@ -350,8 +350,8 @@ def _add_id_ranges(program) -> None:
     inputs = program.signature.inputs
     if not any(np.issubdtype(np.dtype(t.dtype), np.integer) for t in inputs):
         return
-    from . import input_ranges
-    from .mlir_import import import_program
+    from .lower import input_ranges
+    from .lower.mlir_import import import_program
 
     try:
         text = import_program(program)
@@ -407,8 +407,8 @@ def cmd_cmake_path(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .tfenv import quiet_tensorflow
-    from .verify import verify
+    from .frontend.tfenv import quiet_tensorflow
+    from .verify.compare import verify
 
     quiet_tensorflow()
     results = verify(args.model, Path(args.dir), steps=args.steps, seed=args.seed,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import output_dir, sizes
-from .load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
+from .frontend.load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
 
@@ -57,9 +57,9 @@ def load_and_streamify(model_path: str, progress: Progress,
     whole-window inference per step ("whole"); "auto" chooses by the input's
     rank (``stream_choice``). ``check_sizes(program, loaded)``: called once
     the step is known, before anything is imported or compiled."""
-    from .tfenv import quiet_tensorflow
+    from .frontend.tfenv import quiet_tensorflow
 
-    from .load import detect_format, load_model
+    from .frontend.load import detect_format, load_model
 
     fmt = detect_format(Path(model_path))  # a missing file fails before TensorFlow loads
     with progress.stage("load", str(model_path)):
@@ -96,7 +96,7 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
 
 def _fed_back_state(program, graph_options, model_path: str, progress: Progress):
     """A graph whose caller feeds its state back: that state kept inside."""
-    from . import state_feedback
+    from .streamify_graph import state_feedback
 
     pairs = state_feedback.parse_pairs(graph_options.state if graph_options else None)
     if pairs is None:
@@ -115,7 +115,7 @@ def run_frontend(model_path: str, progress: Progress,
     program = load_and_streamify(model_path, progress, graph_options,
                                  fixed_window=fixed_window, check_sizes=check_sizes)
     with progress.stage("import"):
-        from .mlir_import import import_program
+        from .lower.mlir_import import import_program
 
         return program, import_program(program)
 
@@ -205,8 +205,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     output folder, which replaces the output folder at the end; a failed
     build leaves no folder behind and an existing one untouched.
     """
-    from .backend import build_library
-    from .load import detect_format
+    from .backend.build import build_library
+    from .frontend.load import detect_format
     from .target import make_target
 
     name = options.name or default_name(model_path)

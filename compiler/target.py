@@ -21,7 +21,7 @@ from .errors import TfaotError
 
 KINDS = ("cpu", "vulkan", "cuda")
 #: Kinds whose kernels run on a GPU (their weights are mutable globals, see
-#: compiler/weight_globals.py, and their dispatches are asynchronous).
+#: compiler/lower/weight_globals.py, and their dispatches are asynchronous).
 GPU_KINDS = ("vulkan", "cuda")
 
 #: --cuda-arch values iree-compile 3.13 makes PTX for without a CUDA toolkit
@@ -100,11 +100,11 @@ class Target:
     # --weights=file: the weights go to a NAME.weights sidecar the caller passes
     # to NAME_init_with_weights, instead of the library's read-only data.
     external_weights: bool = False
-    # --matvec: "tfaot" (own micro-kernel, compiler/microkernel.py) or "iree";
+    # --matvec: "tfaot" (own micro-kernel, compiler/lower/microkernel.py) or "iree";
     # None: the target's default (see matvec_kernel).
     matvec: str | None = None
     # --weights-dtype: "f32", "f16"/"bf16" for the micro-kernels' weights
-    # stored at half width, or "int8" for int8 matvecs (compiler/microkernel.py;
+    # stored at half width, or "int8" for int8 matvecs (compiler/lower/microkernel.py;
     # needs matvec_kernel "tfaot").
     weights_dtype: str = "f32"
     # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
@@ -167,7 +167,7 @@ class Target:
     def matvec_kernel(self) -> str:
         """Who computes constant-weight matvecs: "tfaot" or "iree".
 
-        tfaot's micro-kernel (compiler/microkernel.py) keeps its weights packed
+        tfaot's micro-kernel (compiler/lower/microkernel.py) keeps its weights packed
         in read-only data and is the default on hosted (Linux) CPU targets,
         where it measured faster (bench/bench_litert.py); Cortex-M (thumb
         triples) takes it for matvecs only (make_target, _mcu_matvec_kernel),

@@ -16,7 +16,7 @@
  *   tfrt_executable a loaded kernel library (!hal.executable), backend-defined
  *
  * tfaot computes the size of a model context from these struct definitions
- * (compiler/c_layout.py), for targets whose compiler is not installed: keep
+ * (compiler/package/c_layout.py), for targets whose compiler is not installed: keep
  * every field a plain declaration (type, optional pointer stars, name,
  * optional array size), no bit-fields.
  */

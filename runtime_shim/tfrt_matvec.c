@@ -2,7 +2,7 @@
  * convolution and the depthwise convolution of one image with W (f32 math).
  *
  * The kernel object's matvec and convolution dispatches
- * (compiler/microkernel.py) call TFRT_MATVEC_FN(w, w_offset, x, x_offset,
+ * (compiler/lower/microkernel.py) call TFRT_MATVEC_FN(w, w_offset, x, x_offset,
  * y, y_offset, n, k), TFRT_CONV_FN(...) and TFRT_DWCONV_FN(...) (depthwise);
  * the package stage compiles this file with -DTFRT_MATVEC_FN=NAME_matvec_f32
  * (and NAME_conv_f32, NAME_dwconv_f32: the kernels the model calls) and
@@ -40,7 +40,7 @@
 #error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=<the symbols the kernel object calls>"
 #endif
 
-/* Output lanes per packed tile; compiler/microkernel.py TILE must agree.
+/* Output lanes per packed tile; compiler/lower/microkernel.py TILE must agree.
  * Matvecs of at most TFRT_MATVEC_SMALL_TILE rows are one tile that wide
  * (microkernel.py SMALL_TILE). */
 #define TFRT_MATVEC_TILE 32
@@ -78,7 +78,7 @@ typedef uint16_t tfrt_weight;
  * shift, mask), scaled by 2^(127-15). Exact for every finite half; the
  * packing stores no Inf or NaN, and no subnormals either: those would be
  * subnormal f32s here, which x86 multiplies on a slow path
- * (compiler/microkernel.py to_half). */
+ * (compiler/lower/microkernel.py to_half). */
 static inline float tfrt_w(uint16_t h) {
   const union { uint32_t u; float f; } v = {((uint32_t)(int32_t)(int16_t)h << 13) & 0x8fffe000u};
   return v.f * 0x1p112f;

@@ -23,7 +23,7 @@ _GLOBAL = re.compile(r"ml_program\.global private mutable @(\w+)\(.*\) : (tensor
 
 def with_state_access(mlir: str) -> str:
     """Adds @get_state/@set_state over the mutable globals, in declaration
-    order, as the frontend does (compiler/mlir_import.py)."""
+    order, as the frontend does (compiler/lower/mlir_import.py)."""
     found = _GLOBAL.findall(mlir)
     if not found:
         return mlir
@@ -244,7 +244,7 @@ def keras_branched() -> ModelSpec:
     also covers what users build. The reference is TensorFlow running the
     pure step function eagerly."""
     import keras_models
-    from tfaot.mlir_import import import_program
+    from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
 
     program = streamify_keras(keras_models.build("functional_branched"),
@@ -287,7 +287,7 @@ def build_root() -> Path:
 def built(name: str) -> tuple[ModelSpec, Path, dict]:
     """(spec, output folder, manifest) of a model, built once per session."""
     if name not in _BUILT:
-        from tfaot.backend import build_library
+        from tfaot.backend.build import build_library
 
         spec = ALL[name]()
         root = build_root() / name

@@ -163,7 +163,7 @@ def run_saved_model(path, x: np.ndarray) -> np.ndarray:
     """Run a SavedModel's serving signature (v2, or v1 via a TF1 session)."""
     import tensorflow as tf
 
-    from tfaot.load_saved_model import saved_model_version
+    from tfaot.frontend.load_saved_model import saved_model_version
 
     from pathlib import Path
 

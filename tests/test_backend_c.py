@@ -144,7 +144,7 @@ def test_two_models_link_into_one_program(tmp_path):
 
 
 def test_two_builds_are_byte_identical(tmp_path):
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
 
     spec = backend_models.ALL["lstm"]()
     outs = []

@@ -7,8 +7,8 @@ import pytest
 
 import backend_models
 from tfaot import emit
-from tfaot.backend import build_library
-from tfaot.compile import compile_module, split_allocations
+from tfaot.backend.build import build_library
+from tfaot.backend.compile import compile_module, split_allocations
 from tfaot.target import make_target
 from tfaot.errors import TfaotError
 from tfaot.program import ProgramSignature, TensorInfo

@@ -113,7 +113,7 @@ def test_state_api_errors(model):
 
 
 def test_model_without_state_has_empty_state(tmp_path):
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
 
     mlir = """module @twice {
   func.func @step(%x: tensor<1x3xf32>) -> tensor<1x3xf32> {
@@ -133,7 +133,7 @@ def test_model_without_state_has_empty_state(tmp_path):
 
 
 def test_state_without_get_set_functions_is_refused(tmp_path):
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
 
     raw = backend_models.accumulator()  # MLIR without @get_state/@set_state
     with pytest.raises(TfaotError, match="has 1 state tensors but the compiled program has no "

@@ -1,4 +1,4 @@
-"""tfaot's convolution micro-kernels (compiler/microkernel.py, runtime_shim/tfrt_matvec.c).
+"""tfaot's convolution micro-kernels (compiler/lower/microkernel.py, runtime_shim/tfrt_matvec.c).
 
 Constant-filter convolutions (and depthwise ones) leave IREE's codegen for C
 kernels with weights packed at build time. The C kernels are checked against
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot import microkernel
+from tfaot.lower import microkernel
 from tfaot.resources import shim_dir
 from tfaot.target import make_target
 from util import run as _run
@@ -212,7 +212,7 @@ def test_rewrite_takes_the_forms_the_kernels_compute(name):
 
 def test_iree_compiles_every_rewritten_form(tmp_path):
     """The rewritten modules go through iree-compile (to the kernel object)."""
-    from tfaot.compile import compile_module
+    from tfaot.backend.compile import compile_module
 
     for name in ("conv_same", "conv1d", "depthwise_x2"):
         layout, x, f, y, window, groups, _ = REWRITES[name]

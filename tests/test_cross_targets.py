@@ -28,7 +28,7 @@ MODEL = "keras_branched"
 def _cross(triple: str, cpu: str, tmp_factory) -> tuple[Path, dict]:
     """The model built for (triple, cpu), once per session."""
     if (triple, cpu) not in _CROSS:
-        from tfaot.backend import build_library
+        from tfaot.backend.build import build_library
 
         spec = backend_models.ALL[MODEL]()
         root = tmp_factory.mktemp(f"{cpu}")
@@ -124,7 +124,7 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
 
 def test_hard_float_arm_without_cpu_is_refused(tmp_path):
     toolchains.require("arm-none-eabi-gcc")
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
     from tfaot.errors import TfaotError
 
     spec = backend_models.ALL["accumulator"]()

@@ -1,5 +1,5 @@
 """NAME_CTX_SIZE is computed from the C text and the target's data model
-(compiler/c_layout.py), so a cross build without the target's C compiler gets
+(compiler/package/c_layout.py), so a cross build without the target's C compiler gets
 the right, non-zero size; with a compiler the two must agree."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 import backend_models
 import toolchains
-from tfaot import c_layout, package
+from tfaot.package import c_layout
+from tfaot import package
 from tfaot.errors import TfaotError
 from util import run as _run
 
@@ -31,7 +32,7 @@ _BUILT: dict = {}
 
 
 def _build(key: str, root: Path) -> tuple[Path, dict]:
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
 
     triple, cpu, _, _ = TRIPLES[key]
     spec = backend_models.ALL[MODEL]()
@@ -125,7 +126,7 @@ def test_static_assert_rejects_a_wrong_or_zero_size(wrong, tmp_path, tmp_path_fa
 def test_build_fails_when_computed_and_measured_disagree(monkeypatch, tmp_path):
     """The compiler probe stays as a cross-check of the computed layout."""
     monkeypatch.setattr(c_layout, "data_model", lambda triple: c_layout.ILP32)
-    with pytest.raises(TfaotError, match=r"tfaot computed \d+ \(compiler/c_layout.py"):
+    with pytest.raises(TfaotError, match=r"tfaot computed \d+ \(compiler/package/c_layout.py"):
         _build("host", tmp_path)
 
 

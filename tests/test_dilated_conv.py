@@ -14,9 +14,9 @@ import re
 import numpy as np
 import pytest
 
-from tfaot import mlir_import
+from tfaot.lower import mlir_import
 from tfaot.cli import main
-from tfaot.microkernel import rewrite_matvecs
+from tfaot.lower.microkernel import rewrite_matvecs
 from tfaot.pipeline import BuildOptions, Progress, build_model, load_and_streamify
 
 STEPS = 110
@@ -101,7 +101,7 @@ def test_unfolded_chain_stays_with_iree(files, monkeypatch):
 
 def test_strided_chain_is_left_as_it_is():
     """A chain the fold does not equal (a stride inside the pair) is kept."""
-    from tfaot.dilated_conv import fold_dilated_convs
+    from tfaot.lower.dilated_conv import fold_dilated_convs
 
     text = _tf_chain(strides="[1, 2, 2, 1]")
     assert fold_dilated_convs(text) == (text, 0)

@@ -53,7 +53,7 @@ def cuda_root() -> Path:
 
 
 def _build(tmp: Path, arch: str | None = None) -> Path:
-    from tfaot.backend import build_library
+    from tfaot.backend.build import build_library
     from tfaot.target import make_target
 
     spec = backend_models.ALL["lstm"](n_in=40, hidden=64, n_out=12)
@@ -105,7 +105,7 @@ def test_cuda_target_flags_and_arch_choice():
 
 
 def test_cuda_flags_exist_in_the_pinned_compiler():
-    from tfaot.compile import iree_compile_binary
+    from tfaot.backend.compile import iree_compile_binary
 
     help_text = subprocess.run([iree_compile_binary(), "--help"], capture_output=True,
                                text=True).stdout
@@ -365,7 +365,7 @@ def test_a_failing_driver_call_is_a_status_and_releases_everything(
 
 def test_harness_steps_the_library_in_a_child_process(built, fake_driver, monkeypatch):
     """tfaot verify's path: the harness runs GPU libraries in a child process."""
-    from tfaot.harness_process import run_in_child
+    from tfaot.verify.process import run_in_child
 
     monkeypatch.setenv("LD_LIBRARY_PATH", str(fake_driver))
     xs = np.zeros((5, 1, 40), np.float32)

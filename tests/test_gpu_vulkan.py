@@ -1,7 +1,7 @@
 """--target=vulkan: SPIR-V kernels through the Vulkan backend of the runtime
 shim, run on Mesa's lavapipe (the CPU Vulkan driver .ci/run installs).
 
-The library runs in a child process (tfaot.harness_process): lavapipe's LLVM
+The library runs in a child process (tfaot.verify.process): lavapipe's LLVM
 and TensorFlow's cannot share a process.
 """
 import os
@@ -134,7 +134,7 @@ def test_static_library_links_without_vulkan(built, tmp_path):
 
 
 def test_weights_become_mutable_globals_with_setters():
-    from tfaot.weight_globals import INLINE_MAX_BYTES, weights_to_globals
+    from tfaot.lower.weight_globals import INLINE_MAX_BYTES, weights_to_globals
 
     big = ", ".join(f"{i}.0" for i in range(128))  # 512 bytes: hoisted
     small = ", ".join(f"{i}.0" for i in range(8))  # 32 bytes: stays inlined

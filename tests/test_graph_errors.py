@@ -41,7 +41,7 @@ CASES = ["bidirectional", "conv1d_same"]
 @pytest.mark.parametrize("timesteps", [30, None])
 @pytest.mark.parametrize("case", CASES)
 def test_time_mixing_op_is_rejected_with_node_name(case, timesteps):
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     build, words = _cases()[case]
@@ -58,7 +58,7 @@ def test_time_mixing_op_is_rejected_with_node_name(case, timesteps):
 def test_initial_state_from_input_is_rejected():
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(0)
@@ -78,7 +78,7 @@ def test_two_inputs_become_two_step_inputs():
     both placeholders become step inputs, in the graph's order."""
     import tensorflow as tf
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     g = tf.Graph()
@@ -96,7 +96,7 @@ def test_loop_counter_used_in_the_math_is_rejected():
     """A body that uses the time index as a value would need a step counter."""
     import tensorflow as tf
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     g = tf.Graph()
@@ -128,7 +128,7 @@ def test_matmul_over_time_is_rejected():
         convert_variables_to_constants_v2,
     )
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(0)
@@ -151,7 +151,7 @@ def test_values_from_the_sequence_length_are_rejected(timesteps):
         convert_variables_to_constants_v2,
     )
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(0)
@@ -202,7 +202,7 @@ def _python_function_graph(kind: str):
 @pytest.mark.parametrize("kind", ["py_function", "numpy_function", "in_loop"])
 def test_python_function_is_rejected_with_the_reason(kind):
     """Issue 12b: the message names the node and says why it cannot be compiled."""
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     loaded = graph_def_to_loaded(_python_function_graph(kind), Path("py.pb"), "graphdef")

@@ -38,7 +38,7 @@ def kws(tmp_path_factory):
 
 def _stream_vs_original(path, inputs, frames, steps_axis=1, seed=3):
     """pure_step run step by step vs TensorFlow running the original graph (fed at the cut)."""
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     loaded = load_graph(path, inputs=inputs, outputs="labels_softmax")
@@ -58,7 +58,7 @@ def _stream_vs_original(path, inputs, frames, steps_axis=1, seed=3):
 
 
 def test_string_input_says_where_to_cut(kws):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     with pytest.raises(TfaotError) as e:
         load_graph(kws())
@@ -69,7 +69,7 @@ def test_string_input_says_where_to_cut(kws):
 
 
 def test_cut_at_any_tensor_drops_the_front_end(kws):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     for spec in (MFCC, f"Mfcc:0:1x{FRAMES}x10", "Mfcc"):  # NAME, NAME:INDEX, shape inferred
         loaded = load_graph(kws(), inputs=spec, outputs="labels_softmax")
@@ -90,7 +90,7 @@ def test_outputs_prune_other_inputs(tmp_path):
     """A second head with its own placeholder is dropped when --outputs picks the first."""
     import tensorflow as tf
 
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     g = tf.Graph()
     with g.as_default():
@@ -200,7 +200,7 @@ def test_unrolled_copies_must_repeat(tmp_path):
     """Per-step weights that differ: not one repeated cell, so it is not streamed."""
     import tensorflow as tf
 
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     rng = np.random.default_rng(0)
@@ -224,7 +224,7 @@ def test_hand_unrolled_rnn_streams(tmp_path, split):
     """An RNN unrolled by hand with the three ways of slicing time."""
     import tensorflow as tf
 
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     T, F, U = 7, 4, 5

@@ -15,7 +15,7 @@ TOL = 1e-5
 def _iree_steps(program, x):
     from reference import compile_with_iree
 
-    from tfaot.mlir_import import import_program
+    from tfaot.lower.mlir_import import import_program
 
     module = compile_with_iree(import_program(program))
     return np.stack([module.step(np.ascontiguousarray(x[:, t])).to_host().copy()
@@ -26,7 +26,7 @@ def _iree_steps(program, x):
                                   "keras2_savedmodel"])
 def test_iree_matches_tensorflow(case, tmp_path):
     pytest.importorskip("iree.runtime")
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     if case.startswith("keras_"):

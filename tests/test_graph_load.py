@@ -55,7 +55,7 @@ def files(tmp_path_factory, frozen):
 @pytest.mark.parametrize("key,text", [("pb", False), ("pbtxt", True), ("text_as_pb", True),
                                       ("binary_as_pbtxt", False)])
 def test_detects_text_or_binary_from_content(files, key, text):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     loaded = load_graph(files[key])
     assert loaded.format == "graphdef"
@@ -66,7 +66,7 @@ def test_detects_text_or_binary_from_content(files, key, text):
 
 
 def test_ignores_unused_control_flow_placeholders(files):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     loaded = load_graph(files["v1cf"])
     source = loaded.details["source_graph_def"]  # the graph as the file has it
@@ -78,7 +78,7 @@ def test_ignores_unused_control_flow_placeholders(files):
 
 
 def test_overrides(files):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     loaded = load_graph(files["pb"], inputs="x:1x?x5", outputs="Identity", time_axis=1)
     assert loaded.inputs[0].shape == (1, None, F) and loaded.inputs[0].time_axis == 1
@@ -96,7 +96,7 @@ def test_overrides(files):
     ("dir", ["not_a_savedmodel", "not a SavedModel"]),
 ])
 def test_bad_files_name_the_file(files, key, words):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     with pytest.raises(TfaotError) as e:
         load_graph(files[key])
@@ -111,7 +111,7 @@ def test_bad_files_name_the_file(files, key, words):
     ({"time_axis": 7}, ["time axis 7", "'x'"]),
 ])
 def test_bad_overrides(files, kw, words):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     with pytest.raises(TfaotError) as e:
         load_graph(files["pb"], **kw)
@@ -120,14 +120,14 @@ def test_bad_overrides(files, kw, words):
 
 
 def test_missing_path():
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     with pytest.raises(TfaotError, match="no such file"):
         load_graph("/nonexistent/model.pb")
 
 
 def test_truncated_saved_model(tmp_path):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     (tmp_path / "saved_model.pb").write_bytes(b"\x08\x01\x12\xff\xff\xff")
     with pytest.raises(TfaotError) as e:

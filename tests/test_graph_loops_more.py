@@ -30,7 +30,7 @@ def _build(gd, tmp_path, name):
 
 
 def _streamed(gd, name="g"):
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     return streamify_graph(graph_def_to_loaded(gd, Path(f"{name}.pb"), "graphdef"),

@@ -95,7 +95,7 @@ def _matrix():
 
 @pytest.mark.parametrize("name,form", _matrix())
 def test_stream_matches_tensorflow(name, form, workdir, x):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     path = _write(form, name, workdir)
@@ -135,8 +135,8 @@ def test_reset_semantics_and_report(workdir, x):
     import json
 
     from reference import compile_with_iree, run_steps
-    from tfaot.load_graph import load_graph
-    from tfaot.mlir_import import import_program
+    from tfaot.frontend.load_graph import load_graph
+    from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_graph import streamify_graph
 
     program = streamify_graph(load_graph(_write("pb_while", "lstm_seq_dense", workdir)))
@@ -160,7 +160,7 @@ def test_reset_semantics_and_report(workdir, x):
 @pytest.mark.parametrize("form", ["pb", "savedmodel_v1"])
 def test_tf1_while_loop_tensorarray(form, workdir):
     """TF1 v1 control flow (Enter/Exit/...) + TensorArrayV3, as dynamic_rnn builds it."""
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     path = workdir / f"tf1_lstm.{form}"
@@ -193,7 +193,7 @@ FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
     ("keras2_savedmodel", 2, 3),
 ])
 def test_committed_fixtures(fixture, loops, states):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
     from tfaot.streamify_graph import streamify_graph
 
     loaded = load_graph(FIXTURES / fixture)
@@ -240,7 +240,7 @@ def test_return_state_outputs_and_masking(lower_control_flow):
     """Several outputs (sequence + final h, c) and a Masking layer (a second input list)."""
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(11)
@@ -267,7 +267,7 @@ def test_time_major_tf2_graph_while():
     """A graph built with tf.while_loop in a tf.Graph (control flow v2), input (T, 1, F)."""
     import tensorflow as tf
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     w = (np.random.default_rng(0).standard_normal((14, 6)) * 0.3).astype(np.float32)
@@ -298,7 +298,7 @@ def test_time_major_tf2_graph_while():
 def test_stateless_graph_is_one_inference():
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(0)
@@ -318,7 +318,7 @@ def test_embedding_int_input(lower_control_flow):
     """Token ids (int32, shape (1, T)) -> Embedding -> GRU -> Dense."""
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(6)
@@ -359,7 +359,7 @@ def test_per_step_heads_after_the_loop(head):
     """Time-pointwise ops on the sequence output (matmul forms, einsum, reductions)."""
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(8)
@@ -379,7 +379,7 @@ def test_fixed_t_time_distributed_unrolled(lower_control_flow):
     """Keras 3 TimeDistributed at a fixed T unrolls into T slices + Pack."""
     import keras
 
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
     from tfaot.streamify_graph import streamify_graph
 
     keras.utils.set_random_seed(12)

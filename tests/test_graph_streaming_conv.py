@@ -18,7 +18,7 @@ import graph_conv_models as G
 from tfaot import harness
 from tfaot.cli import main
 from tfaot.errors import TfaotError
-from tfaot.load import load_model
+from tfaot.frontend.load import load_model
 from tfaot.pipeline import BuildOptions, Progress, build_model
 from tfaot.streamify_graph import streamify_graph
 from tfaot.verify import GraphReference, verify
@@ -66,7 +66,7 @@ def _stream(program, xs):
 
 @pytest.mark.parametrize("name", list(G.MODELS))
 def test_step_program_matches_tensorflow(models, name):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     path = models(name)
     program = streamify_graph(load_graph(path), notify=False)
@@ -128,7 +128,7 @@ def test_library_matches_tensorflow(models, name):
 def test_a_stride_over_one_output_position_adds_no_frames(models):
     """The graph of a DS-CNN pooling over all remaining frames streams one
     frame per step (test_step_program_matches_tensorflow: its numbers)."""
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     stream = streamify_graph(load_graph(models("ds_cnn_pool_all")), notify=False).stream
     assert (stream.mode, stream.frames_per_step) == ("window", 1) and not stream.recompute
@@ -162,7 +162,7 @@ def test_inspect_shows_streaming_per_node(models, capsys):
 
 
 def test_whole_window_build_is_one_inference(models):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     program = streamify_graph(load_graph(models("ds_cnn_tf1")), notify=False,
                               fixed_window="whole")
@@ -173,7 +173,7 @@ def test_whole_window_build_is_one_inference(models):
 
 
 def test_same_padding_before_a_loop_is_refused(tmp_path):
-    from tfaot.load_graph import load_graph
+    from tfaot.frontend.load_graph import load_graph
 
     path, _ = G.write("same_before_gru", tmp_path)
     with pytest.raises(TfaotError) as info:
@@ -189,7 +189,7 @@ def test_running_global_pooling_in_prefix_mode(tmp_path):
     import tensorflow as tf
 
     import graph_models as gm
-    from tfaot.load_graph import graph_def_to_loaded
+    from tfaot.frontend.load_graph import graph_def_to_loaded
 
     w = tf.constant(np.random.default_rng(3).normal(size=(3, 6, 4)).astype(np.float32))
 

@@ -1,6 +1,6 @@
 """Token ids outside their table are refused (NAME_ERR_INPUT_RANGE), on every
 target: nothing runs, the state is unchanged, the harness names the id and
-the step (compiler/input_ranges.py, the id checks of model.c.j2)."""
+the step (compiler/lower/input_ranges.py, the id checks of model.c.j2)."""
 import json
 import subprocess
 import sys
@@ -12,8 +12,9 @@ import pytest
 from toolchains import require_vulkan
 from util import run
 
-from tfaot import harness, input_ranges
-from tfaot.harness_process import run_in_child
+from tfaot import harness
+from tfaot.lower import input_ranges
+from tfaot.verify.process import run_in_child
 from tfaot.pipeline import BuildOptions, Progress, build_model
 
 ROWS = 30

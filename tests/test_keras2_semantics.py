@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfaot import harness, keras2
+from tfaot import harness
+from tfaot.frontend import keras2
 from tfaot.cli import main
-from tfaot.load import load_model
+from tfaot.frontend.load import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHANGED = FIXTURES / "keras2_changed.h5"

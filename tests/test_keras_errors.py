@@ -4,7 +4,7 @@ import pytest
 from keras import layers
 
 from tfaot.errors import TfaotError
-from tfaot.mlir_import import import_program
+from tfaot.lower.mlir_import import import_program
 from tfaot.program import ProgramSignature, StepProgram, TensorInfo
 from tfaot.streamify_keras import streamify_keras
 

@@ -6,8 +6,8 @@ import pytest
 
 import keras_models
 from reference import compile_with_iree, run_steps
-from tfaot.load import load_model
-from tfaot.mlir_import import import_program
+from tfaot.frontend.load import load_model
+from tfaot.lower.mlir_import import import_program
 from tfaot.streamify_keras import streamify_keras
 from tfaot.verify import keras_sequence_reference
 

@@ -350,7 +350,7 @@ def test_variables_survive_garbage_collection_between_stages(tmp_path, builder):
     a collection between streamify and import changes nothing."""
     import gc
 
-    from tfaot.mlir_import import import_program
+    from tfaot.lower.mlir_import import import_program
     from tfaot.pipeline import load_and_streamify
 
     path = tmp_path / "m.keras"

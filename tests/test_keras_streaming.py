@@ -6,7 +6,7 @@ import pytest
 
 import keras_models
 from reference import compile_with_iree, run_steps
-from tfaot.mlir_import import import_program
+from tfaot.lower.mlir_import import import_program
 from tfaot.streamify_keras import streamify_keras
 from tfaot.verify import keras_sequence_reference
 

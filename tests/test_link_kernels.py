@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from keras import layers as L
 
-from tfaot import compile as compile_mod
-from tfaot import harness, microkernel
+from tfaot.backend import compile as compile_mod
+from tfaot import harness
+from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.package.link import add_micro_kernels
 from tfaot.pipeline import BuildOptions, Progress, build_model

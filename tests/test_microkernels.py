@@ -1,4 +1,4 @@
-"""tfaot's matvec micro-kernel (compiler/microkernel.py, runtime_shim/tfrt_matvec.c).
+"""tfaot's matvec micro-kernel (compiler/lower/microkernel.py, runtime_shim/tfrt_matvec.c).
 
 Constant-weight matvecs leave IREE's codegen for a C kernel with weights
 packed at build time into the kernel object's read-only data. Correctness
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot import microkernel
+from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
 from tfaot.target import make_target

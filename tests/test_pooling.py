@@ -1,4 +1,4 @@
-"""Small pooling windows as slices and maxima/sums (compiler/pooling.py).
+"""Small pooling windows as slices and maxima/sums (compiler/lower/pooling.py).
 
 The rewrite is checked on the op forms it must take or leave, and through
 the built .so against TensorFlow on max and average pooling with strides,
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tfaot import pooling
+from tfaot.lower import pooling
 
 
 def _pool_module(body: str, init: str, window, strides, shape=(1, 4, 9, 3), extra="",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reference import compile_with_iree
-from tfaot.mlir_import import _split_parts, split_matvec_reductions
+from tfaot.lower.mlir_import import _split_parts, split_matvec_reductions
 from tfaot.target import make_target
 
 

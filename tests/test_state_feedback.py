@@ -1,6 +1,6 @@
 """Graphs published as one step with the state as I/O (DeepSpeech's
 previous_state_c/h -> new_state_c/h, "external state" exports): the state
-pairs are kept inside the library (compiler/state_feedback.py)."""
+pairs are kept inside the library (compiler/streamify_graph/state_feedback.py)."""
 import json
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 from tfaot import harness
 from tfaot.cli import main
 from tfaot.program import ProgramSignature, TensorInfo
-from tfaot.state_feedback import find_pairs, parse_pairs
+from tfaot.streamify_graph.state_feedback import find_pairs, parse_pairs
 
 STEPS = 120
 

@@ -1,6 +1,6 @@
 """--weights-dtype=f16|bf16: the micro-kernel's weights stored at half width.
 
-The packed matvec weights (compiler/microkernel.py) are rounded to nearest
+The packed matvec weights (compiler/lower/microkernel.py) are rounded to nearest
 even at build time and converted back to f32 inside the C kernel
 (runtime_shim/tfrt_matvec.c); math and accumulation stay f32. Checked here:
 the rounding (numpy references), the kernel's conversion of every finite
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot import microkernel
+from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
 from tfaot.target import make_target

@@ -1,5 +1,5 @@
 """--weights-dtype=int8: matvecs with int8 weights (one scale per row) and an
-input quantized to int8 at every call, summed in int32 (compiler/microkernel.py
+input quantized to int8 at every call, summed in int32 (compiler/lower/microkernel.py
 quantize_int8 / pack_int8, runtime_shim/tfrt_matvec.c).
 
 Checked here: the C kernel against numpy's model of the same arithmetic
@@ -29,7 +29,7 @@ import pytest
 
 import toolchains
 from test_microkernels import _keras_model
-from tfaot import microkernel
+from tfaot.lower import microkernel
 from tfaot.resources import shim_dir
 from util import run as _run
 
@@ -462,7 +462,7 @@ def test_bare_metal_arm_takes_the_matvec_kernel_only():
 def test_rewrite_keeps_the_kinds_asked_for():
     import keras
 
-    from tfaot.mlir_import import import_program
+    from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
 
     keras.utils.set_random_seed(2)

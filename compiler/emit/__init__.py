@@ -32,8 +32,15 @@ from .driver import translate
 from .function import FunctionEmitter
 from .hal_rules import HAL_CALL_RULES
 from .memory import plan_memory
-from .program import (FunctionInfo, Global, Rodata, VMModule, VMProgram, function_signature,
-                      rodata_bytes)
+from .program import (
+    FunctionInfo,
+    Global,
+    Rodata,
+    VMModule,
+    VMProgram,
+    function_signature,
+    rodata_bytes,
+)
 from .vm_rules import BINARY_OPS, SELECT_OPS, UNARY_OPS, VM_RULES
 from .vmir import blocks_in_cycles
 

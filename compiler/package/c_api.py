@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import emit as emit_mod
 from .. import status as status_mod
-from ..compile import CompiledModule
+from ..backend.compile import CompiledModule
 from ..dtypes import BY_MLIR, dtype
 from ..errors import TfaotError
 from ..program import ProgramSignature, StreamInfo, TensorInfo

@@ -1,7 +1,7 @@
 """sizeof(struct NAME_ctx) on the target: computed from the C text, measured when we can.
 
 The size is computed from the rendered C and the target's data model
-(compiler/c_layout.py), so it is right without the target's compiler. When a
+(compiler/package/c_layout.py), so it is right without the target's compiler. When a
 compiler for the target is available it also measures the size (the C text
 with ``TFAOT_CTX_PROBE`` defined, plus an array of sizeof(ctx) read back with
 nm), and the build fails if the two disagree.
@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .. import c_layout
+from . import c_layout
 from ..errors import TfaotError
 from .c_api import CTX_ALIGN
 
@@ -88,6 +88,6 @@ def ctx_size_for(c_text: str, h_text: str, *, name: str, triple: str, backend: s
     if computed is not None and measured != computed:
         raise TfaotError(
             f"package: the context of '{name}' is {measured} bytes for {triple} with "
-            f"{probe_cmd[0]} but tfaot computed {computed} (compiler/c_layout.py, data model "
+            f"{probe_cmd[0]} but tfaot computed {computed} (compiler/package/c_layout.py, data model "
             f"{c_layout.data_model(triple).name}); a tfaot bug: please report")
     return measured

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from .. import emit as emit_mod
-from ..compile import CompiledModule
+from ..backend.compile import CompiledModule
 from ..program import ProgramSignature, StreamInfo
 from ..resources import template_env
 from .c_api import CTX_ALIGN, ApiModel, tfaot_version
@@ -83,7 +83,7 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "cpu": target.cpu,
         "pack_weights": target.pack_weights,
         # who computes the constant-weight matvecs and convolutions
-        # (compiler/microkernel.py), and which of tfaot's kernels the build calls
+        # (compiler/lower/microkernel.py), and which of tfaot's kernels the build calls
         "matvec": "tfaot" if compiled.kernel_symbols else "iree",
         "micro_kernels": sorted(compiled.kernel_symbols),
         # how the micro-kernels' packed weights are stored (--weights-dtype)
@@ -133,7 +133,7 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
 
 
-#: What ``weights_scheme`` says of an int8 build (compiler/microkernel.py).
+#: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py).
 INT8_SCHEME = ("matvec: int8 weights, symmetric, one f32 scale per output row; input "
                "quantized to int8 per call (symmetric, one scale per block of 16 inputs); "
                "int32 sums per block; "
@@ -143,7 +143,7 @@ INT8_SCHEME = ("matvec: int8 weights, symmetric, one f32 scale per output row; i
 def _weights_dtype(requested: str, kernels: dict[str, str]) -> dict[str, str]:
     """The manifest's ``weights_dtype`` (and for int8 its scheme): what the
     kernels this build calls store, f32 when none does otherwise."""
-    from ..microkernel import kernel_dtype
+    from ..lower.microkernel import kernel_dtype
 
     stored = {kernel_dtype(kind, requested) for kind in kernels} - {"f32"}
     if not stored:

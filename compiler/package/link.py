@@ -55,7 +55,7 @@ def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
             "target's binutils)")
 
 
-#: The micro-kernel's source in runtime_shim/ (compiler/microkernel.py).
+#: The micro-kernel's source in runtime_shim/ (compiler/lower/microkernel.py).
 MATVEC_SOURCE = "tfrt_matvec.c"
 
 
@@ -103,8 +103,8 @@ def check_kernels_defined(kernels: Path, toolchain: Toolchain) -> None:
     """Refuses a kernel object that still imports a micro-kernel: the library
     would fail to link or load (an undefined ``NAME_matvec_f32``) far from
     the cause."""
-    from ..compile import undefined_symbols
-    from ..microkernel import kernel_like
+    from ..backend.compile import undefined_symbols
+    from ..lower.microkernel import kernel_like
 
     missing = kernel_like(undefined_symbols(kernels, toolchain.nm))
     if missing:

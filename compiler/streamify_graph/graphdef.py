@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import re
 
-from ..graphdef import FLOAT_TYPES, INT_TYPES, dtype_name, node_of, split_tensor  # noqa: F401
+from ..frontend.graphdef import (  # noqa: F401
+    FLOAT_TYPES,
+    INT_TYPES,
+    dtype_name,
+    node_of,
+    split_tensor,
+)
 
 CF_V1 = {"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
          "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration"}

@@ -10,13 +10,11 @@ type without a rule is refused. Adding an op is adding one
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ..streamify_keras.replay import Seq
-from .graphdef import scope, tname
-from .meta import STATIC_KINDS, Meta, seq, step
+from .graphdef import scope
+from .meta import Meta, seq, step
 from .seq_op import SeqOp, rule
 from .time_rules import crop, flatten_window, reduce_over_time
 from .time_rules import time_length as _time_length

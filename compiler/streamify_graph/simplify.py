@@ -31,7 +31,7 @@ def simplify_graph_def(graph_def, inputs: list[str], outputs: list[str]):
     from tensorflow.core.protobuf import config_pb2
     from tensorflow.python.grappler import tf_optimizer
 
-    from ..graphdef import node_of
+    from ..frontend.graphdef import node_of
 
     keep = list(dict.fromkeys([node_of(o) for o in outputs] + list(inputs)))
     g = tf.Graph()

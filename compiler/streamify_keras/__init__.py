@@ -40,8 +40,18 @@ from .. import stream_choice
 from ..errors import TfaotError
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from . import time_rules
-from .replay import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, SEQ, VEC,  # noqa: F401
-                     NeedFrames, NotIncremental, Replay, Streamed, layer_error)
+from .replay import (  # noqa: F401
+    ELEMENTWISE_OPS,
+    NOT_STREAMABLE,
+    PER_STEP_LAYERS,
+    SEQ,
+    VEC,
+    NeedFrames,
+    NotIncremental,
+    Replay,
+    Streamed,
+    layer_error,
+)
 
 FIXED_WINDOW_CHOICES = stream_choice.CHOICES
 MAX_FRAMES_PER_STEP = 4096
@@ -103,8 +113,6 @@ def stream_info(model, source: str = "model", fixed_window: str = "auto") -> Str
 
 
 def _plan(model, source: str, fixed_window: str) -> dict:
-    import tensorflow as tf
-
     if fixed_window not in FIXED_WINDOW_CHOICES:
         raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
                          f"got {fixed_window!r}")

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import weight_globals
-from .errors import TfaotError
+from ..errors import TfaotError
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
 #: runtime_shim/tfrt_matvec.c (a test checks they agree).

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import TfaotError
+from ..errors import TfaotError
 
 
 def build_cut(lib, given):
     """The graph options given, else those the library was built with."""
-    from .load_graph import GraphOptions
+    from ..frontend.load_graph import GraphOptions
 
     if given is not None and (given.inputs, given.outputs, given.time_axis,
                               given.signature) != (None,) * 4:
@@ -51,7 +51,7 @@ class GraphReference:
     def __init__(self, loaded, lib, lib_dir, index: int = 0):
         """``loaded``: the load.LoadedModel of a graph format (``loaded.graph`` set);
         ``index``: which output (manifest order) this reference gives."""
-        from .program import StreamInfo
+        from ..program import StreamInfo
 
         if "stream" not in lib.manifest:
             raise TfaotError(f"{lib_dir}: built by an older tfaot (its manifest has no "

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import TfaotError, first_line
+from ..errors import TfaotError, first_line
 
 # Keras 2 activation names whose Keras 3 function computes something else.
 CHANGED_ACTIVATIONS = ("hard_sigmoid",)

@@ -10,13 +10,13 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from . import compile as compile_mod
-from . import emit as emit_mod
-from . import input_ranges
-from . import package as package_mod
-from . import weight_globals
-from .names import check_name
-from .program import ProgramSignature, StreamInfo
-from .target import Target, make_target
+from .. import emit as emit_mod
+from ..lower import input_ranges
+from .. import package as package_mod
+from ..lower import weight_globals
+from ..names import check_name
+from ..program import ProgramSignature, StreamInfo
+from ..target import Target, make_target
 
 
 def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *, name: str,

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TfaotError
-from .verify_graph import (GraphReference, build_cut, feedback_reference,  # noqa: F401
-                           token_limit)
+from ..errors import TfaotError
+from .graph import GraphReference, build_cut, feedback_reference, token_limit  # noqa: F401
 
 
 @dataclass
@@ -134,8 +133,8 @@ def compute_dtype_tolerance(model) -> float:
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float | None,
            graph_options=None) -> list[VerifyResult]:
     from . import harness
-    from .harness_process import run_sequence
-    from .load import load_model
+    from .process import run_sequence
+    from ..frontend.load import load_model
 
     lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
     tol_given = tol is not None
@@ -223,7 +222,7 @@ def _verify_fixed_length(references, lib, rng, limit: int, steps: int,
     softmax after its T frames) defines the stream only at its last frame:
     several sequences of T frames, each from a fresh init, are compared
     there (enough of them to cover about ``steps`` steps)."""
-    from .harness_process import run_sequence
+    from .process import run_sequence
 
     st = references[0].stream
     length, p = st.fixed_length, st.frames_per_step
@@ -322,8 +321,8 @@ def _embedding_rows(model) -> int:
 def library_stream(lib, model, model_path):
     """The library's StreamInfo: from its manifest, else re-derived from the
     model (a build whose step takes the whole window is stateless)."""
-    from .program import StreamInfo
-    from .streamify_keras import fixed_window_length, stream_info
+    from ..program import StreamInfo
+    from ..streamify_keras import fixed_window_length, stream_info
 
     if lib.manifest.get("stream"):
         return StreamInfo.from_json(lib.manifest["stream"])
@@ -335,7 +334,7 @@ def library_stream(lib, model, model_path):
 
 
 def _check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
-    from .streamify_keras import step_input_specs, step_inputs, time_length
+    from ..streamify_keras import step_input_specs, step_inputs, time_length
 
     specs = step_input_specs(model, str(model_path))  # also the model-level checks
     expected = [tuple(spec.shape) for spec in specs]
@@ -352,7 +351,7 @@ def _check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
 def keras_reference_model(loaded):
     """The model to take reference outputs from: the file read by the
     framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``)."""
-    from . import keras2
+    from ..frontend import keras2
 
     if keras2.is_keras2_file(loaded.path, loaded.format):
         return _without_stateful_layers(keras2.load_reference(loaded.path, loaded.format))
@@ -381,7 +380,7 @@ def _without_stateful_layers(model):
 
 def fixed_time_length(model) -> int | None:
     """T for a model whose input has a fixed time length (batch, T, ...)."""
-    from .streamify_keras import time_length
+    from ..streamify_keras import time_length
 
     return time_length(model) or None
 
@@ -397,7 +396,7 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
     defined are NaN (see ``keras_stream_reference``), or with ``masked``
     masked (a NaN there is then the model's own output).
     """
-    from .streamify_keras import is_streaming
+    from ..streamify_keras import is_streaming
 
     if stream is not None:
         if stream.mode == "stateless":

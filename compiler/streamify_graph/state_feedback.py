@@ -20,8 +20,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .errors import TfaotError
-from .program import ProgramSignature, StateInfo, StepProgram
+from ..errors import TfaotError
+from ..program import ProgramSignature, StateInfo, StepProgram
 
 _BEFORE = ("previous", "prev", "old", "last", "input", "inputs", "in", "current", "curr")
 _AFTER = ("new", "next", "updated", "output", "outputs", "out")

@@ -22,7 +22,7 @@ import operator
 import re
 from dataclasses import dataclass
 
-from .errors import TfaotError
+from ..errors import TfaotError
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def data_model(triple: str) -> DataModel:
     raise TfaotError(f"package: the data model (pointer size, alignment of 64-bit types) of "
                      f"target {triple} is not known to tfaot, so the context size cannot be "
                      "computed; install the target's C compiler (its measurement is used) or "
-                     "add the architecture to compiler/c_layout.py")
+                     "add the architecture to compiler/package/c_layout.py")
 
 
 def scalar_layout(model: DataModel) -> dict[str, tuple[int, int]]:

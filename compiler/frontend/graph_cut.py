@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import TfaotError
+from ..errors import TfaotError
 from .graphdef import FLOAT_TYPES, NON_DATA_TYPES, consumers_of, node_of, out_dtype
 
 # Node types that are never a model output even if nothing consumes them.

@@ -22,9 +22,9 @@ import re
 import numpy as np
 
 from .dilated_conv import fold_dilated_convs
-from .dtypes import dtype
-from .errors import TfaotError, first_line
-from .program import StateInfo, StepProgram, TensorInfo
+from ..dtypes import dtype
+from ..errors import TfaotError, first_line
+from ..program import StateInfo, StepProgram, TensorInfo
 
 ALLOWED_DIALECTS = {"builtin", "func", "stablehlo", "ml_program"}
 PURE_STEP = "pure_step"

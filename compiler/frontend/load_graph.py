@@ -6,10 +6,10 @@ tensors; ``streamify_graph`` works on that.
 
 * frozen GraphDef: binary ``.pb`` or text ``.pbtxt``, told apart by content
   (a text proto parses as text, anything else is tried as binary).
-* SavedModel v1 and v2: compiler/load_saved_model.py freezes the serving
+* SavedModel v1 and v2: compiler/frontend/load_saved_model.py freezes the serving
   signature into such a GraphDef.
 
-Both are then cut to their inputs and outputs by compiler/graph_cut.py
+Both are then cut to their inputs and outputs by compiler/frontend/graph_cut.py
 (``graph_def_to_loaded``); this module reads the file and the
 ``--inputs``/``--outputs`` specs.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .errors import TfaotError
+from ..errors import TfaotError
 # LoadedGraph and graph_def_to_loaded live in graph_cut.py (which
 # load_saved_model.py uses too); they are importable from here as before.
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded

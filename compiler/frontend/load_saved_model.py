@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import TfaotError, first_line
+from ..errors import TfaotError, first_line
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
 
 

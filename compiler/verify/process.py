@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TfaotError
-from .target import GPU_KINDS
+from ..errors import TfaotError
+from ..target import GPU_KINDS
 
 
 #: How the child reports a refused token id (harness.InputRangeError) to the parent.
@@ -55,7 +55,7 @@ def run_in_child(lib_dir: Path, xs: list[np.ndarray], *, name: str | None = None
     with tempfile.TemporaryDirectory(prefix="tfaot-steps-") as tmp:
         inputs, outputs = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
         np.savez(inputs, **{f"x{i}": x for i, x in enumerate(xs)})
-        cmd = [sys.executable, "-m", "tfaot.harness_process", str(lib_dir), str(inputs),
+        cmd = [sys.executable, "-m", "tfaot.verify.process", str(lib_dir), str(inputs),
                str(outputs), *([name] if name else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               check=False)

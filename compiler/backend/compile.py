@@ -18,22 +18,21 @@ docs/notes/iree-notes.md section 0:
 * ``Target.pack_weights`` (hosted targets): data tiling + const-expr
   hoisting pack the weights once in ``__init``, and long matvecs are split
   into short independent reductions first (bench/bench_litert.py).
-* CPU targets: small pooling windows become slices and maxima (pooling.py).
-* ``Target.matvec_kernel == "tfaot"``: constant-weight matvecs and
-  convolutions become calls of tfaot's own micro-kernels with weights packed
-  at build time (microkernel.py); packing at init is then off unless other
-  matmuls remain.
+* Before iree-compile, the MLIR rewrites the Target asks for (small pooling
+  windows as slices, tfaot's micro-kernels, weights as globals), in the
+  order lower/passes.py gives.
 """
 from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import microkernel, pooling, weight_globals
-from .errors import TfaotError
-from .target import WEIGHTS_DTYPES, Target
+from ..lower import microkernel, weight_globals
+from ..lower.passes import lower_for_target
+from ..errors import TfaotError
+from ..target import WEIGHTS_DTYPES, Target
 
 #: The compiler release the backend is tested against (kernel ABI, VM op set).
 PINNED_COMPILER_VERSION = "3.13.0"
@@ -225,8 +224,6 @@ def _undefined_kernel(workdir: Path, name: str) -> str | None:
 
 
 _HEX_CONSTANT = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
-#: Ops IREE's data tiling packs (Target.pack_weights).
-_MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
 
 
 def constant_bytes(mlir_text: str) -> int:
@@ -244,26 +241,7 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
     triple, cpu = target.triple, target.cpu
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    if not target.is_gpu:
-        mlir_text, _ = pooling.unroll_small_pools(mlir_text)
-    if target.matvec_kernel == "tfaot":
-        mlir_text, rewritten = microkernel.rewrite_matvecs(
-            mlir_text, name, dtype=target.weights_dtype,
-            kinds=target.kernel_kinds or microkernel.KINDS,
-            min_weights=target.kernel_min_weights,
-            weights_as_globals=target.weights_as_globals)
-        if rewritten and not _MATMUL_OP.search(mlir_text):
-            target = replace(target, weight_packing=False)  # nothing left to pack
-    if target.weights_as_globals:
-        # after the kernels' rewrite, which makes its packed weights globals
-        # itself (the constants it replaces are gone by then)
-        mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
-    if target.pack_weights:
-        # With packed weights each matvec is one serial FMA chain per output
-        # tile; shorter chains overlap (mlir_import.split_matvec_reductions).
-        from .mlir_import import split_matvec_reductions
-
-        mlir_text, _ = split_matvec_reductions(mlir_text)
+    mlir_text, target = lower_for_target(mlir_text, name, target)
     src = workdir / f"{name}.mlir"
     src.write_text(mlir_text)
     vm_asm = workdir / f"{name}.vm.mlir"

@@ -1,0 +1,1 @@
+"""The backend: iree-compile, then emit and package, in one call (build.py)."""

@@ -1,0 +1,1 @@
+"""The load stage: what a model path holds, loaded as a Keras model or a cut graph."""

@@ -1,0 +1,52 @@
+"""The MLIR rewrites a Target asks for, in order, in one place.
+
+The import stage writes one module for every target; before iree-compile,
+the Target decides which of these rewrites the module gets:
+
+1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
+   pooling is a generic loop).
+2. ``microkernel``: constant-weight matvecs and convolutions become calls of
+   tfaot's C kernels (``Target.matvec_kernel == "tfaot"``); with weights as
+   globals, their packed weights become globals themselves.
+3. ``weight_globals``: the remaining large constants become mutable globals
+   (GPU targets and --weights=file): after the kernels' rewrite, which
+   needs them as constants.
+4. ``split_matvec_reductions``: with IREE's packed weights, shorter FMA
+   chains (Target.pack_weights).
+
+Returns the module and the Target as decided: when the kernels took every
+matmul, nothing is left for IREE to pack.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ..target import Target
+from . import microkernel, pooling, weight_globals
+
+#: Ops IREE's data tiling packs (Target.pack_weights).
+_MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
+
+
+def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Target]:
+    """``mlir_text`` with the rewrites ``target`` asks for, and the target as decided."""
+    if not target.is_gpu:
+        mlir_text, _ = pooling.unroll_small_pools(mlir_text)
+    if target.matvec_kernel == "tfaot":
+        mlir_text, rewritten = microkernel.rewrite_matvecs(
+            mlir_text, name, dtype=target.weights_dtype,
+            kinds=target.kernel_kinds or microkernel.KINDS,
+            min_weights=target.kernel_min_weights,
+            weights_as_globals=target.weights_as_globals)
+        if rewritten and not _MATMUL_OP.search(mlir_text):
+            target = replace(target, weight_packing=False)  # nothing left to pack
+    if target.weights_as_globals:
+        mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
+    if target.pack_weights:
+        # With packed weights each matvec is one serial FMA chain per output
+        # tile; shorter chains overlap.
+        from .mlir_import import split_matvec_reductions
+
+        mlir_text, _ = split_matvec_reductions(mlir_text)
+    return mlir_text, target
