@@ -116,11 +116,18 @@ def build_plugin(workdir: Path) -> Path:
     return plugin
 
 
+def make_inputs():
+    """examples/cortex_m/make_inputs.py: its write_header writes the inputs.h firmware.c reads."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_inputs", CORTEXM / "make_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path) -> Path:
-    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
-    (workdir / "inputs.h").write_text(
-        f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
-        f"{rows}\n}};\n")
+    make_inputs().write_header(xs, workdir / "inputs.h")
     image = workdir / "firmware.elf"
     run(["arm-none-eabi-gcc", "-std=c11", "-O2", *M4_FLAGS, "-ffunction-sections",
          "-fdata-sections", f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}",

@@ -83,10 +83,7 @@ ARM = {
 
 
 def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Path:
-    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
-    (tmp_path / "inputs.h").write_text(
-        f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
-        f"{rows}\n}};\n")
+    toolchains.write_inputs_header(xs, tmp_path / "inputs.h")
     image = tmp_path / "image.elf"
     cm = toolchains.FIRMWARE
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",

@@ -392,10 +392,7 @@ def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
     manifest = json.loads((out / "q8.json").read_text())
     assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"
     xs = case["xs"]
-    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
-    (tmp_path / "inputs.h").write_text(
-        f"#define STEPS {len(xs)}\nstatic const float inputs[STEPS][{xs[0].size}] = {{\n"
-        f"{rows}\n}};\n")
+    toolchains.write_inputs_header(xs, tmp_path / "inputs.h")
     cm = toolchains.FIRMWARE
     image = tmp_path / "image.elf"
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
@@ -454,6 +451,7 @@ def test_bare_metal_arm_takes_the_matvec_kernel_only():
     t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
     assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
     assert make_target("cpu", **m4, matvec="iree").matvec_kernel == "iree"
+    assert make_target("cpu", **m4, external_weights=True).matvec_kernel == "iree"
     soft = {"triple": "thumbv7em-none-eabi", "cpu": "cortex-m4"}
     assert make_target("cpu", **soft).matvec_kernel == "iree"
     assert make_target("cpu", **soft, weights_dtype="int8").matvec_kernel == "tfaot"

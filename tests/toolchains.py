@@ -21,6 +21,17 @@ RUN_HOOKS = Path(__file__).parent / "data" / "backend" / "c" / "run_hooks.c"
 #: main that runs a model over inputs.h): firmware tests build on it.
 FIRMWARE = Path(__file__).parent.parent / "examples" / "cortex_m"
 
+
+def write_inputs_header(xs, path: Path) -> None:
+    """inputs.h of the firmware's main.c for the frames ``xs`` (the example's
+    make_inputs.write_header)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_inputs", FIRMWARE / "make_inputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_header(xs, path)
+
 #: tool -> Debian package
 PACKAGES = {
     "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",

@@ -527,9 +527,7 @@ def state_shapes(layer) -> list[tuple[int, ...]]:
     from keras import tree
 
     size = layer.cell.state_size
-    sizes = list(size) if isinstance(size, (list, tuple)) else [size]
-    if _nested_states(layer):  # StackedRNNCells: one list per cell, kept flat here
-        sizes = tree.flatten(size)
+    sizes = tree.flatten(size)  # StackedRNNCells nest one list per cell: kept flat here
     if all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
         return [(1, int(s)) for s in sizes]
     if all(isinstance(s, (int, np.integer)) for s in sizes) and \

@@ -130,6 +130,13 @@ def compute_dtype_tolerance(model) -> float:
     return max((COMPUTE_DTYPE_TOLERANCE.get(d, 0.0) for d in dtypes), default=0.0)
 
 
+def default_tolerance(lib, keras_model) -> float:
+    """--tol's default: the library's weight dtype's, or the Keras model's
+    compute dtype's when that is coarser."""
+    tol = DEFAULT_TOLERANCE.get(lib.manifest.get("weights_dtype", "f32"), 1e-5)
+    return max(tol, compute_dtype_tolerance(keras_model)) if keras_model is not None else tol
+
+
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float | None,
            graph_options=None) -> list[VerifyResult]:
     from . import harness
@@ -137,16 +144,13 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     from ..frontend.load import load_model
 
     lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
-    tol_given = tol is not None
-    if tol is None:
-        tol = DEFAULT_TOLERANCE.get(lib.manifest.get("weights_dtype", "f32"), 1e-5)
     rng = np.random.default_rng(seed)
     graph_options = build_cut(lib, graph_options)
     loaded = load_model(model_path, graph_options)
+    if tol is None:
+        tol = default_tolerance(lib, loaded.keras_model)
     if loaded.keras_model is not None:
         model = loaded.keras_model
-        if not tol_given:
-            tol = max(tol, compute_dtype_tolerance(model))
         stream = library_stream(lib, model, model_path)
         _check_input_shape(model, lib, model_path, lib_dir, stream)
         fixed = fixed_time_length(model) if stream.mode == "prefix" else None
@@ -547,10 +551,7 @@ def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
     on the T steps, else only what the model gives is compared.
     """
     steps = x.shape[1]
-    x_model = x[:, :length]
-    if steps < length:
-        pad = np.zeros((x.shape[0], length - steps, *x.shape[2:]), x.dtype)
-        x_model = np.concatenate([x, pad], axis=1)
+    x_model = _pad_time(x, length) if steps < length else x[:, :length]
     full = np.asarray(model(x_model))
     sequence_output = full.ndim == 3 and full.shape[1] == length
     if sequence_output and steps <= length:

@@ -19,11 +19,17 @@ def main(manifest_path: str, steps: str, header_path: str) -> None:
                  f"the model has {[(i['name'], i['dtype']) for i in inputs]}")
     size = int(np.prod(inputs[0]["shape"]))
     frames = np.random.default_rng(0).standard_normal((int(steps), size)).astype(np.float32)
+    write_header(frames, Path(header_path))
+    np.save(Path(header_path).with_name("frames.npy"), frames)
+
+
+def write_header(frames: np.ndarray, path: Path) -> None:
+    """inputs.h: ``STEPS`` and ``inputs[STEPS][size]``, one row per frame
+    (the frames' floats written exactly, as repr does)."""
+    frames = np.asarray(frames, np.float32).reshape(len(frames), -1)
     rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in frame) + "}" for frame in frames)
-    header = Path(header_path)
-    header.write_text(f"#define STEPS {len(frames)}\n"
-                      f"static const float inputs[STEPS][{size}] = {{\n{rows}\n}};\n")
-    np.save(header.with_name("frames.npy"), frames)
+    path.write_text(f"#define STEPS {len(frames)}\n"
+                    f"static const float inputs[STEPS][{frames.shape[1]}] = {{\n{rows}\n}};\n")
 
 
 if __name__ == "__main__":
