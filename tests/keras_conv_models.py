@@ -40,6 +40,14 @@ def pad_pool_gru():
                              L.GRU(4), L.Dense(2)])
 
 
+def grouped_conv1d_gru():
+    """Grouped Conv1D (groups=2): Keras 3 compiles it with jit_compile=True
+    (TensorFlow's CPU kernel lacks it), a call the importer must inline."""
+    return keras.Sequential([_open(8), L.Conv1D(8, 3, groups=2, padding="causal",
+                                                activation="relu"),
+                             L.Conv1D(4, 2, groups=4), L.GRU(5), L.Dense(2)])
+
+
 def crnn():
     """CRNN (kws_streaming crnn.py): Conv2D over (time, frequency) -> GRU."""
     x = keras.Input((None, 10), batch_size=1)
@@ -202,6 +210,7 @@ MODELS = {
     "conv1d_causal_dilated_seq": (conv1d_causal_dilated_seq, "prefix", False),
     "conv1d_stride2_lstm_seq": (conv1d_stride2_lstm_seq, "prefix", False),
     "pad_pool_gru": (pad_pool_gru, "prefix", False),
+    "grouped_conv1d_gru": (grouped_conv1d_gru, "prefix", False),
     "crnn": (crnn, "prefix", False),
     "ds_cnn": (ds_cnn, "window", False),
     "ds_cnn_same": (ds_cnn_same, "window", True),

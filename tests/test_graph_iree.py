@@ -49,3 +49,20 @@ def test_iree_matches_tensorflow(case, tmp_path):
     assert err <= TOL, f"{case}: IREE vs TensorFlow max abs error {err}"
     tf_steps = gm.stream(program, x)
     assert np.abs(ys - tf_steps).max() <= TOL
+
+
+def test_bool_constants_read_the_same_packed_or_not():
+    """TensorFlow prints an i1 constant's hex packed 8 per byte (LSB first);
+    IREE's parser wants one byte per element: both become the same list."""
+    from tfaot.lower.mlir_import import unpack_bool_constants
+
+    mask = np.tril(np.ones((3, 4), bool))
+    packed = np.packbits(mask.ravel(), bitorder="little").tobytes().hex().upper()
+    bytewise = mask.astype(np.uint8).tobytes().hex().upper()
+    want = ("dense<[[true, false, false, false], [true, true, false, false], "
+            "[true, true, true, false]]> : tensor<3x4xi1>")
+    for data in (packed, bytewise):
+        text = f'%c = stablehlo.constant dense<"0x{data}"> : tensor<3x4xi1>'
+        assert unpack_bool_constants(text) == f"%c = stablehlo.constant {want}"
+    other = 'dense<"0x0100"> : tensor<2xi8>'
+    assert unpack_bool_constants(other) == other

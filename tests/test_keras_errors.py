@@ -27,6 +27,20 @@ def test_bidirectional():
     _expect(m, "'bidi'", "Bidirectional", "backwards")
 
 
+def test_causal_attention_over_open_time():
+    x = _seq(8)
+    y = layers.MultiHeadAttention(2, 4, name="mha")(x, x, use_causal_mask=True)
+    _expect(keras.Model(x, y), "'mha'", "use_causal_mask=True", "grows without bound",
+            "fixed length")
+
+
+def test_repeat_vector_decoder_over_open_time():
+    x = _seq()
+    h = layers.RepeatVector(5)(layers.LSTM(4)(x))
+    _expect(keras.Model(x, layers.LSTM(3, name="dec")(h)), "'dec'", "no time axis",
+            "fixed length")
+
+
 def test_go_backwards():
     m = keras.Sequential([_seq(), layers.GRU(4, go_backwards=True, name="rev_gru")])
     _expect(m, "'rev_gru'", "go_backwards")

@@ -6,7 +6,9 @@ through the built .so and compared with Keras (>= 100 steps):
   last output, as Keras's backend rnn does; the stream includes such frames;
 * global average / max pooling over a recurrent layer's outputs (prefix
   mode: a running mean / max of frames 0..t);
-* Bidirectional and go_backwards layers over a fixed window: not streamable
+* Bidirectional and go_backwards layers, a recurrent layer started from
+  another tensor (initial_state) or reading one without the input's time
+  axis (RepeatVector), over a fixed window: not streamable
   incrementally, so the exact fallback (the window recomputed every step),
   or one whole inference per step when the time axis reaches the output.
 """
@@ -78,6 +80,37 @@ def _bidirectional_tagger():
     return keras.Model(x, L.TimeDistributed(L.Dense(3))(h))
 
 
+def _repeat_vector_autoencoder():
+    """The LSTM autoencoder of the tutorials: encoder, RepeatVector, decoder
+    over the repeated axis (not the input's time): one inference per step."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((10, 4))
+    h = L.RepeatVector(10)(L.LSTM(8)(x))
+    return keras.Model(x, L.TimeDistributed(L.Dense(4))(L.LSTM(6, return_sequences=True)(h)))
+
+
+def _causal_self_attention():
+    """Causal multi-head self-attention over a fixed window (its boolean mask
+    constant must survive the import)."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((16, 8))
+    h = L.MultiHeadAttention(2, 4)(x, x, use_causal_mask=True)
+    return keras.Model(x, L.Dense(2)(L.LayerNormalization()(h + x)))
+
+
+def _encoder_decoder_state():
+    """A decoder started from the encoder's final state (initial_state), over
+    a fixed window: the window recomputed every step."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((12, 5))
+    _, h, c = L.LSTM(8, return_state=True)(x)
+    y = L.LSTM(8)(x, initial_state=[h, c])
+    return keras.Model(x, L.Dense(2)(y))
+
+
 # name -> (builder, stream mode, recomputed window)
 MODELS = {
     "masking": (_masking, "prefix", False),
@@ -86,6 +119,7 @@ MODELS = {
     "conv_gru_gmp": (_conv_gru_global_max, "prefix", False),
     "bidirectional": (_bidirectional_classifier, "window", True),
     "go_backwards": (_go_backwards, "window", True),
+    "encoder_decoder_state": (_encoder_decoder_state, "window", True),
 }
 
 
@@ -156,17 +190,20 @@ def test_masked_frames_change_nothing(built):
     np.testing.assert_array_equal(got[10], got[9])
 
 
-def test_bidirectional_tagger_is_one_inference_per_step(built):
-    """The time axis reaches the output: one whole inference per step."""
-    model, out = built("bidirectional_tagger", _bidirectional_tagger)
+@pytest.mark.parametrize("name,builder", [("bidirectional_tagger", _bidirectional_tagger),
+                                          ("repeat_vector", _repeat_vector_autoencoder),
+                                          ("causal_attention", _causal_self_attention)])
+def test_whole_sequence_models_are_one_inference_per_step(built, name, builder):
+    """A time axis reaches the output: one whole inference per step."""
+    model, out = built(name, builder)
     lib = harness.load(out)
-    assert tuple(lib.input_shape) == (1, 15, 6)
+    assert tuple(lib.input_shape) == (1, *model.inputs[0].shape[1:])
     rng = np.random.default_rng(2)
     worst = 0.0
     for _ in range(100):
         x = rng.normal(size=lib.input_shape).astype(np.float32)
         worst = max(worst, float(np.abs(lib.step(x) - np.asarray(model(x))).max()))
-    print(f"bidirectional tagger: max abs error {worst:.3g} over 100 inferences")
+    print(f"{name}: max abs error {worst:.3g} over 100 inferences")
     assert worst <= TOL
 
 

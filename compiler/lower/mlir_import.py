@@ -37,7 +37,7 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True) -> str:
     benchmarks that compare against it).
     """
     tf_text, _ = fold_dilated_convs(_to_tf_dialect(program))
-    hlo_text = _lower_to_stablehlo(tf_text, program.source)
+    hlo_text = unpack_bool_constants(_lower_to_stablehlo(tf_text, program.source))
     return _wrap(hlo_text, program, matvec_layout)
 
 
@@ -49,12 +49,63 @@ def _to_tf_dialect(program: StepProgram) -> str:
 
     frozen = convert_variables_to_constants_v2(program.pure_step)
     try:
-        text = tf.mlir.experimental.convert_function(
-            frozen, pass_pipeline="tf-standard-pipeline", show_debug_info=True)
+        text = _import_function(frozen)
     except Exception as e:
         raise TfaotError(f"{program.source}: TensorFlow could not import the step "
                          f"function to MLIR: {first_line(e)}") from None
     return _rename_single_func(text, "main")
+
+
+# Call attributes that make TensorFlow's importer wrap a call in a
+# tf_device.cluster_func (an XLA cluster), which has no StableHLO lowering.
+# Keras 3 compiles some ops with jit_compile=True (grouped convolutions,
+# channels-first 3-D ones) because TensorFlow's CPU kernels lack them; here
+# the whole step is compiled anyway, so the call is imported inline.
+_XLA_CALL_ATTRS = ("_XlaMustCompile", "_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients")
+
+
+def _import_function(frozen) -> str:
+    """``tf.mlir.experimental.convert_function`` of ``frozen``, with every
+    call into an XLA cluster (and the cluster's own calls) made a plain call."""
+    from tensorflow.python import pywrap_mlir
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    ctx.ensure_initialized()
+    library = {f.signature.name: f for f in frozen.graph.as_graph_def().library.function}
+    fdef = frozen.function_def
+    if _inline_xla_calls(fdef, library, ctx):
+        # The importer reads the function from the context by its name.
+        _register_renamed(fdef, ctx)
+    return pywrap_mlir.ImportFunction(ctx._handle, str(fdef).encode("utf-8"),
+                                      b"tf-standard-pipeline", True)
+
+
+def _inline_xla_calls(fdef, library: dict, ctx) -> bool:
+    """Drop the XLA attributes from ``fdef``'s calls (a callee that carries
+    them is registered again without them); True if anything changed."""
+    changed = False
+    for node in fdef.node_def:
+        for attr in _XLA_CALL_ATTRS:
+            changed |= node.attr.pop(attr, None) is not None
+        callee = library.get(node.attr["f"].func.name) if "f" in node.attr else None
+        if callee is None:
+            continue
+        plain = type(callee)()
+        plain.CopyFrom(callee)
+        for attr in (*_XLA_CALL_ATTRS, "_noinline"):
+            changed |= plain.attr.pop(attr, None) is not None
+        if _inline_xla_calls(plain, library, ctx) or plain != callee:
+            node.attr["f"].func.name = _register_renamed(plain, ctx)
+            changed = True
+    return changed
+
+
+def _register_renamed(fdef, ctx) -> str:
+    fdef.signature.name += "_tfaot_plain"
+    if not ctx.has_function(fdef.signature.name):
+        ctx.add_function_def(fdef)
+    return fdef.signature.name
 
 
 def _rename_single_func(text: str, new_name: str) -> str:
@@ -73,6 +124,36 @@ def _lower_to_stablehlo(tf_text: str, source: str) -> str:
             tf_text, "tf-lower-to-mlprogram-and-hlo", True)
     except Exception as e:
         raise TfaotError(f"{source}: lowering to StableHLO failed: {first_line(e)}") from None
+
+
+# TensorFlow's MLIR prints a boolean constant's hex data packed, 8 elements a
+# byte; the MLIR in IREE's compiler reads one byte per element, so a mask
+# constant (a causal attention mask, say) would not parse. Written as a list
+# of true/false it reads the same in both.
+_BOOL_HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)"> : tensor<((?:\d+x)*)i1>')
+
+
+def unpack_bool_constants(text: str) -> str:
+    return _BOOL_HEX.sub(_bool_literal, text)
+
+
+def _bool_literal(match: re.Match) -> str:
+    import numpy as np
+
+    data, dims = bytes.fromhex(match.group(1)), match.group(2)
+    shape = [int(d) for d in dims.split("x") if d]
+    count = int(np.prod(shape))
+    if len(data) == count:  # already one byte per element
+        values = np.frombuffer(data, np.uint8) != 0
+    else:
+        values = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[:count] != 0
+    return f"dense<{_nested(values.reshape(shape))}> : tensor<{dims}i1>"
+
+
+def _nested(values) -> str:
+    if values.ndim == 0:
+        return "true" if values else "false"
+    return "[" + ", ".join(_nested(v) for v in values) + "]"
 
 
 # --------------------------------------------------------------------------

@@ -143,7 +143,11 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             continue
         except NotIncremental as reason:
             window = window or _fixed_length(model)
-            if window is None or fixed_window != "stream":
+            if window is None:
+                raise TfaotError(f"{reason}; give the input a fixed length "
+                                 f"(keras.Input((W, ...))) and it builds as one whole "
+                                 f"inference per step") from None
+            if fixed_window != "stream":
                 raise TfaotError(str(reason)) from None
             if _time_reaches_output(model, window):
                 # e.g. a Bidirectional tagger: one whole inference per step

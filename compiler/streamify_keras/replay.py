@@ -73,6 +73,15 @@ NOT_STREAMABLE: dict[str, str] = {
 }
 
 
+def _not_streamable_reason(kind: str, kwargs: dict) -> str:
+    if "Attention" in kind and kwargs.get("use_causal_mask"):
+        # Causal attention is incremental, but its state (every earlier
+        # frame's keys and values) grows without bound.
+        return ("attends over every earlier frame (use_causal_mask=True): its state, "
+                "all earlier keys and values, grows without bound")
+    return NOT_STREAMABLE[kind]
+
+
 @dataclass(frozen=True)
 class Seq:
     """Which frames of a sequence a streamed chunk holds.
@@ -304,7 +313,7 @@ class Replay:
             return self._recurrent(op, args[0], kwargs)
         if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
             # (a fixed-window model falls back to recomputing its window)
-            raise NotIncremental(op, NOT_STREAMABLE[kind])
+            raise NotIncremental(op, _not_streamable_reason(kind, kwargs))
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed))
@@ -499,12 +508,14 @@ class Replay:
         if layer.go_backwards:
             raise NotIncremental(layer, "has go_backwards=True: step t would depend "
                                         "on future samples")
+        # Neither streams frame by frame; over a fixed window the model still
+        # runs as one whole inference per step (NotIncremental falls back).
         if kwargs.get("initial_state") is not None:
-            raise layer_error(layer, "gets its initial state from another tensor; "
-                                     "tfaot needs the layer's own initial state")
+            raise NotIncremental(layer, "gets its initial state from another tensor; "
+                                        "tfaot needs the layer's own initial state")
         if x.meta != SEQ:
-            raise layer_error(layer, "reads a tensor that has no time axis of the "
-                                     "model input (e.g. after a last-output layer)")
+            raise NotIncremental(layer, "reads a tensor that has no time axis of the "
+                                        "model input (e.g. after a last-output layer)")
         state_shapes(layer)  # raises on state sizes without shapes
 
     # -- report ------------------------------------------------------------
