@@ -173,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "convolutions keep f32 weights); needs tfaot's matvec kernel "
                         "(--matvec=tfaot, the default on Linux triples; bare-metal int8 "
                         "builds take it for their matvecs by themselves)")
+    p.add_argument("--streams", type=int, default=1, metavar="N",
+                   help="independent streams per context (default 1): NAME_step takes N "
+                        "frames, one per stream (stream-major), and writes N outputs; "
+                        "each weight is read once for all N (servers stepping many "
+                        "microphones); NAME_reset_stream, NAME_get_stream_state and "
+                        "NAME_set_stream_state move one stream")
     _add_size_options(p)
     _add_stream_options(p)
     _add_graph_options(p)
@@ -373,7 +379,7 @@ def cmd_build(args) -> int:
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
-                           fixed_window=args.fixed_window,
+                           fixed_window=args.fixed_window, streams=args.streams,
                            graph_options=_graph_options(args), limits=_size_limits(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)

@@ -51,11 +51,13 @@ class Progress:
 
 def load_and_streamify(model_path: str, progress: Progress,
                        graph_options: GraphOptions | None = None, *,
-                       fixed_window: str = "auto", check_sizes=None) -> StepProgram:
+                       fixed_window: str = "auto", check_sizes=None,
+                       streams: int = 1) -> StepProgram:
     """load -> streamify. ``fixed_window``: whether a fixed-window model
     without recurrence streams as a sliding window ("stream") or runs one
     whole-window inference per step ("whole"); "auto" chooses by the input's
-    rank (``stream_choice``). ``check_sizes(program, loaded)``: called once
+    rank (``stream_choice``). ``streams``: independent streams per context
+    (``lower/streams.py``). ``check_sizes(program, loaded)``: called once
     the step is known, before anything is imported or compiled."""
     from .frontend.tfenv import quiet_tensorflow
 
@@ -80,6 +82,10 @@ def load_and_streamify(model_path: str, progress: Progress,
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
             program = _fed_back_state(program, graph_options, model_path, progress)
+        if streams != 1:
+            from .lower.streams import batch_streams
+
+            program = batch_streams(program, streams)
     if check_sizes is not None:
         check_sizes(program, loaded)
     return program
@@ -110,10 +116,12 @@ def _fed_back_state(program, graph_options, model_path: str, progress: Progress)
 
 def run_frontend(model_path: str, progress: Progress,
                  graph_options: GraphOptions | None = None, *,
-                 fixed_window: str = "auto", check_sizes=None) -> tuple[StepProgram, str]:
+                 fixed_window: str = "auto", check_sizes=None,
+                 streams: int = 1) -> tuple[StepProgram, str]:
     """load -> streamify -> import; returns the program and the MLIR text."""
     program = load_and_streamify(model_path, progress, graph_options,
-                                 fixed_window=fixed_window, check_sizes=check_sizes)
+                                 fixed_window=fixed_window, check_sizes=check_sizes,
+                                 streams=streams)
     with progress.stage("import"):
         from .lower.mlir_import import import_program
 
@@ -147,6 +155,7 @@ class BuildOptions:
     # fixed-window models without recurrence: "stream" (a sliding window),
     # "whole" (one whole inference per step) or "auto" (by the input's rank)
     fixed_window: str = "auto"
+    streams: int = 1  # independent streams per context (lower/streams.py)
     graph_options: GraphOptions = field(default_factory=GraphOptions)
     limits: sizes.SizeLimits = field(default_factory=sizes.SizeLimits)
 
@@ -207,10 +216,12 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     """
     from .backend.build import build_library
     from .frontend.load import detect_format
+    from .lower.streams import check_streams
     from .target import make_target
 
     name = options.name or default_name(model_path)
     check_name(name)
+    check_streams(options.streams)
     target = make_target(options.target, options.triple, options.cpu,
                          weight_packing=options.pack_weights,
                          external_weights=options.weights == "file",
@@ -223,7 +234,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     try:
         program, mlir_text = run_frontend(
             model_path, progress, options.graph_options, fixed_window=options.fixed_window,
-            check_sizes=lambda program, loaded: sizes.check_step(
+            streams=options.streams, check_sizes=lambda program, loaded: sizes.check_step(
                 program, loaded, options.limits, target, progress.note))
         temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)

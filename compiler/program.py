@@ -86,6 +86,10 @@ class StreamInfo:
     end ``delay`` frames before the step's last frame. ``recompute`` is
     empty when the stream is incremental, else why each step runs the whole
     window (the exact fallback).
+
+    ``streams`` (``--streams N``): independent streams one context steps
+    together; every input, output and state then has a leading axis of N
+    (stream i's tensors are row i), in front of the one stream's shape.
     """
 
     mode: str = "stateless"
@@ -96,12 +100,13 @@ class StreamInfo:
     first_valid_step: int = 0
     delay: int = 0                    # frames between the window's end and the step's last
     recompute: str = ""               # why each step recomputes the whole window ("" = no)
+    streams: int = 1                  # independent streams per context (--streams)
 
     def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "time_axis": self.time_axis,
                 "fixed_length": self.fixed_length, "frames_per_step": self.frames_per_step,
                 "window": self.window, "first_valid_step": self.first_valid_step,
-                "delay": self.delay, "recompute": self.recompute}
+                "delay": self.delay, "recompute": self.recompute, "streams": self.streams}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "StreamInfo":

@@ -42,7 +42,6 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True) -> str:
 
 
 def _to_tf_dialect(program: StepProgram) -> str:
-    import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
@@ -194,8 +193,12 @@ def _tf_origin(location: str) -> tuple[str | None, str | None]:
     ``loc("node/name"(callsite...))`` for each op.
     """
     op_type = re.search(r'"([A-Za-z0-9_]+):"', location)
-    node = re.search(r'"([^":]+)"\(', location) or re.search(r'"([^":]+)"', location)
-    return (op_type.group(1) if op_type else None, node.group(1) if node else None)
+    # the node: a call-site name ("node"(...)) or the first quoted name that
+    # is not an op type ("Type:")
+    call_site = re.search(r'"([^":]+)"\(', location)
+    names = [n for n in re.findall(r'"([^"]*)"', location) if n and not n.endswith(":")]
+    node = call_site.group(1) if call_site else (names[0] if names else None)
+    return (op_type.group(1) if op_type else None, node)
 
 
 def _shorten(text: str, limit: int = 600) -> str:

@@ -196,7 +196,7 @@ class ApiModel:
             statuses=statuses,
             id_checks=id_checks(self.inputs),
             status_width=max(len(st["api_name"]) + len(str(st["value"])) for st in statuses) + 1,
-            stream=self.stream,
+            stream=self.stream, streams=self.stream.streams,
             shim={"backend": target.shim_backend, "header": backend.header,
                   "sources": (SHIM_CORE_SOURCE, backend.source)},
         )

@@ -13,7 +13,9 @@ C_FLAGS = ("-std=c11", "-O2", "-ffunction-sections", "-fdata-sections")
 
 #: The library's global symbols (after the NAME_ prefix); everything else is local.
 PUBLIC_FUNCTIONS = ("ctx_size", "init", "reset", "step", "step_n", "state_size", "get_state",
-                    "set_state", "read_input", "write_output", "run", "deinit", "status_string")
+                    "set_state", "stream_state_size", "get_stream_state", "set_stream_state",
+                    "reset_stream", "read_input", "write_output", "run", "deinit",
+                    "status_string")
 #: Defined only by --weights=file builds.
 WEIGHTS_FILE_FUNCTIONS = ("init_with_weights",)
 

@@ -149,35 +149,9 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     loaded = load_model(model_path, graph_options)
     if tol is None:
         tol = default_tolerance(lib, loaded.keras_model)
-    if loaded.keras_model is not None:
-        model = loaded.keras_model
-        stream = library_stream(lib, model, model_path)
-        _check_input_shape(model, lib, model_path, lib_dir, stream)
-        fixed = fixed_time_length(model) if stream.mode == "prefix" else None
-        if fixed is not None:
-            steps = min(steps, fixed)  # the model defines only its T steps
-        elif stream.mode == "window":
-            steps += stream.first_valid_step  # ``steps`` compared ones
-        if steps <= stream.first_valid_step:
-            raise TfaotError(f"{lib_dir}: outputs are valid from step {stream.first_valid_step} "
-                             f"on; verify it with --steps {stream.first_valid_step + 100}")
-        # One array per input, (steps, *step input i): a streamed input's
-        # frames, or the value a per-step input takes at each step.
-        xs = [random_inputs(rng, (steps, *shape), dt, _embedding_rows(model))
-              for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
-        # The reference is the file's own framework: Keras 2 files run in
-        # Keras 2 (tf_keras), not in the Keras 3 model the build used.
-        reference_model = keras_reference_model(loaded)
-        if len(xs) == 1:
-            wants = [keras_reference(head, xs[0], stream=stream, step_output=shape,
-                                     masked=True)
-                     for head, shape in zip(_output_heads(reference_model,
-                                                          len(lib.output_shapes)),
-                                            lib.output_shapes)]
-        else:
-            wants = keras_multi_input_reference(reference_model, xs, lib.input_streamed,
-                                                stream, lib.output_shapes)
-    else:
+    if lib.streams > 1:
+        return _verify_streams(loaded, lib, rng, steps, tol, model_path, lib_dir)
+    if loaded.keras_model is None:
         limit = token_limit(loaded.graph.graph_def)
         if lib.manifest.get("state_feedback"):
             xs = [random_inputs(rng, (steps, *shape), dt, limit)
@@ -188,6 +162,17 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
                       for i in range(len(lib.output_shapes))]
         if all(r.fixed_last_output for r in references):
             return _verify_fixed_length(references, lib, rng, limit, steps, tol)
+    xs, wants = _inputs_and_references(loaded, lib, rng, steps, model_path, lib_dir)
+    return _compare(lib, lib_dir, model_path, run_sequence(lib, xs), wants, tol)
+
+
+def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
+    """Random inputs for ``steps`` steps of ``lib`` (one array per input,
+    (steps, *step input i)) and TensorFlow's outputs on them, per output."""
+    if loaded.keras_model is None:
+        limit = token_limit(loaded.graph.graph_def)
+        references = [GraphReference(loaded, lib, lib_dir, index=i)
+                      for i in range(len(lib.output_shapes))]
         xs = [random_inputs(rng, (references[0].steps(steps), *shape), dt, limit)
               for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
         if not references[0].stateless:
@@ -195,8 +180,82 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
             # sequence sees one value, so every step gets the same one.
             xs = [x if s else np.repeat(x[:1], len(x), axis=0)
                   for x, s in zip(xs, lib.input_streamed)]
-        wants = [reference.outputs(xs, masked=True) for reference in references]
-    return _compare(lib, lib_dir, model_path, run_sequence(lib, xs), wants, tol)
+        return xs, [reference.outputs(xs, masked=True) for reference in references]
+    model = loaded.keras_model
+    stream = library_stream(lib, model, model_path)
+    _check_input_shape(model, lib, model_path, lib_dir, stream)
+    fixed = fixed_time_length(model) if stream.mode == "prefix" else None
+    if fixed is not None:
+        steps = min(steps, fixed)  # the model defines only its T steps
+    elif stream.mode == "window":
+        steps += stream.first_valid_step  # ``steps`` compared ones
+    if steps <= stream.first_valid_step:
+        raise TfaotError(f"{lib_dir}: outputs are valid from step {stream.first_valid_step} "
+                         f"on; verify it with --steps {stream.first_valid_step + 100}")
+    # One array per input, (steps, *step input i): a streamed input's
+    # frames, or the value a per-step input takes at each step.
+    xs = [random_inputs(rng, (steps, *shape), dt, _embedding_rows(model))
+          for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+    # The reference is the file's own framework: Keras 2 files run in
+    # Keras 2 (tf_keras), not in the Keras 3 model the build used.
+    reference_model = keras_reference_model(loaded)
+    if len(xs) == 1:
+        wants = [keras_reference(head, xs[0], stream=stream, step_output=shape, masked=True)
+                 for head, shape in zip(_output_heads(reference_model, len(lib.output_shapes)),
+                                        lib.output_shapes)]
+    else:
+        wants = keras_multi_input_reference(reference_model, xs, lib.input_streamed,
+                                            stream, lib.output_shapes)
+    return xs, wants
+
+
+def _verify_streams(loaded, lib, rng, steps: int, tol: float, model_path,
+                    lib_dir) -> list[VerifyResult]:
+    """A --streams N library: N different input sequences, one per stream,
+    stepped together; each stream's outputs against TensorFlow on its own."""
+    from .process import run_sequence
+
+    if loaded.keras_model is None and lib.manifest.get("state_feedback"):
+        raise TfaotError(f"{lib_dir}: verify of a --streams build covers Keras models and "
+                         "graphs with their loops streamed; verify a --streams 1 build of "
+                         "this graph")
+    one = OneStream(lib)
+    cases = [_inputs_and_references(loaded, one, rng, steps, model_path, lib_dir)
+             for _ in range(lib.streams)]
+    # (steps, N, *step input) per input: stream i's frames in row i
+    xs = [np.stack([xs_i[k] for xs_i, _ in cases], axis=1) for k in range(len(cases[0][0]))]
+    steps_out = run_sequence(lib, xs)
+    tallies = [ErrorTally() for _ in lib.output_shapes]
+    for i, (_, wants) in enumerate(cases):
+        for k, want in enumerate(wants):
+            got = np.stack([y[k][i] for y in steps_out])[-len(want):]
+            first = len(steps_out) - len(want)
+            values = np.ma.getdata(want)
+            for m in np.flatnonzero(defined_steps(want)):
+                tallies[k].add(f"stream {i} step {first + m}", got[m], values[m])
+    unit = f"steps of {lib.streams} streams"
+    return [tally.result(lib.manifest["outputs"][k]["name"], tol, unit=unit)
+            for k, tally in enumerate(tallies)]
+
+
+class OneStream:
+    """One stream's view of a --streams N library (shapes without the streams
+    axis), for the code that makes one stream's inputs and references."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self.manifest = dict(lib.manifest)
+        for key in ("inputs", "outputs"):
+            self.manifest[key] = [dict(t, shape=t["shape"][1:]) for t in lib.manifest[key]]
+        self.input_shapes = [s[1:] for s in lib.input_shapes]
+        self.output_shapes = [s[1:] for s in lib.output_shapes]
+        self.input_specs = [(n, dt, s[1:]) for n, dt, s in lib.input_specs]
+        self.output_specs = [(n, dt, s[1:]) for n, dt, s in lib.output_specs]
+        self.input_shape, self.output_shape = self.input_shapes[0], self.output_shapes[0]
+        self.streams = 1
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
 
 
 def _compare(lib, lib_dir, model_path, steps_out, wants, tol) -> list[VerifyResult]:

@@ -97,6 +97,17 @@ class Model:
             f.restype = restype
             f.argtypes = argtypes
             self._fn[fn] = f
+        for fn, argtypes in (("get_stream_state", [ctypes.c_void_p, ctypes.c_size_t,
+                                                   ctypes.c_void_p]),
+                             ("set_stream_state", [ctypes.c_void_p, ctypes.c_size_t,
+                                                   ctypes.c_void_p]),
+                             ("reset_stream", [ctypes.c_void_p, ctypes.c_size_t])):
+            f = getattr(lib, f"{self.name}_{fn}", None)  # (absent from older builds)
+            if f is not None:
+                f.restype, f.argtypes = ctypes.c_int, argtypes
+                self._fn[fn] = f
+        # Independent streams per context (--streams): every tensor's axis 0.
+        self.streams = self.stream.streams
         self.state_specs = [(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]))
                             for s in manifest.get("state", [])]
         self.state_bytes = int(self._fn["state_size"]())
@@ -300,6 +311,52 @@ class Model:
             parts.append(np.ascontiguousarray(s).view(np.uint8).ravel())
         buf = np.concatenate(parts) if parts else np.zeros(1, np.uint8)
         self._check(self._fn["set_state"](self._ctx, buf.ctypes.data), "set_state")
+
+    # -- one stream of many (--streams) -------------------------------------
+    def _stream_state_specs(self) -> list[tuple]:
+        return [(n, dt, shape[1:] if self.streams > 1 else shape)
+                for n, dt, shape in self.state_specs]
+
+    def _stream_fn(self, fn: str):
+        if fn not in self._fn:
+            raise TfaotError(f"{self.name}: this library has no {self.name}_{fn} "
+                             "(built before --streams; rebuild it)")
+        return self._fn[fn]
+
+    def get_stream_state(self, stream: int) -> list[np.ndarray]:
+        """Stream ``stream``'s part of every state (the state without the
+        streams axis)."""
+        buf = np.zeros(max(self.state_bytes // self.streams, 1), dtype=np.uint8)
+        self._check(self._stream_fn("get_stream_state")(self._ctx, stream, buf.ctypes.data),
+                    "get_stream_state")
+        out, offset = [], 0
+        for _, dtype, shape in self._stream_state_specs():
+            n = dtype.itemsize * int(np.prod(shape))
+            out.append(buf[offset:offset + n].view(dtype).reshape(shape).copy())
+            offset += n
+        return out
+
+    def set_stream_state(self, stream: int, states) -> None:
+        """Replaces stream ``stream``'s state (as get_stream_state returns it)."""
+        states = list(states)
+        specs = self._stream_state_specs()
+        if len(states) != len(specs):
+            raise TfaotError(f"{self.name}: set_stream_state got {len(states)} arrays, the "
+                             f"model has {len(specs)} states")
+        parts = []
+        for s, (sname, dtype, shape) in zip(states, specs):
+            s = np.asarray(s)
+            if s.dtype != dtype or tuple(s.shape) != shape:
+                raise TfaotError(f"{self.name}: state '{sname}' of one stream must be "
+                                 f"{dtype}{list(shape)}, got {s.dtype}{list(s.shape)}")
+            parts.append(np.ascontiguousarray(s).view(np.uint8).ravel())
+        buf = np.concatenate(parts) if parts else np.zeros(1, np.uint8)
+        self._check(self._stream_fn("set_stream_state")(self._ctx, stream, buf.ctypes.data),
+                    "set_stream_state")
+
+    def reset_stream(self, stream: int) -> None:
+        """Puts one stream back to the initial state; the others keep theirs."""
+        self._check(self._stream_fn("reset_stream")(self._ctx, stream), "reset_stream")
 
     def close(self) -> None:
         if self._live:

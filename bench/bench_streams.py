@@ -1,0 +1,121 @@
+"""Many streams in one context (``tfaot build --streams N``): throughput.
+
+For each model, libraries with N = 1, 4, 8, 16, 32 streams are built from
+the same Keras file and stepped through ctypes ``step_n`` (one C call for
+all steps, so Python's share is amortised), every library timed in turn in
+each repetition. Reported: stream-steps per CPU second (thread time: the C
+loop runs in this thread) and per wall second, and the speed-up over the
+one-stream library. N separate one-stream contexts of one library run at
+the one-stream rate (each reads every weight once per step); the N = 1 row
+is that baseline. Targets (issue 24): at N = 8, >= 5x on LSTM(512) and
+>= 2.5x on 2 x LSTM(128).
+
+    .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
+        [--models lstm512,...] [--steps N] [--repeats R]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_streaming import Timer, _cpu_name, time_interleaved  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+FEATURES = 40
+
+
+def _model(layers_spec):
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, FEATURES))
+    h = x
+    for i, (kind, units) in enumerate(layers_spec):
+        last = i == len(layers_spec) - 1
+        h = getattr(L, kind)(units, return_sequences=not last)(h)
+    return keras.Model(x, L.Dense(12)(h))
+
+
+MODELS = {
+    "2xlstm128": [("LSTM", 128), ("LSTM", 128)],
+    "gru256": [("GRU", 256)],
+    "lstm512": [("LSTM", 512)],
+}
+
+
+def build(path: Path, streams: int, out: Path) -> Path:
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    return build_model(str(path), BuildOptions(out_dir=out, streams=streams),
+                       Progress(False)).path
+
+
+def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
+    path = tmp / f"{name}.keras"
+    _model(MODELS[name]).save(path)
+    timers = []
+    for n in counts:
+        # each library runs about the same number of stream-steps
+        steps = max(20, args.steps // n)
+        timers.append(Timer(build(path, n, tmp / f"{name}_{n}"), steps))
+        print(f"built {name} with {n} stream(s)", file=sys.stderr, flush=True)
+    times = time_interleaved(timers, args.repeats)
+    base_cpu, base_wall = times[0]
+    rows = []
+    for n, (cpu_us, wall_us) in zip(counts, times):
+        rows.append({"model": name, "streams": n, "cpu_us_per_step": cpu_us,
+                     "wall_us_per_step": wall_us,
+                     "stream_steps_per_cpu_s": n / cpu_us * 1e6,
+                     "stream_steps_per_wall_s": n / wall_us * 1e6,
+                     "speedup_cpu": n * base_cpu / cpu_us,
+                     "speedup_wall": n * base_wall / wall_us})
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'model':<10} {'N':>3} {'CPU us/step':>12} {'stream-steps/CPU s':>19} "
+          f"{'x one stream (CPU)':>19} {'x (wall)':>9}")
+    for r in rows:
+        print(f"{r['model']:<10} {r['streams']:>3} {r['cpu_us_per_step']:>12.1f} "
+              f"{r['stream_steps_per_cpu_s']:>19,.0f} {r['speedup_cpu']:>19.2f} "
+              f"{r['speedup_wall']:>9.2f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--streams", default="1,4,8,16,32",
+                    help="stream counts, the first one is the baseline (default 1,4,8,16,32)")
+    ap.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
+    ap.add_argument("--steps", type=int, default=2000,
+                    help="stream-steps per timed pass (default 2000)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed passes (default 5)")
+    args = ap.parse_args(argv)
+    counts = [int(n) for n in args.streams.split(",")]
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tfaot-bench-streams-") as tmp:
+        for name in names:
+            rows += measure(name, counts, Path(tmp), args)
+    print(f"CPU: {_cpu_name()}")
+    print_table(rows)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"streams-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
+                                "steps": args.steps, "repeats": args.repeats,
+                                "rows": rows}, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

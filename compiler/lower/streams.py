@@ -1,0 +1,103 @@
+"""Many streams in one context (``--streams N``).
+
+The step function of one stream is vectorised over a new leading axis
+with TensorFlow's own ``vectorized_map`` (pfor): every input, output and
+state gains a leading N, and a matrix-vector product of one stream becomes
+one matrix product with N rows, so each weight is read once per step for
+all N streams. pfor rewrites each op for the batch (it knows the batched
+form of TensorFlow's ops); it is told never to fall back to a loop, so a
+step it cannot batch is refused instead of running N times in sequence.
+
+Streams are independent by construction: no op of the batched step mixes
+rows of the stream axis.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+from ..errors import TfaotError, first_line
+from ..program import ProgramSignature, StepProgram
+
+#: The most streams one context holds: beyond it the context's size and the
+#: step's temporaries grow past what a single call should hold.
+MAX_STREAMS = 4096
+
+
+def check_streams(count: int) -> None:
+    if not 1 <= count <= MAX_STREAMS:
+        raise TfaotError(f"--streams must be between 1 and {MAX_STREAMS}, got {count}")
+
+
+def batch_streams(program: StepProgram, count: int) -> StepProgram:
+    """The program of ``count`` independent streams (``program`` if 1)."""
+    check_streams(count)
+    if count == 1:
+        return program
+    import tensorflow as tf
+
+    one = program.pure_step
+    sig = program.signature
+    specs = [tf.TensorSpec((count, *t.shape), t.dtype) for t in (*sig.inputs, *sig.states)]
+
+    def pure_step(*args):
+        return tf.vectorized_map(lambda per_stream: one(*per_stream), tuple(args),
+                                 fallback_to_while_loop=False)
+
+    try:
+        with _shared_filter_depthwise_conv():
+            batched = tf.function(pure_step, input_signature=specs,
+                                  autograph=False).get_concrete_function()
+    except Exception as e:  # pfor names the op it has no batched form of
+        raise TfaotError(f"{program.source}: --streams {count}: TensorFlow cannot batch "
+                         f"the step over streams: {first_line(e)}") from None
+    return dataclasses.replace(program, signature=_batched_signature(sig, count),
+                               pure_step=batched,
+                               stream=dataclasses.replace(program.stream, streams=count))
+
+
+def _batched_signature(sig: ProgramSignature, count: int) -> ProgramSignature:
+    def widen(t, **extra):
+        return dataclasses.replace(t, shape=(count, *t.shape), **extra)
+
+    states = tuple(widen(s, initial=_repeat(s.initial, count)) for s in sig.states)
+    return ProgramSignature(tuple(widen(t) for t in sig.inputs),
+                            tuple(widen(t) for t in sig.outputs), states)
+
+
+def _repeat(initial, count: int):
+    if initial is None:
+        return None
+    return np.repeat(np.asarray(initial)[None], count, axis=0)
+
+
+@contextlib.contextmanager
+def _shared_filter_depthwise_conv():
+    """pfor batches a depthwise convolution only with a filter per stream
+    (it folds the streams into the channels and tiles the filter N times);
+    here the filter is the model's, shared by all streams, so the streams
+    fold into the batch axis instead. Installed while the step is traced."""
+    from tensorflow.python.ops.parallel_for import pfor
+
+    registry = pfor._pfor_converter_registry
+    per_stream = registry["DepthwiseConv2dNative"]
+
+    def convert(pfor_input):
+        if pfor_input.input(1)[1]:  # the filter differs per stream
+            return per_stream(pfor_input)
+        x = pfor_input.stacked_input(0)  # (N, batch, H, W, C)
+        if pfor_input.get_attr("data_format") != b"NHWC":
+            return per_stream(pfor_input)
+        folded = pfor._flatten_first_two_dims(x)
+        y = pfor._create_op("DepthwiseConv2dNative", [folded, pfor_input.unstacked_input(1)],
+                            [t.dtype for t in pfor_input.outputs],
+                            attrs=pfor_input.op.node_def.attr).outputs[0]
+        return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
+
+    registry["DepthwiseConv2dNative"] = convert
+    try:
+        yield
+    finally:
+        registry["DepthwiseConv2dNative"] = per_stream

@@ -1,0 +1,177 @@
+"""--streams N (lower/streams.py): one context steps N independent streams.
+
+Each stream of an N-stream library equals the one-stream library on the same
+frames (within 1e-6: the N-stream step is a matrix product where the
+one-stream step is a matvec, so the summation order differs) and TensorFlow
+(tfaot verify); streams do not see each other's inputs; one stream's state
+moves, resets and restores alone, from Python and from C (ASan + UBSan).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import keras_conv_models
+from tfaot import harness
+from tfaot.cli import main
+from tfaot.errors import TfaotError
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from util import run
+
+STREAMS = 4
+STEPS = 120
+C_DIR = Path(__file__).parent / "data" / "backend" / "c"
+
+
+def _lstm_gru():
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(1)
+    x = keras.Input((None, 12))
+    h = L.LSTM(24, return_sequences=True)(x)
+    return keras.Model(x, L.Dense(3)(L.GRU(16)(h)))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (model file, one-stream library, N-stream library)"""
+    root = tmp_path_factory.mktemp("streams")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model = _lstm_gru() if name == "lstm_gru" else keras_conv_models.build(name)
+            path = root / f"{name}.keras"
+            model.save(path)
+            dirs = []
+            for n in (1, STREAMS):
+                out = build_model(str(path), BuildOptions(out_dir=root / f"{name}_{n}",
+                                                          streams=n, keep_temps=n > 1),
+                                  Progress(False))
+                dirs.append(out.path)
+            cache[name] = (path, *dirs)
+        return cache[name]
+    return get
+
+
+def _frames(lib, steps, seed=0):
+    return np.random.default_rng(seed).normal(size=(steps, *lib.input_shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["lstm_gru", "ds_cnn"])
+def test_each_stream_equals_the_one_stream_library(built, name):
+    """ds_cnn: a sliding window of convolutions (ring buffers, a depthwise
+    convolution whose filter all streams share)."""
+    _, one_dir, many_dir = built(name)
+    one, many = harness.load(one_dir), harness.load(many_dir)
+    assert many.streams == STREAMS and one.streams == 1
+    assert many.input_shape == (STREAMS, *one.input_shape)
+    assert many.output_shape == (STREAMS, *one.output_shape)
+    xs = _frames(many, STEPS)
+    got = many.step_n(xs)
+    worst = 0.0
+    for i in range(STREAMS):
+        one.reset()
+        want = one.step_n(np.ascontiguousarray(xs[:, i]))
+        worst = max(worst, float(np.abs(got[:, i] - want).max()))
+    print(f"{name}: max abs difference to the one-stream library {worst:.3g} "
+          f"over {STREAMS} x {STEPS} steps")
+    assert worst <= 1e-6
+
+
+def test_streams_do_not_see_each_other(built):
+    _, _, many_dir = built("lstm_gru")
+    many = harness.load(many_dir)
+    xs = _frames(many, 60)
+    base = many.step_n(xs)
+    other = xs.copy()
+    other[:, 0] = _frames(many, 60, seed=9)[:, 0]
+    many.reset()
+    changed = many.step_n(other)
+    assert not np.array_equal(changed[:, 0], base[:, 0])
+    np.testing.assert_array_equal(changed[:, 1:], base[:, 1:])
+
+
+def test_one_stream_moves_resets_and_restores(built):
+    _, one_dir, many_dir = built("lstm_gru")
+    one, many = harness.load(one_dir), harness.load(many_dir)
+    xs = _frames(many, 50)
+    many.step_n(xs[:20])
+    saved = many.get_stream_state(1)
+    assert [s.shape for s in saved] == [shape[1:] for _, _, shape in many.state_specs]
+    # the one-stream library, fed stream 1's frames, holds the same state
+    one.step_n(np.ascontiguousarray(xs[:20, 1]))
+    for a, b in zip(one.get_state(), saved):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    # stream 3 takes stream 1's state and stream 2 is reset: from here on,
+    # stream 3 continues stream 1 and stream 2 starts afresh.
+    many.set_stream_state(3, saved)
+    many.reset_stream(2)
+    rest = many.step_n(xs[20:])
+    one.set_state(saved)
+    np.testing.assert_allclose(rest[:, 3], one.step_n(np.ascontiguousarray(xs[20:, 3])),
+                               rtol=0, atol=1e-6)
+    one.reset()
+    np.testing.assert_allclose(rest[:, 2], one.step_n(np.ascontiguousarray(xs[20:, 2])),
+                               rtol=0, atol=1e-6)
+    with pytest.raises(TfaotError, match="reset_stream failed with status 1"):
+        many.reset_stream(STREAMS)
+    with pytest.raises(TfaotError, match="of one stream must be"):
+        many.set_stream_state(0, [np.zeros((STREAMS, *s.shape), s.dtype) for s in saved])
+
+
+def test_verify_compares_every_stream_with_tensorflow(built, capsys):
+    path, _, many_dir = built("lstm_gru")
+    assert main(["verify", str(path), str(many_dir), "--steps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"over {STREAMS * 100} steps of {STREAMS} streams" in out and ": ok" in out
+
+
+def test_c_program_under_sanitizers(built, tmp_path):
+    if not shutil.which("gcc"):
+        pytest.skip("needs gcc")
+    _, one_dir, many_dir = built("lstm_gru")
+    src = many_dir.parent / f"{many_dir.name}" / "src"
+    name = "lstm_gru"
+    exe = tmp_path / "streams"
+    run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+         f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}", f'-DTFAOT_HEADER="{name}.h"',
+         "-I", src, C_DIR / "streams.c", src / f"{name}.c", src / f"{name}_kernels.o", "-lm",
+         "-o", exe])
+    proc = run([exe], env={"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
+                           "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"})
+    assert "runtime error" not in proc.stderr
+    rows = [line.split("|") for line in proc.stdout.splitlines()]
+    first = np.array([r[0].split() for r in rows], np.float32)
+    last = np.array([r[1].split() for r in rows], np.float32)
+    # The same frames through the one-stream library, moves included.
+    one = harness.load(one_dir)
+    k = np.arange(one.input_shape[-1])
+    frames = [np.array([((t * 31 + s * 17 + k * 7) % 23) / 11.0 - 1.0 for t in range(40)],
+                       np.float32).reshape(40, *one.input_shape) for s in (0, STREAMS - 1)]
+    want_first = one.step_n(frames[0][:10])
+    saved = one.get_state()
+    want_first = np.concatenate([want_first, one.step_n(frames[0][10:30])])
+    one.reset()
+    want_first = np.concatenate([want_first, one.step_n(frames[0][30:])])
+    one.reset()
+    want_last = one.step_n(frames[1][:20])
+    one.set_state(saved)
+    want_last = np.concatenate([want_last, one.step_n(frames[1][20:])])
+    np.testing.assert_allclose(first, want_first.reshape(40, -1), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(last, want_last.reshape(40, -1), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("count", ["0", "5000", "-2"])
+def test_bad_stream_counts_are_one_line_errors(tmp_path, capsys, count):
+    path = tmp_path / "m.keras"
+    _lstm_gru().save(path)
+    assert main(["build", str(path), "--streams", count, "-o", str(tmp_path / "out")]) != 0
+    err = capsys.readouterr().err
+    assert "--streams must be between 1 and 4096" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
