@@ -175,3 +175,17 @@ def test_bad_stream_counts_are_one_line_errors(tmp_path, capsys, count):
     err = capsys.readouterr().err
     assert "--streams must be between 1 and 4096" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_vulkan_build_of_eight_streams_verifies(built, tmp_path, capsys):
+    """--target=vulkan through the same seam (lavapipe: a CPU emulation, so
+    correctness only, no speed)."""
+    import toolchains
+
+    toolchains.require_vulkan()
+    path, _, _ = built("lstm_gru")
+    out = tmp_path / "vk"
+    assert main(["-q", "build", str(path), "--target=vulkan", "--streams", "8",
+                 "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert "over 800 steps of 8 streams" in capsys.readouterr().out
