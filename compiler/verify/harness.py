@@ -289,28 +289,28 @@ class Model:
         """A copy of the recurrent state: one array per state, manifest order."""
         buf = np.zeros(max(self.state_bytes, 1), dtype=np.uint8)
         self._check(self._fn["get_state"](self._ctx, buf.ctypes.data), "get_state")
-        out, offset = [], 0
-        for _, dtype, shape in self.state_specs:
-            n = dtype.itemsize * int(np.prod(shape))
-            out.append(buf[offset:offset + n].view(dtype).reshape(shape).copy())
-            offset += n
-        return out
+        return _states_from_bytes(buf, self.state_specs)
 
     def set_state(self, states) -> None:
         """Replaces the state with ``states`` (as returned by get_state)."""
+        buf = self._states_to_bytes(states, self.state_specs, "set_state", "")
+        self._check(self._fn["set_state"](self._ctx, buf.ctypes.data), "set_state")
+
+    def _states_to_bytes(self, states, specs, what: str, of: str) -> np.ndarray:
+        """``states`` checked against ``specs`` and packed as the C API's
+        flat state array."""
         states = list(states)
-        if len(states) != len(self.state_specs):
-            raise TfaotError(f"{self.name}: set_state got {len(states)} arrays, the model has "
-                             f"{len(self.state_specs)} states")
+        if len(states) != len(specs):
+            raise TfaotError(f"{self.name}: {what} got {len(states)} arrays, the model has "
+                             f"{len(specs)} states")
         parts = []
-        for s, (sname, dtype, shape) in zip(states, self.state_specs):
+        for s, (sname, dtype, shape) in zip(states, specs):
             s = np.asarray(s)
             if s.dtype != dtype or tuple(s.shape) != shape:
-                raise TfaotError(f"{self.name}: state '{sname}' must be {dtype}{list(shape)}, "
-                                 f"got {s.dtype}{list(s.shape)}")
+                raise TfaotError(f"{self.name}: state '{sname}'{of} must be "
+                                 f"{dtype}{list(shape)}, got {s.dtype}{list(s.shape)}")
             parts.append(np.ascontiguousarray(s).view(np.uint8).ravel())
-        buf = np.concatenate(parts) if parts else np.zeros(1, np.uint8)
-        self._check(self._fn["set_state"](self._ctx, buf.ctypes.data), "set_state")
+        return np.concatenate(parts) if parts else np.zeros(1, np.uint8)
 
     # -- one stream of many (--streams) -------------------------------------
     def _stream_state_specs(self) -> list[tuple]:
@@ -329,28 +329,12 @@ class Model:
         buf = np.zeros(max(self.state_bytes // self.streams, 1), dtype=np.uint8)
         self._check(self._stream_fn("get_stream_state")(self._ctx, stream, buf.ctypes.data),
                     "get_stream_state")
-        out, offset = [], 0
-        for _, dtype, shape in self._stream_state_specs():
-            n = dtype.itemsize * int(np.prod(shape))
-            out.append(buf[offset:offset + n].view(dtype).reshape(shape).copy())
-            offset += n
-        return out
+        return _states_from_bytes(buf, self._stream_state_specs())
 
     def set_stream_state(self, stream: int, states) -> None:
         """Replaces stream ``stream``'s state (as get_stream_state returns it)."""
-        states = list(states)
-        specs = self._stream_state_specs()
-        if len(states) != len(specs):
-            raise TfaotError(f"{self.name}: set_stream_state got {len(states)} arrays, the "
-                             f"model has {len(specs)} states")
-        parts = []
-        for s, (sname, dtype, shape) in zip(states, specs):
-            s = np.asarray(s)
-            if s.dtype != dtype or tuple(s.shape) != shape:
-                raise TfaotError(f"{self.name}: state '{sname}' of one stream must be "
-                                 f"{dtype}{list(shape)}, got {s.dtype}{list(s.shape)}")
-            parts.append(np.ascontiguousarray(s).view(np.uint8).ravel())
-        buf = np.concatenate(parts) if parts else np.zeros(1, np.uint8)
+        buf = self._states_to_bytes(states, self._stream_state_specs(), "set_stream_state",
+                                    " of one stream")
         self._check(self._stream_fn("set_stream_state")(self._ctx, stream, buf.ctypes.data),
                     "set_stream_state")
 
@@ -368,6 +352,16 @@ class Model:
             self.close()
         except Exception:
             pass
+
+
+def _states_from_bytes(buf: np.ndarray, specs) -> list[np.ndarray]:
+    """The C API's flat state array as one array per state (copies)."""
+    out, offset = [], 0
+    for _, dtype, shape in specs:
+        n = dtype.itemsize * int(np.prod(shape))
+        out.append(buf[offset:offset + n].view(dtype).reshape(shape).copy())
+        offset += n
+    return out
 
 
 def _tensors_struct(specs, name: str):

@@ -1,0 +1,425 @@
+"""TensorFlow's outputs for a Keras model, step by step as a built library
+streams it: the whole sequence (prefix mode), each window (window mode), one
+inference per step; the random inputs verify feeds; the reference masks
+(which steps a stream defines)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TfaotError
+
+
+def undefined_steps(shape) -> np.ma.MaskedArray:
+    """A reference with every step undefined yet (masked); a builder assigns
+    the steps the stream defines (a full window, a conv front end's warm-up
+    over). The mask, not NaN, says which steps to skip: a model whose output
+    is NaN must be compared, not skipped."""
+    return np.ma.masked_all(shape, np.float32)
+
+
+def defined_steps(want) -> np.ndarray:
+    """Which steps of a reference (plain, or from ``undefined_steps``) are defined."""
+    mask = np.ma.getmaskarray(want).reshape(len(want), -1)
+    return ~mask.any(axis=1)
+
+
+def nan_filled(want) -> np.ndarray:
+    """A reference as a plain array with NaN at the undefined steps (the
+    public form of the reference functions)."""
+    return np.ma.filled(want, np.nan) if np.ma.isMaskedArray(want) else want
+
+
+def keras_multi_input_reference(model, xs: list, streamed: list, stream,
+                                step_outputs) -> list[np.ndarray]:
+    """What each step of a several-input model must return, per output:
+    ``(steps, *step output)``, masked where not defined (``undefined_steps``).
+
+    Step m is the model on the streamed inputs' frames 0..(m+1)P-1 (prefix;
+    padded with zeros to T for a fixed-length model, which a causal stream
+    cannot tell from the prefix), on the window ending ``delay`` frames
+    before them (window), or on step m's input (stateless), with the
+    per-step inputs' values of step m. One model call per step: the values
+    of the per-step inputs change every step.
+    """
+    steps, p = len(xs[0]), stream.frames_per_step
+    frames = [(x[:, 0] if p > 1 else x).reshape(1, steps * p, *x.shape[2 + (p > 1):])
+              if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
+    fixed = fixed_time_length(model) if stream.mode == "prefix" else None
+    wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
+    import tensorflow as tf
+
+    # Traced once for any length (eager Keras calls are ~15x slower).
+    call = tf.function(lambda args: model(args, training=False), reduce_retracing=True)
+    for m in range(stream.first_valid_step, steps):
+        end = (m + 1) * p
+        if stream.mode == "window":
+            start, end = end - stream.delay - stream.window, end - stream.delay
+            if start < 0:
+                continue
+        else:
+            start = 0
+        args = [x[m] if f is None else f[:, start:end] for x, f in zip(xs, frames)]
+        if fixed is not None:
+            if end > fixed:
+                break
+            args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
+        ys = call(args)
+        ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
+        for want, y, shape in zip(wants, ys, step_outputs):
+            y = np.asarray(y)
+            if y.ndim == len(shape) + 1:  # the output keeps the time axis
+                want[m] = y[:, end - start - 1]
+            elif fixed is None or end == fixed:
+                want[m] = y
+    return wants
+
+
+def _pad_time(x: np.ndarray, length: int) -> np.ndarray:
+    pad = np.zeros((x.shape[0], length - x.shape[1], *x.shape[2:]), x.dtype)
+    return np.concatenate([x, pad], axis=1)
+
+
+def output_heads(model, count: int) -> list:
+    """One single-output model per output of ``model`` (the model itself if it has one)."""
+    if count == 1:
+        return [model]
+    k = _keras_module(model)
+    inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs
+    return [k.Model(inputs, model.outputs[i]) for i in range(count)]
+
+
+def random_inputs(rng, shape, dtype, high: int) -> np.ndarray:
+    """Test inputs: normal floats, or integer ids in [0, high) (token inputs)."""
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, high, size=shape).astype(dtype)
+    return rng.normal(size=shape).astype(dtype)
+
+
+def embedding_rows(model) -> int:
+    """The smallest Embedding's input_dim, so random token ids stay in range."""
+    import keras
+
+    dims = [layer.input_dim for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.Embedding)]
+    return min(dims) if dims else 2
+
+
+def library_stream(lib, model, model_path):
+    """The library's StreamInfo: from its manifest, else re-derived from the
+    model (a build whose step takes the whole window is stateless)."""
+    from ..program import StreamInfo
+    from ..streamify_keras import fixed_window_length, stream_info
+
+    if lib.manifest.get("stream"):
+        return StreamInfo.from_json(lib.manifest["stream"])
+    window = fixed_window_length(model)
+    if window is not None and len(lib.input_shape) >= 2 and lib.input_shape[1] == window \
+            and tuple(lib.input_shape[1:]) == tuple(model.inputs[0].shape[1:]):
+        return StreamInfo()
+    return stream_info(model, str(model_path))
+
+
+def check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
+    from ..streamify_keras import step_input_specs, step_inputs, time_length
+
+    specs = step_input_specs(model, str(model_path))  # also the model-level checks
+    expected = [tuple(spec.shape) for spec in specs]
+    if stream is not None and time_length(model) is not False:
+        expected = [tuple(spec.shape) for spec in
+                    step_inputs(model, stream.mode, stream.frames_per_step)]
+    got = [tuple(shape) for shape in lib.input_shapes]
+    if expected != got:
+        show = (lambda shapes: shapes[0] if len(shapes) == 1 else shapes)  # noqa: E731
+        raise TfaotError(f"{lib_dir}: the library takes {show(got)} per step but "
+                         f"{model_path} takes {show(expected)}; was it built from this model?")
+
+
+def keras_reference_model(loaded):
+    """The model to take reference outputs from: the file read by the
+    framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``)."""
+    from ..frontend import keras2
+
+    if keras2.is_keras2_file(loaded.path, loaded.format):
+        return _without_stateful_layers(keras2.load_reference(loaded.path, loaded.format))
+    return _without_stateful_layers(loaded.keras_model)
+
+
+def _without_stateful_layers(model):
+    """``model``, with stateful recurrent layers made stateless: every
+    reference call must start from the initial state (as the stream does
+    after init), not from where the previous call left it."""
+    k = _keras_module(model)
+    layers = list(getattr(model, "_flatten_layers", lambda: [])())
+    if not any(getattr(layer, "stateful", False) for layer in layers):
+        return model
+
+    def clone(layer):
+        config = layer.get_config()
+        if isinstance(layer, k.layers.RNN):
+            config["stateful"] = False
+        return layer.__class__.from_config(config)
+
+    twin = k.models.clone_model(model, clone_function=clone)
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def fixed_time_length(model) -> int | None:
+    """T for a model whose input has a fixed time length (batch, T, ...)."""
+    from ..streamify_keras import time_length
+
+    return time_length(model) or None
+
+
+def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
+                    stream=None, step_output: tuple[int, ...] | None = None,
+                    masked: bool = False) -> np.ndarray:
+    """Keras outputs for each step of ``xs`` (steps, *step input shape).
+
+    ``model`` is a Keras 3 or a Keras 2 (tf_keras) model; for the latter
+    pass ``streaming`` (found on the Keras 3 twin of the file) or ``stream``
+    (the library's StreamInfo). With ``stream``, steps whose reference is not
+    defined are NaN (see ``keras_stream_reference``), or with ``masked``
+    masked (a NaN there is then the model's own output).
+    """
+    from ..streamify_keras import is_streaming
+
+    if stream is not None:
+        if stream.mode == "stateless":
+            return np.stack([np.asarray(model(x)) for x in xs])
+        p = stream.frames_per_step
+        frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
+        frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
+        want = keras_stream_reference(model, frames, stream, step_output)
+        return want if masked else nan_filled(want)
+    if streaming is None:
+        streaming = is_streaming(model)
+    if not streaming:
+        return np.stack([np.asarray(model(x)) for x in xs])
+    return keras_sequence_reference(model, np.swapaxes(xs, 0, 1))
+
+
+def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
+    """What step t must return: Keras on the whole sequence x[:, :t+1].
+
+    For a return_sequences output that is full[:, t]. For a last-output
+    model, calling Keras once per prefix is slow (a retrace per length), so
+    a twin whose recurrent layers return sequences gives every prefix at
+    once; it is checked against true prefix calls at a few t and dropped
+    for per-prefix calls if it disagrees. A model with a fixed time length
+    T is run on T steps (see ``_fixed_time_reference``).
+    """
+    fixed = fixed_time_length(model)
+    if fixed is not None:
+        return _fixed_time_reference(model, x, fixed)
+    full = np.asarray(model(x))
+    out_shape = tuple(model.outputs[0].shape)
+    if full.ndim == 3 or (len(out_shape) >= 3 and out_shape[1] is None):  # keeps time
+        return np.stack([full[:, t] for t in range(x.shape[1])])
+    steps = x.shape[1]
+    try:
+        twin = np.asarray(_sequence_twin(model)(x))
+        per_step = np.stack([twin[:, t] for t in range(steps)])
+    except Exception:  # a layer after the recurrent one needs 2-D input
+        per_step = None
+    for t in sorted({0, 9 % steps, steps // 2, steps - 1}):
+        prefix = np.asarray(model(x[:, : t + 1]))
+        if per_step is None or np.abs(per_step[t] - prefix).max() > 1e-6:
+            return np.stack([np.asarray(model(x[:, : s + 1])) for s in range(steps)])
+    return per_step
+
+
+def keras_stream_reference(model, frames: np.ndarray, stream,
+                           step_output: tuple[int, ...] | None = None) -> np.ndarray:
+    """What each step must return for the input stream ``frames`` (1, N, ...):
+    ``(N // P, *step output)``, masked where the reference is not defined.
+
+    * window: the model on the ``window`` frames ending ``delay`` frames
+      before the step's last frame;
+    * prefix: the model on frames 0..(m+1)P-1 (its last output frame).
+
+    ``step_output``: the library's step output shape (tells whether the
+    model's output keeps a time axis); guessed from the model if absent.
+    """
+    p = stream.frames_per_step
+    steps = frames.shape[1] // p
+    if stream.mode == "window":
+        return _window_reference(model, frames, stream, steps)
+    if p == 1 and stream.first_valid_step == 0:
+        return keras_sequence_reference(model, frames)
+    return _prefix_reference(model, frames, stream, steps, step_output)
+
+
+def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
+    p, w, d = stream.frames_per_step, stream.window, stream.delay
+    valid = [m for m in range(steps) if (m + 1) * p - d - w >= 0]
+    windows = np.stack([frames[0, (m + 1) * p - d - w:(m + 1) * p - d] for m in valid])
+    batch = 1 if model.inputs[0].shape[0] is not None else 64
+    outs = np.concatenate([np.asarray(model(windows[i:i + batch]))
+                           for i in range(0, len(windows), batch)])
+    want = undefined_steps((steps, 1, *outs.shape[1:]))
+    want[valid] = outs[:, None]
+    return want
+
+
+def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndarray:
+    """Prefix references for streams with several frames per step or a conv
+    front end: one run of an open-time, sequence-returning twin, checked
+    against true prefix runs at a few steps (per-prefix runs otherwise)."""
+    p, first = stream.frames_per_step, stream.first_valid_step
+    fixed = fixed_time_length(model)
+
+    def prefix_call(m):
+        y = np.asarray(model(frames[:, :(m + 1) * p]))
+        return y[:, -1] if _has_time(model, y, step_output) else y
+
+    checkable = [m for m in range(first, steps) if fixed is None or (m + 1) * p == fixed]
+    want = None
+    try:
+        twin = _sequence_twin(model, open_time=fixed is not None)
+        seq = np.asarray(twin(frames))
+        prev = np.asarray(twin(frames[:, :-p]))
+        rate = seq.shape[1] - prev.shape[1]
+        want = undefined_steps((steps, *seq.shape[:1], *seq.shape[2:]))
+        for m in range(first, steps):
+            index = seq.shape[1] - 1 - (steps - 1 - m) * rate
+            if index >= 0:
+                want[m] = seq[:, index]
+        probes = sorted({checkable[0], checkable[len(checkable) // 2], checkable[-1]}) \
+            if checkable else []
+        if probes:
+            if any(np.abs(want[m] - prefix_call(m)).max() > 1e-6 for m in probes):
+                want = None
+        elif fixed is None or frames.shape[1] < fixed or not _twin_matches(
+                model, twin, frames[:, :fixed], step_output):
+            # (a fixed length that no step ends on: the twin is checked on it)
+            want = None
+    except Exception:  # noqa: BLE001 - no usable twin: per-prefix calls below
+        want = None
+    if want is None:
+        outs = {m: prefix_call(m) for m in checkable}
+        if not outs:
+            raise TfaotError("no step of this stream has a reference output; use more --steps")
+        sample = next(iter(outs.values()))
+        want = undefined_steps((steps, *sample.shape))
+        for m, y in outs.items():
+            want[m] = y
+    return want
+
+
+def _twin_matches(model, twin, frames, step_output) -> bool:
+    y = np.asarray(model(frames))
+    y = y[:, -1] if _has_time(model, y, step_output) else y
+    return np.abs(np.asarray(twin(frames))[:, -1] - y).max() <= 1e-6
+
+
+def _has_time(model, y, step_output) -> bool:
+    """Whether a model output ``y`` keeps a time axis."""
+    if step_output is not None:
+        return y.ndim == len(step_output) + 1
+    out = tuple(model.outputs[0].shape)
+    return len(out) >= 3 and (out[1] is None or len(out) == 3)
+
+
+def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
+    """Reference for a model whose input is (batch, T, ...) with T fixed.
+
+    The model itself only runs on exactly T steps, so it runs on x padded
+    (or cut) to T. A sequence output gives steps t < T directly (streamed
+    models are causal: padding after step t cannot change it). A last
+    output (Keras on x[:, :t+1]) and steps beyond T need an open-time twin:
+    the same layers and weights with input (batch, None, ...), whose
+    recurrent layers return sequences; it must agree with the model itself
+    on the T steps, else only what the model gives is compared.
+    """
+    steps = x.shape[1]
+    x_model = _pad_time(x, length) if steps < length else x[:, :length]
+    full = np.asarray(model(x_model))
+    sequence_output = full.ndim == 3 and full.shape[1] == length
+    if sequence_output and steps <= length:
+        return np.stack([full[:, t] for t in range(steps)])
+    try:
+        twin = np.asarray(_sequence_twin(model, open_time=True)(
+            x if steps >= length else x_model))
+    except Exception:
+        twin = None
+    # a twin whose output lost the time axis (pooling over all of it) is no
+    # stepwise reference
+    time_axis = twin is not None and twin.ndim == full.ndim + (0 if sequence_output else 1) \
+        and twin.shape[1] >= length
+    if time_axis:
+        if sequence_output:
+            agrees = np.abs(twin[:, :length] - full).max() <= 1e-6
+        else:
+            agrees = np.abs(twin[:, length - 1] - full).max() <= 1e-6
+        if agrees:
+            return np.stack([twin[:, t] for t in range(steps)])
+    # No usable twin: only what the model itself defines, its T steps.
+    if steps != length:
+        raise TfaotError(
+            f"the model takes exactly {length} time steps and has no open-time twin "
+            f"to compare other lengths with; verify it with --steps {length}")
+    if sequence_output:
+        return np.stack([full[:, t] for t in range(length)])
+    return full[None]  # a last output: only the last step is defined
+
+
+def _keras_module(model):
+    """keras (Keras 3) or tf_keras (Keras 2), whichever built ``model``."""
+    if type(model).__module__.startswith("tf_keras"):
+        import tf_keras
+
+        return tf_keras
+    import keras
+
+    return keras
+
+
+def _sequence_twin(model, open_time: bool = False):
+    """A copy of ``model`` whose last-output recurrent layers return sequences
+    (and, with ``open_time``, whose input takes any number of time steps)."""
+    k = _keras_module(model)
+
+    def clone(layer):
+        config = layer.get_config()
+        if isinstance(layer, k.layers.RNN):
+            config["return_sequences"] = True
+        return layer.__class__.from_config(config)
+
+    if isinstance(model, k.Sequential) and _has_layers_after_last_output(model, k):
+        return _sequential_twin(model, k, clone, open_time)
+    kwargs = {}
+    if open_time:
+        shape = tuple(model.inputs[0].shape)
+        kwargs["input_tensors"] = k.Input(batch_shape=(shape[0], None, *shape[2:]))
+    twin = k.models.clone_model(model, clone_function=clone, **kwargs)
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def _has_layers_after_last_output(model, k) -> bool:
+    """A last-output recurrent layer followed by others (ConvLSTM -> Flatten)."""
+    seen = False
+    for layer in model.layers:
+        if seen and not isinstance(layer, k.layers.RNN):
+            return True
+        seen = seen or (isinstance(layer, k.layers.RNN) and not layer.return_sequences)
+    return False
+
+
+def _sequential_twin(model, k, clone, open_time: bool):
+    """The twin of a Sequential model: layers after a last-output recurrent
+    layer see one more (time) axis, so each runs per step (TimeDistributed):
+    a Flatten after a ConvLSTM would otherwise flatten time as well."""
+    shape = tuple(model.inputs[0].shape)
+    layers, after = [], False
+    for layer in model.layers:
+        recurrent = isinstance(layer, k.layers.RNN)
+        twin_layer = clone(layer)
+        layers.append(k.layers.TimeDistributed(twin_layer) if after and not recurrent
+                      else twin_layer)
+        after = after or (recurrent and not layer.return_sequences)
+    time = None if open_time else shape[1]
+    twin = k.Sequential([k.Input(batch_shape=(shape[0], time, *shape[2:])), *layers])
+    twin.set_weights(model.get_weights())
+    return twin
