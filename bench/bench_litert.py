@@ -268,16 +268,19 @@ def manifest(lib_dir: Path, name: str) -> dict:
     return json.loads((lib_dir / f"{name}.json").read_text())
 
 
-def litert_model(model, int8: bool = False):
+def litert_model(model, int8: bool = False, streams: int = 1):
     """The streaming step as a LiteRT flatbuffer: frozen weights, state in
-    resource variables; ``int8``: the converter's dynamic-range int8."""
+    resource variables; ``int8``: the converter's dynamic-range int8;
+    ``streams``: a batch of that many streams (the step batched as
+    ``tfaot build --streams`` batches it, every input and state [N, ...])."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
+    from tfaot.lower.streams import batch_streams
     from tfaot.streamify_keras import streamify_keras
 
-    program = streamify_keras(model, "bench", "keras")
+    program = batch_streams(streamify_keras(model, "bench", "keras"), streams)
     frozen = convert_variables_to_constants_v2(program.pure_step)
     sig = program.signature
 

@@ -7,11 +7,15 @@ each repetition. Reported: stream-steps per CPU second (thread time: the C
 loop runs in this thread) and per wall second, and the speed-up over the
 one-stream library. N separate one-stream contexts of one library run at
 the one-stream rate (each reads every weight once per step); the N = 1 row
-is that baseline. Targets (issue 24): at N = 8, >= 5x on LSTM(512) and
->= 2.5x on 2 x LSTM(128).
+is that baseline. The peer: LiteRT (XNNPACK, one thread) invoked on the
+same step batched over N streams (state in its resource variables), timed
+in the same repetitions; |diff| is its largest difference from the tfaot
+library over 100 steps of the same frames. Targets (issue 24): at N = 8,
+>= 5x on LSTM(512) and >= 2.5x on 2 x LSTM(128), >= 1.5x LiteRT's batch-N
+throughput.
 
     .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
-        [--models lstm512,...] [--steps N] [--repeats R]
+        [--models lstm512,...] [--steps N] [--repeats R] [--no-litert]
 """
 from __future__ import annotations
 
@@ -23,8 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_streaming import Timer, _cpu_name, time_interleaved  # noqa: E402
+from bench_litert import litert_model  # noqa: E402
+from bench_streaming import LiteRTTimer, Timer, _cpu_name, time_interleaved  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 FEATURES = 40
@@ -57,35 +64,73 @@ def build(path: Path, streams: int, out: Path) -> Path:
                        Progress(False)).path
 
 
+def litert_difference(lib: Timer, flatbuffer: bytes, steps: int = 100) -> float:
+    """Max abs difference between tfaot's N-stream library and LiteRT's
+    batch-N model over ``steps`` steps of the same random frames."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    # a fresh interpreter: its state starts at zero (reset_all_variables()
+    # does not reset resource variables)
+    interp = Interpreter(model_content=flatbuffer, num_threads=1)
+    interp.allocate_tensors()
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    xs = np.random.default_rng(2).normal(size=(steps, *lib.lib.input_shape)).astype(np.float32)
+    lib.lib.reset()
+    want = np.asarray(lib.lib.step_n(xs))
+    got = []
+    for x in xs:
+        interp.set_tensor(inp["index"], x.reshape(inp["shape"]))
+        interp.invoke()
+        got.append(interp.get_tensor(out["index"]).copy())
+    return float(np.max(np.abs(np.reshape(got, want.shape) - want)))
+
+
 def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
     path = tmp / f"{name}.keras"
-    _model(MODELS[name]).save(path)
-    timers = []
+    model = _model(MODELS[name])
+    model.save(path)
+    timers, lites, differences = [], [], []
     for n in counts:
         # each library runs about the same number of stream-steps
         steps = max(20, args.steps // n)
         timers.append(Timer(build(path, n, tmp / f"{name}_{n}"), steps))
+        if not args.no_litert:
+            flatbuffer, _ = litert_model(model, streams=n)
+            lites.append(LiteRTTimer(flatbuffer, steps))
+            differences.append(litert_difference(timers[-1], flatbuffer))
         print(f"built {name} with {n} stream(s)", file=sys.stderr, flush=True)
-    times = time_interleaved(timers, args.repeats)
+    times = time_interleaved(timers + lites, args.repeats)
     base_cpu, base_wall = times[0]
     rows = []
-    for n, (cpu_us, wall_us) in zip(counts, times):
-        rows.append({"model": name, "streams": n, "cpu_us_per_step": cpu_us,
-                     "wall_us_per_step": wall_us,
-                     "stream_steps_per_cpu_s": n / cpu_us * 1e6,
-                     "stream_steps_per_wall_s": n / wall_us * 1e6,
-                     "speedup_cpu": n * base_cpu / cpu_us,
-                     "speedup_wall": n * base_wall / wall_us})
+    for i, (n, (cpu_us, wall_us)) in enumerate(zip(counts, times)):
+        row = {"model": name, "streams": n, "cpu_us_per_step": cpu_us,
+               "wall_us_per_step": wall_us,
+               "stream_steps_per_cpu_s": n / cpu_us * 1e6,
+               "stream_steps_per_wall_s": n / wall_us * 1e6,
+               "speedup_cpu": n * base_cpu / cpu_us,
+               "speedup_wall": n * base_wall / wall_us}
+        if lites:
+            lite_cpu, lite_wall = times[len(counts) + i]
+            row.update(litert_cpu_us_per_step=lite_cpu, litert_wall_us_per_step=lite_wall,
+                       vs_litert_cpu=lite_cpu / cpu_us, vs_litert_wall=lite_wall / wall_us,
+                       litert_max_abs_difference=differences[i])
+        rows.append(row)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
+    lite = "litert_cpu_us_per_step" in rows[0]
     print(f"{'model':<10} {'N':>3} {'CPU us/step':>12} {'stream-steps/CPU s':>19} "
-          f"{'x one stream (CPU)':>19} {'x (wall)':>9}")
+          f"{'x one stream (CPU)':>19} {'x (wall)':>9}"
+          + (f" {'LiteRT us/step':>15} {'x LiteRT (CPU)':>15} {'x (wall)':>9} {'|diff|':>8}"
+             if lite else ""))
     for r in rows:
         print(f"{r['model']:<10} {r['streams']:>3} {r['cpu_us_per_step']:>12.1f} "
               f"{r['stream_steps_per_cpu_s']:>19,.0f} {r['speedup_cpu']:>19.2f} "
-              f"{r['speedup_wall']:>9.2f}")
+              f"{r['speedup_wall']:>9.2f}"
+              + (f" {r['litert_cpu_us_per_step']:>15.1f} {r['vs_litert_cpu']:>15.2f} "
+                 f"{r['vs_litert_wall']:>9.2f} {r['litert_max_abs_difference']:>8.1e}"
+                 if lite else ""))
 
 
 def main(argv=None) -> int:
@@ -96,6 +141,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2000,
                     help="stream-steps per timed pass (default 2000)")
     ap.add_argument("--repeats", type=int, default=5, help="timed passes (default 5)")
+    ap.add_argument("--no-litert", action="store_true",
+                    help="leave out LiteRT's batch-N model (needs ai-edge-litert)")
     args = ap.parse_args(argv)
     counts = [int(n) for n in args.streams.split(",")]
     names = args.models.split(",")

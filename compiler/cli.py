@@ -66,6 +66,10 @@ def _size_limits(args):
 
 
 def _add_graph_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-lambda", action="store_true",
+                   help="load a Keras model's Lambda layers, whose Python code runs as the "
+                        "file loads (Keras refuses them by default): only for files you "
+                        "trust")
     g = p.add_argument_group("graph formats (frozen .pb/.pbtxt, SavedModel)")
     g.add_argument("--inputs", metavar="NAME[:INDEX][:SHAPE],...",
                    help="the streamed input: a placeholder or any tensor inside the graph, "
@@ -233,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _sigterm_raises():
             check_arguments(args)
+            if getattr(args, "allow_lambda", False):
+                import keras
+
+                keras.config.enable_unsafe_deserialization()
             status = COMMANDS[args.command](args)
             sys.stdout.flush()  # a closed pipe shows here, among the handlers below
             return status

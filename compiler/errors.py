@@ -14,6 +14,12 @@ class TfaotError(Exception):
 #: The longest cause line kept after a first line that ends with ":" (Keras
 #: puts whole weight arrays in some).
 CAUSE_CHARS = 240
+#: The longest first line kept (Keras puts a whole model config in some).
+LINE_CHARS = 600
+
+
+def _shortened(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[:limit].rstrip() + " ..."
 
 
 def first_line(e: BaseException) -> str:
@@ -24,11 +30,13 @@ def first_line(e: BaseException) -> str:
     for object <Dense name=dense>:", as Keras writes) is kept with the
     next non-empty line, the cause itself (shortened to ``CAUSE_CHARS``).
     """
-    lines = [line.strip() for line in (str(e).strip() or type(e).__name__).splitlines()]
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # Keras's terminal bold
+    lines = [line.strip() for line in (text.strip() or type(e).__name__).splitlines()]
     lines = [line for line in lines if line]
-    if len(lines) < 2 or not lines[0].endswith(":"):
-        return lines[0]
-    cause = lines[1]
-    if len(cause) > CAUSE_CHARS:
-        cause = cause[:CAUSE_CHARS].rstrip() + " ..."
-    return f"{lines[0]} {cause}"
+    # ("Exception encountered when calling Lambda.call()." then the cause)
+    announces = lines[0].endswith(":") or lines[0].startswith("Exception encountered when")
+    if len(lines) < 2 or not announces:
+        return _shortened(lines[0], LINE_CHARS)
+    return f"{lines[0]} {_shortened(lines[1], CAUSE_CHARS)}"

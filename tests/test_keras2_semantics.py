@@ -157,3 +157,38 @@ def test_time_major_true_is_refused():
     new, _ = keras2.rewrite_config({"class_name": "LSTM",
                                     "config": {"name": "l", "time_major": False}})
     assert "time_major" not in new["config"]
+
+
+def _keras2_op_layers():
+    """TensorFlow functions called on Keras 2 tensors, as TF2 examples write
+    them: Keras 2 records each as a TFOpLambda (a slice as SlicingOpLambda),
+    with tensors among its keyword arguments (``a + b``) or a list of them
+    as its argument (``tf.concat``)."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(4)
+    L = tf_keras.layers
+    x = tf_keras.Input((None, 6))
+    h = tf.math.tanh(x) * 2.0 + tf.expand_dims(tf.reduce_mean(x, axis=-1), -1)
+    h = tf.concat([L.Dense(4)(h), tf.nn.relu(x)], axis=-1)
+    h = L.LSTM(8, return_sequences=True)(h)
+    return tf_keras.Model(x, tf.nn.softmax(L.Dense(3)(h[:, -1, :]), axis=-1))
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
+    """Each op layer is found to work frame by frame (the slice of the last
+    frame: as a recurrent layer's last output) and the library matches
+    Keras 2 over 150 steps; also from tf_keras's .keras archive of a
+    functional model."""
+    path = tmp_path / f"ops{suffix}"
+    _keras2_op_layers().save(path)
+    classes = {layer.__class__.__name__ for layer in load_model(path).keras_model.layers}
+    assert {"TFOpLambda", "SlicingOpLambda"} <= classes
+    out = tmp_path / "ops"
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "150"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)

@@ -8,6 +8,7 @@ moves, resets and restores alone, from Python and from C (ASan + UBSan).
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -81,6 +82,17 @@ def test_each_stream_equals_the_one_stream_library(built, name):
     print(f"{name}: max abs difference to the one-stream library {worst:.3g} "
           f"over {STREAMS} x {STEPS} steps")
     assert worst <= 1e-6
+
+
+def test_matrix_products_of_all_streams_run_in_the_micro_kernel(built):
+    """Each ``X[N,K] . W`` of the N-stream step is a call of tfaot's
+    register-blocked kernel (as a 1x1 convolution over N positions), not
+    IREE's matmul: LSTM and GRU, input and recurrent weights, and the head."""
+    _, _, many_dir = built("lstm_gru")
+    text = (many_dir / "temps" / "compile" / "lstm_gru.mlir").read_text()
+    assert "stablehlo.dot" not in text
+    assert text.count(f"-> tensor<{STREAMS}x") >= 5
+    assert len(set(re.findall(r"call @(tfaot_conv_\d+)\(", text))) == 5
 
 
 def test_streams_do_not_see_each_other(built):

@@ -125,7 +125,57 @@ def _register():
         def get_config(self):
             return {**super().get_config(), "theta": self.theta}
 
-    return keras2_hard_sigmoid, ThresholdedReLU
+    @keras.saving.register_keras_serializable(package="tfaot", name="TFOpLambda")
+    class TFOpLambda(keras.layers.Layer):
+        """Keras 2's record of a TensorFlow function called on a Keras tensor
+        (``tf.math.tanh(x)``, ``x * 2``, ``tf.expand_dims(x, -1)``): the
+        function by its name under ``tf`` (``math.tanh``,
+        ``__operators__.add``), called with the node's arguments."""
+
+        def __init__(self, function, **kwargs):
+            super().__init__(**{k: v for k, v in kwargs.items()
+                                if k in ("name", "trainable", "dtype")})
+            self.function = function
+            self._call = _tf_function(function)
+
+        def call(self, *args, **kwargs):
+            kwargs.pop("name", None)  # names the TensorFlow op, not an argument
+            return self._call(*args, **kwargs)
+
+        def get_config(self):
+            return {**super().get_config(), "function": self.function}
+
+    @keras.saving.register_keras_serializable(package="tfaot", name="SlicingOpLambda")
+    class SlicingOpLambda(TFOpLambda):
+        """Keras 2's ``x[...]`` on a Keras tensor: its slice spec written
+        with dicts for slices."""
+
+        def call(self, x, slice_spec=None, **kwargs):
+            return self._call(x, _slices(slice_spec))
+
+    return keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda
+
+
+def _tf_function(name: str):
+    """``tf.<name>`` (a dotted path such as ``math.tanh``), or a clear error."""
+    import tensorflow as tf
+
+    target = tf
+    for part in name.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise TfaotError(f"Keras 2 op layer calls tf.{name}, which this TensorFlow "
+                             "does not have")
+    return target
+
+
+def _slices(spec):
+    """A Keras 2 slice spec (dicts for slices, in lists) as Python slices."""
+    if isinstance(spec, dict) and set(spec) == {"start", "stop", "step"}:
+        return slice(spec["start"], spec["stop"], spec["step"])
+    if isinstance(spec, list):
+        return tuple(_slices(v) for v in spec)
+    return spec
 
 
 _OBJECTS: tuple | None = None
@@ -145,8 +195,9 @@ def register() -> None:
 
 def custom_objects() -> dict[str, Any]:
     """Layers that Keras 2 files may name but Keras 3 no longer has."""
-    hard_sigmoid, thresholded = _objects()
-    return {"ThresholdedReLU": thresholded, "keras2_hard_sigmoid": hard_sigmoid}
+    hard_sigmoid, thresholded, op_lambda, slicing = _objects()
+    return {"ThresholdedReLU": thresholded, "keras2_hard_sigmoid": hard_sigmoid,
+            "TFOpLambda": op_lambda, "SlicingOpLambda": slicing}
 
 
 def _activation_ref(name: str) -> dict:
@@ -176,6 +227,12 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                     raise TfaotError(
                         f"layer '{layer_name}' ({node['class_name']}) has time_major=True "
                         "(input (time, batch, ...)), which Keras 3 and tfaot do not support")
+            if node["class_name"] == "Functional" and \
+                    str(node.get("module", "")).startswith("tf_keras"):
+                # (tf_keras's .keras archives name its own module, which Keras 3 cannot import)
+                node = {**node, "module": "keras.src.models.functional"}
+            if node["class_name"] in OP_LAYERS and "inbound_nodes" in node:
+                node = {**node, "inbound_nodes": [_op_node(n) for n in node["inbound_nodes"]]}
             if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
                 # the same slope, under its Keras 3 name (avoids a warning)
                 node = {**node, "config": {
@@ -192,6 +249,51 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
         return out
 
     return walk(config, None), changes
+
+
+#: Keras 2's layers for TensorFlow functions called on Keras tensors.
+OP_LAYERS = ("TFOpLambda", "SlicingOpLambda")
+
+
+def _op_node(node):
+    """One call of a Keras 2 op layer in Keras 3's node form.
+
+    Keras 2 writes ``[name, node, tensor, kwargs]`` for a call on one
+    tensor, or a list of those for a call on a list of tensors
+    (``tf.concat([a, b])``), and tensors among the keyword arguments
+    (``x + y``: ``{"y": [name, node, tensor]}``) as the same triples.
+    Keras 3 reads the legacy form without looking into the keyword
+    arguments, so the call is written as ``{"args", "kwargs"}`` with every
+    tensor as a reference Keras 3 resolves."""
+    if not isinstance(node, list) or not node:
+        return node
+    if isinstance(node[0], str):  # one tensor
+        first, kwargs = _tensor_ref(node), (node[3] if len(node) > 3 else {})
+    else:  # a list of tensors, each entry repeating the keyword arguments
+        first = [_tensor_ref(entry) for entry in node]
+        kwargs = node[0][3] if len(node[0]) > 3 else {}
+    return {"args": [first], "kwargs": _tensor_refs(kwargs)}
+
+
+def _is_tensor_triple(value) -> bool:
+    return (isinstance(value, list) and len(value) in (3, 4) and isinstance(value[0], str)
+            and all(isinstance(v, int) for v in value[1:3]))
+
+
+def _tensor_ref(triple) -> dict:
+    # (the shape and dtype are placeholders: Keras 3 looks the tensor up by its history)
+    return {"class_name": "__keras_tensor__",
+            "config": {"shape": [], "dtype": "float32", "keras_history": list(triple[:3])}}
+
+
+def _tensor_refs(value):
+    if _is_tensor_triple(value):
+        return _tensor_ref(value)
+    if isinstance(value, list):
+        return [_tensor_refs(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tensor_refs(v) for k, v in value.items()}
+    return value
 
 
 def _activation_name(value) -> str | None:

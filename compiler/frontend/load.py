@@ -110,6 +110,12 @@ def _load_keras(path: Path, fmt: str):
     except TfaotError:
         raise
     except Exception as e:  # Keras raises many types; keep the first line
+        if "`Lambda` layer" in str(e) and "safe_mode" in str(e):
+            raise TfaotError(
+                f"{path}: the model has a Lambda layer, whose Python code would run as it "
+                "loads, and Keras refuses that by default; if you trust the file, rerun "
+                "with --allow-lambda (from Python: keras.config."
+                "enable_unsafe_deserialization())") from None
         raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
 
 

@@ -16,6 +16,12 @@ at 25-45 on this machine's AVX-512; whole-window convolutions gain too
 channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or its 1-D form), no groups
 other than depthwise ones, no input dilation; padding becomes a
 ``stablehlo.pad`` before the dispatch. The rest stays with IREE.
+The matrix products of an N-stream step (``X[N,K] . W[K,M]``, one row per
+stream: lower/streams.py) go to the convolution kernel too, as a 1x1
+convolution over N positions: its blocks of positions times output lanes
+are a register-blocked matrix product, each weight loaded once per block
+of streams (f32, f16, bf16 weights; an int8 build keeps them f32, as its
+convolutions).
 
 * The weights are packed here, at build time, as ``[ceil(N/T)][K][T]``
   (``T = TILE`` output lanes, zero rows pad the last tile) into a
@@ -263,7 +269,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             w = _constant_matvec(op, matvec_min) if "matvec" in kinds else None
             conv = None
             if w is None:
-                conv = _constant_conv(op, min_weights)
+                conv = _constant_conv(op, min_weights) or _constant_matmul(op, min_weights)
                 if conv is None or conv.kind not in kinds:
                     continue
                 w = conv.weights
@@ -316,10 +322,10 @@ def _constant_values(ops: list) -> set:
 
 
 def _input_is_constant(op, constant: set) -> bool:
-    """Whether the matvec's vector / the convolution's image is a constant."""
-    name = op.operation.name
-    operand = {"stablehlo.dot": 1, "stablehlo.convolution": 0}.get(name)
-    return operand is not None and len(op.operands) > operand and op.operands[operand] in constant
+    """Whether the matvec's vector / the matmul's rows / the convolution's
+    image is a constant: with constant weights, then every operand is."""
+    operands = list(op.operands)
+    return bool(operands) and all(v in constant for v in operands)
 
 
 def _constant_matvec(op, min_weights: int) -> np.ndarray | None:
@@ -465,6 +471,37 @@ def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
         if out < 1 or (padded - dilation[axis] * (k - 1) - 1) // strides[axis] + 1 != out:
             return None
     return geometry
+
+
+def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
+    """``X[S,K] . W[K,M]`` with constant f32 ``W`` and S > 1 (an N-stream
+    build's matvecs, lower/streams.py) as the 1x1 convolution of an image
+    of one row of S positions with K channels: the conv kernel's blocks of
+    positions times output lanes are the register-blocked matrix product,
+    so each weight loaded serves several streams (issue 24)."""
+    from iree.compiler import ir
+
+    if op.operation.name != "stablehlo.dot" or len(op.operands) != 2:
+        return None
+    w_op = op.operands[1].owner
+    if not isinstance(w_op, ir.OpView) or w_op.operation.name != "stablehlo.constant":
+        return None
+    x_type = ir.RankedTensorType(op.operands[0].type)
+    y_type = ir.RankedTensorType(op.results[0].type)
+    value = ir.DenseElementsAttr(w_op.attributes["value"])
+    w_type = ir.RankedTensorType(value.type)
+    if (value.is_splat or w_type.rank != 2 or x_type.rank != 2 or not x_type.has_static_shape
+            or str(w_type.element_type) != "f32" or str(x_type.element_type) != "f32"
+            or x_type.shape[0] < 2 or w_type.shape[0] * w_type.shape[1] < min_weights):
+        return None
+    (rows, k), m = x_type.shape, w_type.shape[1]
+    weights = np.array(value, dtype=np.float32).reshape(k, m)
+    return ConvGeometry(
+        n=m, c=k, kh=1, kw=1, ih=1, iw=rows, oh=1, ow=rows, sh=1, sw=1, dh=1, dw=1,
+        pad=((0, 0), (0, 0)), depthwise=False,
+        x_type=str(x_type).removeprefix("tensor<").removesuffix(">"),
+        y_type=str(y_type).removeprefix("tensor<").removesuffix(">"),
+        weights=np.ascontiguousarray(weights.T))
 
 
 def _ints(text: str) -> list[int]:

@@ -37,7 +37,7 @@ import contextlib
 import numpy as np
 
 from .. import stream_choice
-from ..errors import TfaotError
+from ..errors import TfaotError, first_line
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from . import time_rules
 from .replay import (  # noqa: F401
@@ -264,8 +264,12 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     arg_specs = [tf.TensorSpec(x.shape, x.dtype, name="x_t" if i == 0 else f"x_t{i}")
                  for i, x in enumerate(x_specs)]
     arg_specs += [tf.TensorSpec(s.shape, s.dtype) for s in states]
-    concrete = tf.function(pure_step, input_signature=arg_specs,
-                           autograph=False).get_concrete_function()
+    try:
+        concrete = tf.function(pure_step, input_signature=arg_specs,
+                               autograph=False).get_concrete_function()
+    except Exception as e:  # the model's own code (a Lambda, a custom layer) failed
+        raise TfaotError(f"{source}: the model fails when run on its window: "
+                         f"{first_line(e)}") from None
     outs = len(concrete.structured_outputs) - len(states)
     outputs = _output_specs(model, concrete.structured_outputs[:outs])
     signature = ProgramSignature(tuple(x_specs), outputs, states)

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TfaotError
+from ..errors import TfaotError, first_line
 from ..program import StateInfo
+from .probe import LAST_FRAME, MIXED, PER_STEP, time_locality
 
 SEQ, VEC = "seq", "vec"
 STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
@@ -345,10 +346,39 @@ class Replay:
             self.row(op, "per-step")
             streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
             return self.apply(op, args, kwargs, SEQ, seq=seq, valid_from=_valid_from(streamed))
-        raise layer_error(
-            op, "is not a per-time-step layer, so it cannot run on a streamed "
-                "sequence (tfaot streams recurrent layers, layers that treat "
-                "each time step alone, and convolution/pooling over time)")
+        locality = time_locality(op, args, kwargs, Streamed)
+        if locality == PER_STEP:  # a Lambda or a user's layer, found to work frame by frame
+            args, kwargs, seq = self._align(op, args, kwargs)
+            self.row(op, "per-step")
+            streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
+            return self.apply(op, args, kwargs, SEQ, seq=seq, valid_from=_valid_from(streamed))
+        if locality == LAST_FRAME:
+            return self._on_last_frame(op, args, kwargs)
+        # (a fixed window falls back to recomputing it, where any layer runs)
+        raise NotIncremental(
+            op, ("mixes time steps (run on random frames, its output frames depend on "
+                 "other frames)" if locality == MIXED else "is not a per-time-step layer")
+            + ", so it cannot run on a streamed sequence (tfaot streams recurrent "
+              "layers, layers that treat each time step alone, and convolution/pooling "
+              "over time)")
+
+    def _on_last_frame(self, op, args, kwargs) -> Streamed:
+        """A layer whose output is its input's last frame's (``t[:, -1]``):
+        it runs on the reference's last frame, the step's output has no
+        time axis (as a recurrent layer's last output)."""
+        import tensorflow as tf
+        from keras import tree
+
+        x = next(a for a in _leaves((args, kwargs)) if isinstance(a, Streamed))
+        lag = x.seq.lag
+        cat = self.buffer(f"{op.name}/frames", x.value, lag + 1 - x.seq.n, op.name)
+        at = int(cat.shape[1]) - 1 - lag
+        frame = cat[:, at:at + 1]
+        self.row(op, "last frame")
+        args, kwargs = tree.map_structure(
+            lambda v: frame if isinstance(v, Streamed) else v, (args, kwargs))
+        with tf.name_scope(op.name):
+            return Streamed(op(*args, **kwargs), VEC, valid_from=x.valid_from)
 
     def per_frame(self, layer, x: Streamed) -> Streamed:
         """``layer`` applied to each frame of the chunk alone (TimeDistributed)."""
@@ -365,7 +395,12 @@ class Replay:
 
         args, kwargs = _unwrap((args, kwargs))
         with tf.name_scope(op.name):
-            out = op(*args, **kwargs)
+            try:
+                out = op(*args, **kwargs)
+            except (TfaotError, NeedFrames, NotIncremental):
+                raise
+            except Exception as e:  # the model's own code (a Lambda, a custom layer) failed
+                raise layer_error(op, f"fails when run on a step: {first_line(e)}") from None
         if meta == SEQ:
             seq = _per_step_seq(seq)
         if isinstance(out, (list, tuple)):

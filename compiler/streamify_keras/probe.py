@@ -1,0 +1,71 @@
+"""How a layer tfaot has no rule for treats time, found by running it.
+
+A Lambda layer or a user's own layer says nothing about time: it may work
+on each frame alone (``lambda t: t * 0.5``), keep only the last frame
+(``lambda t: t[:, -1]``, the classic "last output" after a sequence), or
+mix frames (a cumulative sum, a mean over time). The replay asks here
+before refusing such a layer: the layer runs eagerly on a few random
+frames, whole and frame by frame, and the results say which it is. Random
+inputs make a layer that mixes frames agree with the per-frame results
+only by accident, which the tolerance below makes vanishingly unlikely.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: Frames of the probe sequence: enough that "the last frame" and "each
+#: frame" differ from any fixed offset or window a layer might use.
+PROBE_FRAMES = 5
+PER_STEP, LAST_FRAME, MIXED = "per-step", "last frame", "mixed"
+
+
+def time_locality(op, args, kwargs, streamed_type) -> str | None:
+    """PER_STEP when every output frame of ``op`` depends on its own input
+    frame only, LAST_FRAME when its output has no time axis and equals its
+    output on the input's last frame alone, MIXED when it ran and neither
+    holds, None when the probe cannot run (``streamed_type``: the replay's value class; every
+    one in ``args`` must be a sequence chunk of fully known shape; LAST_FRAME
+    takes one)."""
+    import tensorflow as tf
+    from keras import tree
+
+    leaves = [a for a in tree.flatten((args, kwargs)) if isinstance(a, streamed_type)]
+    if not leaves or any(a.meta != "seq" for a in leaves):
+        return None
+    rng = np.random.default_rng(0)
+    probes = {}
+    for a in leaves:
+        features = tuple(a.value.shape[2:])
+        if any(d is None for d in features):
+            return None
+        dtype = a.value.dtype.as_numpy_dtype if hasattr(a.value.dtype, "as_numpy_dtype") \
+            else np.dtype(str(a.value.dtype))
+        shape = (1, PROBE_FRAMES, *features)
+        probes[id(a)] = (rng.normal(size=shape) if np.issubdtype(dtype, np.floating)
+                         else rng.integers(0, 3, size=shape)).astype(dtype)
+
+    def run(frames: slice):
+        with tf.init_scope():  # eager, also while a step function is being traced
+            given = tree.map_structure(
+                lambda v: tf.constant(probes[id(v)][:, frames])
+                if isinstance(v, streamed_type) else v, (args, kwargs))
+            out = op(*given[0], **given[1])
+        if isinstance(out, (list, tuple, dict)):
+            raise TypeError("several outputs")
+        return np.asarray(out)
+
+    try:
+        whole = run(slice(None))
+        if whole.ndim >= 2 and whole.shape[1] == PROBE_FRAMES:
+            alone = np.concatenate([run(slice(t, t + 1)) for t in range(PROBE_FRAMES)], axis=1)
+            return PER_STEP if _same(whole, alone) else MIXED
+        if len(leaves) > 1 or whole.ndim != len(leaves[0].value.shape) - 1:
+            return MIXED
+        last = run(slice(PROBE_FRAMES - 1, PROBE_FRAMES))
+        return LAST_FRAME if _same(whole, last) else MIXED
+    except Exception:  # the layer does not run on such frames: refused as before
+        return None
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))

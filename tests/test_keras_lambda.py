@@ -1,0 +1,114 @@
+"""Lambda layers (and any layer tfaot has no rule for): Keras refuses to
+load their code unless told to (``--allow-lambda``); tfaot then finds how
+each one treats time by running it on random frames (streamify_keras/
+probe.py): frame by frame streams as a per-step layer, "the last frame"
+(``t[:, -1]``) as a recurrent layer's last output, anything else is
+refused over open time and recomputed over a fixed window. Each built
+library is compared with Keras over 100+ steps through the .so.
+"""
+import sys
+
+import numpy as np
+import pytest
+
+from tests.util import run
+from tfaot.pipeline import BuildOptions, Progress, build_model
+from tfaot.verify import verify
+
+F = 6
+TOL = 1e-5
+
+
+def _per_step():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, F))
+    h = L.Lambda(lambda t: t * 0.5 + 1.0)(x)
+    return keras.Model(x, L.Dense(2)(L.GRU(8, return_sequences=True)(h)))
+
+
+def _last_frame():
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, F))
+    h = L.LSTM(10, return_sequences=True)(x)
+    return keras.Model(x, L.Dense(3)(L.Lambda(lambda t: t[:, -1, :])(h)))
+
+
+def _mixes_time(window=None):
+    import keras
+    from keras import layers as L
+    x = keras.Input((window, F))
+    # each frame minus the first one: every output frame reads frame 0
+    h = L.Lambda(lambda t: t - t[:, :1], output_shape=(window, F))(x)
+    return keras.Model(x, L.Dense(2)(L.GRU(8)(h)))
+
+
+def _save(tmp_path, name, builder):
+    import keras
+    keras.utils.set_random_seed(3)
+    path = tmp_path / f"{name}.keras"
+    builder().save(path)
+    return path
+
+
+def _unsafe_scope():
+    from keras.src.saving.serialization_lib import SafeModeScope
+    return SafeModeScope(False)
+
+
+def test_cli_needs_allow_lambda_then_streams_the_last_frame(tmp_path):
+    path = _save(tmp_path, "last", _last_frame)
+    cli = [sys.executable, "-m", "tfaot"]
+    import subprocess
+    refused = subprocess.run([*cli, "build", path, "-o", tmp_path / "no"], capture_output=True,
+                             text=True)
+    assert refused.returncode == 1, refused.stderr
+    assert "Lambda layer" in refused.stderr and "--allow-lambda" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "no").exists()
+    run([*cli, "build", path, "-o", tmp_path / "out", "--allow-lambda", "-q"])
+    checked = run([*cli, "verify", path, tmp_path / "out", "--allow-lambda", "--steps", "120"])
+    assert "ok" in checked.stdout
+
+
+@pytest.mark.parametrize("name,builder", [("per_step", _per_step),
+                                          ("window_mixes_time", lambda: _mixes_time(12))])
+def test_lambda_layers_match_keras(tmp_path, name, builder):
+    path = _save(tmp_path, name, builder)
+    with _unsafe_scope():
+        out = build_model(str(path), BuildOptions(out_dir=tmp_path / name), Progress(False)).path
+        results = verify(str(path), out, steps=120, seed=0, tol=TOL)
+    for r in results:
+        print(f"{name}: {r.output}: max abs error {r.max_abs_error:.3g} over {r.steps} {r.unit}")
+        assert r.steps >= 100 and r.ok
+    manifest_stream = __import__("json").loads((out / f"{name}.json").read_text())["stream"]
+    # a Lambda that works frame by frame streams; one that mixes time is recomputed
+    assert bool(manifest_stream.get("recompute")) == (name == "window_mixes_time")
+
+
+def test_lambda_that_mixes_time_is_refused_over_open_time(tmp_path):
+    from tfaot.errors import TfaotError
+    path = _save(tmp_path, "mixes", _mixes_time)
+    with _unsafe_scope(), pytest.raises(TfaotError) as err:
+        build_model(str(path), BuildOptions(out_dir=tmp_path / "mixes"), Progress(False))
+    message = str(err.value)
+    assert "(Lambda) mixes time steps" in message
+    assert "give the input a fixed length" in message
+    assert not (tmp_path / "mixes").exists()
+
+
+def test_probe_tells_frame_local_last_and_mixing_layers_apart():
+    import keras
+
+    from tfaot.streamify_keras.probe import LAST_FRAME, MIXED, PER_STEP, time_locality
+    from tfaot.streamify_keras.replay import SEQ, Seq, Streamed
+
+    x = Streamed(np.zeros((1, 2, F), np.float32), SEQ, Seq(2, 0, -1))
+    cases = {PER_STEP: keras.layers.Lambda(lambda t: t * t),
+             LAST_FRAME: keras.layers.Lambda(lambda t: t[:, -1]),
+             MIXED: keras.layers.Lambda(lambda t: t - t[:, :1])}
+    for want, layer in cases.items():
+        assert time_locality(layer, (x,), {}, Streamed) == want
+    mean = keras.layers.Lambda(lambda t: t.mean(axis=1) if isinstance(t, np.ndarray)
+                               else keras.ops.mean(t, axis=1))
+    assert time_locality(mean, (x,), {}, Streamed) == MIXED
