@@ -196,13 +196,18 @@ def _warn_weights_not_in_file(manifest: dict, target, name: str, progress: Progr
                       f"(call {name}_init)")
 
 
-def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress) -> None:
+def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress,
+                               streams: int = 1) -> None:
     """--weights-dtype applies to the micro-kernels' weights only (int8: to
-    matrices of 1024 weights or more); say when no weight took it."""
+    the one-stream matvecs of 1024 weights or more); say when no weight
+    took it."""
     asked = target.weights_dtype
     if asked != "f32" and manifest.get("weights_dtype") == "f32":
         what = ("no matvec of 1024 weights or more (smaller ones stay f32, as in LiteRT)"
                 if asked == "int8" else "no matvec or convolution the micro-kernels take")
+        if asked == "int8" and streams > 1:
+            what = (f"{streams} streams, whose matrix products run in the f32 kernel of "
+                    "many streams (int8 weights are for one stream; f16 and bf16 apply)")
         progress.warn(f"--weights-dtype={asked}: this model has {what}; its weights stay f32")
 
 
@@ -244,7 +249,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         _record_graph_cut(manifest, options.graph_options, program.report,
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
-        _warn_weights_dtype_unused(manifest, target, progress)
+        _warn_weights_dtype_unused(manifest, target, progress, options.streams)
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()

@@ -189,6 +189,18 @@ def test_bad_stream_counts_are_one_line_errors(tmp_path, capsys, count):
     assert not (tmp_path / "out").exists()
 
 
+def test_int8_weights_with_streams_say_they_stay_f32(built, tmp_path, capsys):
+    """The int8 kernel steps one stream: an N-stream build keeps f32 weights
+    and says so, naming the streams (not "no matvec of 1024 weights")."""
+    path, _, _ = built("lstm_gru")
+    out = tmp_path / "i8"
+    assert main(["build", str(path), "--streams", "2", "--weights-dtype=int8",
+                 "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "--weights-dtype=int8: this model has 2 streams" in err and "stay f32" in err
+    assert harness.load(out).manifest.get("weights_dtype") == "f32"
+
+
 def test_vulkan_build_of_eight_streams_verifies(built, tmp_path, capsys):
     """--target=vulkan through the same seam (lavapipe: a CPU emulation, so
     correctness only, no speed)."""
