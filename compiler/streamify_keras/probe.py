@@ -50,19 +50,19 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
                 lambda v: tf.constant(probes[id(v)][:, frames])
                 if isinstance(v, streamed_type) else v, (args, kwargs))
             out = op(*given[0], **given[1])
-        if isinstance(out, (list, tuple, dict)):
-            raise TypeError("several outputs")
-        return np.asarray(out)
+        return [np.asarray(o) for o in tree.flatten(out)]  # (tf.split: several)
 
     try:
         whole = run(slice(None))
-        if whole.ndim >= 2 and whole.shape[1] == PROBE_FRAMES:
-            alone = np.concatenate([run(slice(t, t + 1)) for t in range(PROBE_FRAMES)], axis=1)
-            return PER_STEP if _same(whole, alone) else MIXED
-        if len(leaves) > 1 or whole.ndim != len(leaves[0].value.shape) - 1:
+        if all(w.ndim >= 2 and w.shape[1] == PROBE_FRAMES for w in whole):
+            alone = [run(slice(t, t + 1)) for t in range(PROBE_FRAMES)]
+            return PER_STEP if all(
+                _same(w, np.concatenate([a[i] for a in alone], axis=1))
+                for i, w in enumerate(whole)) else MIXED
+        if len(leaves) > 1 or len(whole) > 1 or whole[0].ndim != len(leaves[0].value.shape) - 1:
             return MIXED
         last = run(slice(PROBE_FRAMES - 1, PROBE_FRAMES))
-        return LAST_FRAME if _same(whole, last) else MIXED
+        return LAST_FRAME if _same(whole[0], last[0]) else MIXED
     except Exception:  # the layer does not run on such frames: refused as before
         return None
 
