@@ -44,6 +44,19 @@ def _mixes_time(window=None):
     return keras.Model(x, L.Dense(2)(L.GRU(8)(h)))
 
 
+def _keras3_ops():
+    """keras.ops called on Keras 3 tensors (no Lambda): each is a node of
+    the functional graph that tfaot has no rule for, probed like a Lambda."""
+    import keras
+    from keras import layers as L
+    from keras import ops
+    x = keras.Input((None, F))
+    a, b = ops.split(L.Dense(8)(x), 2, axis=-1)
+    h = ops.concatenate([a * ops.sigmoid(b), ops.expand_dims(ops.mean(x, axis=-1), -1)], -1)
+    h = L.LSTM(6, return_sequences=True)(h)
+    return keras.Model(x, L.Dense(2)(h[:, -1, :]))
+
+
 def _save(tmp_path, name, builder):
     import keras
     keras.utils.set_random_seed(3)
@@ -72,7 +85,8 @@ def test_cli_needs_allow_lambda_then_streams_the_last_frame(tmp_path):
 
 
 @pytest.mark.parametrize("name,builder", [("per_step", _per_step),
-                                          ("window_mixes_time", lambda: _mixes_time(12))])
+                                          ("window_mixes_time", lambda: _mixes_time(12)),
+                                          ("keras3_ops", _keras3_ops)])
 def test_lambda_layers_match_keras(tmp_path, name, builder):
     path = _save(tmp_path, name, builder)
     with _unsafe_scope():
