@@ -23,9 +23,12 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
     """PER_STEP when every output frame of ``op`` depends on its own input
     frame only, LAST_FRAME when its output has no time axis and equals its
     output on the input's last frame alone, MIXED when it ran and neither
-    holds, None when the probe cannot run (``streamed_type``: the replay's value class; every
-    one in ``args`` must be a sequence chunk of fully known shape; LAST_FRAME
-    takes one)."""
+    holds, None when the probe cannot run.
+
+    ``streamed_type`` is the replay's value class: every such value in
+    ``args`` must be a sequence chunk of fully known shape (LAST_FRAME takes
+    one). An output whose time axis changed length (a crop, a stride) is
+    MIXED: the shapes differ."""
     import tensorflow as tf
     from keras import tree
 

@@ -339,15 +339,13 @@ class Replay:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
                               valid_from=args[0].valid_from)
-        if kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args):
+        known = kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args)
+        if known:
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
             self._check_all_sequences(op, args)
-            args, kwargs, seq = self._align(op, args, kwargs)
-            self.row(op, "per-step")
-            streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
-            return self.apply(op, args, kwargs, SEQ, seq=seq, valid_from=_valid_from(streamed))
-        locality = time_locality(op, args, kwargs, Streamed)
-        if locality == PER_STEP:  # a Lambda or a user's layer, found to work frame by frame
+        # (else a Lambda or a user's layer: the probe finds how it treats time)
+        locality = PER_STEP if known else time_locality(op, args, kwargs, Streamed)
+        if locality == PER_STEP:
             args, kwargs, seq = self._align(op, args, kwargs)
             self.row(op, "per-step")
             streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
