@@ -23,6 +23,7 @@ from tfaot.lower import microkernel
 from tfaot.resources import shim_dir
 from tfaot.target import make_target
 from util import run as _run
+from util import x86_isa_flags
 
 STEPS = 120
 
@@ -131,15 +132,21 @@ def test_depthwise_kernel_matches_numpy(kernels, case):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
-def test_kernels_under_sanitizers(cc, tmp_path):
-    """Both convolution kernels on exactly sized heap buffers, under
-    AddressSanitizer and UndefinedBehaviorSanitizer, against a plain loop."""
+def test_kernels_under_sanitizers(cc, isa, tmp_path):
+    """Both convolution kernels, each x86-64 path of them this machine can
+    run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU), on
+    exactly sized heap buffers, under AddressSanitizer and
+    UndefinedBehaviorSanitizer, against a plain loop."""
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
     exe = tmp_path / "check"
     data = Path(__file__).parent / "data" / "kernels"
-    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
           "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
