@@ -32,6 +32,7 @@ from test_microkernels import _keras_model
 from tfaot.lower import microkernel
 from tfaot.resources import shim_dir
 from util import run as _run
+from util import x86_isa_flags
 
 STEPS = 120
 #: (n, k): one small tile, a 16-row tile with a row to spare, a last tile
@@ -212,6 +213,26 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
     proc = subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe],
                           capture_output=True, text=True, timeout=120)
     _check_kernel_output(proc, cases)
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+def test_host_kernel_under_sanitizers(isa, tmp_path):
+    """Each x86-64 path this machine runs (util.x86_isa_flags: on an AVX-512
+    VNNI CPU, native is the zmm tile), or aarch64's own, under
+    AddressSanitizer and UndefinedBehaviorSanitizer, against numpy's int8
+    arithmetic (the extreme-weight and all-zero rows of _kernel_cases)."""
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
+    cases = _kernel_cases(np.random.default_rng(6))
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
+    exe = tmp_path / "check"
+    _run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", *flags,
+          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_MATVEC_INT8",
+          "-DTFRT_MATVEC_FN=m_kernel", "-I", tmp_path, DATA / "kernels" / "matvec_check.c",
+          shim_dir() / "tfrt_matvec.c", "-o", exe])
+    _check_kernel_output(subprocess.run([exe], capture_output=True, text=True, timeout=120),
+                         cases)
 
 
 def _kernel_cases(rng) -> list[tuple[np.ndarray, np.ndarray]]:
