@@ -519,15 +519,23 @@ TFRT_I8_TILE_OF(32)
 TFRT_I8_TILE_OF(16)
 #endif
 
-/* Largest |x[i]| of n inputs; NaN if one is NaN or infinite. */
+/* Largest |x[i]| of n inputs; NaN if one is NaN or infinite. On the bit
+ * patterns with the sign cleared, whose order as integers is the order of
+ * the magnitudes (Inf and NaN above every finite one): an integer maximum,
+ * which compilers vectorize (a float sum that caught NaN and Inf was a
+ * serial chain: 12% of an int8 LSTM(512) matvec). */
 static float tfrt_i8_absmax(const float *x, size_t n) {
-  float top = 0, probe = 0;
+  uint32_t top = 0;
   for (size_t i = 0; i < n; i++) {
-    const float a = x[i] < 0 ? -x[i] : x[i];
-    top = a > top ? a : top;
-    probe += x[i] * 0.0f;
+    uint32_t bits;
+    __builtin_memcpy(&bits, x + i, sizeof bits);
+    bits &= 0x7FFFFFFFu;
+    top = bits > top ? bits : top;
   }
-  return probe == 0 ? top : probe;
+  if (top >= 0x7F800000u) top = 0x7FC00000u; /* a quiet NaN */
+  float value;
+  __builtin_memcpy(&value, &top, sizeof value);
+  return value;
 }
 
 /* Quantizes count inputs (0 up to padded, a multiple of TFRT_I8_BLOCK) one
