@@ -12,10 +12,13 @@ same step batched over N streams (state in its resource variables), timed
 in the same repetitions; |diff| is its largest difference from the tfaot
 library over 100 steps of the same frames. Targets (issue 24): at N = 8,
 >= 5x on LSTM(512) and >= 2.5x on 2 x LSTM(128), >= 1.5x LiteRT's batch-N
-throughput.
+throughput. With ``--weights-dtype int8`` the libraries store int8 weights
+(the N-stream steps in the int8 matmul kernel) and the peer is LiteRT's
+dynamic-range int8 (the converter's ``Optimize.DEFAULT``), batched the same.
 
     .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
         [--models lstm512,...] [--steps N] [--repeats R] [--no-litert]
+        [--weights-dtype f32|bf16|f16|int8]
 """
 from __future__ import annotations
 
@@ -57,10 +60,11 @@ MODELS = {
 }
 
 
-def build(path: Path, streams: int, out: Path) -> Path:
+def build(path: Path, streams: int, out: Path, weights_dtype: str = "f32") -> Path:
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
-    return build_model(str(path), BuildOptions(out_dir=out, streams=streams),
+    return build_model(str(path), BuildOptions(out_dir=out, streams=streams,
+                                               weights_dtype=weights_dtype),
                        Progress(False)).path
 
 
@@ -93,9 +97,9 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
     for n in counts:
         # each library runs about the same number of stream-steps
         steps = max(20, args.steps // n)
-        timers.append(Timer(build(path, n, tmp / f"{name}_{n}"), steps))
+        timers.append(Timer(build(path, n, tmp / f"{name}_{n}", args.weights_dtype), steps))
         if not args.no_litert:
-            flatbuffer, _ = litert_model(model, streams=n)
+            flatbuffer, _ = litert_model(model, int8=args.weights_dtype == "int8", streams=n)
             lites.append(LiteRTTimer(flatbuffer, steps))
             differences.append(litert_difference(timers[-1], flatbuffer))
         print(f"built {name} with {n} stream(s)", file=sys.stderr, flush=True)
@@ -143,6 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed passes (default 5)")
     ap.add_argument("--no-litert", action="store_true",
                     help="leave out LiteRT's batch-N model (needs ai-edge-litert)")
+    ap.add_argument("--weights-dtype", choices=["f32", "bf16", "f16", "int8"], default="f32",
+                    help="tfaot's weights (int8: LiteRT's dynamic-range int8 is the peer)")
     args = ap.parse_args(argv)
     counts = [int(n) for n in args.streams.split(",")]
     names = args.models.split(",")
@@ -153,11 +159,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tfaot-bench-streams-") as tmp:
         for name in names:
             rows += measure(name, counts, Path(tmp), args)
-    print(f"CPU: {_cpu_name()}")
+    print(f"CPU: {_cpu_name()}; weights {args.weights_dtype}")
     print_table(rows)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"streams-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
+                                "weights_dtype": args.weights_dtype,
                                 "steps": args.steps, "repeats": args.repeats,
                                 "rows": rows}, indent=2))
     print(f"wrote {path}")

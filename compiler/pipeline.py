@@ -199,15 +199,14 @@ def _warn_weights_not_in_file(manifest: dict, target, name: str, progress: Progr
 def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress,
                                streams: int = 1) -> None:
     """--weights-dtype applies to the micro-kernels' weights only (int8: to
-    the one-stream matvecs of 1024 weights or more); say when no weight
-    took it."""
+    the matrices of 1024 weights or more the matvec, or with several
+    streams the matmul, kernel takes); say when no weight took it."""
     asked = target.weights_dtype
     if asked != "f32" and manifest.get("weights_dtype") == "f32":
-        what = ("no matvec of 1024 weights or more (smaller ones stay f32, as in LiteRT)"
-                if asked == "int8" else "no matvec or convolution the micro-kernels take")
-        if asked == "int8" and streams > 1:
-            what = (f"{streams} streams, whose matrix products run in the f32 kernel of "
-                    "many streams (int8 weights are for one stream; f16 and bf16 apply)")
+        what = ("no matvec or convolution the micro-kernels take" if asked != "int8"
+                else f"no matrix of 1024 weights or more that the "
+                     f"{'matmul kernel of many streams' if streams > 1 else 'matvec kernel'} "
+                     "takes (smaller ones stay f32, as in LiteRT)")
         progress.warn(f"--weights-dtype={asked}: this model has {what}; its weights stay f32")
 
 

@@ -36,8 +36,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if !defined(TFRT_MATVEC_FN) && !defined(TFRT_CONV_FN) && !defined(TFRT_DWCONV_FN)
-#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=<the symbols the kernel object calls>"
+#if !defined(TFRT_MATVEC_FN) && !defined(TFRT_CONV_FN) && !defined(TFRT_DWCONV_FN) && \
+    !defined(TFRT_MATMUL_FN)
+#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=, -DTFRT_MATMUL_FN=<the symbols the kernel object calls>"
+#endif
+#if defined(TFRT_MATMUL_FN) && !defined(TFRT_MATVEC_INT8)
+#error "TFRT_MATMUL_FN is the int8 product of many streams: compile it with -DTFRT_MATVEC_INT8"
 #endif
 
 /* Output lanes per packed tile; compiler/lower/microkernel.py TILE must agree.
@@ -106,7 +110,7 @@ typedef float tfrt_weight;
 #define TFRT_AVX512_F32 1
 #endif
 
-#ifdef TFRT_MATVEC_FN
+#if defined(TFRT_MATVEC_FN) || defined(TFRT_MATMUL_FN)
 /* Matrices at least this big (f32 weights) are walked back and forth. */
 #define TFRT_MATVEC_BACK_AND_FORTH 32768
 
@@ -244,9 +248,18 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
  * 64-byte aligned after them) and the int8 weights packed as
  * [ceil(n/T)][k4/4][T][4] (k4: k rounded up to 4; T as for f32), four
  * consecutive k of each lane together: the order of dot-product
- * instructions (x86 vpdpbusd, Arm sdot) and of 16-bit pair MACs. */
+ * instructions (x86 vpdpbusd, Arm sdot) and of 16-bit pair MACs.
+ *
+ * TFRT_MATMUL_FN is the product of the same blob with the input rows of
+ * many streams (an N-stream step, --streams): see below. */
+#ifdef TFRT_MATVEC_FN
 void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
                     float *y, size_t y_offset, size_t n, size_t k);
+#endif
+#ifdef TFRT_MATMUL_FN
+void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k, size_t streams);
+#endif
 
 /* Input elements quantized per pass: the int8 copy lives on the stack
  * (and on 32-bit Arm the words widened from it: 128 keeps the kernel's
@@ -562,6 +575,7 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t
   }
 }
 
+#ifdef TFRT_MATVEC_FN
 void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
                     float *y, size_t y_offset, size_t n, size_t k) {
   w += w_offset;
@@ -599,8 +613,84 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
     }
   }
 }
+#endif
+
+#ifdef TFRT_MATMUL_FN
+/* Streams whose int8 inputs a pass of the matmul holds at once. */
+#define TFRT_I8_STREAMS 8
+
+/* The output tile at t (T lanes) of the rows xq (one per stream, `rows` of
+ * them, each chunk inputs with its block scales) from the packed weights
+ * wt: while the streams take turns, the tile's weights stay in L1, so
+ * they come from memory once per pass for all of them. */
+static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, size_t rows,
+                              const int8_t (*xq)[TFRT_I8_CHUNK],
+                              const float (*block_scale)[TFRT_I8_CHUNK / TFRT_I8_BLOCK],
+                              const int *bad, float *out) {
+  for (size_t r = 0; r < rows; r++) {
+    if (bad[r]) continue;
+    if (T == TFRT_MATVEC_TILE)
+      TFRT_I8_TILE_32(wt, xq[r], block_scale[r], chunk / 4, out + r * TFRT_MATVEC_TILE);
+    else
+      TFRT_I8_TILE_16(wt, xq[r], block_scale[r], chunk / 4, out + r * TFRT_MATVEC_TILE);
+  }
+}
+
+/* y[s] = W x[s] for each of `streams` input rows (x is [streams][k], y
+ * [streams][n]: an N-stream step's X[N,K] . W): the int8 blob of
+ * TFRT_MATVEC_FN, read once per TFRT_I8_STREAMS streams instead of once
+ * per stream. Each stream's arithmetic is the matvec's, chunk for chunk,
+ * so its outputs are those of a one-stream build, bit for bit; a stream
+ * with NaN or Inf among its inputs gets NaN (or Inf) outputs alone. */
+void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                    float *y, size_t y_offset, size_t n, size_t k, size_t streams) {
+  w += w_offset;
+  x += x_offset;
+  y += y_offset;
+  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
+  const size_t tiles = (n + T - 1) / T, k4 = (k + 3) / 4 * 4;
+  const float *row_scale = (const float *)(const void *)w;
+  const int8_t *wq = w + tiles * T * sizeof(float);
+  int8_t xq[TFRT_I8_STREAMS][TFRT_I8_CHUNK];
+  float block_scale[TFRT_I8_STREAMS][TFRT_I8_CHUNK / TFRT_I8_BLOCK];
+  float out[TFRT_I8_STREAMS * TFRT_MATVEC_TILE];
+  int bad[TFRT_I8_STREAMS];
+  for (size_t s0 = 0; s0 < streams; s0 += TFRT_I8_STREAMS) {
+    const size_t rows = streams - s0 < TFRT_I8_STREAMS ? streams - s0 : TFRT_I8_STREAMS;
+    const float *xs = x + s0 * k;
+    float *ys = y + s0 * n;
+    for (size_t r = 0; r < rows; r++) {
+      const float top = tfrt_i8_absmax(xs + r * k, k);
+      bad[r] = top != top;
+      for (size_t i = 0; bad[r] && i < n; i++) ys[r * n + i] = top;
+    }
+    const int backwards = n * k >= 4 * TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
+    for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
+      const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
+      const size_t blocks = (chunk + TFRT_I8_BLOCK - 1) / TFRT_I8_BLOCK;
+      for (size_t r = 0; r < rows; r++)
+        if (!bad[r])
+          tfrt_i8_quantize(xs + r * k + k0, k - k0 < chunk ? k - k0 : chunk,
+                           blocks * TFRT_I8_BLOCK, xq[r], block_scale[r]);
+      for (size_t i = 0; i < tiles; i++) {
+        const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
+        tfrt_i8_tile_rows(wq + (tile * k4 + k0) * T, T, chunk, rows,
+                          (const int8_t (*)[TFRT_I8_CHUNK])xq,
+                          (const float (*)[TFRT_I8_CHUNK / TFRT_I8_BLOCK])block_scale, bad, out);
+        const size_t lanes = n - t < T ? n - t : T;
+        for (size_t r = 0; r < rows; r++) {
+          for (size_t l = 0; l < lanes && !bad[r]; l++) {
+            const float part = out[r * TFRT_MATVEC_TILE + l] * row_scale[t + l];
+            ys[r * n + t + l] = k0 ? ys[r * n + t + l] + part : part;
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 #endif /* TFRT_MATVEC_INT8 */
-#endif /* TFRT_MATVEC_FN */
+#endif /* TFRT_MATVEC_FN || TFRT_MATMUL_FN */
 
 #ifdef TFRT_CONV_FN
 void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t x_offset,

@@ -189,16 +189,33 @@ def test_bad_stream_counts_are_one_line_errors(tmp_path, capsys, count):
     assert not (tmp_path / "out").exists()
 
 
-def test_int8_weights_with_streams_say_they_stay_f32(built, tmp_path, capsys):
-    """The int8 kernel steps one stream: an N-stream build keeps f32 weights
-    and says so, naming the streams (not "no matvec of 1024 weights")."""
+def test_int8_streams_take_the_int8_matmul(built, tmp_path, capsys):
+    """--weights-dtype=int8 with streams: the matrices of 1024 weights or
+    more go to the int8 matmul kernel, whose streams each equal the
+    one-stream int8 library bit for bit (the same quantization and sums per
+    stream); a stream fed NaN gets NaN alone; tfaot verify passes at the
+    int8 tolerance."""
     path, _, _ = built("lstm_gru")
-    out = tmp_path / "i8"
-    assert main(["build", str(path), "--streams", "2", "--weights-dtype=int8",
-                 "-o", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "--weights-dtype=int8: this model has 2 streams" in err and "stay f32" in err
-    assert harness.load(out).manifest.get("weights_dtype") == "f32"
+    libs = {}
+    for n in (1, STREAMS):
+        out = tmp_path / f"i8_{n}"
+        assert main(["-q", "build", str(path), "--streams", str(n), "--weights-dtype=int8",
+                     "-o", str(out)]) == 0
+        libs[n] = harness.load(out)
+    manifest = libs[STREAMS].manifest
+    assert manifest["weights_dtype"] == "int8" and "matmul" in manifest["micro_kernels"]
+    assert "stay f32" not in capsys.readouterr().err
+    xs = _frames(libs[STREAMS], STEPS, seed=3)
+    xs[40:, 2] = np.nan
+    got = libs[STREAMS].step_n(xs)
+    for i in range(STREAMS):
+        libs[1].reset()
+        want = libs[1].step_n(np.ascontiguousarray(xs[:, i]))
+        assert np.array_equal(got[:, i], want, equal_nan=True), i
+    assert np.isnan(got[40:, 2]).all() and np.isfinite(np.delete(got, 2, axis=1)).all()
+    assert main(["verify", str(path), str(tmp_path / f"i8_{STREAMS}"), "--steps", "100"]) == 0
+    assert f"over {100 * STREAMS} steps of {STREAMS} streams (tolerance 0.05): ok" in \
+        capsys.readouterr().out
 
 
 def test_vulkan_build_of_eight_streams_verifies(built, tmp_path, capsys):

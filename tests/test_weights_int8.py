@@ -236,6 +236,22 @@ def test_host_kernel_under_sanitizers(isa, tmp_path):
                          cases)
 
 
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+def test_matmul_of_streams_is_the_matvec_per_stream(isa, tmp_path):
+    """The int8 matmul of N streams (--streams with int8 weights) gives each
+    stream the matvec's outputs bit for bit, a NaN stream alone NaN, under
+    AddressSanitizer and UndefinedBehaviorSanitizer (data/kernels/matmul_check.c)."""
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
+    exe = tmp_path / "check"
+    _run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", *flags,
+          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_MATVEC_INT8",
+          "-DTFRT_MATVEC_FN=a", "-DTFRT_MATMUL_FN=b", DATA / "kernels" / "matmul_check.c",
+          shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    assert _run([exe]).stdout.strip() == "ok"
+
+
 def _kernel_cases(rng) -> list[tuple[np.ndarray, np.ndarray]]:
     cases = []
     for n, k in SHAPES:
@@ -353,7 +369,7 @@ def test_small_matrices_stay_f32(tmp_path, capsys):
     path = tmp_path / "tiny.keras"
     model.save(path)
     assert main(["build", str(path), "-o", str(tmp_path / "out"), "--weights-dtype=int8"]) == 0
-    assert "--weights-dtype=int8: this model has no matvec of 1024 weights" in \
+    assert "--weights-dtype=int8: this model has no matrix of 1024 weights" in \
         capsys.readouterr().err
     lib = harness.load(tmp_path / "out")
     assert lib.manifest["weights_dtype"] == "f32"
@@ -443,8 +459,8 @@ def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
                            "-mfloat-abi=hard", "-DTFRT_FREESTANDING"])])
 def test_kernel_is_warning_free(cc, flags, tmp_path):
     """The int8 kernel's paths (AVX2: haswell; AVX-512 VNNI: icelake-server;
-    AVX-VNNI: alderlake; sdot; Cortex-M DSP; portable) with the f32
-    convolutions of the same build."""
+    AVX-VNNI: alderlake; sdot; Cortex-M DSP; portable), its matmul of many
+    streams, with the f32 convolutions of the same build."""
     import platform
 
     if not shutil.which(cc):
@@ -453,7 +469,8 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
             platform.machine() != "x86_64":
         pytest.skip("x86-64 flags")
     _run([cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pedantic", *flags,
-          "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_int8", "-DTFRT_CONV_FN=c_f32",
+          "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_int8", "-DTFRT_MATMUL_FN=mm_int8",
+          "-DTFRT_CONV_FN=c_f32",
           "-DTFRT_DWCONV_FN=d_f32", "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
 
 

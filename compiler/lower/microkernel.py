@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import weight_globals
+from . import kernel_dispatch
 from ..errors import TfaotError
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
@@ -75,19 +75,19 @@ MIN_WEIGHTS = 0
 #: (SimpleRNN(16): error vs TF 2.6e-2 instead of 5e-7, step 0.32 us
 #: instead of 0.14, bench_litert.py).
 INT8_MIN_WEIGHTS = 1024
-#: Byte alignment of the packed weights: vector loads that straddle cache
-#: lines made the kernel 1.4x slower (IREE's default for globals is 16).
-ALIGN = 64
 
 
-#: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro.
-KINDS = ("matvec", "conv", "dwconv")
+#: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
+#: (matmul: the int8 product of many streams' rows, --streams).
+KINDS = ("matvec", "conv", "dwconv", "matmul")
 
 
 def kernel_dtype(kind: str, weights_dtype: str) -> str:
     """The weights' dtype of one kind of kernel in a build of ``weights_dtype``:
-    int8 is the matvec's only (the convolutions keep f32 weights)."""
-    return "f32" if weights_dtype == "int8" and kind != "matvec" else weights_dtype
+    int8 is the matvec's and the matmul's only (the convolutions keep f32
+    weights)."""
+    int8_kinds = ("matvec", "matmul")
+    return "f32" if weights_dtype == "int8" and kind not in int8_kinds else weights_dtype
 
 
 def kernel_symbol(name: str, dtype: str = "f32", kind: str = "matvec") -> str:
@@ -243,7 +243,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     takes matvecs of INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
     use (Target.kernel_kinds); other ops stay IREE's. ``weights_as_globals``
     (Target.weights_as_globals): the packed weights become mutable globals
-    passed to the dispatch (``_WeightsGlobal``) instead of constants of the
+    passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of constants of the
     kernel object, so that --weights=file moves them to its sidecar.
     """
     from iree.compiler import ir
@@ -266,24 +266,23 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         for op in ops:
             if _input_is_constant(op, constant):
                 continue
-            w = _constant_matvec(op, matvec_min) if "matvec" in kinds else None
-            conv = None
+            w, conv, streams = _kernel_of(op, kinds, dtype, min_weights, matvec_min)
             if w is None:
-                conv = _constant_conv(op, min_weights) or _constant_matmul(op, min_weights)
-                if conv is None or conv.kind not in kinds:
-                    continue
-                w = conv.weights
-            key = w.tobytes() + bytes(str(w.shape) + repr(conv), "ascii")
+                continue
+            kind = conv.kind if conv else "matmul" if streams else "matvec"
+            key = w.tobytes() + bytes(f"{w.shape}{conv!r}{streams}", "ascii")
             if key not in kernels:
-                kernels[key] = f"tfaot_{conv.kind if conv else 'matvec'}_{len(kernels)}"
+                kernels[key] = f"tfaot_{kind}_{len(kernels)}"
                 sym = kernels[key]
-                weights, text = (_conv_text(sym, conv, name, dtype, weights_as_globals) if conv
-                                 else _matvec_text(sym, w, name, dtype, weights_as_globals))
+                weights, text = (
+                    _conv_text(sym, conv, name, dtype, weights_as_globals) if conv
+                    else _matvec_text(sym, w, name, dtype, weights_as_globals, streams))
                 if weights:
                     globals_texts.append(weights.global_text())
                     texts.append(weights.setter_text())
                 texts.append(text)
-            _replace_with_call(op, kernels[key], operand=0 if conv else 1)
+            # the matrix is the dot's first operand in a matvec, its second in X . W
+            _replace_with_call(op, kernels[key], operand=1 if kind == "matvec" else 0)
             count += 1
         if not count:
             return mlir_text, 0
@@ -319,6 +318,26 @@ def _constant_values(ops: list) -> set:
                 else all(v in constant for v in operands)):
             constant.update(op.results)
     return constant
+
+
+def _kernel_of(op, kinds: tuple[str, ...], dtype: str, min_weights: int,
+               matvec_min: int) -> tuple[np.ndarray | None, ConvGeometry | None, int]:
+    """What computes ``op``: ``(W, None, 0)`` the matvec kernel, ``(W, None,
+    S)`` the int8 product of S streams' rows (``X[S,K] . W``, W as ``[M,K]``:
+    int8 builds; f32 and half-width ones take such products as 1x1
+    convolutions, ``_constant_matmul``), ``(W, geometry, 0)`` a convolution
+    kernel, ``(None, None, 0)`` none."""
+    w = _constant_matvec(op, matvec_min) if "matvec" in kinds else None
+    if w is not None:
+        return w, None, 0
+    product = _constant_matmul(op, matvec_min) if dtype == "int8" else None
+    if product is not None:
+        return ((product.weights, None, product.ow) if "matmul" in kinds
+                else (None, None, 0))
+    conv = _constant_conv(op, min_weights) or _constant_matmul(op, min_weights)
+    if conv is None or conv.kind not in kinds:
+        return None, None, 0
+    return conv.weights, conv, 0
 
 
 def _input_is_constant(op, constant: set) -> bool:
@@ -518,20 +537,24 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str,
-                 as_global: bool) -> tuple[_WeightsGlobal | None, str]:
+def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool,
+                 streams: int = 0) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> W x`` and the executable it dispatches
-    (and its weights' global with ``as_global``)."""
+    (and its weights' global with ``as_global``); with ``streams`` (int8),
+    ``@sym(X) -> X . W^T`` for X of that many rows, by the matmul kernel."""
     n, k = w.shape
-    xt, yt = f"{k}x1xf32", f"{n}x1xf32"
+    xt, yt = (f"{streams}x{k}xf32", f"{streams}x{n}xf32") if streams else (f"{k}x1xf32",
+                                                                            f"{n}x1xf32")
     data = _weight_data(pack_int8(w) if dtype == "int8" else pack(w, matvec_tile(n)), dtype)
-    weights = _weights_global(sym, data, as_global)
-    return weights, _matvec_function(sym, xt, yt, weights) + _executable_text(
-        sym, data, xt, yt, kernel_symbol(name, dtype, "matvec"), (n, k), weights)
+    weights = kernel_dispatch.weights_global(sym, data, as_global)
+    kernel = kernel_symbol(name, dtype, "matmul" if streams else "matvec")
+    sizes = (n, k, streams) if streams else (n, k)
+    return weights, (kernel_dispatch.dispatch_function(sym, xt, yt, weights)
+                     + kernel_dispatch.executable_text(sym, data, xt, yt, kernel, sizes, weights))
 
 
 def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
-               as_global: bool) -> tuple[_WeightsGlobal | None, str]:
+               as_global: bool) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> conv(x, W)`` and the executable it dispatches.
 
     Before the dispatch the input becomes ``[1, ih, iw, c]`` (1-D: a
@@ -549,81 +572,16 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
                   f"tensor<f32>) -> tensor<{padded}>"]
     last = "%x1" if padded != image else "%x0"
     data = _weight_data(g.packed(), kernel_dtype(g.kind, dtype))
-    weights = _weights_global(sym, data, as_global)
-    lines += [*_dispatch_lines(sym, weights, last, padded, "%y0", result),
+    weights = kernel_dispatch.weights_global(sym, data, as_global)
+    lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{g.y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
     function = f"""
   func.func private @{sym}(%x: tensor<{g.x_type}>) -> tensor<{g.y_type}> {{{body}
     return %y : tensor<{g.y_type}>
   }}"""
-    return weights, function + _executable_text(
+    return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights)
-
-
-def _matvec_function(sym: str, xt: str, yt: str, weights: "_WeightsGlobal | None") -> str:
-    """``@sym``: the dispatch of its executable."""
-    body = "".join(f"\n    {line}" for line in _dispatch_lines(sym, weights, "%x", xt, "%y", yt))
-    return f"""
-  func.func private @{sym}(%x: tensor<{xt}>) -> tensor<{yt}> {{{body}
-    return %y : tensor<{yt}>
-  }}"""
-
-
-def _dispatch_lines(sym: str, weights: "_WeightsGlobal | None", x: str, xt: str, y: str,
-                    yt: str) -> list[str]:
-    """``y = dispatch(x)``, with the weights' global loaded and passed first
-    when they are one."""
-    if weights is None:
-        return [f"{y} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> tensor<{yt}>"]
-    return [f"%w = ml_program.global_load @{weights.name} : {weights.tensor}",
-            f"{y} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
-            f"tensor<{xt}>) -> tensor<{yt}>"]
-
-
-def _weights_global(sym: str, data: np.ndarray, as_global: bool) -> _WeightsGlobal | None:
-    """The kernel's weights as a global of the host program, when weights are
-    globals and these are over weight_globals.INLINE_MAX_BYTES (smaller ones
-    stay in the code, as other small constants do)."""
-    big = data.nbytes > weight_globals.INLINE_MAX_BYTES
-    return _WeightsGlobal(sym, data) if as_global and big else None
-
-
-@dataclass(frozen=True)
-class _WeightsGlobal:
-    """The packed weights of one kernel as a mutable global with a setter (the
-    form of weight_globals.py: the setter keeps IREE from folding the global
-    back into a constant, and drop_setters removes it from the VM program)."""
-
-    sym: str
-    data: np.ndarray = field(compare=False)  # as the kernel reads them (_weight_data)
-
-    @property
-    def name(self) -> str:
-        return f"{weight_globals.WEIGHT_PREFIX}_{self.sym}"
-
-    @property
-    def tensor(self) -> str:
-        return f"tensor<{'x'.join(map(str, self.data.shape))}x{_element(self.data)}>"
-
-    def global_text(self) -> str:
-        hexval = self.data.tobytes().hex().upper()
-        return (f'  ml_program.global private mutable @{self.name}(dense<"0x{hexval}"> : '
-                f"{self.tensor}) : {self.tensor}\n")
-
-    def setter_text(self) -> str:
-        setter = f"{weight_globals.SETTER_PREFIX}_{self.sym}"
-        return f"""
-  func.func @{setter}(%v: {self.tensor}) {{
-    ml_program.global_store @{self.name} = %v : {self.tensor}
-    return
-  }}"""
-
-
-def _element(data: np.ndarray) -> str:
-    """The MLIR element type of weights as the kernel reads them: f32, i16
-    (half-width patterns) or i8 (the int8 blob)."""
-    return {1: "i8", 2: "i16", 4: "f32"}[data.dtype.itemsize]
 
 
 def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:
@@ -633,68 +591,3 @@ def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "f32":
         return packed.astype("<f4")
     return to_half(packed, dtype).astype("<u2")
-
-
-def _executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
-                     sizes: tuple[int, ...], weights: _WeightsGlobal | None = None) -> str:
-    """The executable whose only work is
-    ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``.
-
-    The packed weights are a read-only global of the kernel object, or with
-    ``weights`` (a global of the host program) a third binding, the first.
-    Each binding is a base pointer plus an element offset: IREE moves a
-    binding's offset (e.g. one state inside a fused state buffer, one
-    weights global among the others) into the subspan. Half-width weights
-    are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
-    their dtype.
-    """
-    elem = _element(data)
-    wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
-    index_types = ", ".join(["index"] * len(sizes))
-    constants = "".join(f"\n        %s{i} = arith.constant {v} : index"
-                        for i, v in enumerate(sizes))
-    size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
-    x_rank, y_rank = xt.count("x"), yt.count("x")
-    if weights is None:
-        hexval = data.tobytes().hex().upper()
-        ttype = "tensor" + wtype[len("memref"):]
-        w_global = f"""
-      "memref.global"() <{{sym_name = "{sym}_w", sym_visibility = "private", type = {wtype},
-          initial_value = dense<"0x{hexval}"> : {ttype}, constant,
-          alignment = {ALIGN} : i64}}> : () -> ()"""
-        w_binding, w_value = "", f"memref.get_global @{sym}_w : {wtype}"
-    else:
-        w_global, w_binding = "", "%bw: !stream.binding, "
-        w_value = f"stream.binding.subspan %bw[%c0] : !stream.binding -> {wtype}"
-    return f"""
-  stream.executable private @{sym}_exe {{
-    stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
-      %c1 = arith.constant 1 : index
-      stream.return %c1, %c1, %c1 : index, index, index
-    }}
-    builtin.module {{{w_global}
-      func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
-                                  index, {index_types})
-          attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
-      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding) {{
-        %c0 = arith.constant 0 : index{constants}
-        %w = {w_value}
-        %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
-        %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
-        {_metadata("w", wtype, data.ndim, elem)}
-        {_metadata("x", f"memref<{xt}>", x_rank)}
-        {_metadata("y", f"memref<{yt}>", y_rank)}
-        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {size_values})
-            : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
-               {index_types}) -> ()
-        return
-      }}
-    }}
-  }}
-"""
-
-
-def _metadata(v: str, memref: str, rank: int, elem: str = "f32") -> str:
-    """``%{v}b`` (base) and ``%{v}o`` (offset) of the memref ``%{v}``."""
-    return (f"%{v}b, %{v}o, %{v}s:{rank}, %{v}st:{rank} = iree_codegen.extract_strided_metadata "
-            f"%{v} : {memref} -> memref<{elem}>, index{', index' * (2 * rank)}")

@@ -134,9 +134,9 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
 
 
 #: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py).
-INT8_SCHEME = ("matvec: int8 weights, symmetric, one f32 scale per output row; input "
-               "quantized to int8 per call (symmetric, one scale per block of 16 inputs); "
-               "int32 sums per block; "
+INT8_SCHEME = ("matvec (and the matmul of many streams): int8 weights, symmetric, one f32 "
+               "scale per output row; input quantized to int8 per call (symmetric, one scale "
+               "per block of 16 inputs; per stream); int32 sums per block; "
                "convolutions: f32 weights")
 
 

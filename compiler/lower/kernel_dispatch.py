@@ -1,0 +1,149 @@
+"""The MLIR text of a micro-kernel's dispatch (compiler/lower/microkernel.py).
+
+A kernel call becomes a private function that dispatches an executable
+whose only work is the call of the C kernel (declared
+``hal.import.static``), on its packed weights: a read-only global of the
+kernel object, or with weights as globals (--weights=file) a mutable global
+of the host program passed as the dispatch's first binding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import weight_globals
+
+#: Byte alignment of the packed weights: vector loads that straddle cache
+#: lines made the kernel 1.4x slower (IREE's default for globals is 16).
+ALIGN = 64
+
+
+def dispatch_function(sym: str, xt: str, yt: str, weights: "WeightsGlobal | None") -> str:
+    """``@sym``: the dispatch of its executable."""
+    body = "".join(f"\n    {line}" for line in dispatch_lines(sym, weights, "%x", xt, "%y", yt))
+    return f"""
+  func.func private @{sym}(%x: tensor<{xt}>) -> tensor<{yt}> {{{body}
+    return %y : tensor<{yt}>
+  }}"""
+
+
+def dispatch_lines(sym: str, weights: "WeightsGlobal | None", x: str, xt: str, y: str,
+                    yt: str) -> list[str]:
+    """``y = dispatch(x)``, with the weights' global loaded and passed first
+    when they are one."""
+    if weights is None:
+        return [f"{y} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> tensor<{yt}>"]
+    return [f"%w = ml_program.global_load @{weights.name} : {weights.tensor}",
+            f"{y} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
+            f"tensor<{xt}>) -> tensor<{yt}>"]
+
+
+def weights_global(sym: str, data: np.ndarray, as_global: bool) -> WeightsGlobal | None:
+    """The kernel's weights as a global of the host program, when weights are
+    globals and these are over weight_globals.INLINE_MAX_BYTES (smaller ones
+    stay in the code, as other small constants do)."""
+    big = data.nbytes > weight_globals.INLINE_MAX_BYTES
+    return WeightsGlobal(sym, data) if as_global and big else None
+
+
+@dataclass(frozen=True)
+class WeightsGlobal:
+    """The packed weights of one kernel as a mutable global with a setter (the
+    form of weight_globals.py: the setter keeps IREE from folding the global
+    back into a constant, and drop_setters removes it from the VM program)."""
+
+    sym: str
+    data: np.ndarray = field(compare=False)  # as the kernel reads them (_weight_data)
+
+    @property
+    def name(self) -> str:
+        return f"{weight_globals.WEIGHT_PREFIX}_{self.sym}"
+
+    @property
+    def tensor(self) -> str:
+        return f"tensor<{'x'.join(map(str, self.data.shape))}x{element(self.data)}>"
+
+    def global_text(self) -> str:
+        hexval = self.data.tobytes().hex().upper()
+        return (f'  ml_program.global private mutable @{self.name}(dense<"0x{hexval}"> : '
+                f"{self.tensor}) : {self.tensor}\n")
+
+    def setter_text(self) -> str:
+        setter = f"{weight_globals.SETTER_PREFIX}_{self.sym}"
+        return f"""
+  func.func @{setter}(%v: {self.tensor}) {{
+    ml_program.global_store @{self.name} = %v : {self.tensor}
+    return
+  }}"""
+
+
+def element(data: np.ndarray) -> str:
+    """The MLIR element type of weights as the kernel reads them: f32, i16
+    (half-width patterns) or i8 (the int8 blob)."""
+    return {1: "i8", 2: "i16", 4: "f32"}[data.dtype.itemsize]
+
+
+def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
+                     sizes: tuple[int, ...], weights: WeightsGlobal | None = None) -> str:
+    """The executable whose only work is
+    ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``.
+
+    The packed weights are a read-only global of the kernel object, or with
+    ``weights`` (a global of the host program) a third binding, the first.
+    Each binding is a base pointer plus an element offset: IREE moves a
+    binding's offset (e.g. one state inside a fused state buffer, one
+    weights global among the others) into the subspan. Half-width weights
+    are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
+    their dtype.
+    """
+    elem = element(data)
+    wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
+    index_types = ", ".join(["index"] * len(sizes))
+    constants = "".join(f"\n        %s{i} = arith.constant {v} : index"
+                        for i, v in enumerate(sizes))
+    size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
+    x_rank, y_rank = xt.count("x"), yt.count("x")
+    if weights is None:
+        hexval = data.tobytes().hex().upper()
+        ttype = "tensor" + wtype[len("memref"):]
+        w_global = f"""
+      "memref.global"() <{{sym_name = "{sym}_w", sym_visibility = "private", type = {wtype},
+          initial_value = dense<"0x{hexval}"> : {ttype}, constant,
+          alignment = {ALIGN} : i64}}> : () -> ()"""
+        w_binding, w_value = "", f"memref.get_global @{sym}_w : {wtype}"
+    else:
+        w_global, w_binding = "", "%bw: !stream.binding, "
+        w_value = f"stream.binding.subspan %bw[%c0] : !stream.binding -> {wtype}"
+    return f"""
+  stream.executable private @{sym}_exe {{
+    stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
+      %c1 = arith.constant 1 : index
+      stream.return %c1, %c1, %c1 : index, index, index
+    }}
+    builtin.module {{{w_global}
+      func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
+                                  index, {index_types})
+          attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
+      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding) {{
+        %c0 = arith.constant 0 : index{constants}
+        %w = {w_value}
+        %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
+        %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
+        {metadata("w", wtype, data.ndim, elem)}
+        {metadata("x", f"memref<{xt}>", x_rank)}
+        {metadata("y", f"memref<{yt}>", y_rank)}
+        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {size_values})
+            : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
+               {index_types}) -> ()
+        return
+      }}
+    }}
+  }}
+"""
+
+
+def metadata(v: str, memref: str, rank: int, elem: str = "f32") -> str:
+    """``%{v}b`` (base) and ``%{v}o`` (offset) of the memref ``%{v}``."""
+    return (f"%{v}b, %{v}o, %{v}s:{rank}, %{v}st:{rank} = iree_codegen.extract_strided_metadata "
+            f"%{v} : {memref} -> memref<{elem}>, index{', index' * (2 * rank)}")
