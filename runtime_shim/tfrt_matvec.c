@@ -619,15 +619,91 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 /* Streams whose int8 inputs a pass of the matmul holds at once. */
 #define TFRT_I8_STREAMS 8
 
+#ifdef TFRT_I8_AVX512
+/* (q: the stream) its group of 4 inputs, offset to unsigned, into 32 lanes */
+#define TFRT_I8_STREAM512(q)                                                              \
+  {                                                                                       \
+    int32_t four;                                                                         \
+    __builtin_memcpy(&four, xq[q] + 4 * h, sizeof four);                                  \
+    const __m512i xu = _mm512_xor_si512(_mm512_set1_epi32(four), offset);                 \
+    a##q##0 = _mm512_dpbusd_epi32(a##q##0, xu, w0);                                       \
+    a##q##1 = _mm512_dpbusd_epi32(a##q##1, xu, w1);                                       \
+  }
+#define TFRT_I8_SCALE512(q)                                                               \
+  {                                                                                       \
+    const __m512 scale = _mm512_set1_ps(block_scale[q][g / TFRT_I8_GROUPS]);              \
+    f##q##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a##q##0, c0)), scale,   \
+                              f##q##0);                                                   \
+    f##q##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a##q##1, c1)), scale,   \
+                              f##q##1);                                                   \
+  }
+#define TFRT_I8_STORE512(q)                                                               \
+  _mm512_storeu_ps(out[q], f##q##0);                                                      \
+  _mm512_storeu_ps(out[q] + 16, f##q##1);
+
+/* Four streams' inputs against one 32-lane tile (AVX-512 VNNI). The inputs
+ * are offset by 128 to unsigned bytes (xq ^ 0x80), so that the weights are
+ * vpdpbusd's signed operand as they are, loaded once for the four streams
+ * (the one-stream tile moves each input's sign onto them); the offset's
+ * share, 128 times each block's weight sums, comes from the same
+ * instruction with 128 for input, once for the four, and is subtracted.
+ * The int32 block sums, and so the outputs, are the one-stream tile's
+ * exactly. 8 + 2 int32 sums, 8 f32 accumulators and the weights fit the
+ * 32 registers (eight streams, their f32 sums in memory, were 1.2x
+ * slower). On a Zen 5, 8 streams of an LSTM(512)'s matrix: 1.6x the one-
+ * stream tile's speed. */
+static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
+                                    const float *const block_scale[4], size_t groups,
+                                    float *const out[4]) {
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8((char)0x80);
+  __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00,
+         f30 = f00, f31 = f00;
+  for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS) {
+    const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;
+    __m512i c0 = zero, c1 = zero, a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero,
+            a21 = zero, a30 = zero, a31 = zero;
+    for (size_t h = g; h < end; h++, wt += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void *)wt),
+                    w1 = _mm512_loadu_si512((const void *)(wt + 64));
+      c0 = _mm512_dpbusd_epi32(c0, offset, w0);
+      c1 = _mm512_dpbusd_epi32(c1, offset, w1);
+      TFRT_I8_STREAM512(0) TFRT_I8_STREAM512(1) TFRT_I8_STREAM512(2) TFRT_I8_STREAM512(3)
+    }
+    TFRT_I8_SCALE512(0) TFRT_I8_SCALE512(1) TFRT_I8_SCALE512(2) TFRT_I8_SCALE512(3)
+  }
+  TFRT_I8_STORE512(0) TFRT_I8_STORE512(1) TFRT_I8_STORE512(2) TFRT_I8_STORE512(3)
+}
+#endif
+
 /* The output tile at t (T lanes) of the rows xq (one per stream, `rows` of
  * them, each chunk inputs with its block scales) from the packed weights
- * wt: while the streams take turns, the tile's weights stay in L1, so
- * they come from memory once per pass for all of them. */
+ * wt, streams with NaN or Inf inputs (`bad`) left out: while the streams
+ * take turns, the tile's weights stay in L1, so they come from memory
+ * once per pass for all of them (AVX-512 VNNI: registers, four at once). */
 static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, size_t rows,
                               const int8_t (*xq)[TFRT_I8_CHUNK],
                               const float (*block_scale)[TFRT_I8_CHUNK / TFRT_I8_BLOCK],
                               const int *bad, float *out) {
-  for (size_t r = 0; r < rows; r++) {
+  size_t r = 0;
+#ifdef TFRT_I8_AVX512
+  /* the streams with finite inputs, four at a time */
+  size_t good[TFRT_I8_STREAMS], count = 0;
+  for (size_t i = 0; i < rows; i++)
+    if (!bad[i]) good[count++] = i;
+  for (size_t i = 0; T == TFRT_MATVEC_TILE && i + 4 <= count; i += 4) {
+    const int8_t *xs[4];
+    const float *scales[4];
+    float *outs[4];
+    for (size_t q = 0; q < 4; q++) {
+      xs[q] = xq[good[i + q]];
+      scales[q] = block_scale[good[i + q]];
+      outs[q] = out + good[i + q] * TFRT_MATVEC_TILE;
+    }
+    tfrt_i8_tile4_avx512_32(wt, xs, scales, chunk / 4, outs);
+    r = good[i + 3] + 1; /* every stream before it is done or bad */
+  }
+#endif
+  for (; r < rows; r++) {
     if (bad[r]) continue;
     if (T == TFRT_MATVEC_TILE)
       TFRT_I8_TILE_32(wt, xq[r], block_scale[r], chunk / 4, out + r * TFRT_MATVEC_TILE);
