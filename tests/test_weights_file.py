@@ -66,6 +66,19 @@ def test_sidecar_build_matches_tensorflow_and_keeps_weights_out_of_the_code(mode
     assert all(r.ok and r.steps == 120 for r in results), results
 
 
+def test_context_holds_the_weights_once(file_build, model_file, tmp_path):
+    """init copies the sidecar into one buffer that every weight global
+    views: the context is the weights plus what an embedded build's context
+    needs, not a buffer per weight global (an LSTM's three, before: 4x)."""
+    manifest = json.loads((file_build / "wm.json").read_text())
+    weights = manifest["weights"]["bytes"]
+    embedded = tmp_path / "wm_embedded"
+    _build(model_file, embedded)
+    embedded_ram = json.loads((embedded / "wm.json").read_text())["ctx_size"]
+    assert weights <= manifest["ctx_size"] <= weights + embedded_ram + 1024, (
+        manifest["ctx_size"], weights, embedded_ram, manifest["arena_pools"])
+
+
 def _library_rodata(out: Path) -> int:
     obj = subprocess.run(["ar", "p", out / "libwm.a", "wm.o"], capture_output=True,
                          check=True).stdout
