@@ -70,6 +70,7 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
 
 
 def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> StepProgram:
+    loaded = _block_ops_written_out(loaded)
     simple, why = simplified(loaded)
     if simple is not None:
         try:
@@ -98,6 +99,22 @@ def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> S
     program.report["simplified"] = {"used": False, "why": why or "the simplified graph "
                                     "does not stream; the graph as given does"}
     return program
+
+
+def _block_ops_written_out(loaded):
+    """``loaded`` with TensorFlow's fused RNN cell ops written out (block_cells.py)."""
+    import dataclasses
+
+    from .block_cells import expand_block_ops
+
+    try:
+        graph_def, count = expand_block_ops(loaded.graph_def)
+    except Fail as e:
+        raise TfaotError(f"{loaded.path}: {e}") from None
+    if not count:
+        return loaded
+    details = dict(loaded.details, block_ops_written_out=count)
+    return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 
 def simplified(loaded):

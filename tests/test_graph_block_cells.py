@@ -1,0 +1,156 @@
+"""TensorFlow's fused RNN cell ops in frozen graphs (TF1 ``tf.contrib.rnn``
+``LSTMBlockCell``, ``LSTMBlockFusedCell``, ``GRUBlockCell``: the ops
+``LSTMBlockCell``, ``BlockLSTM``/``BlockLSTMV2``, ``GRUBlockCell``): written
+out as plain ops (compiler/streamify_graph/block_cells.py), they stream one
+frame per step. Each graph runs in TensorFlow with the fused kernels
+themselves and through the built .so, over 120 steps (peepholes, a cell
+clip that clips, a forget bias, both gate orders); a fused LSTM of open or
+cut-short length is a one-line error naming the node."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import graph_models as gm
+from tfaot.errors import TfaotError
+
+STEPS = 120
+FEATURES, UNITS = 6, 8
+
+
+def _weights(rows: int, cols: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return rng.normal(0, 0.5, (rows, cols)).astype(np.float32)
+
+
+def _frozen(step_fn, frames: int = STEPS):
+    """A frozen GraphDef of ``y = step_fn(x)`` for ``x [1, frames, FEATURES]``."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    fn = tf.function(step_fn, input_signature=[tf.TensorSpec((1, frames, FEATURES),
+                                                             tf.float32, name="x")])
+    return convert_variables_to_constants_v2(fn.get_concrete_function()).graph.as_graph_def()
+
+
+def _lstm_args(seed: int, peephole: bool):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    peep = [tf.constant(rng.normal(0, 0.5, UNITS).astype(np.float32)) for _ in range(3)]
+    return {"w": tf.constant(_weights(FEATURES + UNITS, 4 * UNITS, seed)),
+            "b": tf.constant(rng.normal(0, 0.3, 4 * UNITS).astype(np.float32)),
+            "wci": peep[0], "wcf": peep[1], "wco": peep[2], "use_peephole": peephole}
+
+
+def unrolled_lstm_block_cell(x):
+    """static_rnn of LSTMBlockCell: peepholes, a clip at 0.5 (the cell state
+    of these weights goes past it), forget bias 0.7."""
+    import tensorflow as tf
+
+    args = _lstm_args(1, peephole=True)
+    h = c = tf.zeros((1, UNITS))
+    outputs = []
+    for t in range(x.shape[1]):
+        _, c, _, _, _, _, h = tf.raw_ops.LSTMBlockCell(
+            x=x[:, t], cs_prev=c, h_prev=h, forget_bias=0.7, cell_clip=0.5, **args)
+        outputs.append(h)
+    return tf.identity(tf.stack(outputs, 1), name="y")
+
+
+def unrolled_gru_block_cell(x):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    w_ru = tf.constant(_weights(FEATURES + UNITS, 2 * UNITS, 3))
+    w_c = tf.constant(_weights(FEATURES + UNITS, UNITS, 4))
+    b_ru = tf.constant(rng.normal(0, 0.3, 2 * UNITS).astype(np.float32))
+    b_c = tf.constant(rng.normal(0, 0.3, UNITS).astype(np.float32))
+    h = tf.zeros((1, UNITS))
+    outputs = []
+    for t in range(x.shape[1]):
+        h = tf.raw_ops.GRUBlockCell(x=x[:, t], h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru,
+                                    b_c=b_c)[3]
+        outputs.append(h)
+    return tf.identity(tf.stack(outputs, 1), name="y")
+
+
+def fused(op: str, seq_len: int | None = None):
+    """LSTMBlockFusedCell's op over the whole window (time first), a Dense
+    after it; ``seq_len``: its seq_len_max (default: the window)."""
+    def graph(x):
+        import tensorflow as tf
+
+        args = _lstm_args(5, peephole=op == "BlockLSTM")
+        frames = x.shape[1]
+        extra = {"forget_bias": 1.0} if op == "BlockLSTM" else {}
+        h = getattr(tf.raw_ops, op)(
+            seq_len_max=tf.constant(seq_len or frames, tf.int64),
+            x=tf.transpose(x, [1, 0, 2]), cs_prev=tf.zeros((1, UNITS)),
+            h_prev=tf.zeros((1, UNITS)), cell_clip=0.8, **extra, **args)[6]
+        dense = tf.constant(_weights(UNITS, 3, 6))
+        return tf.identity(tf.matmul(tf.transpose(h, [1, 0, 2]), dense), name="y")
+    return graph
+
+
+GRAPHS = {"lstm_block_cell": unrolled_lstm_block_cell, "gru_block_cell": unrolled_gru_block_cell,
+          "block_lstm": fused("BlockLSTM"), "block_lstm_v2": fused("BlockLSTMV2")}
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+def test_fused_cells_stream_and_match_tensorflow(name, tmp_path, capsys):
+    from tfaot.cli import main
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    gd = _frozen(GRAPHS[name])
+    fused_ops = {n.op for n in gd.node} & {"LSTMBlockCell", "GRUBlockCell", "BlockLSTM",
+                                           "BlockLSTMV2"}
+    assert fused_ops  # the reference runs TensorFlow's own fused kernels
+    path = gm.write_graph_def(gd, tmp_path / f"{name}.pb", text=False)
+    built = build_model(str(path), BuildOptions(out_dir=tmp_path / name), Progress(False))
+    assert built.manifest["stream"]["frames_per_step"] == 1
+    assert main(["verify", str(path), str(tmp_path / name)]) == 0
+    out = capsys.readouterr().out
+    steps = int(re.search(r"over (\d+) steps", out).group(1))
+    assert steps >= 100 and out.rstrip().endswith("ok"), out
+
+
+def test_the_clip_is_in_use():
+    """The clipped cell state differs from an unclipped one (so the test
+    above checks the clip)."""
+    import tensorflow as tf
+
+    x = tf.constant(np.random.default_rng(0).normal(size=(1, 30, FEATURES)).astype(np.float32))
+    args = _lstm_args(1, peephole=True)
+    c = h = tf.zeros((1, UNITS))
+    clipped = []
+    for t in range(30):
+        _, c, *_ = tf.raw_ops.LSTMBlockCell(x=x[:, t], cs_prev=c, h_prev=h, forget_bias=0.7,
+                                            cell_clip=-1.0, **args)
+        clipped.append(float(np.abs(c.numpy()).max()))
+    assert max(clipped) > 0.5
+
+
+@pytest.mark.parametrize("case,match", [("short", "seq_len_max"), ("open", "open length")])
+def test_fused_lstm_of_unknown_or_short_length_is_refused(case, match, tmp_path):
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    if case == "short":
+        gd = _frozen(fused("BlockLSTM", seq_len=10), frames=20)
+    else:
+        fn = tf.function(fused("BlockLSTM", seq_len=1000),
+                         input_signature=[tf.TensorSpec((1, None, FEATURES), tf.float32,
+                                                        name="x")])
+        gd = convert_variables_to_constants_v2(fn.get_concrete_function()).graph.as_graph_def()
+    path = gm.write_graph_def(gd, tmp_path / f"{case}.pb", text=False)
+    with pytest.raises(TfaotError, match=match) as e:
+        build_model(str(path), BuildOptions(out_dir=tmp_path / case), Progress(False))
+    assert "BlockLSTM" in str(e.value) and str(path) in str(e.value)
+    assert not (tmp_path / case).exists()
