@@ -154,3 +154,46 @@ def test_fused_lstm_of_unknown_or_short_length_is_refused(case, match, tmp_path)
         build_model(str(path), BuildOptions(out_dir=tmp_path / case), Progress(False))
     assert "BlockLSTM" in str(e.value) and str(path) in str(e.value)
     assert not (tmp_path / case).exists()
+
+
+def deepspeech_like(frames: int = 16):
+    """DeepSpeech's inference graph in small: a window of ``frames`` frames,
+    a fused LSTM (LSTMBlockFusedCell) whose initial state the caller feeds
+    (``previous_state_c/h``) and whose last state it reads back
+    (``new_state_c/h``), a softmax per frame."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    with gm.tf1_graph(0) as g:
+        x = tf.compat.v1.placeholder(tf.float32, (1, frames, FEATURES), name="input_node")
+        c0 = tf.compat.v1.placeholder(tf.float32, (1, UNITS), name="previous_state_c")
+        h0 = tf.compat.v1.placeholder(tf.float32, (1, UNITS), name="previous_state_h")
+        args = _lstm_args(8, peephole=False)
+        outs = tf.raw_ops.BlockLSTM(seq_len_max=tf.constant(frames, tf.int64),
+                                    x=tf.transpose(x, [1, 0, 2]), cs_prev=c0, h_prev=h0,
+                                    forget_bias=0.0, cell_clip=-1.0, **args)
+        logits = tf.matmul(tf.reshape(outs[6], [frames, UNITS]),
+                           tf.constant(rng.normal(0, 0.5, (UNITS, 5)).astype(np.float32)))
+        tf.nn.softmax(logits, name="logits")
+        tf.identity(outs[1][-1], name="new_state_c")
+        tf.identity(outs[6][-1], name="new_state_h")
+        return g.as_graph_def()
+
+
+def test_initial_state_fed_by_the_caller_is_kept_as_state(tmp_path, capsys):
+    """An unrolled recurrence whose initial state is a graph input (the
+    caller's previous window's state) does not stream frame by frame: that
+    would read the input once and bake it in (wrong outputs, before). It runs
+    a whole window per step, the state pairs found by their names and kept
+    by the library, and matches TensorFlow fed its own state back."""
+    from tfaot.cli import main
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    path = gm.write_graph_def(deepspeech_like(), tmp_path / "ds.pb", text=False)
+    built = build_model(str(path), BuildOptions(out_dir=tmp_path / "ds"), Progress(False))
+    state_names = {s["name"] for s in built.manifest["state"]}
+    assert {"previous_state_c", "previous_state_h"} <= state_names, state_names
+    assert [i["name"] for i in built.manifest["inputs"]] == ["input_node"]
+    assert main(["verify", str(path), str(tmp_path / "ds")]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "ok" in out, out

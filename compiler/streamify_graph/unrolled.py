@@ -13,7 +13,9 @@ weights, and the state copy k-1 produced. This module finds that shape:
    cell; the rest of level N-1 is the head, left to the replay); every other
    copy is matched node by node against the body (same op, attributes,
    weights and constants). Copy k+1 reads from copy k the *state*; copy 0
-   reads the initial state, a constant.
+   reads the initial state, a constant (one fed in as a graph input, as
+   DeepSpeech's ``previous_state_c``, is refused: the graph then runs a
+   whole window per step, its state pairs kept by state_feedback.py).
 
 Work a copy does only for the next one (a peephole's ``w * c_prev``, a state
 update the last copy skips) is the *tail*, cloned onto the body. static_rnn
@@ -168,6 +170,12 @@ def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
             init = state_reads[0].get((b, pos)) or clone_reads.get((b, pos))
             if init is None or level.get(parse_tensor(init)[0], -1) >= 0:
                 raise NotUnrolled(f"the initial value of state '{t}' depends on the input")
+            if parse_tensor(init)[0] in dep:
+                # (a state the caller feeds in each call, e.g. DeepSpeech's
+                # previous_state_c: streamed, it would be read once at the
+                # probe and baked in, and the input would do nothing)
+                raise NotUnrolled(f"the initial value of state '{t}' is a graph input "
+                                  f"('{init}'), fed by the caller with each window")
             if t in state_index:
                 if states[state_index[t]]["init"] != init:
                     raise NotUnrolled(f"state '{t}' starts from two different values")
