@@ -20,8 +20,10 @@ The matrix products of an N-stream step (``X[N,K] . W[K,M]``, one row per
 stream: lower/streams.py) go to the convolution kernel too, as a 1x1
 convolution over N positions: its blocks of positions times output lanes
 are a register-blocked matrix product, each weight loaded once per block
-of streams (f32, f16, bf16 weights; an int8 build keeps them f32, as its
-convolutions).
+of streams (f32, f16, bf16 weights). An int8 build sends those of
+INT8_MIN_WEIGHTS or more to the int8 matmul kernel instead
+(``NAME_matmul_int8``: the matvec's blob and arithmetic per stream, so each
+stream equals the one-stream build bit for bit).
 
 * The weights are packed here, at build time, as ``[ceil(N/T)][K][T]``
   (``T = TILE`` output lanes, zero rows pad the last tile) into a
@@ -240,11 +242,13 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     IREE computes them at build time, where the kernels do not exist).
     Identical weights (and geometry) share one packed copy, stored as
     ``dtype`` ("f32", "f16", "bf16" or "int8": Target.weights_dtype; int8
-    takes matvecs of INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
+    takes matvecs, and the matrix products of several streams, of
+    INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
     use (Target.kernel_kinds); other ops stay IREE's. ``weights_as_globals``
     (Target.weights_as_globals): the packed weights become mutable globals
-    passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of constants of the
-    kernel object, so that --weights=file moves them to its sidecar.
+    passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of
+    constants of the kernel object, so that --weights=file moves them to its
+    sidecar.
     """
     from iree.compiler import ir
 
