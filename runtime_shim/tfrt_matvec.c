@@ -586,7 +586,7 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   const float *row_scale = (const float *)(const void *)w;
   const int8_t *wq = w + tiles * T * sizeof(float);
   const float bad = tfrt_i8_absmax(x, k);
-  if (bad != bad) {  /* NaN or Inf in x: W x is NaN (or Inf), never a finite guess */
+  if (bad != bad) {  /* NaN or Inf in x: W x is NaN, never a finite guess */
     for (size_t i = 0; i < n; i++) y[i] = bad;
     return;
   }
@@ -717,7 +717,7 @@ static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, size_t r
  * TFRT_MATVEC_FN, read once per TFRT_I8_STREAMS streams instead of once
  * per stream. Each stream's arithmetic is the matvec's, chunk for chunk,
  * so its outputs are those of a one-stream build, bit for bit; a stream
- * with NaN or Inf among its inputs gets NaN (or Inf) outputs alone. */
+ * with NaN or Inf among its inputs gets NaN outputs alone. */
 void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
                     float *y, size_t y_offset, size_t n, size_t k, size_t streams) {
   w += w_offset;
