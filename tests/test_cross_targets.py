@@ -107,6 +107,10 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     symbols = _run(["arm-none-eabi-nm", image]).stdout.split()
     for heap_fn in ("malloc", "free", "_sbrk", "_malloc_r"):
         assert heap_fn not in symbols, f"bare-metal image pulls in {heap_fn}"
+    # the kernels' floor is tfaot's (an M4's FPv4 has no VRINTM), not libm's
+    kernels = out / "src" / f"{MODEL}_kernels.o"
+    assert "floorf" not in _run(["arm-none-eabi-nm", "-u", kernels]).stdout.split()
+    assert (f"{MODEL}_floorf" in symbols) == (cpu == "cortex-m4")
     toolchains.require("qemu-system-arm")
     proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][1], "-nographic", "-monitor", "none",
                            "-serial", "none", "-semihosting", "-kernel", image],
@@ -128,3 +132,47 @@ def test_hard_float_arm_without_cpu_is_refused(tmp_path):
     with pytest.raises(TfaotError, match="is hard-float; name the CPU with --cpu"):
         build_library(spec.mlir, spec.signature, tmp_path / "out", name="acc",
                       triple="thumbv7em-none-eabihf", cpu="generic", workdir=tmp_path / "w")
+
+
+FLOORF_CHECK = r"""
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+float t_floorf(float x);
+int main(void) {
+  const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 2.5f, -2.5f, 1e-40f, -1e-40f,
+                           8388607.5f, -8388607.5f, 8388608.0f, -8388609.0f, 1e30f, -1e30f,
+                           INFINITY, -INFINITY, NAN};
+  unsigned bad = 0, count = 0;
+  for (unsigned i = 0; i < sizeof special / sizeof special[0]; i++, count++) {
+    const float want = floorf(special[i]), got = t_floorf(special[i]);
+    bad += memcmp(&want, &got, sizeof got) != 0;
+  }
+  unsigned seed = 1;
+  for (unsigned i = 0; i < 1000000; i++, count++) {
+    seed = seed * 1103515245u + 12345u;
+    unsigned bits = seed ^ (seed >> 7);
+    float x;
+    memcpy(&x, &bits, sizeof x);
+    if (x != x) continue;
+    const float want = floorf(x), got = t_floorf(x);
+    bad += memcmp(&want, &got, sizeof got) != 0;
+  }
+  printf("%u of %u differ\n", bad, count);
+  return bad != 0;
+}
+"""
+
+
+def test_floorf_is_libms_bit_for_bit(tmp_path):
+    """runtime_shim/tfrt_libm.c's floorf against the C library's, bit for bit
+    (signed zeros, subnormals, halves, the 2^23 edge, Inf, NaN, a million
+    random bit patterns), under UndefinedBehaviorSanitizer."""
+    from tfaot.resources import shim_dir
+
+    (tmp_path / "check.c").write_text(FLOORF_CHECK)
+    exe = tmp_path / "check"
+    _run(["gcc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fsanitize=undefined",
+          "-fno-sanitize-recover=all", "-DTFRT_FLOORF_FN=t_floorf", tmp_path / "check.c",
+          shim_dir() / "tfrt_libm.c", "-lm", "-o", exe])
+    assert _run([exe]).stdout.startswith("0 of ")

@@ -11,7 +11,8 @@ from ..resources import template_env
 from .c_api import CTX_ALIGN, ApiModel, tfaot_version
 from .ctx_size import ctx_size_for
 from .footprint import measure_footprint
-from .link import C_FLAGS, add_micro_kernels, c_command, link_library, rename_query_symbol
+from .link import (C_FLAGS, add_libm_shims, add_micro_kernels, c_command, link_library,
+                   rename_query_symbol)
 from .shim import write_shim
 
 
@@ -43,6 +44,8 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
         if compiled.kernel_symbols:  # target.matvec_kernel == "tfaot" needs a toolchain
             add_micro_kernels(target, toolchain, kernels, compiled.kernel_symbols,
                               workdir / "matvec")
+        if toolchain is not None:
+            add_libm_shims(target, toolchain, kernels, name, workdir / "libm")
 
     weights = api.weights_blob()
     if weights:

@@ -101,6 +101,39 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
     shutil.copyfile(workdir / "kernels.o", kernels)
 
 
+#: The libm functions a kernel object may call that tfaot defines itself
+#: (runtime_shim/tfrt_libm.c), under NAME_ names.
+LIBM_SOURCE = "tfrt_libm.c"
+LIBM_SHIMS = ("floorf",)
+
+
+def add_libm_shims(target: Target, toolchain: Toolchain, kernels: Path, name: str,
+                   workdir: Path) -> list[str]:
+    """Where the kernel object calls ``floorf`` (FPUs without a round-down
+    instruction: Cortex-M4), renames the call to ``NAME_floorf`` and merges
+    tfaot's definition of it into the object; returns the functions so
+    replaced. The library then needs no libm for them, and the firmware's
+    own libm is left alone."""
+    from ..backend.compile import undefined_symbols
+    from ..resources import shim_dir
+
+    wanted = [f for f in LIBM_SHIMS if f in undefined_symbols(kernels, toolchain.nm)]
+    if not wanted:
+        return []
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shim_dir() / LIBM_SOURCE, workdir / LIBM_SOURCE)
+    renamed = workdir / "renamed.o"
+    run([toolchain.objcopy, *(f"--redefine-sym={f}={name}_{f}" for f in wanted), kernels,
+         renamed], workdir, "renaming the kernel object's libm calls")
+    pic = ["-fPIC"] if toolchain.pic else []
+    run([*c_command(target, toolchain), *pic, "-O2", f"-DTFRT_FLOORF_FN={name}_floorf",
+         "-c", LIBM_SOURCE, "-o", "libm.o"], workdir, "compiling tfaot's floorf")
+    run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", renamed, "libm.o"], workdir,
+        "adding tfaot's floorf to the kernel object")
+    shutil.copyfile(workdir / "kernels.o", kernels)
+    return wanted
+
+
 def check_kernels_defined(kernels: Path, toolchain: Toolchain) -> None:
     """Refuses a kernel object that still imports a micro-kernel: the library
     would fail to link or load (an undefined ``NAME_matvec_f32``) far from
