@@ -197,3 +197,45 @@ def test_initial_state_fed_by_the_caller_is_kept_as_state(tmp_path, capsys):
     assert main(["verify", str(path), str(tmp_path / "ds")]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out and "ok" in out, out
+
+
+def tf1_loop_lstm_block_cell():
+    """dynamic_rnn's shape with LSTMBlockCell: a TF1 while loop (Enter/Merge/
+    Switch, TensorArrays) over an open time axis; the written-out cell's
+    constants must sit in the loop's frame, the TensorArray write is
+    colocated with the cell."""
+    import tensorflow as tf
+
+    import graph_loop_models as glm
+
+    with gm.tf1_graph(0) as g:
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, FEATURES), name="x")
+        args = _lstm_args(9, peephole=True)
+        xs = tf.transpose(x, [1, 0, 2])
+        steps = tf.shape(xs)[0]
+        frames = tf.TensorArray(tf.float32, size=steps).unstack(xs)
+
+        def body(t, c, h, out):
+            _, c, _, _, _, _, h = tf.raw_ops.LSTMBlockCell(
+                x=frames.read(t), cs_prev=c, h_prev=h, forget_bias=1.0, cell_clip=0.6, **args)
+            return t + 1, c, h, out.write(t, h)
+
+        zeros = tf.zeros((1, UNITS))
+        _, _, _, out = tf.compat.v1.while_loop(
+            lambda t, *_: t < steps, body,
+            [tf.constant(0), zeros, zeros, tf.TensorArray(tf.float32, size=steps)])
+        tf.identity(tf.transpose(out.stack(), [1, 0, 2]), name="y")
+        return glm._freeze(g)
+
+
+def test_fused_cell_in_a_tf1_while_loop(tmp_path, capsys):
+    from tfaot.cli import main
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    gd = tf1_loop_lstm_block_cell()
+    assert "LSTMBlockCell" in {n.op for n in gd.node} and "Enter" in {n.op for n in gd.node}
+    path = gm.write_graph_def(gd, tmp_path / "loop.pb", text=False)
+    build_model(str(path), BuildOptions(out_dir=tmp_path / "loop"), Progress(False))
+    assert main(["verify", str(path), str(tmp_path / "loop"), "--steps", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "over 120 steps" in out and out.rstrip().endswith("ok"), out

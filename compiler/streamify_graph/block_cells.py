@@ -116,6 +116,10 @@ def expand_block_ops(graph_def):
                     for k, t in enumerate(_expansion(node, holders))]
         prefix = f"{node.name}/written_out/"
         data_inputs = [i for i in node.input if not i.startswith("^")]
+        # Constants of the written-out cell depend on one of the cell's
+        # inputs, so that in a TF1 while loop they are in its frame.
+        anchor = next((f"^{node_of(i)}" for i in data_inputs
+                       if g.get_operation_by_name(node_of(i)).type != "Const"), None)
         for n in sub.as_graph_def().node:
             if n.op == "Placeholder":
                 continue
@@ -123,6 +127,8 @@ def expand_block_ops(graph_def):
             c.CopyFrom(n)
             c.name = prefix + n.name
             c.input[:] = [_outer_input(i, prefix, data_inputs) for i in n.input]
+            if not c.input and anchor:
+                c.input.append(anchor)
             c.device = node.device
             new_nodes.append(c)
         for k, t in enumerate(outs):
@@ -131,10 +137,17 @@ def expand_block_ops(graph_def):
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
     del out.node[:]
+    gone = {f"loc:@{n.name}".encode() for n in targets}
     for n in kept + new_nodes:
         c = out.node.add()
         c.CopyFrom(n)
         c.input[:] = [_renamed(i, renamed, node_of) for i in n.input]
+        if "_class" in c.attr:  # colocation with a replaced node (a TensorArray write's)
+            keep = [v for v in c.attr["_class"].list.s if v not in gone]
+            del c.attr["_class"].list.s[:]
+            c.attr["_class"].list.s.extend(keep)
+            if not keep:
+                del c.attr["_class"]
     return out, len(targets)
 
 
