@@ -141,7 +141,7 @@ def expand_block_ops(graph_def):
     for n in kept + new_nodes:
         c = out.node.add()
         c.CopyFrom(n)
-        c.input[:] = [_renamed(i, renamed, node_of) for i in n.input]
+        c.input[:] = [_renamed(i, renamed) for i in n.input]
         if "_class" in c.attr:  # colocation with a replaced node (a TensorArray write's)
             keep = [v for v in c.attr["_class"].list.s if v not in gone]
             del c.attr["_class"].list.s[:]
@@ -177,7 +177,7 @@ def _outer_input(name: str, prefix: str, data_inputs: list[str]) -> str:
     return ("^" if control else "") + prefix + base
 
 
-def _renamed(name: str, renamed: dict[str, str], node_of) -> str:
+def _renamed(name: str, renamed: dict[str, str]) -> str:
     """``name`` (an input of a kept node) after the fused ops were replaced."""
     if name.startswith("^"):
         target = renamed.get(f"{name[1:]}:0")
