@@ -575,16 +575,39 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t
   }
 }
 
+/* The layout of an int8 blob of n rows and k inputs (see above). */
+struct tfrt_i8_blob {
+  size_t T, tiles, k4;
+  const float *row_scale; /* one per packed row */
+  const int8_t *wq;       /* [tiles][k4/4][T][4] */
+};
+
+static struct tfrt_i8_blob tfrt_i8_blob_of(const int8_t *w, size_t n, size_t k) {
+  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
+  const size_t tiles = (n + T - 1) / T;
+  const struct tfrt_i8_blob b = {T, tiles, (k + 3) / 4 * 4, (const float *)(const void *)w,
+                                 w + tiles * T * sizeof(float)};
+  return b;
+}
+
+/* A tile's sums of one chunk of inputs into y (lanes outputs from lane t):
+ * times the rows' scales; the first chunk sets y, the next ones add. */
+static void tfrt_i8_tile_out(const struct tfrt_i8_blob *b, const float *out, size_t t,
+                             size_t lanes, size_t k0, float *y) {
+  for (size_t l = 0; l < lanes; l++) {
+    const float part = out[l] * b->row_scale[t + l];
+    y[t + l] = k0 ? y[t + l] + part : part;
+  }
+}
+
 #ifdef TFRT_MATVEC_FN
 void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
                     float *y, size_t y_offset, size_t n, size_t k) {
   w += w_offset;
   x += x_offset;
   y += y_offset;
-  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
-  const size_t tiles = (n + T - 1) / T, k4 = (k + 3) / 4 * 4;
-  const float *row_scale = (const float *)(const void *)w;
-  const int8_t *wq = w + tiles * T * sizeof(float);
+  const struct tfrt_i8_blob b = tfrt_i8_blob_of(w, n, k);
+  const size_t T = b.T, tiles = b.tiles, k4 = b.k4;
   const float bad = tfrt_i8_absmax(x, k);
   if (bad != bad) {  /* NaN or Inf in x: W x is NaN, never a finite guess */
     for (size_t i = 0; i < n; i++) y[i] = bad;
@@ -600,16 +623,12 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
                      block_scale);
     for (size_t i = 0; i < tiles; i++) {
       const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
-      const int8_t *wt = wq + (tile * k4 + k0) * T;
+      const int8_t *wt = b.wq + (tile * k4 + k0) * T;
       if (T == TFRT_MATVEC_TILE)
         TFRT_I8_TILE_32(wt, xq, block_scale, chunk / 4, out);
       else
         TFRT_I8_TILE_16(wt, xq, block_scale, chunk / 4, out);
-      const size_t lanes = n - t < T ? n - t : T;
-      for (size_t l = 0; l < lanes; l++) {
-        const float part = out[l] * row_scale[t + l];
-        y[t + l] = k0 ? y[t + l] + part : part;
-      }
+      tfrt_i8_tile_out(&b, out, t, n - t < T ? n - t : T, k0, y);
     }
   }
 }
@@ -675,22 +694,18 @@ static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
 }
 #endif
 
-/* The output tile at t (T lanes) of the rows xq (one per stream, `rows` of
- * them, each chunk inputs with its block scales) from the packed weights
- * wt, streams with NaN or Inf inputs (`bad`) left out: while the streams
- * take turns, the tile's weights stay in L1, so they come from memory
- * once per pass for all of them (AVX-512 VNNI: registers, four at once). */
-static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, size_t rows,
-                              const int8_t (*xq)[TFRT_I8_CHUNK],
+/* The output tile at t (T lanes) of the streams `good` (count of them: the
+ * rows of xq with finite inputs, each chunk inputs with its block scales)
+ * from the packed weights wt: while the streams take turns, the tile's
+ * weights stay in L1, so they come from memory once per pass for all of
+ * them (AVX-512 VNNI: registers, four streams at once). */
+static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, const size_t *good,
+                              size_t count, const int8_t (*xq)[TFRT_I8_CHUNK],
                               const float (*block_scale)[TFRT_I8_CHUNK / TFRT_I8_BLOCK],
-                              const int *bad, float *out) {
-  size_t r = 0;
+                              float *out) {
+  size_t i = 0;
 #ifdef TFRT_I8_AVX512
-  /* the streams with finite inputs, four at a time */
-  size_t good[TFRT_I8_STREAMS], count = 0;
-  for (size_t i = 0; i < rows; i++)
-    if (!bad[i]) good[count++] = i;
-  for (size_t i = 0; T == TFRT_MATVEC_TILE && i + 4 <= count; i += 4) {
+  for (; T == TFRT_MATVEC_TILE && i + 4 <= count; i += 4) {
     const int8_t *xs[4];
     const float *scales[4];
     float *outs[4];
@@ -700,11 +715,10 @@ static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, size_t r
       outs[q] = out + good[i + q] * TFRT_MATVEC_TILE;
     }
     tfrt_i8_tile4_avx512_32(wt, xs, scales, chunk / 4, outs);
-    r = good[i + 3] + 1; /* every stream before it is done or bad */
   }
 #endif
-  for (; r < rows; r++) {
-    if (bad[r]) continue;
+  for (; i < count; i++) {
+    const size_t r = good[i];
     if (T == TFRT_MATVEC_TILE)
       TFRT_I8_TILE_32(wt, xq[r], block_scale[r], chunk / 4, out + r * TFRT_MATVEC_TILE);
     else
@@ -723,43 +737,39 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   w += w_offset;
   x += x_offset;
   y += y_offset;
-  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
-  const size_t tiles = (n + T - 1) / T, k4 = (k + 3) / 4 * 4;
-  const float *row_scale = (const float *)(const void *)w;
-  const int8_t *wq = w + tiles * T * sizeof(float);
+  const struct tfrt_i8_blob b = tfrt_i8_blob_of(w, n, k);
+  const size_t T = b.T, tiles = b.tiles, k4 = b.k4;
   int8_t xq[TFRT_I8_STREAMS][TFRT_I8_CHUNK];
   float block_scale[TFRT_I8_STREAMS][TFRT_I8_CHUNK / TFRT_I8_BLOCK];
   float out[TFRT_I8_STREAMS * TFRT_MATVEC_TILE];
-  int bad[TFRT_I8_STREAMS];
+  size_t good[TFRT_I8_STREAMS]; /* this pass's streams with finite inputs */
   for (size_t s0 = 0; s0 < streams; s0 += TFRT_I8_STREAMS) {
     const size_t rows = streams - s0 < TFRT_I8_STREAMS ? streams - s0 : TFRT_I8_STREAMS;
     const float *xs = x + s0 * k;
     float *ys = y + s0 * n;
+    size_t count = 0;
     for (size_t r = 0; r < rows; r++) {
       const float top = tfrt_i8_absmax(xs + r * k, k);
-      bad[r] = top != top;
-      for (size_t i = 0; bad[r] && i < n; i++) ys[r * n + i] = top;
+      if (top == top)
+        good[count++] = r;
+      else
+        for (size_t i = 0; i < n; i++) ys[r * n + i] = top;
     }
     const int backwards = n * k >= 4 * TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
     for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
       const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
       const size_t blocks = (chunk + TFRT_I8_BLOCK - 1) / TFRT_I8_BLOCK;
-      for (size_t r = 0; r < rows; r++)
-        if (!bad[r])
-          tfrt_i8_quantize(xs + r * k + k0, k - k0 < chunk ? k - k0 : chunk,
-                           blocks * TFRT_I8_BLOCK, xq[r], block_scale[r]);
+      for (size_t i = 0; i < count; i++)
+        tfrt_i8_quantize(xs + good[i] * k + k0, k - k0 < chunk ? k - k0 : chunk,
+                         blocks * TFRT_I8_BLOCK, xq[good[i]], block_scale[good[i]]);
       for (size_t i = 0; i < tiles; i++) {
         const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
-        tfrt_i8_tile_rows(wq + (tile * k4 + k0) * T, T, chunk, rows,
+        tfrt_i8_tile_rows(b.wq + (tile * k4 + k0) * T, T, chunk, good, count,
                           (const int8_t (*)[TFRT_I8_CHUNK])xq,
-                          (const float (*)[TFRT_I8_CHUNK / TFRT_I8_BLOCK])block_scale, bad, out);
-        const size_t lanes = n - t < T ? n - t : T;
-        for (size_t r = 0; r < rows; r++) {
-          for (size_t l = 0; l < lanes && !bad[r]; l++) {
-            const float part = out[r * TFRT_MATVEC_TILE + l] * row_scale[t + l];
-            ys[r * n + t + l] = k0 ? ys[r * n + t + l] + part : part;
-          }
-        }
+                          (const float (*)[TFRT_I8_CHUNK / TFRT_I8_BLOCK])block_scale, out);
+        for (size_t j = 0; j < count; j++)
+          tfrt_i8_tile_out(&b, out + good[j] * TFRT_MATVEC_TILE, t, n - t < T ? n - t : T, k0,
+                           ys + good[j] * n);
       }
     }
   }

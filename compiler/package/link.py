@@ -84,21 +84,30 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
     dispatches call: it stays one self-contained object, as for IREE's own
     kernels.
     """
-    from ..resources import shim_dir
-
     if toolchain is None:
         raise TfaotError(f"package: tfaot's micro-kernels need the C toolchain of "
                          f"{target.triple}; none is installed (build with --matvec=iree)")
-    workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shim_dir() / MATVEC_SOURCE, workdir / MATVEC_SOURCE)  # relative paths
-    pic = ["-fPIC"] if toolchain.pic else []
     names = [f"-DTFRT_{kind.upper()}_FN={symbol}" for kind, symbol in sorted(symbols.items())]
-    run([*c_command(target, toolchain), *pic, *matvec_flags(target), *names,
-         "-c", MATVEC_SOURCE, "-o", "matvec.o"], workdir, "compiling the micro-kernels")
-    run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", kernels, "matvec.o"], workdir,
-        "adding the micro-kernels to the kernel object")
-    check_kernels_defined(workdir / "kernels.o", toolchain)
-    shutil.copyfile(workdir / "kernels.o", kernels)
+    merged = _merge_shim_source(target, toolchain, kernels, MATVEC_SOURCE,
+                                [*matvec_flags(target), *names], workdir, "the micro-kernels")
+    check_kernels_defined(merged, toolchain)
+    shutil.copyfile(merged, kernels)
+
+
+def _merge_shim_source(target: Target, toolchain: Toolchain, kernels: Path, source: str,
+                       flags: list[str], workdir: Path, what: str) -> Path:
+    """``kernels`` with runtime_shim/``source`` (compiled with ``flags`` by the
+    target's toolchain) merged in, as ``workdir``/kernels.o."""
+    from ..resources import shim_dir
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shim_dir() / source, workdir / source)  # relative paths
+    pic = ["-fPIC"] if toolchain.pic else []
+    run([*c_command(target, toolchain), *pic, *flags, "-c", source, "-o", "shim.o"], workdir,
+        f"compiling {what}")
+    run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", kernels, "shim.o"], workdir,
+        f"adding {what} to the kernel object")
+    return workdir / "kernels.o"
 
 
 #: The libm functions a kernel object may call that tfaot defines itself
@@ -115,22 +124,18 @@ def add_libm_shims(target: Target, toolchain: Toolchain, kernels: Path, name: st
     replaced. The library then needs no libm for them, and the firmware's
     own libm is left alone."""
     from ..backend.compile import undefined_symbols
-    from ..resources import shim_dir
 
     wanted = [f for f in LIBM_SHIMS if f in undefined_symbols(kernels, toolchain.nm)]
     if not wanted:
         return []
     workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shim_dir() / LIBM_SOURCE, workdir / LIBM_SOURCE)
     renamed = workdir / "renamed.o"
     run([toolchain.objcopy, *(f"--redefine-sym={f}={name}_{f}" for f in wanted), kernels,
          renamed], workdir, "renaming the kernel object's libm calls")
-    pic = ["-fPIC"] if toolchain.pic else []
-    run([*c_command(target, toolchain), *pic, "-O2", f"-DTFRT_FLOORF_FN={name}_floorf",
-         "-c", LIBM_SOURCE, "-o", "libm.o"], workdir, "compiling tfaot's floorf")
-    run([toolchain.cc, "-r", "-nostdlib", "-o", "kernels.o", renamed, "libm.o"], workdir,
-        "adding tfaot's floorf to the kernel object")
-    shutil.copyfile(workdir / "kernels.o", kernels)
+    merged = _merge_shim_source(target, toolchain, renamed, LIBM_SOURCE,
+                                ["-O2", f"-DTFRT_FLOORF_FN={name}_floorf"], workdir,
+                                "tfaot's floorf")
+    shutil.copyfile(merged, kernels)
     return wanted
 
 
