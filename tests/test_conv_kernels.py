@@ -65,11 +65,23 @@ def _reference(x, filters, stride, dilation, groups):
     return y
 
 
-def _call(fn, packed, x, n, c, kh, kw, oh, ow, stride, dilation):
+def _post(n, bias=None, lo=-np.inf, hi=np.inf):
+    """The kernels' epilogue array (tfrt_post): [lo, hi, bias padded to tiles]."""
+    post = np.zeros(2 + -(-n // microkernel.TILE) * microkernel.TILE, np.float32)
+    post[:2] = lo, hi
+    if bias is not None:
+        post[2:2 + n] = bias
+    return post
+
+
+def _call(fn, packed, x, n, c, kh, kw, oh, ow, stride, dilation, pad=None, post=None):
+    """The conv kernel on x (already padded), or with ``pad`` ((top,
+    bottom), (left, right)) the depthwise kernel on x and that padding."""
     y = np.full((oh, ow, n), np.nan, np.float32)
     size = ctypes.c_size_t
-    fn.argtypes = [ctypes.c_void_p, size, ctypes.c_void_p, size, ctypes.c_void_p, size] + \
-        [size] * 11
+    sizes = 11 if pad is None else 14
+    fn.argtypes = [ctypes.c_void_p, size, ctypes.c_void_p, size, ctypes.c_void_p, size,
+                   ctypes.c_void_p] + [size] * sizes
     # offsets: w, x and y start into their buffers
     # (four all-ones elements before the weights: NaN as f32 or bf16)
     packed = np.ascontiguousarray(packed)
@@ -77,8 +89,10 @@ def _call(fn, packed, x, n, c, kh, kw, oh, ow, stride, dilation):
                          packed.view(np.uint8).ravel()]).view(packed.dtype)
     xb = np.concatenate([[np.float32(7)], x.ravel()]).astype(np.float32)
     yb = np.concatenate([[np.float32(7)], y.ravel()]).astype(np.float32)
-    fn(wb.ctypes.data, 4, xb.ctypes.data, 1, yb.ctypes.data, 1, n, c, kh, kw, x.shape[1],
-       oh, ow, *stride, *dilation)
+    post = _post(n) if post is None else post
+    image = () if pad is None else (x.shape[0], x.shape[1], pad[0][0], pad[1][0])
+    fn(wb.ctypes.data, 4, xb.ctypes.data, 1, yb.ctypes.data, 1, post.ctypes.data, n, c, kh, kw,
+       *(image or (x.shape[1],)), oh, ow, *stride, *dilation)
     assert yb[0] == 7  # nothing written before the offset
     return yb[1:].reshape(oh, ow, n)
 
@@ -111,24 +125,56 @@ def test_conv_kernel_matches_numpy(kernels, case):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
-DEPTHWISE = [  # n, c, kh, kw, ih, iw, stride, dilation
-    (64, 64, 3, 3, 3, 21, (1, 1), (1, 1)),  # DS-CNN's streamed frame
-    (70, 70, 3, 1, 5, 4, (1, 1), (2, 1)),  # a partial lane block, dilation in time
-    (10, 5, 2, 3, 6, 7, (2, 2), (1, 1)),  # depth multiplier 2
-    (6, 2, 1, 4, 1, 12, (1, 1), (1, 2)),  # 1-D, multiplier 3
-    (20, 20, 3, 3, 4, 9, (1, 1), (1, 1)),  # 7 per row: a block of 4, then one by one
+DEPTHWISE = [  # n, c, kh, kw, ih, iw, stride, dilation, ((top, bottom), (left, right))
+    (64, 64, 3, 3, 3, 21, (1, 1), (1, 1), ((0, 0), (0, 0))),  # DS-CNN's streamed frame
+    (70, 70, 3, 1, 5, 4, (1, 1), (2, 1), ((0, 0), (0, 0))),  # partial lanes, dilated in time
+    (10, 5, 2, 3, 6, 7, (2, 2), (1, 1), ((0, 0), (0, 0))),  # depth multiplier 2
+    (6, 2, 1, 4, 1, 12, (1, 1), (1, 2), ((0, 0), (0, 0))),  # 1-D, multiplier 3
+    (20, 20, 3, 3, 4, 9, (1, 1), (1, 1), ((0, 0), (0, 0))),  # 7 per row: a block, then one by one
+    # zero padding, which the kernel skips instead of reading a padded copy:
+    (64, 64, 3, 3, 5, 19, (1, 1), (1, 1), ((0, 0), (1, 1))),  # DS-CNN's ZeroPadding2D
+    (96, 96, 3, 3, 6, 9, (2, 1), (1, 1), ((1, 1), (1, 1))),  # 'same', 64 + 32 channels, strided
+    (24, 24, 3, 3, 5, 11, (1, 1), (2, 2), ((2, 2), (2, 2))),  # dilated
+    (33, 33, 3, 3, 2, 2, (1, 1), (1, 1), ((3, 3), (4, 3))),  # positions wholly over padding
+    (12, 6, 3, 3, 4, 8, (1, 1), (1, 1), ((1, 1), (1, 1))),  # depth multiplier 2
 ]
 
 
-@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "x".join(map(str, c[:6])))
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "x".join(map(str, c[:6] + c[8][1])))
 def test_depthwise_kernel_matches_numpy(kernels, case):
-    n, c, kh, kw, ih, iw, stride, dilation = case
+    n, c, kh, kw, ih, iw, stride, dilation, pad = case
     rng = np.random.default_rng(n + c)
     filters = (rng.standard_normal((kh, kw, 1, n)) / np.sqrt(kh * kw)).astype(np.float32)
     x = rng.standard_normal((ih, iw, c)).astype(np.float32)
-    want = _reference(x, filters, stride, dilation, c)
+    want = _reference(np.pad(x, (*pad, (0, 0))), filters, stride, dilation, c)
     got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x, n, c,
-                kh, kw, *want.shape[:2], stride, dilation)
+                kh, kw, *want.shape[:2], stride, dilation, pad=pad)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["conv", "dwconv"])
+def test_epilogue_bias_and_clamp(kernels, kind):
+    """The epilogue the build folds into the kernels (a bias, a batch norm's
+    shift, a ReLU6): each output is min(max(y + bias, lo), hi), and a NaN
+    input stays NaN through the clamp."""
+    n, c, kh, kw, ih, iw = 40, 40, 3, 3, 6, 17
+    rng = np.random.default_rng(3)
+    cg = c if kind == "conv" else 1
+    filters = (rng.standard_normal((kh, kw, cg, n)) / np.sqrt(kh * kw * cg)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    x[2, 5, 0] = np.nan
+    bias = rng.standard_normal(n).astype(np.float32)
+    post = _post(n, bias, lo=0.0, hi=0.6)
+    want = _reference(x, filters, (1, 1), (1, 1), 1 if kind == "conv" else c) + bias
+    want = np.where(np.isnan(want), np.nan, np.clip(want, 0.0, 0.6))
+    if kind == "conv":
+        got = _call(kernels["f32"].conv, microkernel.pack(filters.reshape(-1, n).T), x, n, c,
+                    kh, kw, *want.shape[:2], (1, 1), (1, 1), post=post)
+    else:
+        got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x,
+                    n, c, kh, kw, *want.shape[:2], (1, 1), (1, 1), pad=((0, 0), (0, 0)),
+                    post=post)
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
@@ -150,7 +196,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
           "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
-    assert _run([exe]).stdout.strip() == "ok 14"
+    assert _run([exe]).stdout.strip() == "ok 23"
 
 
 def test_half_width_conv_weights(kernels):
@@ -215,6 +261,81 @@ def test_rewrite_takes_the_forms_the_kernels_compute(name):
     assert count == 1 and "stablehlo.convolution" not in new
     assert microkernel.kernel_symbols(new, "m", "f32") == {kind: f"m_{kind}_f32"}
     assert ("stablehlo.pad" in new) == (name == "conv_same")
+
+
+def _epilogue_module(after: str, extra_use: bool = False) -> str:
+    """A depthwise convolution over a ZeroPadding2D-style pad, then ``after``
+    (ops on %y, the last one's result %z returned)."""
+    f = np.random.default_rng(0).standard_normal((3, 3, 1, 40)).astype("<f4")
+    bias = np.arange(40, dtype="<f4") / 10
+    returned = "%z, %y" if extra_use else "%z"
+    types = "tensor<1x4x6x40xf32>, tensor<1x4x6x40xf32>" if extra_use else "tensor<1x4x6x40xf32>"
+    return f"""module {{
+  func.func @f(%x0: tensor<1x6x4x40xf32>) -> ({types}) {{
+    %zero = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %x = stablehlo.pad %x0, %zero, low = [0, 0, 1, 0], high = [0, 0, 1, 0],
+        interior = [0, 0, 0, 0] : (tensor<1x6x4x40xf32>, tensor<f32>) -> tensor<1x6x6x40xf32>
+    %w = stablehlo.constant dense<"0x{f.tobytes().hex().upper()}"> : tensor<3x3x1x40xf32>
+    %y = stablehlo.convolution(%x, %w) dim_numbers = {NHWC},
+        window = {{stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]}}
+        {{batch_group_count = 1 : i64, feature_group_count = 40 : i64}}
+        : (tensor<1x6x6x40xf32>, tensor<3x3x1x40xf32>) -> tensor<1x4x4x40xf32>
+    %bias = stablehlo.constant dense<"0x{bias.tobytes().hex().upper()}"> : tensor<40xf32>
+    %b = stablehlo.broadcast_in_dim %bias, dims = [3] : (tensor<40xf32>) -> tensor<1x4x4x40xf32>
+    %half = stablehlo.constant dense<5.000000e-01> : tensor<1x4x4x40xf32>
+    %lo = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %hi = stablehlo.constant dense<6.000000e+00> : tensor<f32>
+    %six = stablehlo.constant dense<6.000000e+00> : tensor<1x4x4x40xf32>
+    {after}
+    return {returned} : {types}
+  }}
+}}
+""".replace("1x4x6x40", "1x4x4x40")
+
+
+def _post_of(text: str) -> np.ndarray:
+    """The epilogue constant of the one kernel in a rewritten module."""
+    hexval = re.search(r'sym_name = "tfaot_\w+_post".*?dense<"0x([0-9A-F]+)">', text, re.S)
+    return np.frombuffer(bytes.fromhex(hexval.group(1)), "<f4")
+
+
+def test_rewrite_folds_padding_and_epilogue_into_the_kernel():
+    """A zero pad before a depthwise convolution and a bias, a scale and a
+    ReLU6 after it become the kernel's: no pad, add, multiply or clamp is
+    left for IREE, the epilogue holds (bias * scale) and the clamp."""
+    after = """%a = stablehlo.add %y, %b : tensor<1x4x4x40xf32>
+    %m = stablehlo.multiply %a, %half : tensor<1x4x4x40xf32>
+    %z = stablehlo.clamp %lo, %m, %hi : (tensor<f32>, tensor<1x4x4x40xf32>, tensor<f32>) -> tensor<1x4x4x40xf32>"""
+    new, count = microkernel.rewrite_matvecs(_epilogue_module(after), "m")
+    assert count == 1
+    for op in ("stablehlo.pad", "stablehlo.add", "stablehlo.multiply", "stablehlo.clamp"):
+        assert op not in new, op
+    post = _post_of(new)
+    assert list(post[:2]) == [0.0, 6.0]
+    np.testing.assert_allclose(post[2:42], np.arange(40) / 10 * 0.5, rtol=1e-6)
+    assert not post[42:].any() and len(post) == 2 + 64  # padded to whole tiles
+
+
+@pytest.mark.parametrize("after, left", [
+    # a maximum with a value per channel: not a clamp the kernel has
+    ("%z = stablehlo.maximum %y, %b : tensor<1x4x4x40xf32>", "stablehlo.maximum"),
+    # a scale after the clamp cannot go into the weights
+    ("%r = stablehlo.maximum %y, %six : tensor<1x4x4x40xf32>\n"
+     "    %z = stablehlo.multiply %r, %half : tensor<1x4x4x40xf32>", "stablehlo.multiply"),
+    # c - y
+    ("%z = stablehlo.subtract %six, %y : tensor<1x4x4x40xf32>", "stablehlo.subtract"),
+])
+def test_rewrite_leaves_what_is_not_an_epilogue(after, left):
+    new, count = microkernel.rewrite_matvecs(_epilogue_module(after), "m")
+    assert count == 1 and left in new
+
+
+def test_rewrite_keeps_an_output_used_twice():
+    """The convolution's own output is also returned: the bias stays IREE's."""
+    new, count = microkernel.rewrite_matvecs(
+        _epilogue_module("%z = stablehlo.add %y, %b : tensor<1x4x4x40xf32>", extra_use=True),
+        "m")
+    assert count == 1 and "stablehlo.add" in new and not _post_of(new)[2:].any()
 
 
 def test_iree_compiles_every_rewritten_form(tmp_path):
@@ -334,3 +455,62 @@ def test_aarch64_under_qemu(conv_case, tmp_path):
                      _run(["aarch64-linux-gnu-nm", out / "src" / "ck_kernels.o"]).stdout)
     ys = toolchains.step_under_qemu_aarch64(out, "ck", xs, tmp_path)
     np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
+
+
+def _keras_batch_norm_model():
+    """A DS-CNN-like block as trained models have it: Conv2D with a bias,
+    batch norms with trained statistics, ReLU6 and ReLU, ZeroPadding2D
+    before a DepthwiseConv2D, 72 channels (a block of 64 and a masked one),
+    a fixed window of 16 frames."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((16, 10))
+    h = L.Reshape((16, 10, 1))(x)
+    h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(72, (3, 3), strides=(2, 1))(h)))
+    h = L.DepthwiseConv2D((3, 3))(L.ZeroPadding2D(((0, 0), (1, 1)))(h))
+    h = L.ReLU()(L.BatchNormalization()(h))
+    h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(72, (1, 1), use_bias=False)(h)))
+    model = keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h)))
+    rng = np.random.default_rng(1)
+    for layer in model.layers:
+        if isinstance(layer, L.BatchNormalization):
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([1 + 0.3 * rng.standard_normal(gamma.shape).astype("f4"),
+                               0.2 * rng.standard_normal(beta.shape).astype("f4"),
+                               0.1 * rng.standard_normal(mean.shape).astype("f4"),
+                               rng.uniform(0.5, 1.5, var.shape).astype("f4")])
+    return model
+
+
+def test_batch_norm_relu_and_padding_fold_into_the_kernels():
+    """Every batch norm, bias, ReLU and ReLU6 after a convolution of the
+    model, and its zero padding, become the kernels' own: the imported
+    step keeps none of those ops for IREE."""
+    from tfaot.lower.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    program = streamify_keras(_keras_batch_norm_model(), "bn.keras", "keras",
+                              fixed_window="whole")
+    text = import_program(program)
+    assert "stablehlo.pad" in text and "stablehlo.maximum" in text  # (as imported)
+    new, count = microkernel.rewrite_matvecs(text, "m")
+    assert count == 4  # three convolutions and the dense layer
+    body = new[:new.index("func.func private @tfaot_")]
+    left = re.findall(r"= stablehlo\.(pad|maximum|minimum|clamp|multiply|add|subtract) ", body)
+    assert not left, body
+
+
+@pytest.mark.parametrize("mode", ["--whole-window", "--stream"])
+def test_batch_norm_model_through_the_so(mode, tmp_path, capsys):
+    """The folded epilogues and padding give TensorFlow's outputs, whole
+    window and streamed, over STEPS steps through the built library."""
+    from tfaot.cli import main
+
+    _keras_batch_norm_model().save(tmp_path / "bn.keras")
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "bn.keras"), "-o", str(out), "--quiet", mode]) == 0
+    assert main(["verify", str(tmp_path / "bn.keras"), str(out), "--steps", str(STEPS)]) == 0
+    err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
+    assert err <= 1e-5

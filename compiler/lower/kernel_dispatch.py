@@ -85,9 +85,12 @@ def element(data: np.ndarray) -> str:
 
 
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
-                     sizes: tuple[int, ...], weights: WeightsGlobal | None = None) -> str:
+                     sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
+                     post: np.ndarray | None = None) -> str:
     """The executable whose only work is
-    ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``.
+    ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
+    ``post`` (f32: a convolution's epilogue, microkernel.Epilogue)
+    ``kernel(w, w_offset, x, x_offset, y, y_offset, post, *sizes)``.
 
     The packed weights are a read-only global of the kernel object, or with
     ``weights`` (a global of the host program) a third binding, the first.
@@ -104,6 +107,18 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                         for i, v in enumerate(sizes))
     size_values = ", ".join(f"%s{i}" for i in range(len(sizes)))
     x_rank, y_rank = xt.count("x"), yt.count("x")
+    post_global = post_type = post_value = post_arg = ""
+    if post is not None:  # a constant of the kernel object, as small ones are
+        post_type = "memref<" + f"{post.size}xf32>"
+        post_global = f"""
+      "memref.global"() <{{sym_name = "{sym}_post", sym_visibility = "private",
+          type = {post_type}, initial_value = dense<"0x{post.astype('<f4').tobytes().hex().upper()}">
+          : tensor<{post.size}xf32>, constant, alignment = {ALIGN} : i64}}> : () -> ()"""
+        post_value = f"""
+        %post = memref.get_global @{sym}_post : {post_type}
+        {metadata("post", post_type, 1)}"""
+        post_arg = "%postb, "
+    post_decl = "memref<f32>, " * (post is not None)
     if weights is None:
         hexval = data.tobytes().hex().upper()
         ttype = "tensor" + wtype[len("memref"):]
@@ -121,9 +136,9 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
       %c1 = arith.constant 1 : index
       stream.return %c1, %c1, %c1 : index, index, index
     }}
-    builtin.module {{{w_global}
+    builtin.module {{{w_global}{post_global}
       func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
-                                  index, {index_types})
+                                  index, {post_decl}{index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
       func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding) {{
         %c0 = arith.constant 0 : index{constants}
@@ -132,10 +147,10 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
         {metadata("w", wtype, data.ndim, elem)}
         {metadata("x", f"memref<{xt}>", x_rank)}
-        {metadata("y", f"memref<{yt}>", y_rank)}
-        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {size_values})
+        {metadata("y", f"memref<{yt}>", y_rank)}{post_value}
+        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {post_arg}{size_values})
             : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
-               {index_types}) -> ()
+               {post_decl}{index_types}) -> ()
         return
       }}
     }}

@@ -16,6 +16,10 @@ at 25-45 on this machine's AVX-512; whole-window convolutions gain too
 channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or its 1-D form), no groups
 other than depthwise ones, no input dilation; padding becomes a
 ``stablehlo.pad`` before the dispatch. The rest stays with IREE.
+What follows a convolution per output channel is folded into its kernel
+(``Epilogue``): multiplications by a constant into the weights, additions
+(a bias, a batch norm's shift) and a ReLU or ReLU6 into the kernel's stores,
+so they cost no pass of their own over the output.
 The matrix products of an N-stream step (``X[N,K] . W[K,M]``, one row per
 stream: lower/streams.py) go to the convolution kernel too, as a 1x1
 convolution over N positions: its blocks of positions times output lanes
@@ -55,7 +59,7 @@ stream equals the one-stream build bit for bit).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -263,6 +267,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         kernels: dict[bytes, str] = {}
         globals_texts: list[str] = []
         texts: list[str] = []
+        folded: list = []  # ops folded into kernels: input pads, epilogues
         count = 0
         ops = function_ops(module)
         constant = _constant_values(ops)
@@ -273,8 +278,20 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             w, conv, streams = _kernel_of(op, kinds, dtype, min_weights, matvec_min)
             if w is None:
                 continue
-            kind = conv.kind if conv else "matmul" if streams else "matvec"
-            key = w.tobytes() + bytes(f"{w.shape}{conv!r}{streams}", "ascii")
+            # the matrix is the dot's first operand in a matvec, its second in X . W
+            w_index = 0 if kind_of(conv, streams) == "matvec" else 1
+            x = op.operands[1 - w_index]
+            if op.operation.name == "stablehlo.convolution":
+                conv, x, pad_op = _with_input_padding(op, conv)
+                if pad_op is not None and len(list(pad_op.results[0].uses)) == 1:
+                    folded.append(pad_op)  # used by this convolution alone
+            epilogue = _epilogue(op, conv.n) if conv else None
+            if epilogue:
+                conv = epilogue.folded_into(conv)
+                w = conv.weights
+            kind = kind_of(conv, streams)
+            key = (w.tobytes() + (conv.post_data.tobytes() if conv else b"")
+                   + bytes(f"{w.shape}{conv!r}{streams}", "ascii"))
             if key not in kernels:
                 kernels[key] = f"tfaot_{kind}_{len(kernels)}"
                 sym = kernels[key]
@@ -285,11 +302,15 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                     globals_texts.append(weights.global_text())
                     texts.append(weights.setter_text())
                 texts.append(text)
-            # the matrix is the dot's first operand in a matvec, its second in X . W
-            _replace_with_call(op, kernels[key], operand=1 if kind == "matvec" else 0)
+            call = _replace_with_call(op, kernels[key], x, w_index)
+            if epilogue:
+                epilogue.ops[-1].results[0].replace_all_uses_with(call.results[0])
+                folded += epilogue.ops
             count += 1
         if not count:
             return mlir_text, 0
+        for op in reversed(folded):  # now unused; after the walk over ``ops``
+            op.operation.erase()
         # The callees are appended below as text, so the module does not
         # verify yet; unverified modules would print in generic form.
         text = module.operation.get_asm(enable_debug_info=False, assume_verified=True)
@@ -370,20 +391,153 @@ def _constant_matvec(op, min_weights: int) -> np.ndarray | None:
     return np.array(value, dtype=np.float32).reshape(w_type.shape)
 
 
-def _replace_with_call(op, callee: str, operand: int) -> None:
-    """``op`` becomes ``callee(op.operands[operand])``; its constant weights
-    (the other operand) go when nothing else uses them."""
+def kind_of(conv: ConvGeometry | None, streams: int) -> str:
+    """The kernel of a ``_kernel_of`` answer."""
+    return conv.kind if conv else "matmul" if streams else "matvec"
+
+
+def _replace_with_call(op, callee: str, x, w_index: int):
+    """``op`` becomes ``callee(x)``; its constant weights (operand
+    ``w_index``) go when nothing else uses them. Returns the call."""
     from iree.compiler import ir
 
     with ir.InsertionPoint(op), op.location:
         call = ir.Operation.create(
-            "func.call", results=[op.results[0].type], operands=[op.operands[operand]],
+            "func.call", results=[op.results[0].type], operands=[x],
             attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-    w_op = op.operands[1 - operand].owner
+    w_op = op.operands[w_index].owner
     op.results[0].replace_all_uses_with(call.results[0])
     op.operation.erase()
     if not list(w_op.results[0].uses):
         w_op.operation.erase()
+    return call
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Per-channel work after a convolution that its kernel does instead:
+    ``y = clamp(conv(x) * scale + shift, lo, hi)``, channels last.
+
+    ``ops`` are the elementwise ops it replaces, in order: multiplications,
+    additions and subtractions of a constant that is the same at every
+    position (a bias, a batch norm in inference: ``_channel_constant``),
+    then maxima and minima with a scalar (ReLU, ReLU6, ``stablehlo.clamp``);
+    each the only use of the one before. The scale goes into the weights;
+    the shift and the clamp into the kernel's stores (``post``).
+    """
+
+    scale: np.ndarray
+    shift: np.ndarray
+    lo: float
+    hi: float
+    ops: tuple
+
+    def folded_into(self, g: ConvGeometry) -> ConvGeometry:
+        """``g`` computing the convolution and this epilogue."""
+        # weights: conv W[n, k]; depthwise [kh*kw, n]
+        weights = (g.weights * self.scale[None, :] if g.depthwise
+                   else g.weights * self.scale[:, None]).astype(np.float32)
+        post = np.concatenate([[self.lo, self.hi], self.shift]).astype(np.float32)
+        return replace(g, weights=weights, post=post)
+
+
+def _epilogue(op, n: int) -> Epilogue | None:
+    """The epilogue of ``op`` (a convolution with ``n`` output channels) or None."""
+    value = op.results[0]
+    scale, shift = np.ones(n, np.float64), np.zeros(n, np.float64)
+    lo, hi = -np.inf, np.inf
+    chain: list = []
+    while True:
+        uses = list(value.uses)
+        if len(uses) != 1:
+            break
+        user = uses[0].owner
+        name = user.operation.name
+        operands = list(user.operands)
+        if (len(user.results) != 1 or str(user.results[0].type) != str(value.type)
+                or operands.count(value) != 1):
+            break  # (e.g. the function's return)
+        others = [v for v in operands if v != value]
+        if name in ("stablehlo.add", "stablehlo.multiply", "stablehlo.subtract"):
+            c = _channel_constant(others[0], n)
+            if c is None or lo != -np.inf or hi != np.inf:
+                break  # affine work after a clamp is not a clamp's
+            if name == "stablehlo.add":
+                shift = shift + c
+            elif name == "stablehlo.subtract" and operands[0] == value:
+                shift = shift - c
+            elif name == "stablehlo.multiply":
+                scale, shift = scale * c, shift * c
+            else:
+                break  # c - y
+        elif name in ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp"):
+            bounds = [_scalar_constant(v) for v in others]
+            if None in bounds:
+                break
+            if name == "stablehlo.clamp":  # clamp(min, y, max)
+                if operands[1] != value:
+                    break
+                lo, hi = max(lo, bounds[0]), max(hi, bounds[0])
+                lo, hi = min(lo, bounds[1]), min(hi, bounds[1])
+            elif name == "stablehlo.maximum":
+                lo, hi = max(lo, bounds[0]), max(hi, bounds[0])
+            else:
+                lo, hi = min(lo, bounds[0]), min(hi, bounds[0])
+        else:
+            break
+        chain.append(user)
+        value = user.results[0]
+    if not chain or not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
+        return None
+    return Epilogue(scale, shift, float(lo), float(hi), tuple(chain))
+
+
+def _constant_array(value) -> np.ndarray | None:
+    """The array of a ``stablehlo.constant`` (f32) or of a broadcast of one."""
+    from iree.compiler import ir
+
+    owner = value.owner
+    if not isinstance(owner, ir.OpView):
+        return None
+    if owner.operation.name == "stablehlo.broadcast_in_dim":
+        source = _constant_array(owner.operands[0])
+        if source is None:
+            return None
+        dims = _ints(str(owner.attributes["broadcast_dimensions"]))
+        shape = ir.RankedTensorType(value.type).shape
+        expanded = [1] * len(shape)
+        for d, size in zip(dims, source.shape):
+            expanded[d] = size
+        return np.broadcast_to(source.reshape(expanded), shape)
+    if owner.operation.name != "stablehlo.constant":
+        return None
+    attr = ir.DenseElementsAttr(owner.attributes["value"])
+    if str(attr.type.element_type) != "f32":
+        return None
+    shape = ir.RankedTensorType(attr.type).shape
+    if attr.is_splat:
+        return np.full(shape, np.float32(attr.get_splat_value().value), np.float32)
+    return np.array(attr, dtype=np.float32).reshape(shape)
+
+
+def _channel_constant(value, n: int) -> np.ndarray | None:
+    """The ``n`` values (one per channel, the last axis) of a constant that
+    is the same at every position, or None."""
+    array = _constant_array(value)
+    if array is None or array.shape[-1:] != (n,):
+        return None
+    rows = array.reshape(-1, n)
+    if not np.all(rows == rows[:1]):
+        return None
+    return rows[0].astype(np.float64)
+
+
+def _scalar_constant(value) -> float | None:
+    """The one value of a constant, or None when its elements differ."""
+    array = _constant_array(value)
+    if array is None or array.size == 0 or not np.all(array == array.flat[0]):
+        return None
+    return float(array.flat[0])
 
 
 @dataclass(frozen=True)
@@ -414,6 +568,18 @@ class ConvGeometry:
     x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
     y_type: str
     weights: np.ndarray = field(compare=False, repr=False)
+    #: the epilogue the kernel applies as it stores (Epilogue.post)
+    post: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def post_data(self) -> np.ndarray:
+        """``[lo, hi, bias]`` as the kernel reads them (tfrt_post): the bias
+        padded with zeros to whole tiles, for the vector blocks' loads."""
+        lo, hi, bias = ((-np.inf, np.inf, np.zeros(self.n)) if self.post is None
+                        else (self.post[0], self.post[1], self.post[2:]))
+        padded = np.zeros(-(-self.n // TILE) * TILE)
+        padded[:self.n] = bias
+        return np.concatenate([[lo, hi], padded]).astype(np.float32)
 
     @property
     def kind(self) -> str:
@@ -425,7 +591,13 @@ class ConvGeometry:
 
     @property
     def kernel_args(self) -> tuple[int, ...]:
-        """The kernel's scalar arguments after y_offset (tfrt_matvec.c)."""
+        """The kernel's scalar arguments after post (tfrt_matvec.c): the
+        depthwise kernel takes the image and its padding (it skips the
+        padding's taps), the conv kernel the padded width."""
+        if self.depthwise:
+            (top, _), (left, _) = self.pad
+            return (self.n, self.c, self.kh, self.kw, self.ih, self.iw, top, left, self.oh,
+                    self.ow, self.sh, self.sw, self.dh, self.dw)
         padded_iw = self.iw + sum(self.pad[1])
         return (self.n, self.c, self.kh, self.kw, padded_iw, self.oh, self.ow,
                 self.sh, self.sw, self.dh, self.dw)
@@ -494,6 +666,33 @@ def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
         if out < 1 or (padded - dilation[axis] * (k - 1) - 1) // strides[axis] + 1 != out:
             return None
     return geometry
+
+
+def _with_input_padding(op, g: ConvGeometry):
+    """``g`` with the zero padding of a ``stablehlo.pad`` that makes its
+    image (Keras' ZeroPadding2D before a convolution) taken into its own,
+    the convolution's input, and that pad op; or ``g``, its input, None."""
+    from iree.compiler import ir
+
+    x = op.operands[0]
+    pad_op = x.owner
+    if (not isinstance(pad_op, ir.OpView) or pad_op.operation.name != "stablehlo.pad"
+            or _scalar_constant(pad_op.operands[1]) != 0.0):
+        return g, x, None
+    low, high = (_ints(str(pad_op.attributes[a])) for a in ("edge_padding_low",
+                                                             "edge_padding_high"))
+    interior = _ints(str(pad_op.attributes["interior_padding"]))
+    image = ir.RankedTensorType(pad_op.operands[0].type)
+    if (any(interior) or min(low + high) < 0 or low[0] or high[0] or low[-1] or high[-1]
+            or len(low) not in (3, 4)):
+        return g, x, None
+    if len(low) == 3:  # a 1-D convolution: one row
+        low, high = [0, 0, *low[1:]], [0, 0, *high[1:]]
+    shape = list(image.shape) if image.rank == 4 else [1, 1, *image.shape[1:]]
+    (top, bottom), (left, right) = g.pad
+    pad = ((top + low[1], bottom + high[1]), (left + low[2], right + high[2]))
+    x_type = str(image).removeprefix("tensor<").removesuffix(">")
+    return replace(g, ih=shape[1], iw=shape[2], pad=pad, x_type=x_type), pad_op.operands[0], pad_op
 
 
 def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
@@ -566,7 +765,8 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     """
     (top, bottom), (left, right) = g.pad
     image = f"1x{g.ih}x{g.iw}x{g.c}xf32"
-    padded = f"1x{g.ih + top + bottom}x{g.iw + left + right}x{g.c}xf32"
+    padded = (image if g.depthwise  # which skips the padding's taps itself
+              else f"1x{g.ih + top + bottom}x{g.iw + left + right}x{g.c}xf32")
     result = f"1x{g.oh}x{g.ow}x{g.n}xf32"
     lines = [f"%x0 = stablehlo.reshape %x : (tensor<{g.x_type}>) -> tensor<{image}>"]
     if padded != image:
@@ -585,7 +785,8 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     return %y : tensor<{g.y_type}>
   }}"""
     return weights, function + kernel_dispatch.executable_text(
-        sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights)
+        sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
+        post=g.post_data)
 
 
 def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:

@@ -2,17 +2,21 @@
  * buffers of exactly the size each call may touch, so that AddressSanitizer
  * catches any read or write outside them (tests/test_conv_kernels.py builds
  * it with -fsanitize=address,undefined together with runtime_shim/tfrt_matvec.c).
- * Prints "ok N" after N geometries, or the first mismatch. */
+ * Each geometry runs with an epilogue (a bias and a clamp, as the build
+ * folds a bias, a batch norm and a ReLU6 into the kernel), the depthwise
+ * ones also with zero padding the kernel skips. Prints "ok N" after N
+ * geometries, or the first mismatch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 void conv(const float *w, size_t w_offset, const float *x, size_t x_offset, float *y,
-          size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw, size_t oh,
-          size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+          size_t y_offset, const float *post, size_t n, size_t c, size_t kh, size_t kw,
+          size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
 void dwconv(const float *w, size_t w_offset, const float *x, size_t x_offset, float *y,
-            size_t y_offset, size_t n, size_t c, size_t kh, size_t kw, size_t iw, size_t oh,
-            size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+            size_t y_offset, const float *post, size_t n, size_t c, size_t kh, size_t kw,
+            size_t ih, size_t iw, size_t top, size_t left, size_t oh, size_t ow, size_t sh,
+            size_t sw, size_t dh, size_t dw);
 
 enum { TILE = 32 };
 
@@ -21,59 +25,97 @@ static float value(unsigned *seed) {
   return (float)((*seed >> 8) & 0xffff) / 65536.0f - 0.5f;
 }
 
-/* One geometry; depthwise when mult > 0 (n = c * mult). Returns 0 if equal. */
-static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t sh,
-                 size_t sw, size_t dh, size_t dw, size_t mult) {
-  const size_t oh = (ih - dh * (kh - 1) - 1) / sh + 1, ow = (iw - dw * (kw - 1) - 1) / sw + 1;
+/* One geometry: n outputs of c channels, a kh x kw filter over an ih x iw
+ * image padded by pad = {top, bottom, left, right} (depthwise only: the
+ * conv kernel takes a padded image), strides, dilations; depthwise when
+ * mult > 0 (n = c * mult). Returns 0 if equal. */
+static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw,
+                 const size_t pad[4], size_t sh, size_t sw, size_t dh, size_t dw, size_t mult) {
+  const size_t ph = ih + pad[0] + pad[1], pw = iw + pad[2] + pad[3];
+  const size_t oh = (ph - dh * (kh - 1) - 1) / sh + 1, ow = (pw - dw * (kw - 1) - 1) / sw + 1;
   const size_t groups = mult ? c : 1, cg = c / groups, k = kh * kw * cg;
-  const size_t wsize = mult ? kh * kw * n : (n + TILE - 1) / TILE * TILE * k;
+  const size_t tiles = (n + TILE - 1) / TILE, wsize = mult ? kh * kw * n : tiles * TILE * k;
   float *filters = malloc(kh * kw * cg * n * sizeof(float)); /* [kh][kw][cg][n] */
   float *w = calloc(wsize, sizeof(float)), *x = malloc(ih * iw * c * sizeof(float));
   float *y = malloc(oh * ow * n * sizeof(float));
-  unsigned seed = (unsigned)(n * 31 + c * 7 + kh);
+  float *post = calloc(2 + tiles * TILE, sizeof(float)); /* [lo, hi, bias] */
+  unsigned seed = (unsigned)(n * 31 + c * 7 + kh + pad[2]);
   for (size_t i = 0; i < kh * kw * cg * n; i++) filters[i] = value(&seed);
   for (size_t i = 0; i < ih * iw * c; i++) x[i] = value(&seed);
+  for (size_t o = 0; o < n; o++) post[2 + o] = value(&seed);
+  post[0] = n % 2 ? 0.0f : -INFINITY; /* ReLU, ReLU6 or no clamp */
+  post[1] = n % 3 ? 0.4f : INFINITY;
   for (size_t tap = 0; tap < kh * kw * cg; tap++)
     for (size_t o = 0; o < n; o++)
       w[mult ? tap * n + o : (o / TILE) * k * TILE + tap * TILE + o % TILE] = filters[tap * n + o];
-  (mult ? dwconv : conv)(w, 0, x, 0, y, 0, n, c, kh, kw, iw, oh, ow, sh, sw, dh, dw);
+  if (mult)
+    dwconv(w, 0, x, 0, y, 0, post, n, c, kh, kw, ih, iw, pad[0], pad[2], oh, ow, sh, sw, dh, dw);
+  else
+    conv(w, 0, x, 0, y, 0, post, n, c, kh, kw, iw, oh, ow, sh, sw, dh, dw);
   int bad = 0;
   for (size_t oy = 0; oy < oh && !bad; oy++)
     for (size_t ox = 0; ox < ow && !bad; ox++)
       for (size_t o = 0; o < n && !bad; o++) {
-        double sum = 0;
+        double sum = post[2 + o];
         const size_t g = o / (n / groups);
         for (size_t i = 0; i < kh; i++)
           for (size_t j = 0; j < kw; j++)
-            for (size_t ch = 0; ch < cg; ch++)
-              sum += (double)filters[((i * kw + j) * cg + ch) * n + o] *
-                     x[((oy * sh + i * dh) * iw + ox * sw + j * dw) * c + g * cg + ch];
+            for (size_t ch = 0; ch < cg; ch++) {
+              const long r = (long)(oy * sh + i * dh) - (long)pad[0];
+              const long q = (long)(ox * sw + j * dw) - (long)pad[2];
+              if (r >= 0 && r < (long)ih && q >= 0 && q < (long)iw)
+                sum += (double)filters[((i * kw + j) * cg + ch) * n + o] *
+                       x[((size_t)r * iw + (size_t)q) * c + g * cg + ch];
+            }
+        sum = sum < post[0] ? post[0] : sum > post[1] ? post[1] : sum;
         const float got = y[(oy * ow + ox) * n + o];
-        if (fabs(got - sum) > 1e-4) {
+        if (!(fabs(got - sum) <= 1e-4)) {
           printf("mismatch n=%zu c=%zu at (%zu,%zu,%zu): %g vs %g\n", n, c, oy, ox, o, got, sum);
           bad = 1;
         }
       }
-  free(filters), free(w), free(x), free(y);
+  free(filters), free(w), free(x), free(y), free(post);
   return bad;
 }
 
 int main(void) {
-  static const size_t cases[][11] = {
-      /* n, c, kh, kw, ih, iw, sh, sw, dh, dw, depth multiplier (0: not depthwise) */
-      {30, 28, 10, 4, 10, 18, 2, 1, 1, 1, 0}, {16, 30, 5, 3, 5, 15, 1, 1, 1, 1, 0},
-      {28, 1, 10, 4, 11, 40, 1, 1, 1, 1, 0},  {65, 3, 3, 3, 9, 9, 2, 2, 2, 1, 0},
-      {7, 5, 1, 1, 4, 6, 1, 1, 1, 1, 0},      {8, 4, 3, 3, 7, 9, 1, 2, 1, 2, 0},
-      {12, 6, 1, 5, 1, 17, 1, 1, 1, 3, 0},    {30, 28, 10, 4, 10, 7, 2, 1, 1, 1, 0},
-      {64, 64, 3, 3, 3, 21, 1, 1, 1, 1, 1},   {70, 70, 3, 1, 5, 4, 1, 1, 2, 1, 1},
-      {10, 5, 2, 3, 6, 7, 2, 2, 1, 1, 2},     {6, 2, 1, 4, 1, 12, 1, 1, 1, 2, 3},
+  static const size_t cases[][15] = {
+      /* n, c, kh, kw, ih, iw, top, bottom, left, right, sh, sw, dh, dw,
+       * depth multiplier (0: not depthwise, no padding) */
+      {30, 28, 10, 4, 10, 18, 0, 0, 0, 0, 2, 1, 1, 1, 0},
+      {16, 30, 5, 3, 5, 15, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {28, 1, 10, 4, 11, 40, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {65, 3, 3, 3, 9, 9, 0, 0, 0, 0, 2, 2, 2, 1, 0},
+      {7, 5, 1, 1, 4, 6, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {8, 4, 3, 3, 7, 9, 0, 0, 0, 0, 1, 2, 1, 2, 0},
+      {12, 6, 1, 5, 1, 17, 0, 0, 0, 0, 1, 1, 1, 3, 0},
+      {30, 28, 10, 4, 10, 7, 0, 0, 0, 0, 2, 1, 1, 1, 0},
+      {64, 64, 1, 1, 6, 19, 0, 0, 0, 0, 1, 1, 1, 1, 0}, /* pointwise: blocks of 12 */
+      {64, 64, 3, 3, 3, 21, 0, 0, 0, 0, 1, 1, 1, 1, 1},
+      {70, 70, 3, 1, 5, 4, 0, 0, 0, 0, 1, 1, 2, 1, 1},
+      {10, 5, 2, 3, 6, 7, 0, 0, 0, 0, 2, 2, 1, 1, 2},
+      {6, 2, 1, 4, 1, 12, 0, 0, 0, 0, 1, 1, 1, 2, 3},
       /* fewer channels than a vector (AVX-512: masked), rows of 7 and 2 */
-      {12, 12, 3, 3, 4, 9, 1, 1, 1, 1, 1},    {20, 20, 2, 2, 3, 3, 1, 1, 1, 1, 1},
+      {12, 12, 3, 3, 4, 9, 0, 0, 0, 0, 1, 1, 1, 1, 1},
+      {20, 20, 2, 2, 3, 3, 0, 0, 0, 0, 1, 1, 1, 1, 1},
+      /* depthwise over zero padding the kernel skips: DS-CNN's (width),
+       * 'same' on every side with 64 + 32 channels, strided, dilated, a row
+       * narrower than a block, positions wholly over the padding, a depth
+       * multiplier, fewer channels than a vector */
+      {64, 64, 3, 3, 5, 19, 0, 0, 1, 1, 1, 1, 1, 1, 1},
+      {96, 96, 3, 3, 6, 9, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+      {40, 40, 3, 3, 7, 10, 1, 1, 1, 1, 2, 2, 1, 1, 1},
+      {20, 20, 3, 3, 5, 11, 2, 2, 2, 2, 1, 1, 2, 2, 1},
+      {64, 64, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+      {33, 33, 3, 3, 2, 2, 3, 3, 4, 3, 1, 1, 1, 1, 1},
+      {12, 6, 3, 3, 4, 8, 1, 1, 1, 1, 1, 1, 1, 1, 2},
+      {12, 12, 5, 5, 6, 9, 2, 2, 2, 2, 1, 1, 1, 1, 1},
   };
   const size_t count = sizeof cases / sizeof cases[0];
   for (size_t i = 0; i < count; i++) {
     const size_t *g = cases[i];
-    if (check(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10])) return 1;
+    if (check(g[0], g[1], g[2], g[3], g[4], g[5], g + 6, g[10], g[11], g[12], g[13], g[14]))
+      return 1;
   }
   printf("ok %zu\n", count);
   return 0;
