@@ -808,6 +808,18 @@ static inline struct tfrt_clamp tfrt_clamp_of(const float *post) {
 }
 #endif
 #if defined(TFRT_AVX512_F32) && (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
+/* Fully unrolls a loop over a block's positions or vectors (a constant
+ * count where the block is inlined), so that its accumulator arrays are
+ * registers. clang unrolls such loops itself, and reads "GCC unroll N" as
+ * a factor (a block of 8 with "unroll 12" stayed a loop over memory, 4x
+ * slower), and "unroll" as an order to unroll before inlining (3x slower). */
+#ifdef __clang__
+#define TFRT_UNROLL
+#else
+#define TFRT_UNROLL _Pragma("GCC unroll 16")
+#endif
+#endif
+#if defined(TFRT_AVX512_F32) && (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 /* (vmaxps/vminps return their second operand when one is NaN) */
 static inline __m512 tfrt_clamp512(struct tfrt_clamp c, __m512 v) {
   if (c.lower) v = _mm512_max_ps(_mm512_set1_ps(c.lo), v);
@@ -985,48 +997,66 @@ enum { TFRT_CONV512_P = 12 };
             : [wa] "v"(w0), [wb] "v"(w1), [xv] "m"(x));                                  \
   } while (0)
 
-/* Lanes t..t+31 (masked to n) of every position, in blocks of 12 (the last
- * moved back to end at the last position: positions computed twice are
- * stored twice, the same values); at least 12 positions. w points at the
- * tile's first row (rows T apart). */
-static void tfrt_conv_avx512(const struct tfrt_conv *g, const float *w, const float *x,
-                             float *y, size_t t) {
-  enum { T = TFRT_MATVEC_TILE, P = TFRT_CONV512_P };
+/* Positions p0..p0+P-1 (all below g->positions) times lanes t..t+31
+ * (masked to n); w points at the tile's first row (rows T apart). P is a
+ * constant where this is inlined: 12, 8 or 4. */
+static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt_conv *g,
+                                                               const float *w, const float *x,
+                                                               float *y, size_t t, size_t p0,
+                                                               const size_t P) {
+  enum { T = TFRT_MATVEC_TILE };
   const size_t lanes = g->n - t < 32 ? g->n - t : 32;
   const __mmask16 m0 = lanes >= 16 ? 0xFFFF : (__mmask16)((1u << lanes) - 1),
                   m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : (__mmask16)((1u << (lanes - 16)) - 1);
-  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  const float *at[TFRT_CONV512_P];
+  size_t oy = p0 / g->ow, ox = p0 % g->ow;
+TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) {
+    at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
+    if (++ox == g->ow) ox = 0, oy++;
+  }
+  /* the sums start at the bias (post is padded to whole tiles) */
   const __m512 bias0 = _mm512_loadu_ps(g->post + 2 + t), bias1 = _mm512_loadu_ps(g->post + 18 + t);
-  for (size_t b = 0; b < g->positions; b += P) {
-    const size_t p0 = b + P <= g->positions ? b : g->positions - P;
-    const float *at[P];
-    size_t oy = p0 / g->ow, ox = p0 % g->ow;
-#pragma GCC unroll 12
-    for (size_t q = 0; q < P; q++) {
-      at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
-      if (++ox == g->ow) ox = 0, oy++;
+  __m512 a0[TFRT_CONV512_P], a1[TFRT_CONV512_P];
+TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) a0[q] = bias0, a1[q] = bias1;
+  for (size_t r = 0; r < g->runs; r++) {
+    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
+    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    for (size_t e = 0; e < g->run; e++, w += T) {
+      const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
+TFRT_UNROLL
+      for (size_t q = 0; q < P; q++) TFRT_FMA2_BROADCAST(a0[q], a1[q], w0, w1, at[q][skip + e]);
     }
-    __m512 a0[P], a1[P];
-#pragma GCC unroll 12
-    for (size_t q = 0; q < P; q++) a0[q] = bias0, a1[q] = bias1; /* sums start at the bias */
-    const float *wr = w;
-    for (size_t r = 0; r < g->runs; r++) {
-      const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-      const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
-      for (size_t e = 0; e < g->run; e++, wr += T) {
-        const __m512 w0 = _mm512_loadu_ps(wr), w1 = _mm512_loadu_ps(wr + 16);
-#pragma GCC unroll 12
-        for (size_t q = 0; q < P; q++) {
-          TFRT_FMA2_BROADCAST(a0[q], a1[q], w0, w1, at[q][skip + e]);
-        }
-      }
-    }
-#pragma GCC unroll 12
-    for (size_t q = 0; q < P; q++) {
-      float *yq = y + (p0 + q) * g->n + t;
-      _mm512_mask_storeu_ps(yq, m0, tfrt_clamp512(clamp, a0[q]));
-      _mm512_mask_storeu_ps(yq + 16, m1, tfrt_clamp512(clamp, a1[q]));
-    }
+  }
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) {
+    float *yq = y + (p0 + q) * g->n + t;
+    _mm512_mask_storeu_ps(yq, m0, tfrt_clamp512(clamp, a0[q]));
+    _mm512_mask_storeu_ps(yq + 16, m1, tfrt_clamp512(clamp, a1[q]));
+  }
+}
+
+/* Lanes t..t+31 of every position (at least 4): blocks of 12, the rest in
+ * the largest block of 12, 8 or 4 that fits in all the positions, moved
+ * back to end at the last one (positions computed twice are stored twice,
+ * the same values), so that at most 3 are computed twice: a streamed
+ * frame's 13 positions are 12 + 4, not 12 + 12. */
+static void tfrt_conv_avx512(const struct tfrt_conv *g, const float *w, const float *x,
+                             float *y, size_t t) {
+  const size_t positions = g->positions;
+  for (size_t p0 = 0; p0 < positions;) {
+    const size_t rest = positions - p0;
+    const size_t size = rest > 8 && positions >= 12 ? 12 : rest > 4 && positions >= 8 ? 8 : 4;
+    const size_t start = p0 + size <= positions ? p0 : positions - size;
+    if (size == 12)
+      tfrt_conv512(g, w, x, y, t, start, 12);
+    else if (size == 8)
+      tfrt_conv512(g, w, x, y, t, start, 8);
+    else
+      tfrt_conv512(g, w, x, y, t, start, 4);
+    p0 = start + size;
   }
 }
 #endif
@@ -1048,7 +1078,7 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
   for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
     size_t p0 = 0;
 #ifdef TFRT_AVX512_F32
-    if (g.positions >= TFRT_CONV512_P) {
+    if (g.positions >= 4) {
       tfrt_conv_avx512(&g, w, x, y, t);
       continue;
     }
@@ -1214,11 +1244,11 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
   const size_t step = sw * c;
   __mmask16 m[4];
   __m512 acc[TFRT_DWCONV_P][4];
-#pragma GCC unroll 4
+TFRT_UNROLL
   for (size_t v = 0; v < V; v++) {
     const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
     m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1); /* full: no masks */
-#pragma GCC unroll 4
+TFRT_UNROLL
     for (size_t q = 0; q < P; q++) /* the sums start at the bias */
       acc[q][v] = _mm512_maskz_loadu_ps(m[v], g->post + 2 + from);
   }
@@ -1236,13 +1266,13 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
       const ptrdiff_t ix = b->col + (ptrdiff_t)(j * dw);
       const int check = edge && (j < all0 || j >= all1); /* some positions' column is out */
       __m512 wv[4];
-#pragma GCC unroll 4
+TFRT_UNROLL
       for (size_t v = 0; v < V; v++) wv[v] = _mm512_maskz_loadu_ps(m[v], wt + 16 * v);
-#pragma GCC unroll 4
+TFRT_UNROLL
       for (size_t q = 0; q < P; q++) {
         const float *xt = !check ? xi + (size_t)ix * c + q * step
                                  : tfrt_dw_column(g, xi, ix + (ptrdiff_t)(q * sw));
-#pragma GCC unroll 4
+TFRT_UNROLL
         for (size_t v = 0; v < V; v++)
           acc[q][v] = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(m[v], xt + 16 * v),
                                       acc[q][v]);
@@ -1250,9 +1280,9 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
     }
   }
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-#pragma GCC unroll 4
+TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
-#pragma GCC unroll 4
+TFRT_UNROLL
     for (size_t v = 0; v < V; v++)
       _mm512_mask_storeu_ps(y + q * n + o0 + 16 * v, m[v], tfrt_clamp512(clamp, acc[q][v]));
 }
