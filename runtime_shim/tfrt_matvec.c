@@ -1010,7 +1010,7 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
                   m1 = lanes >= 32 ? 0xFFFF : lanes <= 16 ? 0 : (__mmask16)((1u << (lanes - 16)) - 1);
   const float *at[TFRT_CONV512_P];
   size_t oy = p0 / g->ow, ox = p0 % g->ow;
-TFRT_UNROLL
+  TFRT_UNROLL
   for (size_t q = 0; q < P; q++) {
     at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
     if (++ox == g->ow) ox = 0, oy++;
@@ -1018,19 +1018,19 @@ TFRT_UNROLL
   /* the sums start at the bias (post is padded to whole tiles) */
   const __m512 bias0 = _mm512_loadu_ps(g->post + 2 + t), bias1 = _mm512_loadu_ps(g->post + 18 + t);
   __m512 a0[TFRT_CONV512_P], a1[TFRT_CONV512_P];
-TFRT_UNROLL
+  TFRT_UNROLL
   for (size_t q = 0; q < P; q++) a0[q] = bias0, a1[q] = bias1;
   for (size_t r = 0; r < g->runs; r++) {
     const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
     const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
     for (size_t e = 0; e < g->run; e++, w += T) {
       const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
-TFRT_UNROLL
+  TFRT_UNROLL
       for (size_t q = 0; q < P; q++) TFRT_FMA2_BROADCAST(a0[q], a1[q], w0, w1, at[q][skip + e]);
     }
   }
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-TFRT_UNROLL
+  TFRT_UNROLL
   for (size_t q = 0; q < P; q++) {
     float *yq = y + (p0 + q) * g->n + t;
     _mm512_mask_storeu_ps(yq, m0, tfrt_clamp512(clamp, a0[q]));
@@ -1118,12 +1118,16 @@ struct tfrt_dwconv {
 
 /* Where a block of positions reads: the image x, the input row of filter
  * row 0 and the input column of the first position's filter column 0
- * (negative where they start in the padding), and the filter rows over the
- * image, i0..i1-1 (the same for every position of an output row). */
+ * (negative where they start in the padding), the filter rows over the
+ * image, i0..i1-1 (the same for every position of an output row), xrow the
+ * input row of filter row i0; at an edge, the filter columns over the
+ * image for every position of the block, all0..all1-1 (elsewhere all). */
 struct tfrt_dwblock {
   const float *x;
   ptrdiff_t row, col;
   size_t i0, i1;
+  const float *xrow;
+  size_t all0, all1;
 };
 
 /* What a tap over the zero padding reads (the padding is not in memory):
@@ -1163,39 +1167,96 @@ static inline const float *tfrt_dw_input(const struct tfrt_dwconv *g,
   return edge ? tfrt_dw_column(g, xi + o0, ix) : xi + (size_t)ix * g->c + o0;
 }
 
+/* At an edge, the filter columns over the image for all P positions of
+ * block b, [*all0, *all1) (the first position's start, the last one's end):
+ * only the columns outside need a check per position. */
+static inline void tfrt_dw_inner_columns(const struct tfrt_dwconv *g,
+                                         const struct tfrt_dwblock *b, size_t P, size_t *all0,
+                                         size_t *all1) {
+  size_t unused;
+  tfrt_tap_range(b->col, g->iw, g->kw, g->dw, all0, &unused);
+  tfrt_tap_range(b->col + (ptrdiff_t)((P - 1) * g->sw), g->iw, g->kw, g->dw, &unused, all1);
+}
+
+/* The walk over a block's taps: for each filter row i over the image, xi
+ * is its input row from channel o0 and wt its weights, for each column j
+ * the input of position q is TFRT_DW_X(q) (a column over the padding reads
+ * zeros, checked only in the columns where some position needs it). */
+#define TFRT_DW_TAPS_BEGIN(g, b, w, o0, edge)                                              \
+  /* (the fields as locals: gcc reloaded them in the loop) */                            \
+  const size_t c_ = (g)->c, sw_ = (g)->sw, step_ = sw_ * c_, kw_ = (g)->kw, n_ = (g)->n;  \
+  const size_t row_ = (g)->dh * (g)->iw * c_, dw_ = (g)->dw;                             \
+  const size_t all0_ = (b)->all0, all1_ = (b)->all1;                                     \
+  const float *xi = (b)->xrow + (o0);                                                    \
+  const tfrt_weight *wt = (w) + (b)->i0 * kw_ * n_ + (o0);                               \
+  for (size_t i = (b)->i0; i < (b)->i1; i++, xi += row_) {                               \
+    for (size_t j = 0; j < kw_; j++, wt += n_) {                                         \
+      const ptrdiff_t ix = (b)->col + (ptrdiff_t)(j * dw_);                              \
+      const int check = (edge) && (j < all0_ || j >= all1_);
+#define TFRT_DW_X(g, q)                                                                  \
+  (!check ? xi + (size_t)ix * c_ + (q) * step_                                           \
+          : tfrt_dw_column(g, xi, ix + (ptrdiff_t)((q) * sw_)))
+#define TFRT_DW_TAPS_END \
+  }                      \
+  }
+
 /* P positions of block b times L = TFRT_DWCONV_LANES channels from o0,
- * depth multiplier 1; y is the first position's output. A macro
+ * depth multiplier 1; y is the first position's output. Macros
  * instantiated for P = TFRT_DWCONV_P and 1 (rows narrower than P), exactly
- * sized arrays. */
-#define TFRT_DWCONV_BLOCK(P)                                                              \
-  static void tfrt_dwconv_block_##P(const struct tfrt_dwconv *g,                         \
-                                    const struct tfrt_dwblock *b, const tfrt_weight *w,  \
-                                    float *y, size_t o0, int edge) {                     \
+ * sized arrays: blocks at the image's edges walk the taps with checks
+ * (TFRT_DW_TAPS_BEGIN), those inside are plain loops over one input
+ * pointer per tap. */
+#define TFRT_DWCONV_BLOCK_STORE(P)                                                        \
+  for (size_t q = 0; q < P; q++)                                                         \
+    for (size_t l = 0; l < L; l++)                                                       \
+      y[q * g->n + o0 + l] = tfrt_post(g->post, o0 + l, acc[q][l]);
+#define TFRT_DWCONV_EDGE_BLOCK(P, name)                                                   \
+  static void name(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,            \
+                   const tfrt_weight *w, float *y, size_t o0) {                          \
     enum { L = TFRT_DWCONV_LANES };                                                      \
+    float acc[P][L] = {{0}};                                                             \
+    TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)                                                   \
+    float wv[L];                                                                         \
+    for (size_t l = 0; l < L; l++) wv[l] = TFRT_W(wt[l]);                                \
+    for (size_t q = 0; q < P; q++) {                                                     \
+      const float *xt = TFRT_DW_X(g, q);                                                 \
+      tfrt_dw_lanes(acc[q], wv, xt);                                                     \
+    }                                                                                    \
+    TFRT_DW_TAPS_END                                                                     \
+    TFRT_DWCONV_BLOCK_STORE(P)                                                           \
+  }
+#define TFRT_DWCONV_INSIDE_BLOCK(P, name)                                                 \
+  static void name(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,            \
+                   const tfrt_weight *w, float *y, size_t o0) {                          \
+    enum { L = TFRT_DWCONV_LANES };                                                      \
+    const size_t step = g->sw * g->c;                                                    \
+    const float *x = b->xrow + (size_t)b->col * g->c + o0;                               \
     float acc[P][L] = {{0}};                                                             \
     for (size_t i = b->i0; i < b->i1; i++) {                                             \
       for (size_t j = 0; j < g->kw; j++) {                                               \
+        const float *xt = x + ((i - b->i0) * g->dh * g->iw + j * g->dw) * g->c;          \
         const tfrt_weight *wt = w + (i * g->kw + j) * g->n + o0;                         \
         float wv[L];                                                                     \
         for (size_t l = 0; l < L; l++) wv[l] = TFRT_W(wt[l]);                            \
-        for (size_t q = 0; q < P; q++) {                                                 \
-          const float *xt = tfrt_dw_input(g, b, i, j, q, o0, edge);                      \
-          for (size_t l = 0; l < L; l++) TFRT_MAC(acc[q][l], wv[l], xt[l]);              \
-        }                                                                                \
+        for (size_t q = 0; q < P; q++) tfrt_dw_lanes(acc[q], wv, xt + q * step);         \
       }                                                                                  \
     }                                                                                    \
-    for (size_t q = 0; q < P; q++)                                                       \
-      for (size_t l = 0; l < L; l++)                                                     \
-        y[q * g->n + o0 + l] = tfrt_post(g->post, o0 + l, acc[q][l]);                    \
+    TFRT_DWCONV_BLOCK_STORE(P)                                                           \
   }
 #ifndef TFRT_AVX512_F32 /* (which has its own blocks below) */
-TFRT_DWCONV_BLOCK(1)
+/* acc[l] += wv[l] * xt[l] over a block's L channels (restrict: without it
+ * clang left the blocks' lane loops scalar, 2.5x slower) */
+static inline void tfrt_dw_lanes(float *restrict acc, const float *restrict wv,
+                                 const float *restrict xt) {
+  for (size_t l = 0; l < TFRT_DWCONV_LANES; l++) TFRT_MAC(acc[l], wv[l], xt[l]);
+}
+TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
 
 #ifdef TFRT_AVX2_F32
 /* (q: the position) the tap's 16 channels at position q: two FMAs */
 #define TFRT_DW_AVX2_TAP(q)                                                              \
   {                                                                                      \
-    const float *xt = tfrt_dw_input(g, b, i, j, q, o0, edge);                            \
+    const float *xt = TFRT_DW_X(g, q);                                                   \
     a##q##0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a##q##0);                         \
     a##q##1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a##q##1);                     \
   }
@@ -1205,23 +1266,34 @@ TFRT_DWCONV_BLOCK(1)
 
 /* tfrt_dwconv_block_4 with intrinsics: 8 accumulators in registers (gcc
  * kept the C block's on the stack: 11.5 -> 17 GMAC/s, 64 or 300 channels, 3x3, on a Zen 3). */
-static void tfrt_dwconv_avx2(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                             const float *w, float *y, size_t o0, int edge) {
+static inline __attribute__((always_inline)) void tfrt_dwconv_avx2(
+    const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
+    size_t o0, const int edge) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   __m256 a00 = _mm256_loadu_ps(g->post + 2 + o0), a01 = _mm256_loadu_ps(g->post + 10 + o0),
          a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01; /* the bias */
-  for (size_t i = b->i0; i < b->i1; i++) {
-    for (size_t j = 0; j < g->kw; j++) {
-      const float *wt = w + (i * g->kw + j) * g->n + o0;
-      const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
-      TFRT_DW_AVX2_TAP(0) TFRT_DW_AVX2_TAP(1) TFRT_DW_AVX2_TAP(2) TFRT_DW_AVX2_TAP(3)
-    }
-  }
+  TFRT_DW_TAPS_BEGIN(g, b, w, o0, edge)
+  const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
+  TFRT_DW_AVX2_TAP(0) TFRT_DW_AVX2_TAP(1) TFRT_DW_AVX2_TAP(2) TFRT_DW_AVX2_TAP(3)
+  TFRT_DW_TAPS_END
   TFRT_DW_AVX2_STORE(0) TFRT_DW_AVX2_STORE(1) TFRT_DW_AVX2_STORE(2) TFRT_DW_AVX2_STORE(3)
 }
-#define TFRT_DWCONV_BLOCK_P tfrt_dwconv_avx2
+/* inside the image and at its edges, each its own code */
+static void tfrt_dwconv_avx2_block(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                   const float *w, float *y, size_t o0, int edge) {
+  if (edge)
+    tfrt_dwconv_avx2(g, b, w, y, o0, 1);
+  else
+    tfrt_dwconv_avx2(g, b, w, y, o0, 0);
+}
+#define TFRT_DWCONV_BLOCK_P tfrt_dwconv_avx2_block
 #else
-TFRT_DWCONV_BLOCK(4)
+TFRT_DWCONV_INSIDE_BLOCK(4, tfrt_dwconv_inside_4)
+TFRT_DWCONV_EDGE_BLOCK(4, tfrt_dwconv_edge_4)
+static void tfrt_dwconv_block_4(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                const tfrt_weight *w, float *y, size_t o0, int edge) {
+  (edge ? tfrt_dwconv_edge_4 : tfrt_dwconv_inside_4)(g, b, w, y, o0);
+}
 #define TFRT_DWCONV_BLOCK_P tfrt_dwconv_block_4
 #endif
 #endif /* !TFRT_AVX512_F32 */
@@ -1239,50 +1311,33 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
                                                              size_t o0, const size_t P,
                                                              const size_t V, const int edge,
                                                              const int full) {
-  /* (locals: gcc reloaded the fields in the loop) */
-  const size_t n = g->n, c = g->c, kw = g->kw, iw = g->iw, sw = g->sw, dh = g->dh, dw = g->dw;
-  const size_t step = sw * c;
+  const size_t n = g->n;
   __mmask16 m[4];
   __m512 acc[TFRT_DWCONV_P][4];
-TFRT_UNROLL
+  TFRT_UNROLL
   for (size_t v = 0; v < V; v++) {
     const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
     m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1); /* full: no masks */
-TFRT_UNROLL
+  TFRT_UNROLL
     for (size_t q = 0; q < P; q++) /* the sums start at the bias */
       acc[q][v] = _mm512_maskz_loadu_ps(m[v], g->post + 2 + from);
   }
-  /* at an edge, the filter columns over the image for every position,
-   * [all0, all1): the first position's start, the last one's end */
-  size_t all0 = 0, all1 = kw, unused;
-  if (edge) {
-    tfrt_tap_range(b->col, iw, kw, dw, &all0, &unused);
-    tfrt_tap_range(b->col + (ptrdiff_t)((P - 1) * sw), iw, kw, dw, &unused, &all1);
+  TFRT_DW_TAPS_BEGIN(g, b, w, o0, edge)
+  __m512 wv[4];
+  TFRT_UNROLL
+  for (size_t v = 0; v < V; v++) wv[v] = _mm512_maskz_loadu_ps(m[v], wt + 16 * v);
+  TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) {
+    const float *xt = TFRT_DW_X(g, q);
+    TFRT_UNROLL
+    for (size_t v = 0; v < V; v++)
+      acc[q][v] = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(m[v], xt + 16 * v), acc[q][v]);
   }
-  const float *xi = b->i0 < b->i1 ? tfrt_dw_row(g, b, b->i0) + o0 : b->x;
-  const float *wt = w + b->i0 * kw * n + o0;
-  for (size_t i = b->i0; i < b->i1; i++, xi += dh * iw * c) {
-    for (size_t j = 0; j < kw; j++, wt += n) {
-      const ptrdiff_t ix = b->col + (ptrdiff_t)(j * dw);
-      const int check = edge && (j < all0 || j >= all1); /* some positions' column is out */
-      __m512 wv[4];
-TFRT_UNROLL
-      for (size_t v = 0; v < V; v++) wv[v] = _mm512_maskz_loadu_ps(m[v], wt + 16 * v);
-TFRT_UNROLL
-      for (size_t q = 0; q < P; q++) {
-        const float *xt = !check ? xi + (size_t)ix * c + q * step
-                                 : tfrt_dw_column(g, xi, ix + (ptrdiff_t)(q * sw));
-TFRT_UNROLL
-        for (size_t v = 0; v < V; v++)
-          acc[q][v] = _mm512_fmadd_ps(wv[v], _mm512_maskz_loadu_ps(m[v], xt + 16 * v),
-                                      acc[q][v]);
-      }
-    }
-  }
+  TFRT_DW_TAPS_END
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-TFRT_UNROLL
+  TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
-TFRT_UNROLL
+  TFRT_UNROLL
     for (size_t v = 0; v < V; v++)
       _mm512_mask_storeu_ps(y + q * n + o0 + 16 * v, m[v], tfrt_clamp512(clamp, acc[q][v]));
 }
@@ -1353,7 +1408,7 @@ static inline void tfrt_dwconv_positions(const struct tfrt_dwconv *g,
   for (size_t o = 0; o < n; o += L) {
     const size_t o0 = o + L <= n ? o : n - L;
     if (count == 1)
-      tfrt_dwconv_block_1(g, b, w, y, o0, 1);
+      tfrt_dwconv_block_1(g, b, w, y, o0);
     else
       TFRT_DWCONV_BLOCK_P(g, b, w, y, o0, edge);
   }
@@ -1381,11 +1436,12 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
   const size_t inner1 = past < ow ? past : ow, start = (left + sw - 1) / sw;
   const size_t inner0 = start < inner1 ? start : inner1;
   w += w_offset;
-  struct tfrt_dwblock b = {x + x_offset, 0, 0, 0, 0};
+  struct tfrt_dwblock b = {x + x_offset, 0, 0, 0, 0, x + x_offset, 0, kw};
   y += y_offset;
   for (size_t oy = 0; oy < oh; oy++, y += ow * n) {
     b.row = (ptrdiff_t)(oy * sh) - (ptrdiff_t)top;
     tfrt_tap_range(b.row, ih, kh, dh, &b.i0, &b.i1);
+    b.xrow = b.i0 < b.i1 ? tfrt_dw_row(&g, &b, b.i0) : b.x;
     /* Blocks of P, the last one moved back to end at the row's end
      * (positions computed twice are stored twice, the same values: one by
      * one, the 3 positions after 4 blocks of a row of 19 cost as much as
@@ -1395,6 +1451,8 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
       const size_t first = ox + count <= ow ? ox : ow - count;
       b.col = (ptrdiff_t)(first * sw) - (ptrdiff_t)left;
       const int edge = first < inner0 || first + count > inner1;
+      b.all0 = 0, b.all1 = kw;
+      if (edge) tfrt_dw_inner_columns(&g, &b, count, &b.all0, &b.all1);
       tfrt_dwconv_positions(&g, &b, w, y + first * n, count, edge);
     }
   }
