@@ -196,7 +196,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
           "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
-    assert _run([exe]).stdout.strip() == "ok 25"
+    assert _run([exe]).stdout.strip() == "ok 27"
 
 
 def test_half_width_conv_weights(kernels):
