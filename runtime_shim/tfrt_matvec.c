@@ -1093,7 +1093,7 @@ static void tfrt_conv512_wide(const struct tfrt_conv *g, const float *w, const f
 }
 
 /* Lanes t..t+63 (two whole tiles, w at the first) of every position (at
- * least 8): blocks of 6, the rest (fewer than 6) per tile in one block of
+ * least 8; the caller asks 12): blocks of 6, the rest (fewer than 6) per tile in one block of
  * 4 or 8 moved back to end at the last position. */
 static void tfrt_conv_avx512_wide(const struct tfrt_conv *g, const float *w, const float *x,
                                   float *y, size_t t) {
@@ -1157,7 +1157,13 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
   for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
     size_t p0 = 0;
 #ifdef TFRT_AVX512_F32
-    if (g.positions >= 8 && n - t >= 2 * TFRT_MATVEC_TILE) { /* two tiles at once */
+    /* Two tiles at once where there are several blocks of 6 positions and
+     * the tiles' weights stay in L1 between them (k at most 128: 32 KB):
+     * a block of 6 reads them again for every 6 positions, where one tile
+     * at a time reads each tile once for up to 12 positions, which a
+     * layer whose weights come from L2 or memory needs (--streams 8:
+     * 2xLSTM(128)'s step took 20% longer with blocks of 6). */
+    if (g.positions >= 12 && n - t >= 2 * TFRT_MATVEC_TILE && k <= 128) {
       tfrt_conv_avx512_wide(&g, w, x, y, t);
       t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE;
       continue;
