@@ -15,7 +15,9 @@ at 25-45 on this machine's AVX-512; whole-window convolutions gain too
 (3.7-5.1x whole inferences). Only the common form qualifies: one image,
 channels last (``[b, 0, 1, f]x[0, 1, i, o]``, or its 1-D form), no groups
 other than depthwise ones, no input dilation; padding becomes a
-``stablehlo.pad`` before the dispatch. The rest stays with IREE.
+``stablehlo.pad`` before the dispatch, except a depthwise convolution's,
+which its kernel skips (also a zero ``stablehlo.pad`` in front of it,
+Keras' ZeroPadding2D). The rest stays with IREE.
 What follows a convolution per output channel is folded into its kernel
 (``Epilogue``): multiplications by a constant into the weights, additions
 (a bias, a batch norm's shift) and a ReLU or ReLU6 into the kernel's stores,
@@ -546,7 +548,8 @@ class ConvGeometry:
     filter ``[kh][kw][c][n]`` (as ``weights``, ``W[n, kh*kw*c]``).
 
     A 1-D convolution is the 2-D one with ``kh = ih = 1``. ``pad`` is
-    ``((top, bottom), (left, right))``, applied before the kernel. A
+    ``((top, bottom), (left, right))``: a pad op before the conv kernel, the
+    depthwise kernel's own (it skips the taps over it). A
     depthwise convolution (``groups == c``, filter ``[kh][kw][1][n]``) keeps
     its weights as ``[kh*kw, n]``.
     """
