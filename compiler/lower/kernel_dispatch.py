@@ -89,7 +89,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      post: np.ndarray | None = None) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
-    ``post`` (f32: a convolution's epilogue, microkernel.Epilogue)
+    ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
     ``kernel(w, w_offset, x, x_offset, y, y_offset, post, *sizes)``.
 
     The packed weights are a read-only global of the kernel object, or with

@@ -19,7 +19,7 @@ other than depthwise ones, no input dilation; padding becomes a
 which its kernel skips (also a zero ``stablehlo.pad`` in front of it,
 Keras' ZeroPadding2D). The rest stays with IREE.
 What follows a convolution per output channel is folded into its kernel
-(``Epilogue``): multiplications by a constant into the weights, additions
+(``conv_epilogue.Epilogue``): multiplications by a constant into the weights, additions
 (a bias, a batch norm's shift) and a ReLU or ReLU6 into the kernel's stores,
 so they cost no pass of their own over the output.
 The matrix products of an N-stream step (``X[N,K] . W[K,M]``, one row per
@@ -61,11 +61,12 @@ stream equals the one-stream build bit for bit).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import kernel_dispatch
+from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
 from ..errors import TfaotError
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
@@ -284,10 +285,10 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             w_index = 0 if kind_of(conv, streams) == "matvec" else 1
             x = op.operands[1 - w_index]
             if op.operation.name == "stablehlo.convolution":
-                conv, x, pad_op = _with_input_padding(op, conv)
+                conv, x, pad_op = with_input_padding(op, conv)
                 if pad_op is not None and len(list(pad_op.results[0].uses)) == 1:
                     folded.append(pad_op)  # used by this convolution alone
-            epilogue = _epilogue(op, conv.n) if conv else None
+            epilogue = epilogue_of(op, conv.n) if conv else None
             if epilogue:
                 conv = epilogue.folded_into(conv)
                 w = conv.weights
@@ -416,133 +417,6 @@ def _replace_with_call(op, callee: str, x, w_index: int):
 
 
 @dataclass(frozen=True)
-class Epilogue:
-    """Per-channel work after a convolution that its kernel does instead:
-    ``y = clamp(conv(x) * scale + shift, lo, hi)``, channels last.
-
-    ``ops`` are the elementwise ops it replaces, in order: multiplications,
-    additions and subtractions of a constant that is the same at every
-    position (a bias, a batch norm in inference: ``_channel_constant``),
-    then maxima and minima with a scalar (ReLU, ReLU6, ``stablehlo.clamp``);
-    each the only use of the one before. The scale goes into the weights;
-    the shift and the clamp into the kernel's stores (``post``).
-    """
-
-    scale: np.ndarray
-    shift: np.ndarray
-    lo: float
-    hi: float
-    ops: tuple
-
-    def folded_into(self, g: ConvGeometry) -> ConvGeometry:
-        """``g`` computing the convolution and this epilogue."""
-        # weights: conv W[n, k]; depthwise [kh*kw, n]
-        weights = (g.weights * self.scale[None, :] if g.depthwise
-                   else g.weights * self.scale[:, None]).astype(np.float32)
-        post = np.concatenate([[self.lo, self.hi], self.shift]).astype(np.float32)
-        return replace(g, weights=weights, post=post)
-
-
-def _epilogue(op, n: int) -> Epilogue | None:
-    """The epilogue of ``op`` (a convolution with ``n`` output channels) or None."""
-    value = op.results[0]
-    scale, shift = np.ones(n, np.float64), np.zeros(n, np.float64)
-    lo, hi = -np.inf, np.inf
-    chain: list = []
-    while True:
-        uses = list(value.uses)
-        if len(uses) != 1:
-            break
-        user = uses[0].owner
-        name = user.operation.name
-        operands = list(user.operands)
-        if (len(user.results) != 1 or str(user.results[0].type) != str(value.type)
-                or operands.count(value) != 1):
-            break  # (e.g. the function's return)
-        others = [v for v in operands if v != value]
-        if name in ("stablehlo.add", "stablehlo.multiply", "stablehlo.subtract"):
-            c = _channel_constant(others[0], n)
-            if c is None or lo != -np.inf or hi != np.inf:
-                break  # affine work after a clamp is not a clamp's
-            if name == "stablehlo.add":
-                shift = shift + c
-            elif name == "stablehlo.subtract" and operands[0] == value:
-                shift = shift - c
-            elif name == "stablehlo.multiply":
-                scale, shift = scale * c, shift * c
-            else:
-                break  # c - y
-        elif name in ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp"):
-            bounds = [_scalar_constant(v) for v in others]
-            if None in bounds:
-                break
-            if name == "stablehlo.clamp":  # clamp(min, y, max)
-                if operands[1] != value:
-                    break
-                lo, hi = max(lo, bounds[0]), max(hi, bounds[0])
-                lo, hi = min(lo, bounds[1]), min(hi, bounds[1])
-            elif name == "stablehlo.maximum":
-                lo, hi = max(lo, bounds[0]), max(hi, bounds[0])
-            else:
-                lo, hi = min(lo, bounds[0]), min(hi, bounds[0])
-        else:
-            break
-        chain.append(user)
-        value = user.results[0]
-    if not chain or not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
-        return None
-    return Epilogue(scale, shift, float(lo), float(hi), tuple(chain))
-
-
-def _constant_array(value) -> np.ndarray | None:
-    """The array of a ``stablehlo.constant`` (f32) or of a broadcast of one."""
-    from iree.compiler import ir
-
-    owner = value.owner
-    if not isinstance(owner, ir.OpView):
-        return None
-    if owner.operation.name == "stablehlo.broadcast_in_dim":
-        source = _constant_array(owner.operands[0])
-        if source is None:
-            return None
-        dims = _ints(str(owner.attributes["broadcast_dimensions"]))
-        shape = ir.RankedTensorType(value.type).shape
-        expanded = [1] * len(shape)
-        for d, size in zip(dims, source.shape):
-            expanded[d] = size
-        return np.broadcast_to(source.reshape(expanded), shape)
-    if owner.operation.name != "stablehlo.constant":
-        return None
-    attr = ir.DenseElementsAttr(owner.attributes["value"])
-    if str(attr.type.element_type) != "f32":
-        return None
-    shape = ir.RankedTensorType(attr.type).shape
-    if attr.is_splat:
-        return np.full(shape, np.float32(attr.get_splat_value().value), np.float32)
-    return np.array(attr, dtype=np.float32).reshape(shape)
-
-
-def _channel_constant(value, n: int) -> np.ndarray | None:
-    """The ``n`` values (one per channel, the last axis) of a constant that
-    is the same at every position, or None."""
-    array = _constant_array(value)
-    if array is None or array.shape[-1:] != (n,):
-        return None
-    rows = array.reshape(-1, n)
-    if not np.all(rows == rows[:1]):
-        return None
-    return rows[0].astype(np.float64)
-
-
-def _scalar_constant(value) -> float | None:
-    """The one value of a constant, or None when its elements differ."""
-    array = _constant_array(value)
-    if array is None or array.size == 0 or not np.all(array == array.flat[0]):
-        return None
-    return float(array.flat[0])
-
-
-@dataclass(frozen=True)
 class ConvGeometry:
     """A convolution the conv kernel computes: one image, channels last,
     filter ``[kh][kw][c][n]`` (as ``weights``, ``W[n, kh*kw*c]``).
@@ -571,7 +445,7 @@ class ConvGeometry:
     x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
     y_type: str
     weights: np.ndarray = field(compare=False, repr=False)
-    #: the epilogue the kernel applies as it stores (Epilogue.post)
+    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue)
     post: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -620,11 +494,11 @@ def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
     layout = attrs.get("dimension_numbers", "").removeprefix("#stablehlo.conv<").rstrip(">")
     spatial = _CONV_LAYOUTS.get(layout)
     f_op = op.operands[1].owner
-    groups = _ints(attrs.get("feature_group_count", "1"))[0]
+    groups = attr_ints(attrs.get("feature_group_count", "1"))[0]
     if (spatial is None or not isinstance(f_op, ir.OpView)
             or f_op.operation.name != "stablehlo.constant"
             or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
-            or any(v != 1 for v in _ints(attrs.get("lhs_dilation", "")))
+            or any(v != 1 for v in attr_ints(attrs.get("lhs_dilation", "")))
             or "true" in attrs.get("window_reversal", "")):
         return None
     value = ir.DenseElementsAttr(f_op.attributes["value"])
@@ -636,9 +510,9 @@ def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
             or not x_type.has_static_shape or int(np.prod(f_shape)) < min_weights):
         return None
     ones = [1] * spatial
-    strides = _ints(attrs.get("window_strides", "")) or ones
-    dilation = _ints(attrs.get("rhs_dilation", "")) or ones
-    pad = _ints(attrs.get("padding", "")) or [0] * (2 * spatial)
+    strides = attr_ints(attrs.get("window_strides", "")) or ones
+    dilation = attr_ints(attrs.get("rhs_dilation", "")) or ones
+    pad = attr_ints(attrs.get("padding", "")) or [0] * (2 * spatial)
     if min(pad) < 0:
         return None
     # the 1-D form is the 2-D one with one row
@@ -671,33 +545,6 @@ def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
     return geometry
 
 
-def _with_input_padding(op, g: ConvGeometry):
-    """``g`` with the zero padding of a ``stablehlo.pad`` that makes its
-    image (Keras' ZeroPadding2D before a convolution) taken into its own,
-    the convolution's input, and that pad op; or ``g``, its input, None."""
-    from iree.compiler import ir
-
-    x = op.operands[0]
-    pad_op = x.owner
-    if (not isinstance(pad_op, ir.OpView) or pad_op.operation.name != "stablehlo.pad"
-            or _scalar_constant(pad_op.operands[1]) != 0.0):
-        return g, x, None
-    low, high = (_ints(str(pad_op.attributes[a])) for a in ("edge_padding_low",
-                                                             "edge_padding_high"))
-    interior = _ints(str(pad_op.attributes["interior_padding"]))
-    image = ir.RankedTensorType(pad_op.operands[0].type)
-    if (any(interior) or min(low + high) < 0 or low[0] or high[0] or low[-1] or high[-1]
-            or len(low) not in (3, 4)):
-        return g, x, None
-    if len(low) == 3:  # a 1-D convolution: one row
-        low, high = [0, 0, *low[1:]], [0, 0, *high[1:]]
-    shape = list(image.shape) if image.rank == 4 else [1, 1, *image.shape[1:]]
-    (top, bottom), (left, right) = g.pad
-    pad = ((top + low[1], bottom + high[1]), (left + low[2], right + high[2]))
-    x_type = str(image).removeprefix("tensor<").removesuffix(">")
-    return replace(g, ih=shape[1], iw=shape[2], pad=pad, x_type=x_type), pad_op.operands[0], pad_op
-
-
 def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
     """``X[S,K] . W[K,M]`` with constant f32 ``W`` and S > 1 (an N-stream
     build's matvecs, lower/streams.py) as the 1x1 convolution of an image
@@ -727,20 +574,6 @@ def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
         x_type=str(x_type).removeprefix("tensor<").removesuffix(">"),
         y_type=str(y_type).removeprefix("tensor<").removesuffix(">"),
         weights=np.ascontiguousarray(weights.T))
-
-
-def _ints(text: str) -> list[int]:
-    """The integers of an attribute's text (``array<i64: 1, 2>``,
-    ``dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>``, ``dense<0> : ...``)."""
-    import re
-
-    body = text.split(":", 1)[-1] if text.startswith("array<") else text.split(">", 1)[0]
-    values = [int(v) for v in re.findall(r"-?\d+", body)]
-    if text.startswith("dense<") and len(values) == 1:  # a splat: the shape says how many
-        shape = re.search(r"tensor<([\dx]+)xi64>", text)
-        count = int(np.prod([int(d) for d in shape.group(1).split("x")])) if shape else 1
-        values *= count
-    return values
 
 
 def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool,
