@@ -14,6 +14,11 @@ From the same model in the same run:
   per step, what firmware without streaming runs every frame;
 * LiteRT's whole-window inference (ai-edge-litert, XNNPACK, 1 thread,
   ``invoke()``): the peer;
+* with ``--weights-dtype int8``, also LiteRT's dynamic-range int8 model
+  (the converter's ``Optimize.DEFAULT``: what a LiteRT user deploying int8
+  runs; XNNPACK takes its convolutions), the int8 peer, and the max abs
+  error against TensorFlow of tfaot's int8 whole window and of LiteRT's
+  int8, over 20 windows;
 * with ``--iree-kernels``, also the whole window built with IREE's kernels
   (``--matvec=iree``), for context: what a whole inference cost before
   tfaot's convolution micro-kernels. The tfaot builds above use them (the
@@ -27,7 +32,7 @@ ratios to LiteRT's whole window, and those ratios in wall time. Targets
 tfaot's whole window <= LiteRT's. Needs the bench extra (ai-edge-litert).
 
     .venv/bin/python bench/bench_streaming.py [--steps N] [--repeats R]
-        [--models NAME ...] [--weights-dtype f32|bf16|f16] [--iree-kernels]
+        [--models NAME ...] [--weights-dtype f32|bf16|f16|int8] [--iree-kernels]
 """
 from __future__ import annotations
 
@@ -194,10 +199,10 @@ def build_graph(model, fixed_window: str, out: Path, name: str, matvec: str | No
     return out
 
 
-def litert_whole(model) -> bytes:
+def litert_whole(model, int8: bool = False) -> bytes:
     """One whole-window inference of ``model`` as a LiteRT flatbuffer (frozen
     weights: the converter folds SpaceToBatchND/BatchToSpaceND pairs into
-    dilated convolutions itself)."""
+    dilated convolutions itself); ``int8``: dynamic-range quantized."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
@@ -205,7 +210,10 @@ def litert_whole(model) -> bytes:
     spec = tf.TensorSpec((1, *model.inputs[0].shape[1:]), tf.float32)
     frozen = convert_variables_to_constants_v2(
         tf.function(lambda x: model(x, training=False)).get_concrete_function(spec))
-    return tf.lite.TFLiteConverter.from_concrete_functions([frozen]).convert()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+    if int8:
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter.convert()
 
 
 class Timer:
@@ -279,6 +287,17 @@ def whole_vs_litert(whole: Timer, lite: LiteRTTimer) -> float:
     return float(np.abs(whole.lib.step_n(x)[0] - lite.output(x[0])).max())
 
 
+def errors_vs_tf(model, whole: Timer, lite: LiteRTTimer, windows: int = 20) -> tuple[float, float]:
+    """Max abs error against TensorFlow of tfaot's whole window and of ``lite``."""
+    xs = whole.xs[:windows]
+    want = np.concatenate([np.asarray(model(x, training=False)).reshape(1, -1)
+                           for x in xs])
+    whole.lib.reset()
+    ours = whole.lib.step_n(xs).reshape(len(xs), -1)
+    theirs = np.concatenate([lite.output(x).reshape(1, -1) for x in xs])
+    return float(np.abs(ours - want).max()), float(np.abs(theirs - want).max())
+
+
 def measure(family: str, factory: str, builder, tmp: Path, args) -> dict:
     """Builds one model's libraries and LiteRT runner, times them interleaved."""
     import keras
@@ -295,13 +314,22 @@ def measure(family: str, factory: str, builder, tmp: Path, args) -> dict:
     fewer = max(args.steps // 10, 50)
     timers = [Timer(streamed, args.steps), Timer(whole, fewer),
               LiteRTTimer(litert_whole(model), fewer)]
+    int8 = args.weights_dtype == "int8"
+    if int8:
+        timers.append(LiteRTTimer(litert_whole(model, int8=True), fewer))
     if args.iree_kernels:
         timers.append(Timer(builder(model, "whole", tmp / f"{family}_whole_iree",
                                     f"{family}_wi", matvec="iree"), fewer))
     times = time_interleaved(timers, args.repeats)
     (us_step, wall_step), (us_whole, wall_whole), (us_lite, wall_lite) = times[:3]
     frames = stream.frames_per_step
-    return {
+    int8_row = {}
+    if int8:
+        err_ours, err_lite = errors_vs_tf(model, timers[1], timers[3])
+        int8_row = {"us_litert_int8_whole_window": times[3][0],
+                    "whole_vs_litert_int8": us_whole / times[3][0],
+                    "max_abs_err_whole_vs_tf": err_ours, "max_abs_err_litert_int8_vs_tf": err_lite}
+    return int8_row | {
         "model": family, "window": WINDOW, "features": int(model.inputs[0].shape[-1]),
         "frames_per_step": frames, "recompute": bool(stream.recompute),
         "params": int(model.count_params()),
@@ -310,7 +338,7 @@ def measure(family: str, factory: str, builder, tmp: Path, args) -> dict:
         "us_whole_window": us_whole, "us_litert_whole_window": us_lite,
         "step_vs_whole": us_step / us_whole, "frame_vs_whole": us_step / frames / us_whole,
         "step_vs_litert": us_step / us_lite, "whole_vs_litert": us_whole / us_lite,
-        "us_whole_window_iree_kernels": times[3][0] if args.iree_kernels else None,
+        "us_whole_window_iree_kernels": times[-1][0] if args.iree_kernels else None,
         "wall_us_per_step": wall_step, "wall_us_whole_window": wall_whole,
         "wall_us_litert_whole_window": wall_lite,
         "wall_step_vs_whole": wall_step / wall_whole,
@@ -326,16 +354,23 @@ def print_table(rows: list[dict]) -> None:
               f"{'wall step/LiteRT':>16} {'wall whole/LiteRT':>17} {'met':>4}"
               + (f" {'µs whole, IREE kernels':>22}" if rows and
                  rows[0]["us_whole_window_iree_kernels"] is not None else ""))
+    int8 = bool(rows) and "us_litert_int8_whole_window" in rows[0]
+    if int8:
+        header += (f" {'µs LiteRT int8':>14} {'whole/LiteRT int8':>17} {'err':>8} "
+                   f"{'LiteRT err':>10}")
     print(header)
     print("-" * len(header))
     for r in rows:
         iree = r["us_whole_window_iree_kernels"]
+        int8_cells = (f" {r['us_litert_int8_whole_window']:>14.1f} "
+                      f"{r['whole_vs_litert_int8']:>17.2f} {r['max_abs_err_whole_vs_tf']:>8.1e} "
+                      f"{r['max_abs_err_litert_int8_vs_tf']:>10.1e}" if int8 else "")
         print(f"{r['model']:<10} {r['frames_per_step']:>11} {r['us_per_step']:>9.1f} "
               f"{r['us_whole_window']:>9.1f} {r['us_litert_whole_window']:>9.1f} "
               f"{r['step_vs_litert']:>11.1%} {r['whole_vs_litert']:>12.2f} "
               f"{r['step_vs_whole']:>10.1%} {r['wall_step_vs_litert']:>16.1%} "
               f"{r['wall_whole_vs_litert']:>17.2f} {'yes' if r['targets_met'] else 'no':>4}"
-              + (f" {iree:>22.1f}" if iree is not None else ""))
+              + (f" {iree:>22.1f}" if iree is not None else "") + int8_cells)
     print("CPU µs per step (thread time), medians of the interleaved repetitions; LiteRT: "
           "ai-edge-litert, XNNPACK, 1 thread, one whole-window inference. Targets: a "
           "streamed step <= 15% of LiteRT's whole window, tfaot's whole window <= LiteRT's")
@@ -348,9 +383,11 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", metavar="NAME",
                         help="only these rows (" + ", ".join(
                             [*MODELS, *(f"{g}_pb" for g in GRAPHS)]) + ")")
-    parser.add_argument("--weights-dtype", choices=["f32", "bf16", "f16"], default="f32",
+    parser.add_argument("--weights-dtype", choices=["f32", "bf16", "f16", "int8"],
+                        default="f32",
                         help="the micro-kernels' weights in the streamed and whole-window "
-                             "builds (the IREE-kernel build stays f32)")
+                             "builds (the IREE-kernel build stays f32); int8 adds LiteRT's "
+                             "int8 model and the errors against TensorFlow")
     parser.add_argument("--iree-kernels", action="store_true",
                         help="also time the whole window built with IREE's kernels "
                              "(--matvec=iree), for context")

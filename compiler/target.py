@@ -72,6 +72,39 @@ def is_host_triple(triple: str) -> bool:
     return got[0] == want[0] and len(want) > 2 and want[2] in triple
 
 
+#: The /proc/cpuinfo flags of the int8 dot products the int8 convolution
+#: kernel has blocks for (runtime_shim/tfrt_qconv.h): AVX-512 VNNI's
+#: vpdpbusd, the aarch64 dot-product extension's sdot.
+INT8_DOT_FLAGS = {"x86_64": {"avx512_vnni", "avx512bw"}, "aarch64": {"asimddp"}}
+
+
+def int8_dot_products(arch: str, cpu: str) -> bool:
+    """Whether a CPU target multiplies int8 faster than f32: 32-bit Arm (the
+    Cortex-M DSP extension's dual 16-bit MACs, or no FPU at all), or x86-64
+    and aarch64 with dot-product instructions, known for --cpu host only.
+    Without them the int8 convolution's products cost what f32 FMAs do
+    (x86-64 AVX2: a 64-channel pointwise layer 1.4x slower than f32, a 10x4
+    filter over one channel 3x), so int8 builds keep f32 convolutions."""
+    if arch.startswith(("thumb", "arm")):
+        return True
+    if cpu != "host" or arch != platform.machine().replace("arm64", "aarch64"):
+        return False
+    return INT8_DOT_FLAGS.get(arch, {"-"}) <= host_cpu_flags()
+
+
+def host_cpu_flags() -> set[str]:
+    """This machine's CPU feature flags (Linux /proc/cpuinfo), or none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
 def default_cpu(triple: str) -> str:
     """``host`` for the host's triple (fastest code here), else ``generic``."""
     return "host" if is_host_triple(triple) else "generic"
@@ -112,6 +145,10 @@ class Target:
     # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
     kernel_kinds: tuple[str, ...] | None = None
     kernel_min_weights: int = 0
+    # int8 builds: whether convolutions take int8 weights (the int8
+    # convolution kernel); None: where the target multiplies int8 faster than
+    # f32 (int8_dot_products). Tests set it to run that kernel anywhere.
+    int8_convolutions: bool | None = None
 
     @property
     def arch(self) -> str:
@@ -162,6 +199,13 @@ class Target:
         themselves (dlopen), so they need libdl, not the driver's library.
         """
         return ("m", "dl") if self.is_gpu else ("m",)
+
+    @property
+    def conv_int8(self) -> bool:
+        """Whether an int8 build gives its convolutions int8 weights."""
+        if self.int8_convolutions is not None:
+            return self.int8_convolutions
+        return int8_dot_products(self.arch, self.cpu)
 
     @property
     def matvec_kernel(self) -> str:

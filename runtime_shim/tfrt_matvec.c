@@ -37,12 +37,15 @@
 #include <stdint.h>
 
 #if !defined(TFRT_MATVEC_FN) && !defined(TFRT_CONV_FN) && !defined(TFRT_DWCONV_FN) && \
-    !defined(TFRT_MATMUL_FN)
-#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=, -DTFRT_MATMUL_FN=<the symbols the kernel object calls>"
+    !defined(TFRT_MATMUL_FN) && !defined(TFRT_QCONV_FN)
+#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=, -DTFRT_MATMUL_FN=, -DTFRT_QCONV_FN=<the symbols the kernel object calls>"
 #endif
-#if defined(TFRT_MATMUL_FN) && !defined(TFRT_MATVEC_INT8)
-#error "TFRT_MATMUL_FN is the int8 product of many streams: compile it with -DTFRT_MATVEC_INT8"
+#if (defined(TFRT_MATMUL_FN) || defined(TFRT_QCONV_FN)) && !defined(TFRT_MATVEC_INT8)
+#error "TFRT_MATMUL_FN and TFRT_QCONV_FN are int8 kernels: compile them with -DTFRT_MATVEC_INT8"
 #endif
+
+/* A helper some of the kernels a build asks for leave uncalled. */
+#define TFRT_UNUSED __attribute__((unused))
 
 /* Output lanes per packed tile; compiler/lower/microkernel.py TILE must agree.
  * Matvecs of at most TFRT_MATVEC_SMALL_TILE rows are one tile that wide
@@ -110,7 +113,7 @@ typedef float tfrt_weight;
 #define TFRT_AVX512_F32 1
 #endif
 
-#if defined(TFRT_MATVEC_FN) || defined(TFRT_MATMUL_FN)
+#if defined(TFRT_MATVEC_FN) || defined(TFRT_MATMUL_FN) || defined(TFRT_QCONV_FN)
 /* Matrices at least this big (f32 weights) are walked back and forth. */
 #define TFRT_MATVEC_BACK_AND_FORTH 32768
 
@@ -136,6 +139,7 @@ static _Thread_local struct {
 } tfrt_last_walk[TFRT_WALKS];
 static _Thread_local unsigned tfrt_next_walk;
 
+TFRT_UNUSED
 static int tfrt_walk_backwards(const void *w) {
   for (unsigned i = 0; i < TFRT_WALKS; i++) {
     if (tfrt_last_walk[i].w == w) {
@@ -149,6 +153,7 @@ static int tfrt_walk_backwards(const void *w) {
   return 0;
 }
 #else
+TFRT_UNUSED
 static int tfrt_walk_backwards(const void *w) {
   (void)w;
   return 0;
@@ -288,7 +293,7 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
  * over blocks of block_scale[b] * (the block's int32 sum of lane l's
  * products). */
 #define TFRT_I8_TILE_OF(T)                                                               \
-  static void tfrt_i8_tile_##T(const int8_t *wt, const int8_t *xq,                       \
+  TFRT_UNUSED static void tfrt_i8_tile_##T(const int8_t *wt, const int8_t *xq,           \
                                const float *block_scale, size_t groups, float *out) {    \
     float total[T] = {0};                                                                \
     for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {                 \
@@ -334,6 +339,7 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
       a##i, xa, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(wt + 32 * (i))), xs));
 #define TFRT_I8_SCALE8(i) f##i = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a##i), scale, f##i);
 
+TFRT_UNUSED
 static void tfrt_i8_tile_avx2_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
                                  size_t groups, float *out) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -356,12 +362,39 @@ static void tfrt_i8_tile_avx2_32(const int8_t *wt, const int8_t *xq, const float
   _mm256_storeu_ps(out + 16, f2);
   _mm256_storeu_ps(out + 24, f3);
 }
+
+/* The 16-lane tile of a matrix of at most 16 rows (a Dense(12) head, a
+ * low-rank Dense(16) over a window): two ymm. The portable C tile took
+ * 3x as long on a 16 x 1920 matrix. */
+TFRT_UNUSED
+static void tfrt_i8_tile_avx2_16(const int8_t *wt, const int8_t *xq, const float *block_scale,
+                                 size_t groups, float *out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  (void)ones;  /* (VNNI needs none) */
+  __m256 f0 = _mm256_setzero_ps(), f1 = f0;
+  for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {
+    const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0;
+    for (size_t h = g; h < end; h++, wt += 64, xq += 4) {
+      int32_t four;
+      __builtin_memcpy(&four, xq, sizeof four);
+      const __m256i xs = _mm256_set1_epi32(four), xa = _mm256_abs_epi8(xs);
+      TFRT_I8_LANES8(0) TFRT_I8_LANES8(1)
+    }
+    const __m256 scale = _mm256_broadcast_ss(block_scale);
+    TFRT_I8_SCALE8(0) TFRT_I8_SCALE8(1)
+  }
+  _mm256_storeu_ps(out, f0);
+  _mm256_storeu_ps(out + 8, f1);
+}
 #define TFRT_I8_TILE_32 tfrt_i8_tile_avx2_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_avx2_16
 #else
 /* AVX-512 VNNI: the tile's 32 lanes of a group of 4 inputs are two zmm
  * (half the instructions of the ymm code above). AVX-512 has no vpsignb:
  * the input's signs go onto the weights as a masked subtraction from 0
  * (vpmovb2m gives the mask of the broadcast input's negative bytes). */
+TFRT_UNUSED
 static void tfrt_i8_tile_avx512_32(const int8_t *wt, const int8_t *xq,
                                    const float *block_scale, size_t groups, float *out) {
   const __m512i zero = _mm512_setzero_si512();
@@ -386,10 +419,35 @@ static void tfrt_i8_tile_avx512_32(const int8_t *wt, const int8_t *xq,
   _mm512_storeu_ps(out, f0);
   _mm512_storeu_ps(out + 16, f1);
 }
+
+/* The 16-lane tile (a matrix of at most 16 rows): one zmm per group of 4
+ * inputs, the groups taking turns between two sums so that the vpdpbusd
+ * do not wait on each other. The portable C tile took 3x as long on a
+ * 16 x 1920 matrix. */
+TFRT_UNUSED
+static void tfrt_i8_tile_avx512_16(const int8_t *wt, const int8_t *xq,
+                                   const float *block_scale, size_t groups, float *out) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 f0 = _mm512_setzero_ps();
+  for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, block_scale++) {
+    const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;
+    __m512i a[2] = {zero, zero};
+    for (size_t h = g; h < end; h++, wt += 64, xq += 4) {
+      int32_t four;
+      __builtin_memcpy(&four, xq, sizeof four);
+      const __m512i xs = _mm512_set1_epi32(four), xa = _mm512_abs_epi8(xs);
+      const __mmask64 negative = _mm512_movepi8_mask(xs);
+      const __m512i w0 = _mm512_loadu_si512((const void *)wt);
+      a[h & 1] = _mm512_dpbusd_epi32(a[h & 1], xa, _mm512_mask_sub_epi8(w0, negative, zero, w0));
+    }
+    const __m512 scale = _mm512_set1_ps(*block_scale);
+    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[0], a[1])), scale, f0);
+  }
+  _mm512_storeu_ps(out, f0);
+}
 #define TFRT_I8_TILE_32 tfrt_i8_tile_avx512_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_avx512_16
 #endif
-#define TFRT_I8_TILE_16 tfrt_i8_tile_16
-TFRT_I8_TILE_OF(16)
 #elif defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 /* aarch64. With the dot-product extension (FEAT_DotProd: Cortex-A55/A76
@@ -411,7 +469,7 @@ static inline int32x4_t tfrt_i8_dot4(int32x4_t acc, int8x16_t w, int8x16_t x) {
 
 /* T lanes as T/4 vectors: int32 sums per block, f32 totals across them. */
 #define TFRT_I8_TILE_NEON(T)                                                              \
-  static void tfrt_i8_tile_neon_##T(const int8_t *wt, const int8_t *xq,                   \
+  TFRT_UNUSED static void tfrt_i8_tile_neon_##T(const int8_t *wt, const int8_t *xq,       \
                                     const float *block_scale, size_t groups, float *out) { \
     float32x4_t total[T / 4];                                                            \
     for (size_t i = 0; i < T / 4; i++) total[i] = vdupq_n_f32(0);                         \
@@ -518,11 +576,13 @@ static inline __attribute__((always_inline)) void tfrt_i8_tile_dsp(
   }
 }
 
+TFRT_UNUSED
 static void tfrt_i8_tile_dsp_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
                                 size_t groups, float *out) {
   tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 32);
 }
 
+TFRT_UNUSED
 static void tfrt_i8_tile_dsp_16(const int8_t *wt, const int8_t *xq, const float *block_scale,
                                 size_t groups, float *out) {
   tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 16);
@@ -558,6 +618,7 @@ static float tfrt_i8_absmax(const float *x, size_t n) {
 /* Quantizes count inputs (0 up to padded, a multiple of TFRT_I8_BLOCK) one
  * block at a time: xq = round(x / scale) with scale = max|x| / 127 of the
  * block, in block_scale. */
+TFRT_UNUSED
 static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t *xq,
                              float *block_scale) {
   for (size_t b = 0; b * TFRT_I8_BLOCK < padded; b++) {
@@ -582,6 +643,7 @@ struct tfrt_i8_blob {
   const int8_t *wq;       /* [tiles][k4/4][T][4] */
 };
 
+TFRT_UNUSED
 static struct tfrt_i8_blob tfrt_i8_blob_of(const int8_t *w, size_t n, size_t k) {
   const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
   const size_t tiles = (n + T - 1) / T;
@@ -592,6 +654,7 @@ static struct tfrt_i8_blob tfrt_i8_blob_of(const int8_t *w, size_t n, size_t k) 
 
 /* A tile's sums of one chunk of inputs into y (lanes outputs from lane t):
  * times the rows' scales; the first chunk sets y, the next ones add. */
+TFRT_UNUSED
 static void tfrt_i8_tile_out(const struct tfrt_i8_blob *b, const float *out, size_t t,
                              size_t lanes, size_t k0, float *y) {
   for (size_t l = 0; l < lanes; l++) {
@@ -776,9 +839,9 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 }
 #endif
 #endif /* TFRT_MATVEC_INT8 */
-#endif /* TFRT_MATVEC_FN || TFRT_MATMUL_FN */
+#endif /* TFRT_MATVEC_FN || TFRT_MATMUL_FN || TFRT_QCONV_FN */
 
-#if defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN)
+#if defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN)
 /* The convolutions' epilogue: what followed the convolution in the model
  * and the build folded into its stores (microkernel.py Epilogue: a bias, a
  * batch norm's shift, a ReLU or ReLU6; a scale went into the weights).
@@ -1565,4 +1628,10 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
     }
   }
 }
+#endif
+
+#ifdef TFRT_QCONV_FN
+/* the int8 convolution: its own file, part of this translation unit (it
+ * uses the int8 helpers above and the epilogue's tfrt_post) */
+#include "tfrt_qconv.h"
 #endif

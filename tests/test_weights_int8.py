@@ -3,7 +3,7 @@ input quantized to int8 at every call, summed in int32 (compiler/lower/microkern
 quantize_int8 / pack_int8, runtime_shim/tfrt_matvec.c).
 
 Checked here: the C kernel against numpy's model of the same arithmetic
-(``microkernel.int8_matvec``: exact int32 sums, so only the final f32
+(``int8_weights.int8_matvec``: exact int32 sums, so only the final f32
 scaling may differ), in its portable form and, where the CPU has AVX2, its
 AVX2 form; the packing; a Keras LSTM + GRU through the .so against
 TensorFlow over 120 steps (quantization error, bounded); the manifest and
@@ -29,7 +29,7 @@ import pytest
 
 import toolchains
 from test_microkernels import _keras_model
-from tfaot.lower import microkernel
+from tfaot.lower import int8_weights, microkernel
 from tfaot.resources import shim_dir
 from util import run as _run
 from util import x86_isa_flags
@@ -37,8 +37,8 @@ from util import x86_isa_flags
 STEPS = 120
 #: (n, k): one small tile, a 16-row tile with a row to spare, a last tile
 #: of 1 row, odd k, an LSTM's [4u, in+u], and k over the kernel's input chunk
-#: (128 on a Cortex-M, 512 freestanding, 2048 hosted)
-SHAPES = [(12, 40), (16, 7), (33, 5), (80, 25), (512, 168), (96, 1030), (40, 2100)]
+#: (128 on a Cortex-M, 512 freestanding, 2048 hosted), also with a 16-row tile
+SHAPES = [(12, 40), (16, 7), (33, 5), (80, 25), (512, 168), (96, 1030), (40, 2100), (16, 2100)]
 
 
 def _has_avx2() -> bool:
@@ -93,7 +93,7 @@ def test_kernel_matches_the_arithmetic(variant, tmp_path):
         w = (rng.standard_normal((n, k)) * 0.3).astype(np.float32)
         w[n // 2] = 0  # an all-zero row: scale 0
         x = rng.standard_normal(k).astype(np.float32)
-        want = microkernel.int8_matvec(w, x)
+        want = int8_weights.int8_matvec(w, x)
         got = _call(lib, w, x)
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * float(np.abs(want).max()),
                                    err_msg=f"{n}x{k}")
@@ -141,13 +141,14 @@ def _cases_header(cases, dtype: str = "int8") -> str:
             f"#define MAX_ROWS {max(w.shape[0] for w, _ in cases)}\n")
 
 
-def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str]) -> Path:
+def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str],
+                    driver: Path = DATA / "kernels" / "matvec_check.c") -> Path:
     cm = toolchains.FIRMWARE
     image = tmp_path / "k.elf"
     _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
           *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
           "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld", cm / "startup.c",
-          DATA / "kernels" / "matvec_check.c", shim_dir() / "tfrt_matvec.c", "-lgcc",
+          driver, shim_dir() / "tfrt_matvec.c", "-lgcc",
           "-o", image])
     return image
 
@@ -271,7 +272,7 @@ def _check_kernel_output(proc: subprocess.CompletedProcess, cases) -> None:
     got = got.view(np.float32)
     start = 0
     for w, x in cases:
-        want = microkernel.int8_matvec(w, x)
+        want = int8_weights.int8_matvec(w, x)
         y = got[start:start + len(w)]
         start += len(w)
         assert np.all(np.isfinite(y))
@@ -284,7 +285,7 @@ def _check_kernel_output(proc: subprocess.CompletedProcess, cases) -> None:
 
 def test_packing():
     w = np.arange(-40, 40, dtype=np.float32).reshape(20, 4)[:, :3] / 10  # 20 x 3
-    q, scale = microkernel.quantize_int8(w)
+    q, scale = int8_weights.quantize_int8(w)
     assert q.dtype == np.int8 and np.abs(q).max() == 127
     np.testing.assert_allclose(q * scale[:, None], w, atol=float(scale.max()) / 2 + 1e-7)
     blob = microkernel.pack_int8(w)
@@ -522,4 +523,4 @@ def test_refused_where_the_kernel_is_not_used():
     with pytest.raises(TfaotError, match="--weights-dtype=int8 needs tfaot's matvec kernel"):
         make_target("cpu", matvec="iree", weights_dtype="int8")
     with pytest.raises(TfaotError, match="NaN or infinite"):
-        microkernel.quantize_int8(np.array([[1.0, np.inf]], np.float32))
+        int8_weights.quantize_int8(np.array([[1.0, np.inf]], np.float32))

@@ -29,14 +29,20 @@ def dispatch_function(sym: str, xt: str, yt: str, weights: "WeightsGlobal | None
 
 
 def dispatch_lines(sym: str, weights: "WeightsGlobal | None", x: str, xt: str, y: str,
-                    yt: str) -> list[str]:
+                    yt: str, scratch: int = 0) -> list[str]:
     """``y = dispatch(x)``, with the weights' global loaded and passed first
-    when they are one."""
+    when they are one; with ``scratch`` bytes, the dispatch has a second
+    result, the kernel's scratch buffer (unused after it: IREE allocates it
+    with the step's other temporaries)."""
+    results, result_types = y, f"tensor<{yt}>"
+    if scratch:
+        results, result_types = f"{y}, %scratch", f"(tensor<{yt}>, tensor<{scratch}xi8>)"
     if weights is None:
-        return [f"{y} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> tensor<{yt}>"]
+        return [f"{results} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> "
+                f"{result_types}"]
     return [f"%w = ml_program.global_load @{weights.name} : {weights.tensor}",
-            f"{y} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
-            f"tensor<{xt}>) -> tensor<{yt}>"]
+            f"{results} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
+            f"tensor<{xt}>) -> {result_types}"]
 
 
 def weights_global(sym: str, data: np.ndarray, as_global: bool) -> WeightsGlobal | None:
@@ -86,11 +92,13 @@ def element(data: np.ndarray) -> str:
 
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
-                     post: np.ndarray | None = None) -> str:
+                     post: np.ndarray | None = None, scratch: int = 0) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
-    ``kernel(w, w_offset, x, x_offset, y, y_offset, post, *sizes)``.
+    ``kernel(w, w_offset, x, x_offset, y, y_offset, post, *sizes)``, and
+    with ``scratch`` (bytes: the int8 convolution's quantized image, the
+    dispatch's second result) ``kernel(..., post, s, s_offset, *sizes)``.
 
     The packed weights are a read-only global of the kernel object, or with
     ``weights`` (a global of the host program) a third binding, the first.
@@ -119,6 +127,13 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         {metadata("post", post_type, 1)}"""
         post_arg = "%postb, "
     post_decl = "memref<f32>, " * (post is not None)
+    scratch_binding = scratch_value = scratch_arg = ""
+    if scratch:
+        scratch_binding, scratch_arg = ", %bs: !stream.binding", "%sb, %so, "
+        scratch_value = f"""
+        %s = stream.binding.subspan %bs[%c0] : !stream.binding -> memref<{scratch}xi8>
+        {metadata("s", f"memref<{scratch}xi8>", 1, "i8")}"""
+    post_decl += "memref<i8>, index, " * bool(scratch)
     if weights is None:
         hexval = data.tobytes().hex().upper()
         ttype = "tensor" + wtype[len("memref"):]
@@ -140,15 +155,15 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
       func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
                                   index, {post_decl}{index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
-      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding) {{
+      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding{scratch_binding}) {{
         %c0 = arith.constant 0 : index{constants}
         %w = {w_value}
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
         %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
         {metadata("w", wtype, data.ndim, elem)}
         {metadata("x", f"memref<{xt}>", x_rank)}
-        {metadata("y", f"memref<{yt}>", y_rank)}{post_value}
-        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {post_arg}{size_values})
+        {metadata("y", f"memref<{yt}>", y_rank)}{post_value}{scratch_value}
+        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {post_arg}{scratch_arg}{size_values})
             : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
                {post_decl}{index_types}) -> ()
         return

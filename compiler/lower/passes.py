@@ -34,9 +34,11 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
     if not target.is_gpu:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
+        kinds = target.kernel_kinds or microkernel.KINDS
+        if not target.conv_int8:
+            kinds = tuple(kind for kind in kinds if kind != "qconv")
         mlir_text, rewritten = microkernel.rewrite_matvecs(
-            mlir_text, name, dtype=target.weights_dtype,
-            kinds=target.kernel_kinds or microkernel.KINDS,
+            mlir_text, name, dtype=target.weights_dtype, kinds=kinds,
             min_weights=target.kernel_min_weights,
             weights_as_globals=target.weights_as_globals)
         if rewritten and not _MATMUL_OP.search(mlir_text):

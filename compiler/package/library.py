@@ -139,8 +139,14 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
 #: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py).
 INT8_SCHEME = ("matvec (and the matmul of many streams): int8 weights, symmetric, one f32 "
                "scale per output row; input quantized to int8 per call (symmetric, one scale "
-               "per block of 16 inputs; per stream); int32 sums per block; "
-               "convolutions: f32 weights")
+               "per block of 16 inputs; per stream); int32 sums per block. ")
+#: ... and of its convolutions, with the int8 convolution kernel or without.
+INT8_CONV_SCHEME = ("convolutions of 1024 weights or more (qconv): int8 weights, one scale "
+                    "per output channel; image quantized to int8 per call (symmetric, one "
+                    "scale); int32 sums per patch. depthwise and smaller convolutions: f32 "
+                    "weights")
+F32_CONV_SCHEME = ("convolutions: f32 weights (this target has no int8 dot product "
+                   "instructions tfaot uses)")
 
 
 def _weights_dtype(requested: str, kernels: dict[str, str]) -> dict[str, str]:
@@ -152,5 +158,6 @@ def _weights_dtype(requested: str, kernels: dict[str, str]) -> dict[str, str]:
     if not stored:
         return {"weights_dtype": "f32"}
     if requested == "int8":
-        return {"weights_dtype": "int8", "weights_scheme": INT8_SCHEME}
+        convs = INT8_CONV_SCHEME if "qconv" in kernels else F32_CONV_SCHEME
+        return {"weights_dtype": "int8", "weights_scheme": INT8_SCHEME + convs}
     return {"weights_dtype": requested}

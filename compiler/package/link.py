@@ -101,7 +101,8 @@ def _merge_shim_source(target: Target, toolchain: Toolchain, kernels: Path, sour
     from ..resources import shim_dir
 
     workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shim_dir() / source, workdir / source)  # relative paths
+    for path in [shim_dir() / source, *shim_dir().glob("*.h")]:  # relative paths
+        shutil.copyfile(path, workdir / path.name)
     pic = ["-fPIC"] if toolchain.pic else []
     run([*c_command(target, toolchain), *pic, *flags, "-c", source, "-o", "shim.o"], workdir,
         f"compiling {what}")

@@ -1,0 +1,102 @@
+"""The arithmetic of the int8 kernels (--weights-dtype=int8), in numpy.
+
+The build quantizes weights here (``quantize_int8``: symmetric, one scale
+per output row); ``int8_matvec`` and ``int8_conv`` compute what the C
+kernels (runtime_shim/tfrt_matvec.c) compute with them, with exact int32
+sums, for the tests to compare the kernels against.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import TfaotError
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``W[N,K]`` as int8 rows and their f32 scales: ``round(w / s)`` with
+    ``s = max|w_row| / 127`` (symmetric, per output row: TFLite's and
+    XNNPACK's per-channel scheme); an all-zero row gets scale 0."""
+    w = np.asarray(w, np.float32)
+    if not np.isfinite(w).all():
+        raise TfaotError("--weights-dtype=int8: a weight is NaN or infinite; use f32")
+    scale = (np.abs(w).max(axis=1) / np.float32(127)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1))
+    q = np.clip(np.rint(w / safe[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+#: Inputs per quantization scale of the int8 kernel (TFRT_I8_BLOCK).
+INT8_BLOCK = 16
+
+
+def int8_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """What the int8 kernel computes for ``W x``: each block of INT8_BLOCK
+    inputs rounded to int8 with its own scale (max|x_block| / 127, in f32 as
+    the kernel), exact int32 sums per block, scaled back (float64 here, so
+    the C kernel's f32 scaling differs by rounding only)."""
+    q, scale = quantize_int8(w)
+    x = np.asarray(x, np.float32)
+    total = np.zeros(len(q))
+    for first in range(0, len(x), INT8_BLOCK):
+        block = x[first:first + INT8_BLOCK]
+        top = np.float32(np.max(np.abs(block)))
+        inv = np.float32(127) / top if top > 0 else np.float32(0)
+        v = block * inv
+        xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
+        sums = q[:, first:first + INT8_BLOCK].astype(np.int64) @ xq
+        total += sums * float(top / np.float32(127))
+    return (total * scale.astype(np.float64)).astype(np.float32)
+
+
+def qconv_runs(c: int, kh: int, kw: int, dw: int) -> tuple[int, int]:
+    """``(runs, run)`` of the int8 convolution's patches (tfrt_qconv.h): a
+    filter row of contiguous inputs when the taps of a row are adjacent,
+    else one tap's channels."""
+    return (kh, kw * c) if dw == 1 else (kh * kw, c)
+
+
+def pack_qconv(w: np.ndarray, runs: int, run: int, tile: int = 32) -> np.ndarray:
+    """The int8 convolution's blob of ``W[n, runs*run]`` (tfrt_qconv.h): the
+    row scales (f32) and weight sums (int32), ``tile`` lanes per packed
+    tile, then the rows as ``[tiles][runs*run4/4][tile][4]``, each run
+    padded with zero weights to run4 (a multiple of 4), as bytes."""
+    q, scale = quantize_int8(w)
+    n = len(q)
+    tiles, run4 = -(-n // tile), -(-run // 4) * 4
+    padded = np.zeros((tiles * tile, runs, run4), np.int8)
+    padded[:n, :, :run] = q.reshape(n, runs, run)
+    packed = padded.reshape(tiles, tile, runs * run4 // 4, 4).transpose(0, 2, 1, 3)
+    scales = np.zeros(tiles * tile, "<f4")
+    scales[:n] = scale
+    sums = padded.astype(np.int32).sum(axis=(1, 2)).astype("<i4")
+    return np.concatenate([scales.view(np.uint8), sums.view(np.uint8),
+                           np.ascontiguousarray(packed).view(np.uint8).reshape(-1)])
+
+
+def int8_conv(w: np.ndarray, x: np.ndarray, kh: int, kw: int, strides=(1, 1),
+              dilations=(1, 1), post: np.ndarray | None = None) -> np.ndarray:
+    """What the int8 convolution kernel computes (tfrt_qconv.h) for
+    ``W[n, kh*kw*c]`` over the padded image ``x[ih, iw, c]``: the image
+    rounded to int8 with one scale (max|x| / 127, f32 as the kernel), exact
+    int32 sums over each patch, times the image's and the row's scales, then
+    ``post`` (``[lo, hi, bias]``, ConvGeometry.post_data). Returns
+    ``[oh, ow, n]``; the kernel's f32 products differ by rounding only."""
+    q, scale = quantize_int8(w)
+    x = np.asarray(x, np.float32)
+    ih, iw, c = x.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = (ih - dh * (kh - 1) - 1) // sh + 1, (iw - dw * (kw - 1) - 1) // sw + 1
+    top = np.float32(np.max(np.abs(x)))
+    inv = np.float32(127) / top if top > 0 else np.float32(0)
+    v = x * inv
+    xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
+    patches = np.stack([xq[r * sh + i * dh, p * sw + j * dw]
+                        for r in range(oh) for p in range(ow)
+                        for i in range(kh) for j in range(kw)]).reshape(oh * ow, -1)
+    sums = (patches @ q.T.astype(np.int64)).astype(np.float32)
+    y = sums * (top / np.float32(127)) * scale[None, :]
+    if post is not None:
+        y = y + post[2:2 + len(q)]
+        y = np.where(y < post[0], post[0], y)
+        y = np.where(y > post[1], post[1], y)
+    return y.reshape(oh, ow, len(q))

@@ -1,0 +1,269 @@
+/* tfrt_qconv.h - the int8 convolution (--weights-dtype=int8), part of the
+ * kernels' translation unit: tfrt_matvec.c includes it when compiled with
+ * -DTFRT_QCONV_FN=NAME_qconv_int8, after the int8 matvec's helpers and the
+ * convolutions' epilogue (tfrt_post), which it uses.
+ *
+ * The scheme of XNNPACK's dynamically quantized convolution and TFLite's
+ * hybrid one: W is int8 with one scale per output channel (symmetric, at
+ * build time); the image is quantized once per call, symmetric, with one
+ * scale (s_x = max|x| / 127) into the scratch buffer xq, which the dispatch
+ * passes (IREE allocates it with the step's other temporaries); the
+ * products are summed in int32 over the whole patch and
+ *   y[p][o] = post(sum * s_x * s_row[o]),
+ * post the f32 convolutions' epilogue (a bias, a ReLU). Quantizing the
+ * image, not each patch, costs a pass over the image: a pixel is in up to
+ * kh*kw patches, and quantizing patch by patch cost up to 2.5x the
+ * multiplications themselves (a 10x4 filter over 28 channels). An image
+ * with NaN or Inf gives NaN outputs.
+ *
+ * The patch of an output position is `runs` runs of contiguous inputs (a
+ * filter row, kw*c, when dw == 1; else one tap's c channels). Each run is
+ * read as run4 = run rounded up to 4 bytes, the groups of 4 that dot-product
+ * instructions take; the bytes past a run's end are whatever follows it
+ * (the next pixel, or the scratch's zeroed slack) and meet zero weights.
+ * w is one blob: the row scales (f32), the rows' weight sums (int32: the
+ * offset's share on AVX-512 VNNI, below), both for tiles * 32 rows, then
+ * the weights as [tiles][runs * run4 / 4][32][4] (compiler/lower/
+ * int8_weights.py pack_qconv). x is the padded image [ih][iw][c] (a pad op
+ * before the dispatch), y is [oh][ow][n]. */
+void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                   float *y, size_t y_offset, const float *post, int8_t *xq, size_t xq_offset,
+                   size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t oh,
+                   size_t ow, size_t sh, size_t sw, size_t dh, size_t dw);
+
+/* Bytes of xq past the image, zeroed: the last run's rounding up to 4. */
+#define TFRT_Q_SLACK 16
+
+struct tfrt_qconv {
+  size_t c, kw, iw, ow, sh, sw, dh, dw, runs, run, run4;
+};
+
+/* Where run r of a patch starts, from its first input. */
+static size_t tfrt_q_run(const struct tfrt_qconv *g, size_t r) {
+  const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
+  return (i * g->dh * g->iw + j * g->dw) * g->c;
+}
+
+/* Where the patch of output position p starts. */
+static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) {
+  return ((p / g->ow) * g->sh * g->iw + (p % g->ow) * g->sw) * g->c;
+}
+
+/* Where a block's sums go: rows positions' outputs from y (n apart), lanes
+ * from lane t of the tile whose scales and weight sums start at t. */
+struct tfrt_q_out {
+  float *y;
+  size_t n, rows, t, lanes;
+  float x_scale;
+  const float *row_scale, *post;
+  const int32_t *wsum;
+};
+
+#ifdef TFRT_I8_AVX512
+/* Row q's group of 4 inputs (unsigned: the image is stored offset by 128
+ * on this path), broadcast from memory, times the tile's two weight
+ * vectors. One asm statement: with intrinsics gcc copied every sum to
+ * another register (or the stack) around each vpdpbusd, which overwrites
+ * its sum: 1.5x slower. */
+#define TFRT_Q_ROW512(q)                                                                  \
+  __asm__("vpbroadcastd %[x], %[t]\n\t"                                                    \
+          "vpdpbusd %[wa], %[t], %[a0]\n\t"                                                \
+          "vpdpbusd %[wb], %[t], %[a1]"                                                     \
+          : [a0] "+v"(a##q##0), [a1] "+v"(a##q##1), [t] "=&v"(tmp)                        \
+          : [x] "m"(*(const int32_t *)(const void *)(p##q + e)), [wa] "v"(w0),             \
+            [wb] "v"(w1));
+#define TFRT_Q_STORE512(q) \
+  if (q < o->rows) tfrt_q_store512(o, q, a##q##0, a##q##1);
+
+/* Position q's 32 sums of offset inputs into y: less the offset's share
+ * (128 times the row's weight sum), times the scales, the epilogue. */
+static inline void tfrt_q_store512(const struct tfrt_q_out *o, size_t q, __m512i a0,
+                                   __m512i a1) {
+  const __m512 xs = _mm512_set1_ps(o->x_scale);
+  const __m512i sums[2] = {a0, a1};
+  float *yq = o->y + q * o->n + o->t;
+  for (size_t h = 0; h < 2; h++) {
+    const size_t lanes = o->lanes > 16 * h ? o->lanes - 16 * h : 0;
+    const __mmask16 mask = lanes >= 16 ? 0xFFFF : (__mmask16)((1u << lanes) - 1);
+    const __m512i offset = _mm512_slli_epi32(
+        _mm512_loadu_si512((const void *)(o->wsum + o->t + 16 * h)), 7);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums[h], offset));
+    v = _mm512_mul_ps(_mm512_mul_ps(v, xs), _mm512_loadu_ps(o->row_scale + o->t + 16 * h));
+    v = _mm512_add_ps(v, _mm512_loadu_ps(o->post + 2 + o->t + 16 * h));
+    /* (max and min return v where it is NaN) */
+    v = _mm512_min_ps(_mm512_set1_ps(o->post[1]), _mm512_max_ps(_mm512_set1_ps(o->post[0]), v));
+    _mm512_mask_storeu_ps(yq + 16 * h, mask, v);
+  }
+}
+
+/* 8 positions x a 32-lane tile (AVX-512 VNNI), stored into y: the matmul's
+ * trick (tfrt_i8_tile4_avx512_32), inputs offset to unsigned, weights as
+ * they are; the offset's share is the blob's weight sums. 16 sums, 2
+ * weight vectors and a broadcast in 32 registers (not inlined: inlined into
+ * the kernel, gcc spilled the sums). */
+__attribute__((noinline)) static void tfrt_q_block_avx512(const int8_t *wt,
+                                                         const int8_t *const at[8],
+                                                         const struct tfrt_qconv *g,
+                                                         const struct tfrt_q_out *o) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i a00 = zero, a01 = zero, a10 = zero, a11 = zero, a20 = zero, a21 = zero, a30 = zero,
+          a31 = zero, a40 = zero, a41 = zero, a50 = zero, a51 = zero, a60 = zero, a61 = zero,
+          a70 = zero, a71 = zero, tmp;
+  for (size_t r = 0; r < g->runs; r++) {
+    const size_t skip = tfrt_q_run(g, r);
+    const int8_t *p0 = at[0] + skip, *p1 = at[1] + skip, *p2 = at[2] + skip,
+                 *p3 = at[3] + skip, *p4 = at[4] + skip, *p5 = at[5] + skip,
+                 *p6 = at[6] + skip, *p7 = at[7] + skip;
+    for (size_t e = 0; e < g->run4; e += 4, wt += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void *)wt),
+                    w1 = _mm512_loadu_si512((const void *)(wt + 64));
+      TFRT_Q_ROW512(0) TFRT_Q_ROW512(1) TFRT_Q_ROW512(2) TFRT_Q_ROW512(3)
+      TFRT_Q_ROW512(4) TFRT_Q_ROW512(5) TFRT_Q_ROW512(6) TFRT_Q_ROW512(7)
+    }
+  }
+  TFRT_Q_STORE512(0) TFRT_Q_STORE512(1) TFRT_Q_STORE512(2) TFRT_Q_STORE512(3)
+  TFRT_Q_STORE512(4) TFRT_Q_STORE512(5) TFRT_Q_STORE512(6) TFRT_Q_STORE512(7)
+}
+/* Row q's group of 4 inputs times four weight vectors: two tiles. */
+#define TFRT_Q_ROW512_WIDE(q)                                                             \
+  __asm__("vpbroadcastd %[x], %[t]\n\t"                                                    \
+          "vpdpbusd %[wa], %[t], %[a0]\n\t"                                                \
+          "vpdpbusd %[wb], %[t], %[a1]\n\t"                                                \
+          "vpdpbusd %[wc], %[t], %[a2]\n\t"                                                \
+          "vpdpbusd %[wd], %[t], %[a3]"                                                     \
+          : [a0] "+v"(a##q##0), [a1] "+v"(a##q##1), [a2] "+v"(a##q##2), [a3] "+v"(a##q##3), \
+            [t] "=&v"(tmp)                                                                \
+          : [x] "m"(*(const int32_t *)(const void *)(p##q + e)), [wa] "v"(w0),             \
+            [wb] "v"(w1), [wc] "v"(w2), [wd] "v"(w3));
+#define TFRT_Q_STORE512_WIDE(q)                       \
+  if (q < o->rows) {                                  \
+    tfrt_q_store512(o, q, a##q##0, a##q##1);          \
+    tfrt_q_store512(&next, q, a##q##2, a##q##3);      \
+  }
+
+/* 6 positions x two tiles (64 lanes; the weights of the second tile are
+ * k4 * 32 bytes after the first's): 24 sums, 4 weight vectors and a
+ * broadcast, so a broadcast serves 4 vpdpbusd instead of 2. */
+__attribute__((noinline)) static void tfrt_q_block_avx512_wide(const int8_t *wt, size_t k4,
+                                                              const int8_t *const at[8],
+                                                              const struct tfrt_qconv *g,
+                                                              const struct tfrt_q_out *o) {
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i a00 = zero, a01 = zero, a02 = zero, a03 = zero, a10 = zero, a11 = zero, a12 = zero,
+          a13 = zero, a20 = zero, a21 = zero, a22 = zero, a23 = zero, a30 = zero, a31 = zero,
+          a32 = zero, a33 = zero, a40 = zero, a41 = zero, a42 = zero, a43 = zero, a50 = zero,
+          a51 = zero, a52 = zero, a53 = zero, tmp;
+  const int8_t *wu = wt + k4 * TFRT_MATVEC_TILE;
+  for (size_t r = 0; r < g->runs; r++) {
+    const size_t skip = tfrt_q_run(g, r);
+    const int8_t *p0 = at[0] + skip, *p1 = at[1] + skip, *p2 = at[2] + skip,
+                 *p3 = at[3] + skip, *p4 = at[4] + skip, *p5 = at[5] + skip;
+    for (size_t e = 0; e < g->run4; e += 4, wt += 128, wu += 128) {
+      const __m512i w0 = _mm512_loadu_si512((const void *)wt),
+                    w1 = _mm512_loadu_si512((const void *)(wt + 64)),
+                    w2 = _mm512_loadu_si512((const void *)wu),
+                    w3 = _mm512_loadu_si512((const void *)(wu + 64));
+      TFRT_Q_ROW512_WIDE(0) TFRT_Q_ROW512_WIDE(1) TFRT_Q_ROW512_WIDE(2)
+      TFRT_Q_ROW512_WIDE(3) TFRT_Q_ROW512_WIDE(4) TFRT_Q_ROW512_WIDE(5)
+    }
+  }
+  struct tfrt_q_out next = *o;
+  next.t += TFRT_MATVEC_TILE;
+  next.lanes = o->lanes - TFRT_MATVEC_TILE;
+  TFRT_Q_STORE512_WIDE(0) TFRT_Q_STORE512_WIDE(1) TFRT_Q_STORE512_WIDE(2)
+  TFRT_Q_STORE512_WIDE(3) TFRT_Q_STORE512_WIDE(4) TFRT_Q_STORE512_WIDE(5)
+}
+#define TFRT_Q_PATCHES 8
+#define TFRT_Q_OFFSET 0x80 /* the image's bytes are unsigned, q + 128 */
+#else
+#define TFRT_Q_PATCHES 1
+#define TFRT_Q_OFFSET 0
+#endif
+
+/* One position (its patch at `at`) times one tile, with the int8 matvec's
+ * tile (the other ISAs): the patch's runs gathered into a contiguous row a
+ * chunk at a time; its blocks' sums times a scale of 1 are the int32 sums
+ * (as f32, exact below 2^24). */
+TFRT_UNUSED
+static void tfrt_q_position(const int8_t *wt, size_t k4, const int8_t *at,
+                            const struct tfrt_qconv *g, const struct tfrt_q_out *o, size_t q) {
+  int8_t row[TFRT_I8_CHUNK];
+  float ones[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE],
+      total[TFRT_MATVEC_TILE] = {0};
+  for (size_t b = 0; b < TFRT_I8_CHUNK / TFRT_I8_BLOCK; b++) ones[b] = 1.0f;
+  for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
+    const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
+    for (size_t done = 0; done < chunk;) {
+      const size_t r = (k0 + done) / g->run4, e = (k0 + done) % g->run4;
+      const size_t len = g->run4 - e < chunk - done ? g->run4 - e : chunk - done;
+      __builtin_memcpy(row + done, at + tfrt_q_run(g, r) + e, len);
+      done += len;
+    }
+    TFRT_I8_TILE_32(wt + k0 * TFRT_MATVEC_TILE, row, ones, chunk / 4, out);
+    for (size_t l = 0; l < TFRT_MATVEC_TILE; l++) total[l] += out[l];
+  }
+  float *yq = o->y + q * o->n + o->t;
+  for (size_t l = 0; l < o->lanes; l++)
+    yq[l] = tfrt_post(o->post, o->t + l, total[l] * o->x_scale * o->row_scale[o->t + l]);
+}
+
+/* xq = round(x / s_x), half away from zero, and the slack zeroed; returns
+ * s_x (NaN if x has NaN or Inf). */
+static float tfrt_q_image(const float *x, size_t size, int8_t *xq) {
+  const float top = tfrt_i8_absmax(x, size);
+  if (top != top) return top; /* (NaN has no int8 value) */
+  const float inv = top > 0 ? 127.0f / top : 0.0f;
+  for (size_t i = 0; i < size; i++) {
+    const float v = x[i] * inv;
+    xq[i] = (int8_t)((int32_t)(v + (v < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
+  }
+  for (size_t i = 0; i < TFRT_Q_SLACK; i++) xq[size + i] = 0;
+  return top / 127.0f;
+}
+
+void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
+                   float *y, size_t y_offset, const float *post, int8_t *xq, size_t xq_offset,
+                   size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t oh,
+                   size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
+  const size_t run = dw == 1 ? kw * c : c, run4 = (run + 3) / 4 * 4;
+  const struct tfrt_qconv g = {c,  kw, iw, ow, sh, sw, dh, dw, dw == 1 ? kh : kh * kw,
+                               run, run4};
+  const size_t tiles = (n + TFRT_MATVEC_TILE - 1) / TFRT_MATVEC_TILE, k4 = g.runs * run4;
+  const size_t positions = oh * ow;
+  w += w_offset;
+  x += x_offset;
+  y += y_offset;
+  xq += xq_offset;
+  const float x_scale = tfrt_q_image(x, ih * iw * c, xq);
+  if (x_scale != x_scale) { /* NaN or Inf in x: NaN outputs, never a finite guess */
+    for (size_t i = 0; i < positions * n; i++) y[i] = x_scale;
+    return;
+  }
+  const float *row_scale = (const float *)(const void *)w;
+  const int32_t *wsum = (const int32_t *)(const void *)(w + tiles * TFRT_MATVEC_TILE * 4);
+  const int8_t *wq = w + tiles * TFRT_MATVEC_TILE * 8;
+  /* positions per block: 6 where two tiles go together (AVX-512) */
+  const size_t block = n > TFRT_MATVEC_TILE && TFRT_Q_PATCHES == 8 ? 6 : TFRT_Q_PATCHES;
+  for (size_t p0 = 0; p0 < positions; p0 += block) {
+    const size_t rows = positions - p0 < block ? positions - p0 : block;
+    const int8_t *at[TFRT_Q_PATCHES];
+    for (size_t q = 0; q < TFRT_Q_PATCHES; q++)
+      at[q] = xq + tfrt_q_patch(&g, p0 + (q < rows ? q : rows - 1));
+    struct tfrt_q_out o = {y + p0 * n, n, rows, 0, 0, x_scale, row_scale, post, wsum};
+    for (; o.t < n; o.t += TFRT_MATVEC_TILE) {
+      const int8_t *wt = wq + o.t * k4;
+      o.lanes = n - o.t; /* (the blocks store at most their own lanes) */
+#ifdef TFRT_I8_AVX512
+      if (o.lanes > TFRT_MATVEC_TILE) {
+        tfrt_q_block_avx512_wide(wt, k4, at, &g, &o);
+        o.t += TFRT_MATVEC_TILE;
+        continue;
+      }
+      tfrt_q_block_avx512(wt, at, &g, &o);
+#else
+      o.lanes = o.lanes < TFRT_MATVEC_TILE ? o.lanes : TFRT_MATVEC_TILE;
+      for (size_t q = 0; q < rows; q++) tfrt_q_position(wt, k4, at[q], &g, &o, q);
+#endif
+    }
+  }
+}

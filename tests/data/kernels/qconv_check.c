@@ -1,0 +1,79 @@
+/* Check of the int8 convolution kernel (tests/test_qconv.py): runs every
+ * case of qconv_cases.h (written by the test: the packed blob, the padded
+ * image, the epilogue and the geometry) through q_kernel and prints each
+ * output as the hex of its float32 bits. Hosted, each buffer the kernel
+ * touches is a heap copy of exactly its size (the scratch: the image's
+ * bytes and the kernel's slack), so that AddressSanitizer catches a read or
+ * write outside it; Linux prints with stdio, bare metal (qemu-system-arm)
+ * with semihosting, from static buffers. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qconv_cases.h"
+#if defined(__linux__)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void semihost_puts(const char *s) { fputs(s, stdout); }
+#else
+#include "semihost.h"
+#endif
+
+void q_kernel(const int8_t *w, size_t w_offset, const float *x, size_t x_offset, float *y,
+              size_t y_offset, const float *post, int8_t *xq, size_t xq_offset, size_t n,
+              size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t oh, size_t ow,
+              size_t sh, size_t sw, size_t dh, size_t dw);
+
+/* the kernel's scratch past the image (TFRT_Q_SLACK) */
+enum { SLACK = 16 };
+
+static void print_hex(const float *v, size_t n) {
+  char line[9 * 16 + 2];
+  for (size_t i = 0; i < n; i += 16) {
+    char *p = line;
+    for (size_t j = i; j < n && j < i + 16; j++) {
+      uint32_t bits;
+      __builtin_memcpy(&bits, &v[j], 4);
+      for (int s = 28; s >= 0; s -= 4) *p++ = "0123456789abcdef"[(bits >> s) & 15u];
+      *p++ = ' ';
+    }
+    *p++ = '\n';
+    *p = 0;
+    semihost_puts(line);
+  }
+}
+
+#if defined(__linux__)
+static void *copy_of(const void *from, size_t bytes) {
+  void *to = malloc(bytes);
+  memcpy(to, from, bytes);
+  return to;
+}
+
+static void run(const struct qconv_case *k) {
+  const size_t image = k->ih * k->iw * k->c, outputs = k->oh * k->ow * k->n;
+  int8_t *w = copy_of(k->w, k->w_bytes);
+  float *x = copy_of(k->x, image * sizeof(float)), *post = copy_of(k->post, k->post_count * 4);
+  float *y = malloc(outputs * sizeof(float));
+  int8_t *xq = malloc(image + SLACK);
+  q_kernel(w, 0, x, 0, y, 0, post, xq, 0, k->n, k->c, k->kh, k->kw, k->ih, k->iw, k->oh, k->ow,
+           k->sh, k->sw, k->dh, k->dw);
+  print_hex(y, outputs);
+  free(w), free(x), free(post), free(y), free(xq);
+}
+#else
+static float y[MAX_OUTPUTS];
+static int8_t xq[MAX_IMAGE + SLACK];
+
+static void run(const struct qconv_case *k) {
+  q_kernel(k->w, 0, k->x, 0, y, 0, k->post, xq, 0, k->n, k->c, k->kh, k->kw, k->ih, k->iw,
+           k->oh, k->ow, k->sh, k->sw, k->dh, k->dw);
+  print_hex(y, k->oh * k->ow * k->n);
+}
+#endif
+
+int main(void) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run(&cases[i]);
+  semihost_puts("done\n");
+  return 0;
+}

@@ -1,0 +1,371 @@
+"""--weights-dtype=int8 convolutions: int8 weights (one scale per output
+channel), the image quantized to int8 once per call (one scale), int32 sums
+per patch (runtime_shim/tfrt_qconv.h; compiler/lower/int8_weights.py
+pack_qconv / int8_conv).
+
+Checked here: the C kernel against numpy's model of the same arithmetic
+(exact int32 sums, so only the f32 scaling may differ) and against the f32
+convolution within the quantization's bound, on every path this machine
+runs (portable C, AVX2, its own: AVX-512 VNNI where it has it) under
+AddressSanitizer and UndefinedBehaviorSanitizer, with gcc and clang, on
+aarch64 (NEON, SDOT) under qemu-aarch64 and on a Cortex-M4 (DSP) under
+qemu-system-arm; an image with NaN or Inf, an all-zero image, row and
+extreme weight; the blob's layout; which convolutions the rewrite gives the
+int8 kernel; and a DS-CNN-like Keras model built with int8 weights, whole
+window and streamed, through the .so against TensorFlow.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import toolchains
+from test_conv_kernels import _keras_batch_norm_model
+from test_weights_int8 import CORTEX_M, _cortex_m_image, _run_cortex_m
+from tfaot.lower import int8_weights, microkernel
+from tfaot.resources import shim_dir
+from util import run as _run
+from util import x86_isa_flags
+
+DATA = Path(__file__).parent / "data"
+STEPS = 120
+
+#: n, c, kh, kw, ih, iw (padded), strides, dilations: a pointwise layer (two
+#: tiles together, a part block of positions), a 10x4 filter over one
+#: channel (runs of 4), runs of 9 and 7 (rounded up to 4: the bytes past a
+#: run meet zero weights), a patch over the kernel's chunk (2304 > 2048
+#: inputs hosted, 128 on a Cortex-M), taps apart in width (a run per tap),
+#: tiles part empty (33, 100, 130 outputs), a 1-D convolution.
+GEOMETRIES = [
+    (64, 64, 1, 1, 5, 5, (1, 1), (1, 1)),
+    (64, 1, 10, 4, 20, 10, (2, 2), (1, 1)),
+    (12, 3, 3, 3, 9, 7, (1, 1), (2, 1)),
+    (40, 256, 3, 3, 4, 5, (1, 1), (1, 1)),
+    (100, 20, 2, 3, 7, 9, (1, 2), (1, 2)),
+    (33, 8, 1, 1, 1, 3, (1, 1), (1, 1)),
+    (16, 30, 5, 3, 12, 9, (1, 1), (1, 1)),
+    (5, 7, 3, 3, 6, 6, (1, 1), (1, 2)),
+    (130, 16, 1, 3, 1, 13, (1, 1), (1, 1)),
+]
+
+
+def _output_shape(g) -> tuple[int, int]:
+    n, c, kh, kw, ih, iw, (sh, sw), (dh, dw) = g
+    return (ih - dh * (kh - 1) - 1) // sh + 1, (iw - dw * (kw - 1) - 1) // sw + 1
+
+
+def _cases(rng) -> list[dict]:
+    """Each geometry with a bias and a clamp (ReLU, ReLU6 or none), plus: an
+    all-zero row of weights and an extreme one (1e30: its row's other
+    weights round to 0) in the first, an all-zero image, an image with NaN
+    and one with Inf."""
+    cases = []
+    for i, g in enumerate(GEOMETRIES):
+        n, c, kh, kw, ih, iw, _, _ = g
+        w = (rng.standard_normal((n, kh * kw * c)) * 0.3).astype(np.float32)
+        x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+        if i == 0:
+            w[3] = 0
+            w[5, 7] = 1e30
+        lo, hi = [(0.0, 6.0), (-np.inf, np.inf), (0.0, np.inf)][i % 3]
+        bias = np.zeros(-(-n // 32) * 32, np.float32)
+        bias[:n] = rng.standard_normal(n)
+        cases.append({"g": g, "w": w, "x": x,
+                      "post": np.concatenate([[lo, hi], bias]).astype(np.float32)})
+    for fill in (0.0, np.nan, np.inf):
+        case = dict(cases[1])
+        case["x"] = case["x"].copy()
+        case["x"][3, 2, 0] = fill
+        if fill == 0.0:
+            case["x"][:] = 0
+        cases.append(case)
+    return cases
+
+
+def _c_array(ctype: str, name: str, values) -> str:
+    return f"static const _Alignas(64) {ctype} {name}[] = {{{', '.join(values)}}};\n"
+
+
+def _floats(values) -> list[str]:
+    return [f"{float(v)!r}f".replace("inf", "(1.0f/0.0f)").replace("nan", "(0.0f/0.0f)")
+            .replace("(1.0f/0.0f)f", "(1.0f/0.0f)").replace("(0.0f/0.0f)f", "(0.0f/0.0f)")
+            for v in values]
+
+
+def _blob(case) -> np.ndarray:
+    n, c, kh, kw, *_, (dh, dw) = case["g"]
+    return int8_weights.pack_qconv(case["w"], *int8_weights.qconv_runs(c, kh, kw, dw))
+
+
+def _cases_header(cases) -> str:
+    """qconv_cases.h for data/kernels/qconv_check.c."""
+    text, table = "", []
+    for i, case in enumerate(cases):
+        n, c, kh, kw, ih, iw, (sh, sw), (dh, dw) = case["g"]
+        oh, ow = _output_shape(case["g"])
+        blob = _blob(case)
+        text += _c_array("int8_t", f"w{i}", map(str, blob.view(np.int8).tolist()))
+        text += _c_array("float", f"x{i}", _floats(case["x"].ravel()))
+        text += _c_array("float", f"post{i}", _floats(case["post"]))
+        table.append(f"{{w{i}, {len(blob)}u, x{i}, post{i}, {len(case['post'])}u, {n}u, {c}u, "
+                     f"{kh}u, {kw}u, {ih}u, {iw}u, {oh}u, {ow}u, {sh}u, {sw}u, {dh}u, {dw}u}}")
+    outputs = max(int(np.prod(_output_shape(k["g"]))) * k["g"][0] for k in cases)
+    image = max(k["x"].size for k in cases)
+    return (text + "struct qconv_case { const int8_t *w; size_t w_bytes; const float *x, *post; "
+            "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw; };\n"
+            f"static const struct qconv_case cases[] = {{{', '.join(table)}}};\n"
+            f"#define MAX_OUTPUTS {outputs}\n#define MAX_IMAGE {image}\n")
+
+
+def _exact(case) -> tuple[np.ndarray, np.ndarray]:
+    """The f32 convolution with the epilogue (float64), and per output the
+    sum of its terms' magnitudes."""
+    n, c, kh, kw, ih, iw, (sh, sw), (dh, dw) = case["g"]
+    oh, ow = _output_shape(case["g"])
+    x = case["x"].astype(np.float64)
+    patches = np.stack([x[r * sh + i * dh, p * sw + j * dw] for r in range(oh)
+                        for p in range(ow) for i in range(kh) for j in range(kw)])
+    patches = patches.reshape(oh * ow, -1)
+    w = case["w"].astype(np.float64)
+    return patches @ w.T + case["post"][2:2 + n], np.abs(patches) @ np.abs(w).T
+
+
+def _check_output(proc: subprocess.CompletedProcess, cases) -> None:
+    """The printed outputs against numpy's int8 arithmetic (f32 rounding
+    apart) and against the f32 convolution (the quantization's bound)."""
+    text = proc.stdout + proc.stderr
+    lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], text[-2000:]
+    got = np.array([int(h, 16) for ln in lines[:-1] for h in ln.split()], np.uint32)
+    got, start = got.view(np.float32), 0
+    for case in cases:
+        n, c, kh, kw, ih, iw, strides, dilations = case["g"]
+        size = int(np.prod(_output_shape(case["g"]))) * n
+        y = got[start:start + size].reshape(-1, n)
+        start += size
+        if not np.isfinite(case["x"]).all():
+            assert np.isnan(y).all(), case["g"]
+            continue
+        assert np.isfinite(y).all(), case["g"]
+        want = int8_weights.int8_conv(case["w"], case["x"], kh, kw, strides, dilations,
+                                      case["post"]).reshape(-1, n)
+        exact, terms = _exact(case)
+        lo, hi = case["post"][:2]
+        np.testing.assert_array_less(np.abs(y - want), 4e-6 * terms + 1e-6,
+                                     err_msg=str(case["g"]))
+        # int8 rounding of weights and image: 1/254 of their largest each
+        bound = (np.abs(case["w"]).max(1) / 254 * np.abs(case["x"]).sum()
+                 + np.abs(case["w"]).sum(1) * np.abs(case["x"]).max() / 254)
+        assert np.all(np.abs(y - np.clip(exact, lo, hi)) <= bound + 1e-5), case["g"]
+    assert start == len(got)
+
+
+def _host_check(tmp_path: Path, cc: str, flags: list[str]) -> subprocess.CompletedProcess:
+    cases = _cases(np.random.default_rng(7))
+    (tmp_path / "qconv_cases.h").write_text(_cases_header(cases))
+    exe = tmp_path / "check"
+    _run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", *flags,
+          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_MATVEC_INT8",
+          "-DTFRT_QCONV_FN=q_kernel", "-I", tmp_path, DATA / "kernels" / "qconv_check.c",
+          shim_dir() / "tfrt_matvec.c", "-o", exe])
+    return cases, subprocess.run([exe], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+def test_kernel_matches_the_arithmetic_under_sanitizers(isa, tmp_path):
+    """Each x86-64 path this machine runs (native: AVX-512 VNNI's blocks of
+    8 positions x 32 lanes and 6 x 64 where the CPU has it), or aarch64's
+    own, with AddressSanitizer and UndefinedBehaviorSanitizer."""
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
+    cases, proc = _host_check(tmp_path, "gcc", flags)
+    _check_output(proc, cases)
+
+
+def test_kernel_with_clang(tmp_path):
+    """clang compiles the same kernel (its asm blocks, its lane loops)
+    warning-free, with the same results."""
+    toolchains.require("clang")
+    cases, proc = _host_check(tmp_path, "clang", x86_isa_flags("native"))
+    _check_output(proc, cases)
+
+
+@pytest.mark.parametrize("march,instruction", [("armv8-a", "sadalp"),
+                                               ("armv8.2-a+dotprod", "sdot")])
+def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
+    """The NEON paths (SMULL/ADDP/SADALP; SDOT) under qemu-aarch64."""
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    cases = _cases(np.random.default_rng(8))
+    (tmp_path / "qconv_cases.h").write_text(_cases_header(cases))
+    exe = tmp_path / "check"
+    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
+          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_QCONV_FN=q_kernel", "-I", tmp_path,
+          DATA / "kernels" / "qconv_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
+    assert instruction in _run(["aarch64-linux-gnu-objdump", "-d", exe]).stdout
+    _check_output(subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu",
+                                  exe], capture_output=True, text=True, timeout=120), cases)
+
+
+def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):
+    """The DSP path (SXTB16 + SMLAD, one position at a time, patches over
+    the Cortex-M's 128-input chunk) under qemu-system-arm."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    cases = _cases(np.random.default_rng(9))
+    (tmp_path / "qconv_cases.h").write_text(_cases_header(cases))
+    image = _cortex_m_image("cortex-m4", tmp_path, ["-DTFRT_MATVEC_INT8",
+                                                    "-DTFRT_QCONV_FN=q_kernel"],
+                            DATA / "kernels" / "qconv_check.c")
+    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    assert "cortex-m4" in CORTEX_M
+    _check_output(_run_cortex_m("cortex-m4", image), cases)
+
+
+def test_packing():
+    """pack_qconv: the scales, the weight sums, then [tiles][runs*run4/4][32][4]
+    with each run padded by zero weights to a multiple of 4."""
+    rng = np.random.default_rng(1)
+    runs, run, n = 3, 7, 40
+    w = rng.standard_normal((n, runs * run)).astype(np.float32)
+    blob = int8_weights.pack_qconv(w, runs, run)
+    q, scale = int8_weights.quantize_int8(w)
+    tiles, run4 = 2, 8
+    assert len(blob) == tiles * 32 * 8 + tiles * 32 * runs * run4
+    np.testing.assert_array_equal(blob[:n * 4].view("<f4"), scale)
+    sums = blob[tiles * 128:tiles * 256].view("<i4")
+    np.testing.assert_array_equal(sums[:n], q.astype(np.int32).sum(1))
+    assert not sums[n:].any()
+    data = blob[tiles * 256:].view(np.int8).reshape(tiles, runs * run4 // 4, 32, 4)
+    rows = data.transpose(0, 2, 1, 3).reshape(tiles * 32, runs, run4)
+    np.testing.assert_array_equal(rows[:n, :, :run].reshape(n, -1), q)
+    assert not rows[:, :, run:].any() and not rows[n:].any()
+
+
+def _conv_text(x_shape, f_shape, groups: int = 1, dilation=(1, 1)) -> str:
+    """One constant-filter NHWC convolution as the TF import writes it."""
+    y_shape = [1, x_shape[1] - dilation[0] * (f_shape[0] - 1),
+               x_shape[2] - dilation[1] * (f_shape[1] - 1), f_shape[3]]
+    t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
+    values = np.random.default_rng(0).standard_normal(f_shape).astype(np.float32)
+    hexval = values.tobytes().hex().upper()
+    return f"""module {{
+  func.func @main(%x: {t(x_shape)}) -> {t(y_shape)} {{
+    %f = stablehlo.constant dense<"0x{hexval}"> : {t(f_shape)}
+    %y = stablehlo.convolution(%x, %f) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f],
+        window = {{stride = [1, 1], rhs_dilate = [{dilation[0]}, {dilation[1]}]}}
+        {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}}
+        : ({t(x_shape)}, {t(f_shape)}) -> {t(y_shape)}
+    return %y : {t(y_shape)}
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("x_shape,f_shape,groups,dilation,kernel", [
+    ([1, 9, 5, 64], [1, 1, 64, 64], 1, (1, 1), "qconv_int8"),  # pointwise
+    ([1, 20, 10, 1], [10, 4, 1, 32], 1, (1, 1), "qconv_int8"),  # runs of 4
+    ([1, 9, 9, 3], [3, 3, 3, 48], 1, (1, 1), "qconv_int8"),  # runs of 9
+    ([1, 9, 9, 1], [3, 3, 1, 128], 1, (1, 1), "conv_f32"),  # runs of 3
+    ([1, 9, 9, 2], [3, 3, 2, 128], 1, (1, 2), "conv_f32"),  # taps apart: runs of 2
+    ([1, 9, 5, 8], [1, 1, 8, 16], 1, (1, 1), "conv_f32"),  # 128 weights
+    ([1, 9, 5, 64], [3, 3, 1, 64], 64, (1, 1), "dwconv_f32"),  # depthwise
+])
+def test_rewrite_gives_the_int8_kernel_what_it_computes_well(x_shape, f_shape, groups,
+                                                             dilation, kernel):
+    """In an int8 build, convolutions of 1024 weights or more whose patches
+    are runs of 4 or more inputs take the int8 kernel; the others keep f32
+    weights: runs shorter than a group of 4 would waste products, small
+    filters save nothing, depthwise filters are a few weights per channel."""
+    text, count = microkernel.rewrite_matvecs(_conv_text(x_shape, f_shape, groups, dilation),
+                                              "m", dtype="int8")
+    assert count == 1
+    assert re.findall(r"func\.call @(m_\w+)\(", text) == [f"m_{kernel}"], text[-3000:]
+    if kernel == "qconv_int8":  # its scratch: the int8 image and the slack
+        assert f"tensor<{int(np.prod(x_shape)) + 16}xi8>" in text
+
+
+def test_int8_convolutions_where_the_target_has_int8_dot_products():
+    """int8 builds give convolutions int8 weights where the target multiplies
+    int8 faster than f32: 32-bit Arm always; x86-64 and aarch64 with their
+    dot-product instructions (this machine's, for --cpu host), else f32."""
+    from tfaot.target import INT8_DOT_FLAGS, host_cpu_flags, make_target
+
+    assert make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8",
+                       matvec="tfaot").conv_int8
+    assert not make_target("cpu", "x86_64-unknown-linux-gnu", "generic").conv_int8
+    host = make_target("cpu", weights_dtype="int8")
+    assert host.conv_int8 == (INT8_DOT_FLAGS.get(host.arch, {"-"}) <= host_cpu_flags())
+
+
+def test_targets_without_int8_dot_products_keep_f32_convolutions():
+    from dataclasses import replace
+
+    from tfaot.lower.passes import lower_for_target
+    from tfaot.target import make_target
+
+    target = replace(make_target("cpu", weights_dtype="int8"), int8_convolutions=False)
+    text, _ = lower_for_target(_conv_text([1, 9, 5, 64], [1, 1, 64, 64]), "m", target)
+    assert re.findall(r"func\.call @(m_\w+)\(", text) == ["m_conv_f32"]
+
+
+@pytest.fixture(scope="module")
+def bn_int8(tmp_path_factory):
+    """The DS-CNN-like batch-norm model of test_conv_kernels, built with int8
+    weights whole window and streamed (and f32 whole window, to compare),
+    with the int8 convolution kernel whatever this machine's CPU."""
+    from dataclasses import replace
+
+    from tfaot import target
+    from tfaot.cli import main
+
+    tmp = tmp_path_factory.mktemp("qconv")
+    _keras_batch_norm_model().save(tmp / "bn.keras")
+    make_target = target.make_target  # (imported by the pipeline when it builds)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, "make_target", lambda *args, **kwargs: replace(
+            make_target(*args, **kwargs), int8_convolutions=True))
+        for sub, flags in (("whole", ["--whole-window", "--weights-dtype=int8"]),
+                           ("stream", ["--stream", "--weights-dtype=int8"]),
+                           ("file", ["--stream", "--weights-dtype=int8", "--weights=file"]),
+                           ("f32", ["--whole-window"])):
+            assert main(["build", str(tmp / "bn.keras"), "-o", str(tmp / sub), "--quiet",
+                         *flags]) == 0
+    return tmp
+
+
+@pytest.mark.parametrize("sub", ["whole", "stream", "file"])
+def test_int8_model_through_the_so(bn_int8, sub, capsys):
+    """Through the built library over STEPS steps against TensorFlow: within
+    verify's int8 tolerance, and really quantized (f32 builds: ~1e-7);
+    also with the weights in a sidecar (--weights=file: the int8 blob is a
+    global the dispatch reads)."""
+    from tfaot.cli import main
+
+    out = bn_int8 / sub
+    nm = _run(["nm", out / "src" / "bn_kernels.o"]).stdout
+    # the pointwise layer int8, the first (runs of 3) and the depthwise f32
+    for symbol in ("bn_qconv_int8", "bn_conv_f32", "bn_dwconv_f32"):
+        assert re.search(rf"\bT {symbol}\b", nm), nm
+    manifest = json.loads((out / "bn.json").read_text())
+    assert "qconv" in manifest["micro_kernels"] and manifest["weights_dtype"] == "int8"
+    assert "image quantized" in manifest["weights_scheme"]
+    if sub == "file":  # the sidecar holds the int8 filter (96 packed rows of 72)
+        assert manifest["weights"]["bytes"] >= 96 * 8 + 96 * 72
+    assert main(["verify", str(bn_int8 / "bn.keras"), str(out), "--steps", str(STEPS)]) == 0
+    err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
+    assert 1e-5 < err < 2e-2, err
+
+
+def test_int8_model_weighs_less(bn_int8):
+    """The pointwise filter (72x72, packed as 96 rows) is stored as int8 with
+    its scales and sums: 27 KB of f32 become 7.5 KB."""
+    def weight_bytes(sub):
+        return json.loads((bn_int8 / sub / "bn.json").read_text())["footprint"]["weight_bytes"]
+
+    saved = weight_bytes("f32") - weight_bytes("whole")
+    assert saved >= 96 * 72 * 4 - (96 * 8 + 96 * 72), saved
