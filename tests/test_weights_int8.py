@@ -237,6 +237,22 @@ def test_host_kernel_under_sanitizers(isa, tmp_path):
                          cases)
 
 
+def test_host_kernel_with_clang(tmp_path):
+    """clang compiles this CPU's path (its asm statements, e.g. the memory
+    broadcasts of the AVX-512 VNNI tiles) to the same arithmetic, under the
+    sanitizers."""
+    toolchains.require("clang")
+    cases = _kernel_cases(np.random.default_rng(6))
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
+    exe = tmp_path / "check"
+    _run(["clang", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror",
+          *x86_isa_flags("native"), "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+          "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel", "-I", tmp_path,
+          DATA / "kernels" / "matvec_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
+    _check_kernel_output(subprocess.run([exe], capture_output=True, text=True, timeout=120),
+                         cases)
+
+
 @pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
 def test_matmul_of_streams_is_the_matvec_per_stream(isa, tmp_path):
     """The int8 matmul of N streams (--streams with int8 weights) gives each
