@@ -171,13 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "f16/bf16 at half width (half the weight bytes, faster on models "
                         "bound by reading them; math stays f32, error vs f32 about 1e-4 "
                         "(f16) / 1e-3 (bf16)), or int8: matvecs (dense layers, LSTM/GRU "
-                        "gates) and convolutions with int8 weights, one scale per output "
-                        "channel, and an input quantized to int8 at every call, summed in "
-                        "int32 (the scheme of LiteRT's dynamic-range int8; error about 1e-3 "
-                        "to 1e-2; depthwise convolutions keep f32 weights); needs tfaot's "
-                        "kernels "
+                        "gates) and, on targets with int8 dot products (AVX-512 VNNI, "
+                        "aarch64 dotprod, with --cpu host; 32-bit Arm), convolutions with "
+                        "int8 weights, one scale per output channel, and an input quantized "
+                        "to int8 at every call, summed in int32 (the scheme of LiteRT's "
+                        "dynamic-range int8; error about 1e-3 to 1e-2; depthwise "
+                        "convolutions keep f32 weights); needs tfaot's kernels "
                         "(--matvec=tfaot, the default on Linux triples; bare-metal int8 "
-                        "builds take it for their matvecs by themselves)")
+                        "builds take them by themselves)")
     p.add_argument("--streams", type=int, default=1, metavar="N",
                    help="independent streams per context (default 1): NAME_step takes N "
                         "frames, one per stream (stream-major), and writes N outputs; "

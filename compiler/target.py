@@ -85,6 +85,7 @@ def int8_dot_products(arch: str, cpu: str) -> bool:
     Without them the int8 convolution's products cost what f32 FMAs do
     (x86-64 AVX2: a 64-channel pointwise layer 1.4x slower than f32, a 10x4
     filter over one channel 3x), so int8 builds keep f32 convolutions."""
+    arch = "aarch64" if arch == "arm64" else arch
     if arch.startswith(("thumb", "arm")):
         return True
     if cpu != "host" or arch != platform.machine().replace("arm64", "aarch64"):
@@ -374,7 +375,8 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
                      external_weights=external_weights, matvec=matvec,
                      weights_dtype=weights_dtype)
     if matvec is None and _mcu_matvec_kernel(target):
-        target = replace(target, matvec="tfaot", kernel_kinds=("matvec",),
+        kinds = MCU_INT8_KERNEL_KINDS if weights_dtype == "int8" else MCU_KERNEL_KINDS
+        target = replace(target, matvec="tfaot", kernel_kinds=kinds,
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
@@ -384,8 +386,17 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
 
 
 #: Bare metal: smaller matrices stay IREE's (its dispatch costs less on a
-#: tiny model: SimpleRNN(16) 5.9k vs 6.2k estimated M4 cycles).
+#: tiny model: SimpleRNN(16) 5.9k vs 6.2k estimated M4 cycles); depthwise
+#: filters, a few weights per channel, go to their kernel whatever their size.
 MCU_KERNEL_MIN_WEIGHTS = 1024
+#: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
+#: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
+#: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); int8 builds
+#: also the int8 convolution (its DSP path: DS-CNN's streamed step 696k ->
+#: 460k with both, flash 112 -> 61 KB). The f32 convolution kernel stays
+#: IREE's: its desktop blocks keep their sums in memory there.
+MCU_KERNEL_KINDS = ("matvec", "dwconv")
+MCU_INT8_KERNEL_KINDS = ("matvec", "dwconv", "qconv")
 
 
 def _mcu_matvec_kernel(target: Target) -> bool:

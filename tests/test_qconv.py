@@ -293,11 +293,12 @@ def test_int8_convolutions_where_the_target_has_int8_dot_products():
     """int8 builds give convolutions int8 weights where the target multiplies
     int8 faster than f32: 32-bit Arm always; x86-64 and aarch64 with their
     dot-product instructions (this machine's, for --cpu host), else f32."""
-    from tfaot.target import INT8_DOT_FLAGS, host_cpu_flags, make_target
+    from tfaot.target import INT8_DOT_FLAGS, host_cpu_flags, int8_dot_products, make_target
 
     assert make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8",
                        matvec="tfaot").conv_int8
     assert not make_target("cpu", "x86_64-unknown-linux-gnu", "generic").conv_int8
+    assert not int8_dot_products("arm64", "generic")  # (aarch64, not 32-bit Arm)
     host = make_target("cpu", weights_dtype="int8")
     assert host.conv_int8 == (INT8_DOT_FLAGS.get(host.arch, {"-"}) <= host_cpu_flags())
 
@@ -369,3 +370,40 @@ def test_int8_model_weighs_less(bn_int8):
 
     saved = weight_bytes("f32") - weight_bytes("whole")
     assert saved >= 96 * 72 * 4 - (96 * 8 + 96 * 72), saved
+
+
+def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
+    """A bare-metal Cortex-M4 int8 build takes the depthwise and int8
+    convolution kernels by itself (the f32 convolution stays IREE's); linked
+    into an image run by qemu-system-arm, its DSP path gives the host int8
+    build's outputs."""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    from test_weights_int8 import CORTEX_M
+    from tfaot import harness
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    out = build_model(str(bn_int8 / "bn.keras"), BuildOptions(
+        out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+        weights_dtype="int8", fixed_window="whole"), Progress(enabled=False)).path
+    manifest = json.loads((out / "bn.json").read_text())
+    assert manifest["micro_kernels"] == ["dwconv", "qconv"], manifest["micro_kernels"]
+    host = harness.load(bn_int8 / "whole")
+    xs = np.random.default_rng(4).standard_normal((12, *host.input_shape)).astype(np.float32)
+    toolchains.write_inputs_header(xs, tmp_path / "inputs.h")
+    cm = toolchains.FIRMWARE
+    image = tmp_path / "image.elf"
+    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
+          *CORTEX_M["cortex-m4"][0], "-mfloat-abi=hard", "-DTFAOT_MODEL=bn", "-DTFAOT_UPPER=BN",
+          '-DTFAOT_HEADER="bn.h"', "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T",
+          cm / "mps2.ld", "-Wl,--gc-sections", cm / "startup.c", cm / "main.c",
+          out / "libbn.a", "-lm", "-lc", "-lgcc", "-o", image])
+    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], proc.stdout + proc.stderr
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    want = host.step_n(xs).reshape(len(xs), -1)
+    np.testing.assert_allclose(ys.view(np.float32).reshape(want.shape), want, rtol=1e-5,
+                               atol=1e-5)

@@ -491,19 +491,20 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
           "-DTFRT_DWCONV_FN=d_f32", "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
 
 
-def test_bare_metal_arm_takes_the_matvec_kernel_only():
+def test_bare_metal_arm_takes_the_kernels_that_win_there():
     """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
-    default, for matrices of 1024 weights or more, and only for matvecs (the
-    desktop convolution kernels are slower on a Cortex-M: bench_mcu.py);
+    default, for matrices of 1024 weights or more, and the depthwise one;
+    int8 builds the int8 convolution too; not the f32 convolution (the
+    desktop convolution kernel is slower on a Cortex-M: bench_mcu.py);
     --matvec=tfaot asks for all of them; soft-float f32 stays IREE's."""
     toolchains.require("arm-none-eabi-gcc")
     from tfaot.target import MCU_KERNEL_MIN_WEIGHTS, make_target
 
     m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
-    for dtype in ("f32", "int8"):
+    for dtype, kinds in (("f32", ("matvec", "dwconv")), ("int8", ("matvec", "dwconv", "qconv"))):
         t = make_target("cpu", **m4, weights_dtype=dtype)
         assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == (
-            "tfaot", ("matvec",), MCU_KERNEL_MIN_WEIGHTS)
+            "tfaot", kinds, MCU_KERNEL_MIN_WEIGHTS)
     t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
     assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
     assert make_target("cpu", **m4, matvec="iree").matvec_kernel == "iree"
