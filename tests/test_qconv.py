@@ -378,7 +378,6 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     into an image run by qemu-system-arm, its DSP path gives the host int8
     build's outputs."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
-    from test_weights_int8 import CORTEX_M
     from tfaot import harness
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
@@ -389,21 +388,7 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     assert manifest["micro_kernels"] == ["dwconv", "qconv"], manifest["micro_kernels"]
     host = harness.load(bn_int8 / "whole")
     xs = np.random.default_rng(4).standard_normal((12, *host.input_shape)).astype(np.float32)
-    toolchains.write_inputs_header(xs, tmp_path / "inputs.h")
-    cm = toolchains.FIRMWARE
-    image = tmp_path / "image.elf"
-    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-          *CORTEX_M["cortex-m4"][0], "-mfloat-abi=hard", "-DTFAOT_MODEL=bn", "-DTFAOT_UPPER=BN",
-          '-DTFAOT_HEADER="bn.h"', "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T",
-          cm / "mps2.ld", "-Wl,--gc-sections", cm / "startup.c", cm / "main.c",
-          out / "libbn.a", "-lm", "-lc", "-lgcc", "-o", image])
+    image, ys = toolchains.run_cortex_m4_image(out, "bn", xs, tmp_path)
     assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
-    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
-                           "none", "-serial", "none", "-semihosting", "-kernel", image],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
-    assert proc.returncode == 0 and lines[-1:] == ["done"], proc.stdout + proc.stderr
-    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
     want = host.step_n(xs).reshape(len(xs), -1)
-    np.testing.assert_allclose(ys.view(np.float32).reshape(want.shape), want, rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-5)

@@ -32,6 +32,33 @@ def write_inputs_header(xs, path: Path) -> None:
     spec.loader.exec_module(module)
     module.write_header(xs, path)
 
+def run_cortex_m4_image(lib: Path, name: str, xs, tmp_path: Path) -> tuple[Path, "np.ndarray"]:
+    """The library in ``lib`` (built for thumbv7em-none-eabihf, cortex-m4)
+    linked with the example firmware's main.c into an image that steps it
+    over ``xs``, run by qemu-system-arm: (the image, its outputs, one row
+    per step). Fails the test if it does not build or run to the end."""
+    import subprocess
+
+    import numpy as np
+
+    write_inputs_header(xs, tmp_path / "inputs.h")
+    image = tmp_path / "image.elf"
+    subprocess.run(
+        ["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
+         "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", f"-DTFAOT_MODEL={name}",
+         f"-DTFAOT_UPPER={name.upper()}", f'-DTFAOT_HEADER="{name}.h"', "-I", lib, "-I",
+         tmp_path, "-I", FIRMWARE, "-nostartfiles", "-T", FIRMWARE / "mps2.ld",
+         "-Wl,--gc-sections", FIRMWARE / "startup.c", FIRMWARE / "main.c",
+         lib / f"lib{name}.a", "-lm", "-lc", "-lgcc", "-o", image], check=True)
+    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+                           "none", "-serial", "none", "-semihosting", "-kernel", image],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
+    assert proc.returncode == 0 and lines[-1:] == ["done"], proc.stdout + proc.stderr
+    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
+    return image, ys.view(np.float32).reshape(len(xs), -1)
+
+
 #: tool -> Debian package
 PACKAGES = {
     "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",

@@ -20,21 +20,7 @@ void m_kernel(const WEIGHT_T *w, size_t w_offset, const float *x, size_t x_offse
 
 static float y[MAX_ROWS];
 
-static void print_hex(const float *v, size_t n) {
-  char line[9 * 16 + 2];
-  for (size_t i = 0; i < n; i += 16) {
-    char *p = line;
-    for (size_t j = i; j < n && j < i + 16; j++) {
-      uint32_t bits;
-      __builtin_memcpy(&bits, &v[j], 4);
-      for (int s = 28; s >= 0; s -= 4) *p++ = "0123456789abcdef"[(bits >> s) & 15u];
-      *p++ = ' ';
-    }
-    *p++ = '\n';
-    *p = 0;
-    semihost_puts(line);
-  }
-}
+#include "print_hex.h"
 
 int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

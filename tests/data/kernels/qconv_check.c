@@ -27,21 +27,7 @@ void q_kernel(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
 /* the kernel's scratch past the image (TFRT_Q_SLACK) */
 enum { SLACK = 16 };
 
-static void print_hex(const float *v, size_t n) {
-  char line[9 * 16 + 2];
-  for (size_t i = 0; i < n; i += 16) {
-    char *p = line;
-    for (size_t j = i; j < n && j < i + 16; j++) {
-      uint32_t bits;
-      __builtin_memcpy(&bits, &v[j], 4);
-      for (int s = 28; s >= 0; s -= 4) *p++ = "0123456789abcdef"[(bits >> s) & 15u];
-      *p++ = ' ';
-    }
-    *p++ = '\n';
-    *p = 0;
-    semihost_puts(line);
-  }
-}
+#include "print_hex.h"
 
 #if defined(__linux__)
 static void *copy_of(const void *from, size_t bytes) {
