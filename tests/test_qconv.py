@@ -119,7 +119,8 @@ def _cases_header(cases) -> str:
     return (text + "struct qconv_case { const int8_t *w; size_t w_bytes; const float *x, *post; "
             "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw; };\n"
             f"static const struct qconv_case cases[] = {{{', '.join(table)}}};\n"
-            f"#define MAX_OUTPUTS {outputs}\n#define MAX_IMAGE {image}\n")
+            f"#define MAX_OUTPUTS {outputs}\n#define MAX_IMAGE {image}\n"
+            f"#define SLACK {int8_weights.QCONV_SLACK}\n")
 
 
 def _exact(case) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +227,12 @@ def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):
     _check_output(_run_cortex_m("cortex-m4", image), cases)
 
 
+def test_scratch_slack_agrees_with_the_kernel():
+    header = (shim_dir() / "tfrt_qconv.h").read_text()
+    assert re.search(r"#define TFRT_Q_SLACK (\d+)", header).group(1) == str(
+        int8_weights.QCONV_SLACK)
+
+
 def test_packing():
     """pack_qconv: the scales, the weight sums, then [tiles][runs*run4/4][32][4]
     with each run padded by zero weights to a multiple of 4."""
@@ -286,7 +293,7 @@ def test_rewrite_gives_the_int8_kernel_what_it_computes_well(x_shape, f_shape, g
     assert count == 1
     assert re.findall(r"func\.call @(m_\w+)\(", text) == [f"m_{kernel}"], text[-3000:]
     if kernel == "qconv_int8":  # its scratch: the int8 image and the slack
-        assert f"tensor<{int(np.prod(x_shape)) + 16}xi8>" in text
+        assert f"tensor<{int(np.prod(x_shape)) + int8_weights.QCONV_SLACK}xi8>" in text
 
 
 def test_int8_convolutions_where_the_target_has_int8_dot_products():

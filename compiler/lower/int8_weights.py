@@ -48,6 +48,12 @@ def int8_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     return (total * scale.astype(np.float64)).astype(np.float32)
 
 
+#: Bytes the int8 convolution's scratch holds past the quantized image
+#: (TFRT_Q_SLACK in runtime_shim/tfrt_qconv.h; a test checks they agree):
+#: the last run's read rounded up to 4 bytes.
+QCONV_SLACK = 16
+
+
 def qconv_runs(c: int, kh: int, kw: int, dw: int) -> tuple[int, int]:
     """``(runs, run)`` of the int8 convolution's patches (tfrt_qconv.h): a
     filter row of contiguous inputs when the taps of a row are adjacent,

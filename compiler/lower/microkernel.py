@@ -73,7 +73,7 @@ import numpy as np
 
 from . import kernel_dispatch
 from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
-from .int8_weights import pack_qconv, qconv_runs, quantize_int8
+from .int8_weights import QCONV_SLACK, pack_qconv, qconv_runs, quantize_int8
 from ..errors import TfaotError
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
@@ -461,11 +461,11 @@ class ConvGeometry:
 
     @property
     def scratch_bytes(self) -> int:
-        """The int8 kernel's scratch: the quantized image and its slack
-        (TFRT_Q_SLACK); 0 for the f32 kernels."""
+        """The int8 kernel's scratch: the quantized image and its slack; 0
+        for the f32 kernels."""
         if not self.int8:
             return 0
-        return self.padded_shape[0] * self.padded_shape[1] * self.c + 16
+        return self.padded_shape[0] * self.padded_shape[1] * self.c + QCONV_SLACK
 
     @property
     def kind(self) -> str:

@@ -3,9 +3,10 @@
  * image, the epilogue and the geometry) through q_kernel and prints each
  * output as the hex of its float32 bits. Hosted, each buffer the kernel
  * touches is a heap copy of exactly its size (the scratch: the image's
- * bytes and the kernel's slack), so that AddressSanitizer catches a read or
- * write outside it; Linux prints with stdio, bare metal (qemu-system-arm)
- * with semihosting, from static buffers. */
+ * bytes and the kernel's slack, SLACK from qconv_cases.h), so that
+ * AddressSanitizer catches a read or write outside it; Linux prints with
+ * stdio, bare metal (qemu-system-arm) with semihosting, from static
+ * buffers. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,8 +25,6 @@ void q_kernel(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
               size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t oh, size_t ow,
               size_t sh, size_t sw, size_t dh, size_t dw);
 
-/* the kernel's scratch past the image (TFRT_Q_SLACK) */
-enum { SLACK = 16 };
 
 #include "print_hex.h"
 
