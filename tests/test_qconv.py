@@ -321,6 +321,21 @@ def test_targets_without_int8_dot_products_keep_f32_convolutions():
     assert re.findall(r"func\.call @(m_\w+)\(", text) == ["m_conv_f32"]
 
 
+def test_manifest_scheme_says_what_the_convolutions_got():
+    from dataclasses import replace
+
+    from tfaot.package.library import _weights_dtype
+    from tfaot.target import make_target
+
+    host = replace(make_target("cpu", weights_dtype="int8"), int8_convolutions=True)
+    scheme = _weights_dtype(host, {"matvec": "m", "qconv": "q"})["weights_scheme"]
+    assert "image quantized" in scheme
+    assert "no convolution has int8" in _weights_dtype(host, {"matvec": "m"})["weights_scheme"]
+    without = replace(host, int8_convolutions=False)
+    scheme = _weights_dtype(without, {"matvec": "m", "conv": "c"})["weights_scheme"]
+    assert "no int8 dot product" in scheme
+
+
 @pytest.fixture(scope="module")
 def bn_int8(tmp_path_factory):
     """The DS-CNN-like batch-norm model of test_conv_kernels, built with int8

@@ -90,7 +90,7 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "matvec": "tfaot" if compiled.kernel_symbols else "iree",
         "micro_kernels": sorted(compiled.kernel_symbols),
         # how the micro-kernels' packed weights are stored (--weights-dtype)
-        **_weights_dtype(target.weights_dtype, compiled.kernel_symbols),
+        **_weights_dtype(target, compiled.kernel_symbols),
         "compiler_version": compiled.compiler_version,
         **_signature_json(api, sig),
         "stream": stream.to_json(),
@@ -147,17 +147,20 @@ INT8_CONV_SCHEME = ("convolutions of 1024 weights or more (qconv): int8 weights,
                     "weights")
 F32_CONV_SCHEME = ("convolutions: f32 weights (this target has no int8 dot product "
                    "instructions tfaot uses)")
+NO_CONV_SCHEME = "no convolution has int8 weights"
 
 
-def _weights_dtype(requested: str, kernels: dict[str, str]) -> dict[str, str]:
+def _weights_dtype(target, kernels: dict[str, str]) -> dict[str, str]:
     """The manifest's ``weights_dtype`` (and for int8 its scheme): what the
     kernels this build calls store, f32 when none does otherwise."""
     from ..lower.microkernel import kernel_dtype
 
+    requested = target.weights_dtype
     stored = {kernel_dtype(kind, requested) for kind in kernels} - {"f32"}
     if not stored:
         return {"weights_dtype": "f32"}
     if requested == "int8":
-        convs = INT8_CONV_SCHEME if "qconv" in kernels else F32_CONV_SCHEME
+        convs = (INT8_CONV_SCHEME if "qconv" in kernels else
+                 NO_CONV_SCHEME if target.conv_int8 else F32_CONV_SCHEME)
         return {"weights_dtype": "int8", "weights_scheme": INT8_SCHEME + convs}
     return {"weights_dtype": requested}
