@@ -83,8 +83,8 @@ def int8_dot_products(arch: str, cpu: str) -> bool:
     Cortex-M DSP extension's dual 16-bit MACs, or no FPU at all), or x86-64
     and aarch64 with dot-product instructions, known for --cpu host only.
     Without them the int8 convolution's products cost what f32 FMAs do
-    (x86-64 AVX2: a 64-channel pointwise layer 1.4x slower than f32, a 10x4
-    filter over one channel 3x), so int8 builds keep f32 convolutions."""
+    (x86-64 AVX2: a 64-channel pointwise layer 1.2x slower than f32, a 10x4
+    filter over one channel 1.9x), so int8 builds keep f32 convolutions."""
     arch = "aarch64" if arch == "arm64" else arch
     if arch.startswith(("thumb", "arm")):
         return True
@@ -393,7 +393,7 @@ MCU_KERNEL_MIN_WEIGHTS = 1024
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
 #: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); int8 builds
 #: also the int8 convolution (its DSP path: DS-CNN's streamed step 696k ->
-#: 460k with both, flash 112 -> 61 KB). The f32 convolution kernel stays
+#: 438k with both, flash 112 -> 61 KB). The f32 convolution kernel stays
 #: IREE's: its desktop blocks keep their sums in memory there.
 MCU_KERNEL_KINDS = ("matvec", "dwconv")
 MCU_INT8_KERNEL_KINDS = ("matvec", "dwconv", "qconv")

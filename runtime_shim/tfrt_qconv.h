@@ -173,23 +173,47 @@ __attribute__((noinline)) static void tfrt_q_block_avx512_wide(const int8_t *wt,
   TFRT_Q_STORE512_WIDE(0) TFRT_Q_STORE512_WIDE(1) TFRT_Q_STORE512_WIDE(2)
   TFRT_Q_STORE512_WIDE(3) TFRT_Q_STORE512_WIDE(4) TFRT_Q_STORE512_WIDE(5)
 }
-#define TFRT_Q_PATCHES 8
+
+/* Every position of the image, in blocks of 8 (of 6 where two tiles go
+ * together), times every tile; o: the outputs' scales and epilogue. */
+static void tfrt_q_blocks_avx512(const int8_t *wq, size_t k4, const int8_t *xq,
+                                 const struct tfrt_qconv *g, size_t positions,
+                                 struct tfrt_q_out o) {
+  const size_t n = o.n, block = n > TFRT_MATVEC_TILE ? 6 : 8;
+  float *y = o.y;
+  for (size_t p0 = 0; p0 < positions; p0 += block) {
+    const int8_t *at[8];
+    o.rows = positions - p0 < block ? positions - p0 : block;
+    for (size_t q = 0; q < 8; q++)  /* (a part block repeats its last position) */
+      at[q] = xq + tfrt_q_patch(g, p0 + (q < o.rows ? q : o.rows - 1));
+    o.y = y + p0 * n;
+    for (o.t = 0; o.t < n; o.t += TFRT_MATVEC_TILE) {
+      o.lanes = n - o.t; /* (the blocks store at most their own lanes) */
+      if (o.lanes > TFRT_MATVEC_TILE) {
+        tfrt_q_block_avx512_wide(wq + o.t * k4, k4, at, g, &o);
+        o.t += TFRT_MATVEC_TILE;
+      } else {
+        tfrt_q_block_avx512(wq + o.t * k4, at, g, &o);
+      }
+    }
+  }
+}
 #define TFRT_Q_OFFSET 0x80 /* the image's bytes are unsigned, q + 128 */
 #else
-#define TFRT_Q_PATCHES 1
 #define TFRT_Q_OFFSET 0
 #endif
 
-/* One position (its patch at `at`) times one tile, with the int8 matvec's
- * tile (the other ISAs): the patch's runs gathered into a contiguous row a
- * chunk at a time; its blocks' sums times a scale of 1 are the int32 sums
- * (as f32, exact below 2^24). */
+/* One position (its patch at `at`; its outputs at o->y) times every tile,
+ * with the int8 matvec's tile (the other ISAs): the patch's runs gathered
+ * into a contiguous row a chunk at a time, once for all the tiles; a
+ * tile's blocks' sums times a scale of 1 are the int32 sums (as f32, exact
+ * below 2^24), added up over the chunks in y, then scaled and the epilogue
+ * applied. */
 TFRT_UNUSED
-static void tfrt_q_position(const int8_t *wt, size_t k4, const int8_t *at,
-                            const struct tfrt_qconv *g, const struct tfrt_q_out *o, size_t q) {
+static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
+                            const struct tfrt_qconv *g, const struct tfrt_q_out *o) {
   int8_t row[TFRT_I8_CHUNK];
-  float ones[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE],
-      total[TFRT_MATVEC_TILE] = {0};
+  float ones[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE];
   for (size_t b = 0; b < TFRT_I8_CHUNK / TFRT_I8_BLOCK; b++) ones[b] = 1.0f;
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
@@ -199,12 +223,14 @@ static void tfrt_q_position(const int8_t *wt, size_t k4, const int8_t *at,
       __builtin_memcpy(row + done, at + tfrt_q_run(g, r) + e, len);
       done += len;
     }
-    TFRT_I8_TILE_32(wt + k0 * TFRT_MATVEC_TILE, row, ones, chunk / 4, out);
-    for (size_t l = 0; l < TFRT_MATVEC_TILE; l++) total[l] += out[l];
+    for (size_t t = 0; t < o->n; t += TFRT_MATVEC_TILE) {
+      TFRT_I8_TILE_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, row, ones, chunk / 4, out);
+      const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
+      for (size_t l = 0; l < lanes; l++) o->y[t + l] = k0 ? o->y[t + l] + out[l] : out[l];
+    }
   }
-  float *yq = o->y + q * o->n + o->t;
-  for (size_t l = 0; l < o->lanes; l++)
-    yq[l] = tfrt_post(o->post, o->t + l, total[l] * o->x_scale * o->row_scale[o->t + l]);
+  for (size_t i = 0; i < o->n; i++)
+    o->y[i] = tfrt_post(o->post, i, o->y[i] * o->x_scale * o->row_scale[i]);
 }
 
 /* xq = round(x / s_x), half away from zero, and the slack zeroed; returns
@@ -242,28 +268,11 @@ void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_of
   const float *row_scale = (const float *)(const void *)w;
   const int32_t *wsum = (const int32_t *)(const void *)(w + tiles * TFRT_MATVEC_TILE * 4);
   const int8_t *wq = w + tiles * TFRT_MATVEC_TILE * 8;
-  /* positions per block: 6 where two tiles go together (AVX-512) */
-  const size_t block = n > TFRT_MATVEC_TILE && TFRT_Q_PATCHES == 8 ? 6 : TFRT_Q_PATCHES;
-  for (size_t p0 = 0; p0 < positions; p0 += block) {
-    const size_t rows = positions - p0 < block ? positions - p0 : block;
-    const int8_t *at[TFRT_Q_PATCHES];
-    for (size_t q = 0; q < TFRT_Q_PATCHES; q++)
-      at[q] = xq + tfrt_q_patch(&g, p0 + (q < rows ? q : rows - 1));
-    struct tfrt_q_out o = {y + p0 * n, n, rows, 0, 0, x_scale, row_scale, post, wsum};
-    for (; o.t < n; o.t += TFRT_MATVEC_TILE) {
-      const int8_t *wt = wq + o.t * k4;
-      o.lanes = n - o.t; /* (the blocks store at most their own lanes) */
+  struct tfrt_q_out o = {y, n, 1, 0, n, x_scale, row_scale, post, wsum};
 #ifdef TFRT_I8_AVX512
-      if (o.lanes > TFRT_MATVEC_TILE) {
-        tfrt_q_block_avx512_wide(wt, k4, at, &g, &o);
-        o.t += TFRT_MATVEC_TILE;
-        continue;
-      }
-      tfrt_q_block_avx512(wt, at, &g, &o);
+  tfrt_q_blocks_avx512(wq, k4, xq, &g, positions, o);
 #else
-      o.lanes = o.lanes < TFRT_MATVEC_TILE ? o.lanes : TFRT_MATVEC_TILE;
-      for (size_t q = 0; q < rows; q++) tfrt_q_position(wt, k4, at[q], &g, &o, q);
+  for (size_t p = 0; p < positions; p++, o.y += n)
+    tfrt_q_position(wq, k4, xq + tfrt_q_patch(&g, p), &g, &o);
 #endif
-    }
-  }
 }

@@ -92,9 +92,15 @@ def _c_array(ctype: str, name: str, values) -> str:
 
 
 def _floats(values) -> list[str]:
-    return [f"{float(v)!r}f".replace("inf", "(1.0f/0.0f)").replace("nan", "(0.0f/0.0f)")
-            .replace("(1.0f/0.0f)f", "(1.0f/0.0f)").replace("(0.0f/0.0f)f", "(0.0f/0.0f)")
-            for v in values]
+    """C initializers of f32 values, NaN and infinities as constant expressions."""
+    def literal(v: float) -> str:
+        if np.isnan(v):
+            return "(0.0f/0.0f)"
+        if np.isinf(v):
+            return "(1.0f/0.0f)" if v > 0 else "(-1.0f/0.0f)"
+        return f"{float(v)!r}f"
+
+    return [literal(v) for v in values]
 
 
 def _blob(case) -> np.ndarray:

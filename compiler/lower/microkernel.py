@@ -614,7 +614,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     (top, bottom), (left, right) = g.pad
     image = f"1x{g.ih}x{g.iw}x{g.c}xf32"
     padded = (image if g.depthwise  # which skips the padding's taps itself
-              else f"1x{g.ih + top + bottom}x{g.iw + left + right}x{g.c}xf32")
+              else "1x{}x{}x{}xf32".format(*g.padded_shape, g.c))
     result = f"1x{g.oh}x{g.ow}x{g.n}xf32"
     lines = [f"%x0 = stablehlo.reshape %x : (tensor<{g.x_type}>) -> tensor<{image}>"]
     if padded != image:
