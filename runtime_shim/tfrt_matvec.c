@@ -1576,6 +1576,99 @@ TFRT_DW512_VARIANT(tfrt_dw512_one64, 1, 4, 1, 1)
 TFRT_DW512_VARIANT(tfrt_dw512_inside32, TFRT_DWCONV_P, 2, 0, 0)
 TFRT_DW512_VARIANT(tfrt_dw512_edge32, TFRT_DWCONV_P, 2, 1, 0)
 TFRT_DW512_VARIANT(tfrt_dw512_one32, 1, 2, 1, 0)
+
+/* Three filter columns with stride and dilation 1 along the row (the 3x3
+ * of DS-CNNs and MobileNets, kws_streaming's 10x3): the P positions of a
+ * block read P + 2 input columns, each loaded once for the up to 3 taps
+ * that use it. (The blocks above load an input per tap: 20 loads per 16
+ * FMAs, 50 G multiply-adds/s on a DS-CNN layer on a Zen 5; this block, 32
+ * channels and 8 accumulators, 65.) Channels o0..o0+31, masked past n
+ * unless full; at an edge, columns outside the image are skipped. */
+static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tfrt_dwconv *g,
+                                                                 const struct tfrt_dwblock *b,
+                                                                 const float *w, float *y,
+                                                                 size_t o0, const int edge,
+                                                                 const int full) {
+  enum { P = TFRT_DWCONV_P, V = 2 };
+  const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
+  const ptrdiff_t col = b->col, width = (ptrdiff_t)g->iw;
+  __mmask16 m[V];
+  __m512 acc[P][V];
+  TFRT_UNROLL
+  for (size_t v = 0; v < V; v++) {
+    const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
+    m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1);
+    TFRT_UNROLL
+    for (size_t q = 0; q < P; q++) acc[q][v] = _mm512_maskz_loadu_ps(m[v], g->post + 2 + from);
+  }
+  const float *xi = b->xrow + o0; /* input row i from channel o0 */
+  const float *wi = w + b->i0 * 3 * n + o0;
+  for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
+    __m512 wv[3][V];
+    TFRT_UNROLL
+    for (size_t j = 0; j < 3; j++)
+      TFRT_UNROLL
+      for (size_t v = 0; v < V; v++) {
+        wv[j][v] = _mm512_maskz_loadu_ps(m[v], wi + j * n + 16 * v);
+        /* in a register: gcc folded the loads into the FMAs, one per FMA */
+        __asm__("" : "+v"(wv[j][v]));
+      }
+    /* (a pointer stepped along the columns: an index each held a register) */
+    const float *xk = xi + (col < 0 ? 0 : (size_t)col) * c;
+    TFRT_UNROLL
+    for (size_t k = 0; k < P + 2; k++) { /* the block's input column k, at xk */
+      const ptrdiff_t ix = col + (ptrdiff_t)k;
+      if (edge && (ix < 0 || ix >= width)) continue;
+      const float *xv_at = xk;
+      xk += c;
+      TFRT_UNROLL
+      for (size_t v = 0; v < V; v++) {
+        __m512 xv = _mm512_maskz_loadu_ps(m[v], xv_at + 16 * v);
+        __asm__("" : "+v"(xv));
+        TFRT_UNROLL
+        for (size_t j = 0; j < 3; j++) /* position k - j takes it as its tap j */
+          if (k >= j && k - j < P) acc[k - j][v] = _mm512_fmadd_ps(wv[j][v], xv, acc[k - j][v]);
+      }
+    }
+  }
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  TFRT_UNROLL
+  for (size_t q = 0; q < P; q++)
+    TFRT_UNROLL
+    for (size_t v = 0; v < V; v++)
+      _mm512_mask_storeu_ps(y + q * n + o0 + 16 * v, m[v], tfrt_clamp512(clamp, acc[q][v]));
+}
+
+/* One output row of tfrt_dw3_block's layers (depth multiplier 1, at least
+ * P positions; left: the padding before the image; positions
+ * inner0..inner1-1 have every tap over it): blocks of P positions, the
+ * last one moved back to end at the row's end, by channel groups of 32,
+ * the last one masked. One call a row: one a block cost as much as the
+ * block's taps. */
+static __attribute__((noinline)) void tfrt_dw3_row(const struct tfrt_dwconv *g,
+                                                   struct tfrt_dwblock b, const float *w,
+                                                   float *y, size_t ow, size_t left,
+                                                   size_t inner0, size_t inner1) {
+  enum { P = TFRT_DWCONV_P, C = 32 };
+  const size_t n = g->n;
+  for (size_t o = 0; o < n; o += C) {
+    const int full = n - o >= C;
+    for (size_t ox = 0; ox < ow; ox += P) {
+      const size_t first = ox + P <= ow ? ox : ow - P;
+      const int edge = first < inner0 || first + P > inner1;
+      float *yb = y + first * n;
+      b.col = (ptrdiff_t)first - (ptrdiff_t)left;
+      if (full && !edge)
+        tfrt_dw3_block(g, &b, w, yb, o, 0, 1);
+      else if (full)
+        tfrt_dw3_block(g, &b, w, yb, o, 1, 1);
+      else if (!edge)
+        tfrt_dw3_block(g, &b, w, yb, o, 0, 0);
+      else
+        tfrt_dw3_block(g, &b, w, yb, o, 1, 0);
+    }
+  }
+}
 #endif
 
 /* Position q of block b, any depth multiplier, one channel at a time: what
@@ -1672,6 +1765,12 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
      * one, the 3 positions after 4 blocks of a row of 19 cost as much as
      * the blocks); a row narrower than P one by one. */
     const size_t count = ow >= P ? P : 1;
+#ifdef TFRT_AVX512_F32
+    if (count == P && kw == 3 && sw == 1 && dw == 1 && n == c) {
+      tfrt_dw3_row(&g, b, w, y, ow, left, inner0, inner1);
+      continue;
+    }
+#endif
     for (size_t ox = 0; ox < ow; ox += count) {
       const size_t first = ox + count <= ow ? ox : ow - count;
       b.col = (ptrdiff_t)(first * sw) - (ptrdiff_t)left;

@@ -137,6 +137,9 @@ DEPTHWISE = [  # n, c, kh, kw, ih, iw, stride, dilation, ((top, bottom), (left, 
     (24, 24, 3, 3, 5, 11, (1, 1), (2, 2), ((2, 2), (2, 2))),  # dilated
     (33, 33, 3, 3, 2, 2, (1, 1), (1, 1), ((3, 3), (4, 3))),  # positions wholly over padding
     (12, 6, 3, 3, 4, 8, (1, 1), (1, 1), ((1, 1), (1, 1))),  # depth multiplier 2
+    # 3 columns at stride 1: kws_streaming's 10x3 over 300 channels, one block a row
+    (300, 300, 10, 3, 12, 9, (1, 1), (1, 1), ((0, 0), (1, 1))),
+    (48, 48, 3, 3, 4, 4, (2, 1), (1, 1), ((1, 1), (1, 1))),
 ]
 
 
@@ -196,7 +199,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
           "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
-    assert _run([exe]).stdout.strip() == "ok 27"
+    assert _run([exe]).stdout.strip() == "ok 30"
 
 
 def test_half_width_conv_weights(kernels):

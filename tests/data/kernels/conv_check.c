@@ -115,6 +115,13 @@ int main(void) {
       {33, 33, 3, 3, 2, 2, 3, 3, 4, 3, 1, 1, 1, 1, 1},
       {12, 6, 3, 3, 4, 8, 1, 1, 1, 1, 1, 1, 1, 1, 2},
       {12, 12, 5, 5, 6, 9, 2, 2, 2, 2, 1, 1, 1, 1, 1},
+      /* depthwise, 3 columns at stride 1 (AVX-512: input columns shared by
+       * a block's positions): kws_streaming's 10x3 over 300 channels (a
+       * masked group of 12), a row of one block with padding on both
+       * sides, columns wholly over the padding on both sides */
+      {300, 300, 10, 3, 11, 8, 0, 0, 0, 0, 1, 1, 1, 1, 1},
+      {48, 48, 3, 3, 4, 4, 1, 1, 1, 1, 2, 1, 1, 1, 1},
+      {32, 32, 3, 3, 4, 2, 0, 0, 2, 2, 1, 1, 1, 1, 1},
   };
   const size_t count = sizeof cases / sizeof cases[0];
   for (size_t i = 0; i < count; i++) {
