@@ -206,15 +206,19 @@ static void tfrt_q_blocks_avx512(const int8_t *wq, size_t k4, const int8_t *xq,
 /* One position (its patch at `at`; its outputs at o->y) times every tile,
  * with the int8 matvec's tile (the other ISAs): the patch's runs gathered
  * into a contiguous row a chunk at a time, once for all the tiles; a
- * tile's blocks' sums times a scale of 1 are the int32 sums (as f32, exact
- * below 2^24), added up over the chunks in y, then scaled and the epilogue
- * applied. */
+ * tile's int32 sums (as f32, exact below 2^24: the DSP's sums without
+ * blocks, elsewhere the tile's with block scales of 1) added up over the
+ * chunks in y, then scaled and the epilogue applied. */
 TFRT_UNUSED
 static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
                             const struct tfrt_qconv *g, const struct tfrt_q_out *o) {
   int8_t row[TFRT_I8_CHUNK];
-  float ones[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE];
+  float out[TFRT_MATVEC_TILE];
+#ifndef TFRT_I8_SUMS_32 /* the tile with block scales of 1 */
+  float ones[TFRT_I8_CHUNK / TFRT_I8_BLOCK];
   for (size_t b = 0; b < TFRT_I8_CHUNK / TFRT_I8_BLOCK; b++) ones[b] = 1.0f;
+#define TFRT_I8_SUMS_32(wt, xq, groups, out) TFRT_I8_TILE_32(wt, xq, ones, groups, out)
+#endif
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
     for (size_t done = 0; done < chunk;) {
@@ -224,7 +228,7 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
       done += len;
     }
     for (size_t t = 0; t < o->n; t += TFRT_MATVEC_TILE) {
-      TFRT_I8_TILE_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, row, ones, chunk / 4, out);
+      TFRT_I8_SUMS_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, row, chunk / 4, out);
       const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
       for (size_t l = 0; l < lanes; l++) o->y[t + l] = k0 ? o->y[t + l] + out[l] : out[l];
     }
