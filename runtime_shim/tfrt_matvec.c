@@ -1756,6 +1756,72 @@ static __attribute__((noinline)) void tfrt_dw3_row(const struct tfrt_dwconv *g,
 }
 #endif
 
+#if defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON)
+/* A scalar FPU (Cortex-M4F/M7/M33), 3 filter columns at stride and
+ * dilation 1 along the row: one channel at a time, the 4 positions of a
+ * block and their sums in registers, each of the block's 6 input columns
+ * loaded once for the taps that use it, and at an edge a column over the
+ * padding read as 0 (the blocks of 16 lanes kept 64 sums in memory and
+ * checked the padding per tap: 9.3 estimated M4 cycles a multiply-add on
+ * a DS-CNN's streamed depthwise layers). Separate multiplies and adds
+ * (-std=c11 does not contract them): 1 + 1 cycles on the M4, where VFMA
+ * costs 3. Straight-line code: with arrays and loops over the columns,
+ * gcc made the edge checks a jump table per row. */
+#define TFRT_DW3S_X(k) (!edge || ((k) >= k0 && (k) < k1) ? xi[((k) + col) * (ptrdiff_t)c] : 0.0f)
+static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
+    const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
+    size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
+  const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
+  const float bias = g->post[2 + o];
+  float a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const float *xi = b->xrow + o;
+  const tfrt_weight *wi = w + b->i0 * 3 * n + o;
+  for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
+    const float w0 = TFRT_W(wi[0]), w1 = TFRT_W(wi[n]), w2 = TFRT_W(wi[2 * n]);
+    const float x0 = TFRT_DW3S_X(0), x1 = TFRT_DW3S_X(1), x2 = TFRT_DW3S_X(2);
+    const float x3 = TFRT_DW3S_X(3), x4 = TFRT_DW3S_X(4), x5 = TFRT_DW3S_X(5);
+    a0 += w0 * x0, a0 += w1 * x1, a0 += w2 * x2;
+    a1 += w0 * x1, a1 += w1 * x2, a1 += w2 * x3;
+    a2 += w0 * x2, a2 += w1 * x3, a2 += w2 * x4;
+    a3 += w0 * x3, a3 += w1 * x4, a3 += w2 * x5;
+  }
+  const float lo = g->post[0], hi = g->post[1]; /* tfrt_post's clamp, the bias was the start */
+  a0 = a0 < lo ? lo : a0, a1 = a1 < lo ? lo : a1, a2 = a2 < lo ? lo : a2, a3 = a3 < lo ? lo : a3;
+  y[o] = a0 > hi ? hi : a0, y[n + o] = a1 > hi ? hi : a1;
+  y[2 * n + o] = a2 > hi ? hi : a2, y[3 * n + o] = a3 > hi ? hi : a3;
+}
+
+/* One output row (at least 4 positions), blocks of 4 positions, the last
+ * one moved back to end at the row's end. */
+#define TFRT_DW3S_CHANNELS(k0, k1, edge) \
+  for (size_t o = 0; o < g->n; o++) tfrt_dw3_channel_scalar(g, b, w, yb, o, col, k0, k1, edge)
+static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                const tfrt_weight *w, float *y, size_t ow, size_t left) {
+  _Static_assert(TFRT_DWCONV_P == 4, "the scalar block is written for 4 positions");
+  for (size_t ox = 0; ox < ow; ox += 4) {
+    const size_t first = ox + 4 <= ow ? ox : ow - 4;
+    const ptrdiff_t col = (ptrdiff_t)first - (ptrdiff_t)left;
+    /* the block's input columns over the image: k0 <= k < k1 */
+    const ptrdiff_t k0 = col < 0 ? -col : 0, k1 = (ptrdiff_t)g->iw - col;
+    float *yb = y + first * g->n;
+    /* constant column ranges for the blocks inside, and at the edges of a
+     * padding of 1 ('same' 3x3, ZeroPadding2D(1)): their checks fold away */
+    if (k0 == 0 && k1 >= 6)
+      TFRT_DW3S_CHANNELS(0, 6, 0);
+    else if (k0 == 1 && k1 >= 6)
+      TFRT_DW3S_CHANNELS(1, 6, 1);
+    else if (k0 == 0 && k1 == 5)
+      TFRT_DW3S_CHANNELS(0, 5, 1);
+    else if (k0 == 1 && k1 == 5)
+      TFRT_DW3S_CHANNELS(1, 5, 1);
+    else
+      TFRT_DW3S_CHANNELS(k0, k1, 1);
+  }
+}
+#undef TFRT_DW3S_CHANNELS
+#undef TFRT_DW3S_X
+#endif
+
 /* Position q of block b, any depth multiplier, one channel at a time: what
  * the blocks do not take. */
 static void tfrt_dwconv_one(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
@@ -1853,6 +1919,11 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
 #ifdef TFRT_AVX512_F32
     if (count == P && kw == 3 && sw == 1 && dw == 1 && n == c) {
       tfrt_dw3_row(&g, b, w, y, ow, left, inner0, inner1);
+      continue;
+    }
+#elif defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON)
+    if (count == P && kw == 3 && sw == 1 && dw == 1 && n == c) {
+      tfrt_dw3_row_scalar(&g, &b, w, y, ow, left);
       continue;
     }
 #endif

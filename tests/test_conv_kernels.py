@@ -199,7 +199,27 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
           "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
-    assert _run([exe]).stdout.strip() == "ok 30"
+    assert _run([exe]).stdout.strip() == f"ok {CONV_CHECK_GEOMETRIES}"
+
+
+#: the geometries of data/kernels/conv_check.c
+CONV_CHECK_GEOMETRIES = 32
+
+
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+def test_cortex_m_kernels_match_the_loop(cpu, tmp_path):
+    """The convolution kernels built bare metal for a Cortex-M (a scalar
+    FPU: the depthwise 3-column blocks with one channel at a time, at the
+    edges of a padding of 1 on either side or both) against the plain loop,
+    under qemu-system-arm."""
+    from test_weights_int8 import _cortex_m_image, _run_cortex_m
+
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv"],
+                            driver=Path(__file__).parent / "data" / "kernels" / "conv_check.c")
+    proc = _run_cortex_m(cpu, image)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"ok {CONV_CHECK_GEOMETRIES}", proc.stderr
 
 
 def test_half_width_conv_weights(kernels):
