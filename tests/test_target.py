@@ -27,6 +27,10 @@ def test_iree_flags_carry_triple_cpu_and_float_abi():
     assert not any("cpu-features" in f for f in flags)
     soft = make_target("cpu", "thumbv7em-none-eabi", "cortex-m4").iree_flags(Path("k.o"))
     assert not any("float-abi" in f for f in soft)
+    # one workgroup a dispatch on a microcontroller; hosts keep IREE's tiles
+    assert "--iree-llvmcpu-number-of-threads=1" in flags
+    assert not any("number-of-threads" in f
+                   for f in make_target("cpu", CROSS).iree_flags(Path("k.o")))
 
 
 @pytest.mark.parametrize("triple, cpu, c_flags", [
