@@ -93,6 +93,23 @@ def test_one_context_multiplexes_two_streams(model):
     np.testing.assert_array_equal(np.stack(yb), alone_b)
 
 
+def test_set_state_reads_the_callers_buffer_at_any_alignment(model):
+    """A one-stream CPU build hands set_state's buffer to the program as it
+    is (no staging copy of the whole state in the context): from an address
+    that is 1 mod 4, the steps after it are those after an aligned one."""
+    spec, out, _ = model
+    assert "state_copy" not in (out / "src" / f"{spec.name}.c").read_text()
+    xs = _inputs(spec, 40, seed=8)
+    m = harness.load(out)
+    m.step_n(xs[:15])
+    packed = m._states_to_bytes(m.get_state(), m.state_specs, "set_state", "")
+    want = m.step_n(xs[15:])
+    odd = np.zeros(packed.size + 1, np.uint8)
+    odd[1:] = packed
+    assert m._fn["set_state"](m._ctx, odd.ctypes.data + 1) == 0
+    np.testing.assert_array_equal(m.step_n(xs[15:]), want)
+
+
 def test_state_api_errors(model):
     spec, out, _ = model
     m = harness.load(out)

@@ -191,6 +191,7 @@ class ApiModel:
             get_fn=vm.get_state if has_states else None,
             set_fn=vm.set_state if has_states else None,
             state_bytes=self.state_bytes, state_slot_bytes=self.state_slot_bytes,
+            stage_state=self.stages_state,
             footprint=footprint or {"code_bytes": 0, "weight_bytes": 0},
             signature=emit_mod.function_signature,
             statuses=statuses,
@@ -200,6 +201,19 @@ class ApiModel:
             shim={"backend": target.shim_backend, "header": backend.header,
                   "sources": (SHIM_CORE_SOURCE, backend.source)},
         )
+
+    @property
+    def stages_state(self) -> bool:
+        """Whether set_state copies the caller's state into the context first
+        (``io.state_copy``, as large as the whole state), or hands the caller's
+        memory to the program as it is. A copy is needed where a kernel may
+        bind it (64-byte aligned bindings; GPU staging), and with several
+        streams, where one stream's state is changed inside the whole."""
+        if not self.states:
+            return False
+        set_state = self.vm.set_state
+        return (self.stream.streams > 1 or self.compiled.target.shim_backend != "cpu"
+                or set_state is None or "tfrt_executable_dispatch(" in set_state.body)
 
     def weights_blob(self) -> bytes:
         """NAME.weights (--weights=file); b"" when the weights are in the library."""
