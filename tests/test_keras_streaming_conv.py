@@ -93,6 +93,25 @@ def test_manifest_and_state_names(built):
     assert shapes[first][:2] == [1, 2]
 
 
+def test_init_state_buffer_takes_the_steps_size_class(built):
+    """IREE packs the equal zero initial states of a conv stack into one
+    buffer smaller than the state the step writes; the arena keeps no block
+    for that first buffer alone: __init asks for the step's size (its
+    numerics: test_stream_matches_keras[ds_cnn])."""
+    _, _, out = built("ds_cnn")
+    text = (out / "src" / "ds_cnn.c").read_text()
+    bodies = re.split(r"\n(?=static int ds_cnn_vm_\w+\(struct ds_cnn_ctx \*ctx[^;]*\{)", text)
+    sizes = {re.match(r"static int ds_cnn_vm_(\w+)", b).group(1):
+             set(map(int, re.findall(r"tfrt_buffer_allocate\(rt, INT32_C\(64\), INT64_C\((\d+)\)", b)))
+             for b in bodies if b.startswith("static int ds_cnn_vm_")}
+    assert sizes["__init"] and sizes["__init"] <= sizes["step"], sizes
+    # every block of the arena is of a class that a function other than __init allocates
+    pools = re.search(r"ds_cnn_pools\[\] = \{(.*?)\{0u, 0u\}", text, re.S).group(1)
+    classes = {int(c) for c in re.findall(r"\{(\d+)u, \d+u\}", pools)}
+    later = {-(-n // 64) * 64 for name, fn in sizes.items() if name != "__init" for n in fn}
+    assert classes <= later, (classes, later)
+
+
 def test_conv_lstm_state_is_feature_map():
     program = streamify_keras(K.build("conv_lstm2d"), "m.keras", "keras")
     assert [s.shape for s in program.signature.states] == [(1, 8, 8, 4)] * 2

@@ -34,8 +34,8 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
     module = VMModule(vm_modules[0], prefix, host_sync, external_rodata)
     with context:
         module.collect()
+        plan_memory(module)  # (first: it may change the size an allocation asks for)
         for fn_op in module.func_ops():
             info = module.functions[symbol(fn_op.attributes["sym_name"])]
             info.body = FunctionEmitter(module, fn_op, info).emit()
-        plan_memory(module)
     return module.prog

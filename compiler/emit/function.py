@@ -38,6 +38,7 @@ class FunctionEmitter:
         self.uses: dict[str, int] = {}
         self._tmp = 0
         self._cur_block = 0
+        self._cur_op = 0
 
     # -- errors ----------------------------------------------------------------
     def error(self, op, message: str) -> TfaotError:
@@ -99,6 +100,12 @@ class FunctionEmitter:
             if ln.strip():
                 self.lines.append(indent + ln)
 
+    def allocation_size(self, size) -> str:
+        """The size the current allocation asks for: the memory plan's, where
+        it has one (emit/memory.py), else the op's own operand."""
+        planned = self.module.alloc_sizes.get((self.info.vm_name, self._cur_block, self._cur_op))
+        return f"INT64_C({planned})" if planned is not None else self.val(size)
+
     def assign_ref(self, op, target: str) -> None:
         """Before redefining a ref local inside a loop, drop its old value."""
         if self._cur_block in self.loop_blocks:
@@ -119,7 +126,8 @@ class FunctionEmitter:
             self._cur_block = bi
             if bi > 0:
                 self.lines.append(f"bb{bi}:")
-            for op in block.operations:
+            for oi, op in enumerate(block.operations):
+                self._cur_op = oi
                 self.emit_op(op)
         unused = [n for n in self.decls if n not in self.ref_locals and not self.uses.get(n)]
         return ops_template().function_body(

@@ -1,6 +1,6 @@
 """Memory planning pass: arena size classes, view and executable slots.
 
-Runs after the functions are emitted, over the same ``vm.func`` ops. Every
+Runs over the ``vm.func`` ops before the functions are emitted. Every
 ``hal_inline.buffer.allocate`` must have a constant size; it is rounded up to
 a size class. A function needs the sum of its allocation sites per class (a
 site inside a loop counts ``_LOOP_SITE_WEIGHT`` times); the program needs the
@@ -15,6 +15,11 @@ only ``__init`` stores, all from the same allocations (--weights=file: every
 weight global is a view of the one buffer ``init`` fills from the file),
 hold one buffer between them, not one each: six weight globals of one
 LSTM/GRU model made the arena seven times the 178 KB of its weights.
+A global whose ``__init`` buffer is smaller than the one buffer size every
+other function stores there (IREE packs a conv stack's equal zero initial
+states into one smaller buffer) gets its ``__init`` allocation grown to that
+size (``VMModule.alloc_sizes``), so it needs one block of one class; so this
+pass runs before the functions are emitted.
 """
 from __future__ import annotations
 
@@ -37,6 +42,8 @@ def plan_memory(module: VMModule) -> None:
     # (function, allocation site): a site is (block, op) by position, stable,
     # where id() of the ops' Python objects was reused within one walk
     global_sources: dict[str, set[tuple[str, tuple[int, int] | None]]] = {}
+    # global -> (function, allocation site or None, size class) of each store
+    stores: dict[str, list[tuple[str, tuple[int, int] | None, int]]] = {}
     all_classes: set[int] = set()
     for fn_op in module.func_ops():
         fn_name = symbol(fn_op.attributes["sym_name"])
@@ -85,6 +92,9 @@ def plan_memory(module: VMModule) -> None:
                     # (a site in a loop may fill the globals with several buffers)
                     global_sources.setdefault(g, set()).add(
                         (fn_name, site[0] if site is not None and site[1] == 1 else None))
+                    stores.setdefault(g, []).append(
+                        (fn_name, site[0] if site is not None else None,
+                         cls if cls is not None else -1))
                     if (fn_name == "__init" and site is not None and g not in stored_globals
                             and site[0] not in kept_sites):
                         kept_sites.add(site[0])
@@ -97,14 +107,39 @@ def plan_memory(module: VMModule) -> None:
         for cls, n in counts.items():
             need[cls] = max(need.get(cls, 0), n)
     biggest = max(all_classes) if all_classes else _ARENA_ALIGN
+    for g, size in _init_buffers_grown(stores, global_classes).items():
+        global_classes[g] = {size}
+        for fn, site, _ in stores[g]:
+            if fn == "__init" and site is not None:
+                module.alloc_sizes[("__init", *site)] = size
     for classes in _held_by_globals(global_classes, global_sources):
         for cls in classes:
             cls = biggest if cls == -1 else cls
             need[cls] = need.get(cls, 0) + 1
     prog = module.prog
-    prog.pools = sorted(need.items())
+    prog.pools = sorted((cls, n) for cls, n in need.items() if n > 0)
     prog.view_count = view_need
     prog.executable_count = max(1, exe_sites)
+
+
+def _init_buffers_grown(stores: dict[str, list[tuple[str, tuple[int, int] | None, int]]],
+                        global_classes: dict[str, set[int]]) -> dict[str, int]:
+    """Globals whose ``__init`` buffer is smaller than every buffer the other
+    functions store there (a streaming model's state: IREE packs the initial
+    zeros of equal states into one smaller buffer): global -> the class
+    their ``__init`` allocation grows to, so that the global needs one block
+    of that class, not one of each. (A block of one class left to the
+    global's first buffer only, 15 KB of a streamed DS-CNN's context.)"""
+    grown = {}
+    for g, entries in stores.items():
+        if -1 in global_classes.get(g, {-1}):
+            continue  # a buffer of unknown size
+        later = {cls for fn, _, cls in entries if fn != "__init"}
+        first = [(site, cls) for fn, site, cls in entries if fn == "__init"]
+        if (len(later) == 1 and first and all(site is not None for site, _ in first)
+                and all(cls < max(later) for _, cls in first)):
+            grown[g] = max(later)
+    return grown
 
 
 def _held_by_globals(global_classes: dict[str, set[int]],
