@@ -26,12 +26,23 @@ flash (code + weights, the manifest's footprint), RAM (the context) and the
 stack the step used (painted and measured), and the max abs error of the
 outputs against TensorFlow running the Keras model over the same steps.
 
-The peer a user would pick, TFLite Micro with CMSIS-NN, is not built here:
-it needs TFLM's source tree and its pinned third-party sources (see
-docs/performance.md, Cortex-M). Needs arm-none-eabi-gcc, newlib and
+The peer a user would pick, TFLite Micro with CMSIS-NN, is measured with
+--tflm DIR, a TFLM source tree with its pinned third-party sources already
+unpacked (see docs/performance.md, Cortex-M): its library is built there
+once, each model is converted to .tflite (bench/mcu/tflm_models.py) and run
+by bench/mcu/tflm_firmware.cc under the same plugin and marks. Its rows:
+tflm-f32 and tflm-int8 (recurrent models as a one-step model, the state as
+extra inputs and outputs), tflm-f32-fused and tflm-int8-fused for the LSTM
+(TFLM's UNIDIRECTIONAL_SEQUENCE_LSTM, its state in variable tensors; the
+int8 one with a fix to TFLM's CMSIS-NN kernel, which as shipped restarts
+from a zero state every Invoke: tflm-int8-fused-stock); DS-CNN runs a whole 49 x 10 window per step,
+as tfaot's "whole"/"int8-whole" variants do (its other rows stream 2 frames
+a step). A TFLM row's flash is its firmware's size minus a baseline
+firmware's without TFLM and the model (TFLM code + model), its RAM the
+arena the model used. Needs arm-none-eabi-gcc/g++, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
 
-    .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b]
+    .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b] [--tflm DIR]
 """
 from __future__ import annotations
 
@@ -99,7 +110,24 @@ VARIANTS = {
     "default": {},  # f32; the matvec micro-kernel's Cortex-M path for matrices >= 1024
     "iree": {"matvec": "iree"},  # f32, IREE's kernels only (the default before)
     "int8": {"weights_dtype": "int8"},  # the matvec micro-kernel's DSP path
+    # one whole-window inference per step (models in WHOLE_WINDOW only): the
+    # unit of TFLM's DS-CNN rows
+    "whole": {"fixed_window": "whole"},
+    "int8-whole": {"weights_dtype": "int8", "fixed_window": "whole"},
 }
+#: fixed-window models: the "*-whole" variants and TFLM run one whole window a step
+WHOLE_WINDOW = {"ds_cnn"}
+WHOLE_STEPS = 10  # whole-window steps cost 5-35 M cycles: fewer of them
+#: TFLM's rows: variant -> (precision, how tflm_models makes the .tflite);
+#: "fused" only for LSTMs; "-stock": TFLM's CMSIS-NN fused LSTM as shipped,
+#: which restarts from a zero state at every Invoke (see tflm_models.py):
+#: not a streaming result, kept to show it, left out of the ratios
+TFLM_VARIANTS = {"tflm-f32": ("f32", "step"), "tflm-int8": ("int8", "step"),
+                 "tflm-f32-fused": ("f32", "fused"), "tflm-int8-fused": ("int8", "fused"),
+                 "tflm-int8-fused-stock": ("int8", "fused")}
+#: the tfaot variant a TFLM row is compared with: (precision, whole window?) -> variant
+SAME_PRECISION = {("f32", False): "default", ("int8", False): "int8",
+                  ("f32", True): "whole", ("int8", True): "int8-whole"}
 
 
 def run(cmd: list, **kw) -> subprocess.CompletedProcess:
@@ -116,14 +144,20 @@ def build_plugin(workdir: Path) -> Path:
     return plugin
 
 
-def make_inputs():
-    """examples/cortex_m/make_inputs.py: its write_header writes the inputs.h firmware.c reads."""
+def _load(path: Path):
+    """A Python file of the repository (not a package) as a module."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("make_inputs", CORTEXM / "make_inputs.py")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def make_inputs():
+    """examples/cortex_m/make_inputs.py: its write_header writes the inputs.h firmware.c reads."""
+    return _load(CORTEXM / "make_inputs.py")
 
 
 def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path) -> Path:
@@ -165,8 +199,13 @@ def measure(image: Path, plugin: Path, steps: int, outputs: int) -> dict:
               for h in ln.split()]
     ys = np.array(values, np.uint32).view(np.float32).reshape(steps, outputs)
     stack = int(next(ln.split()[1] for ln in lines if ln.startswith("stack ")), 16)
+    # TFLM's firmware also prints the arena its model used, and the size of
+    # its interpreter and op resolver (in .bss, beside the arena)
+    word = {ln.split()[0]: int(ln.split()[1], 16) for ln in lines
+            if ln.startswith(("arena ", "objects "))}
     return {"insns": float(np.median(per_step[:, 0])), "cycles": float(np.median(per_step[:, 1])),
             "init_insns": int(init[0]), "init_cycles": int(init[1]), "stack_bytes": stack,
+            "arena_bytes": word.get("arena"), "objects_bytes": word.get("objects"),
             "ys": ys, "profile": _profile(lines, nm)}
 
 
@@ -191,40 +230,112 @@ def _profile(lines: list[str], nm: list[str]) -> dict[str, int]:
 
 
 def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
-                workdir: Path) -> list[dict]:
+                workdir: Path, tflm: tuple[Path, Path] | None = None) -> list[dict]:
+    """tfaot's rows for the variants, then (tflm: TFLM's tree and its
+    library) TFLM's rows."""
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
     factory, macs = MODELS[model_name]
     model = factory()
     path = workdir / f"{model_name}.keras"
     model.save(path)
+    whole_model = model_name in WHOLE_WINDOW
     rows, xs, want = [], None, None
     for variant in variants:
+        whole = VARIANTS[variant].get("fixed_window") == "whole"
+        if whole and not whole_model:
+            continue  # a whole-window variant of a streaming-only model
         out = workdir / f"{model_name}-{variant}"
         start = time.perf_counter()
         built = build_model(str(path), BuildOptions(
             out_dir=out / "lib", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
             **VARIANTS[variant]), Progress(enabled=False))
-        if xs is None:  # the step's input shape and the reference, from the first build
-            xs, want = _inputs_and_reference(model, built.manifest, steps)
-        image = firmware(built.path, model_name, xs, out)
-        got = measure(image, plugin, steps, want.shape[1])
+        if whole:
+            x, y = _whole_windows(model, min(steps, WHOLE_STEPS))
+        else:
+            if xs is None:  # the step's input shape and the reference, from the first build
+                xs, want = _inputs_and_reference(model, built.manifest, steps)
+            x, y = xs, want
+        image = firmware(built.path, model_name, x, out)
+        got = measure(image, plugin, len(x), y.shape[1])
         fp = built.manifest["footprint"]
-        defined = ~np.isnan(want).any(axis=1)  # a window's first steps have no reference
-        row = {"model": model_name, "variant": variant, "macs": macs,
-               "insns_per_step": got["insns"], "cycles_per_step": got["cycles"],
-               "cycles_per_mac": got["cycles"] / macs if macs else None,
-               "init_cycles": got["init_cycles"],
-               "flash_bytes": fp["code_bytes"] + fp["weight_bytes"],
-               "weight_bytes": fp["weight_bytes"], "ram_bytes": built.manifest["ctx_size"],
-               "stack_bytes": got["stack_bytes"],
-               "max_abs_error": float(np.max(np.abs(got["ys"][defined] - want[defined]))),
-               "build_s": round(time.perf_counter() - start, 1), "profile": got["profile"]}
-        top = ", ".join(f"{k} {v}" for k, v in list(got["profile"].items())[:4])
-        print(f"{model_name:8} {variant:11} {row['insns_per_step']:>9.0f} insns "
-              f"{row['cycles_per_step']:>9.0f} cycles   ({top})", flush=True)
+        rows.append(_row(model_name, variant, macs, got, y, start, whole,
+                         flash_bytes=fp["code_bytes"] + fp["weight_bytes"],
+                         weight_bytes=fp["weight_bytes"], ram_bytes=built.manifest["ctx_size"]))
+    if tflm is None:
+        return rows
+    tflm_models = _load(MCU / "tflm_models.py")
+    tree, lib = tflm
+    if whole_model:
+        x, y = _whole_windows(model, min(steps, WHOLE_STEPS))
+        calibration = np.random.default_rng(1).standard_normal((50, *x.shape[1:]), np.float32)
+    else:
+        if xs is None:  # no tfaot row: a default build just for the step's inputs
+            built = build_model(str(path), BuildOptions(
+                out_dir=workdir / "inputs", triple="thumbv7em-none-eabihf", cpu="cortex-m4"),
+                Progress(enabled=False))
+            xs, want = _inputs_and_reference(model, built.manifest, steps)
+        x, y = xs, want
+        # int8 calibration: another random sequence of the same kind (the
+        # one-step conversion runs it through the cell for the states it meets)
+        calibration = np.random.default_rng(1).standard_normal((200, *x.shape[1:]), np.float32)
+    is_lstm = type(model.layers[0]).__name__ == "LSTM"
+    for variant, (precision, how) in TFLM_VARIANTS.items():
+        if how == "fused" and not is_lstm:
+            continue
+        out = workdir / f"{model_name}-{variant}"
+        out.mkdir()
+        start = time.perf_counter()
+        convert = (tflm_models.whole_window if whole_model else
+                   tflm_models.fused_lstm if how == "fused" else tflm_models.one_step)
+        tm = convert(model, precision, calibration)
+        tflm_models.write_header(tm, out / "tflm_model.h")
+        make_inputs().write_header(x, out / "inputs.h")
+        fix = (how == "fused" and precision == "int8" and not variant.endswith("-stock"))
+        extra = [tflm_models.stateful_lstm_kernel(tree, out)] if fix else []
+        image = tflm_models.firmware(tree, lib, out, M4_FLAGS, CORTEXM, MCU, run, extra)
+        baseline = tflm_models.firmware(tree, None, out, M4_FLAGS, CORTEXM, MCU, run)
+        got = measure(image, plugin, len(x), y.shape[1])
+        got["profile"] = _demangle(got["profile"])
+        row = _row(model_name, variant, macs, got, y, start, whole_model,
+                   flash_bytes=tflm_models.flash_bytes(image, run)
+                   - tflm_models.flash_bytes(baseline, run),
+                   weight_bytes=len(tm.data), ram_bytes=got["arena_bytes"])
+        row.update(peer="tflm", ops=tm.ops, model_bytes=len(tm.data),
+                   interpreter_bytes=got["objects_bytes"])
         rows.append(row)
     return rows
+
+
+def _demangle(profile: dict[str, int]) -> dict[str, int]:
+    """C++ symbols of a profile (TFLM's) as arm-none-eabi-c++filt writes them."""
+    names = run(["arm-none-eabi-c++filt"], input="\n".join(profile)).stdout.splitlines()
+    return dict(zip(names, profile.values())) if len(names) == len(profile) else profile
+
+
+def _row(model_name: str, variant: str, macs, got: dict, want: np.ndarray, start: float,
+         whole: bool, **sizes) -> dict:
+    """One table row (and its progress line) from measure()'s results."""
+    defined = ~np.isnan(want).any(axis=1)  # a window's first steps have no reference
+    row = {"model": model_name, "variant": variant, "step": "whole window" if whole else "step",
+           "macs": None if whole else macs,
+           "insns_per_step": got["insns"], "cycles_per_step": got["cycles"],
+           "cycles_per_mac": got["cycles"] / macs if macs and not whole else None,
+           "init_cycles": got["init_cycles"], **sizes, "stack_bytes": got["stack_bytes"],
+           "max_abs_error": float(np.max(np.abs(got["ys"][defined] - want[defined]))),
+           "build_s": round(time.perf_counter() - start, 1), "profile": got["profile"]}
+    top = ", ".join(f"{k} {v}" for k, v in list(got["profile"].items())[:4])
+    print(f"{model_name:8} {variant:21} {row['insns_per_step']:>9.0f} insns "
+          f"{row['cycles_per_step']:>9.0f} cycles   ({top})", flush=True)
+    return row
+
+
+def _whole_windows(model, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random whole windows (steps, 1, *window) and TensorFlow's output for each."""
+    xs = np.random.default_rng(0).standard_normal(
+        (steps, 1, *model.input_shape[1:])).astype(np.float32)
+    want = np.concatenate([np.asarray(model(x), np.float64).reshape(1, -1) for x in xs])
+    return xs, want
 
 
 def _inputs_and_reference(model, manifest: dict, steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -247,10 +358,39 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         per_mac = f"{r['cycles_per_mac']:.2f}" if r["cycles_per_mac"] else "–"
-        lines.append(f"| {r['model']} ({r['macs'] or '–'}) | {r['variant']} | "
+        variant = r["variant"] + (" (whole window)" if r.get("step") == "whole window" else "")
+        lines.append(f"| {r['model']} ({r['macs'] or '–'}) | {variant} | "
                      f"{r['insns_per_step']:.0f} | {r['cycles_per_step']:.0f} | {per_mac} | "
                      f"{r['flash_bytes'] / 1024:.1f} KB | {r['ram_bytes'] / 1024:.1f} KB | "
                      f"{r['stack_bytes']} B | {r['max_abs_error']:.1e} |")
+    return "\n".join(lines)
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """tfaot's cycles over TFLM's, per model, at the same precision and unit
+    (a step, or a whole window)."""
+    ours = {(r["model"], r["variant"]): r for r in rows if r.get("peer") != "tflm"}
+    out = []
+    for r in rows:
+        if r.get("peer") != "tflm" or r["variant"].endswith("-stock"):
+            continue
+        precision = TFLM_VARIANTS[r["variant"]][0]
+        mine = ours.get((r["model"], SAME_PRECISION[precision, r["step"] == "whole window"]))
+        if mine:
+            out.append({"model": r["model"], "unit": r["step"], "precision": precision,
+                        "tfaot": mine["variant"], "tfaot_cycles": mine["cycles_per_step"],
+                        "tflm": r["variant"], "tflm_cycles": r["cycles_per_step"],
+                        "ratio": mine["cycles_per_step"] / r["cycles_per_step"]})
+    return out
+
+
+def ratio_table(pairs: list[dict]) -> str:
+    lines = ["| model | unit | precision | tfaot variant | tfaot cycles | TFLM variant | "
+             "TFLM cycles | tfaot / TFLM |", "|" + "---|" * 8]
+    for p in pairs:
+        lines.append(f"| {p['model']} | {p['unit']} | {p['precision']} | {p['tfaot']} | "
+                     f"{p['tfaot_cycles']:.0f} | {p['tflm']} | {p['tflm_cycles']:.0f} | "
+                     f"{p['ratio']:.2f} |")
     return "\n".join(lines)
 
 
@@ -260,31 +400,52 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS), help=f"of {', '.join(MODELS)}")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default bench/results/)")
+    ap.add_argument("--tflm", type=Path, default=None, metavar="DIR",
+                    help="also measure TFLite Micro + CMSIS-NN from this source tree "
+                         "(its third-party downloads unpacked)")
     args = ap.parse_args(argv)
-    for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "gcc"):
+    for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "gcc",
+                 *(("arm-none-eabi-g++",) if args.tflm else ())):
         if not shutil.which(tool):
             sys.exit(f"bench_mcu: needs {tool} (apt-get install gcc-arm-none-eabi "
                      "libnewlib-arm-none-eabi qemu-system-arm)")
-    models, variants = args.models.split(","), args.variants.split(",")
+    models, variants = args.models.split(","), [v for v in args.variants.split(",") if v]
     for name, known in ((models, MODELS), (variants, VARIANTS)):
         bad = [n for n in name if n not in known]
         if bad:
             sys.exit(f"bench_mcu: unknown {', '.join(bad)}; known: {', '.join(known)}")
+    tflm = None
+    if args.tflm is not None:  # checked (and the library built) before any row
+        tflm = (args.tflm.resolve(), _load(MCU / "tflm_models.py").library(args.tflm.resolve()))
+    else:
+        print("bench_mcu: TFLite Micro peer skipped (add --tflm DIR, a TFLM source tree with its "
+              "third-party downloads unpacked; see docs/performance.md)", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_mcu_") as tmp:
         plugin = build_plugin(Path(tmp))
         for model_name in models:
             work = Path(tmp) / model_name
             work.mkdir()
-            rows += bench_model(model_name, variants, args.steps, plugin, work)
+            rows += bench_model(model_name, variants, args.steps, plugin, work, tflm)
     print()
     print("Cortex-M4F (qemu-system-arm mps2-an386), medians over "
-          f"{args.steps} steps; cycles estimated from the instruction mix (see --help)")
+          f"{args.steps} steps ({WHOLE_STEPS} for whole windows); cycles estimated from the "
+          "instruction mix (see --help)")
     print(table(rows))
+    pairs = ratios(rows)
+    if args.tflm:
+        print("\nTFLM rows: flash = firmware text + data minus a baseline firmware's without "
+              "TFLM and the model (TFLM code + model); RAM = the arena used "
+              "(arena_used_bytes); recurrent models as a one-step model (state copied between "
+              "steps outside the marks) or, -fused, UNIDIRECTIONAL_SEQUENCE_LSTM (-stock: as "
+              "shipped, state lost between Invokes; not in the ratios)\n")
+        print(ratio_table(pairs))
     out = args.out or RESULTS / f"mcu-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cpu": "cortex-m4 (qemu mps2-an386, estimated cycles)",
-                               "steps": args.steps, "rows": rows}, indent=1))
+                               "steps": args.steps, "whole_window_steps": WHOLE_STEPS,
+                               "tflm": str(args.tflm) if args.tflm else None,
+                               "rows": rows, "tflm_ratios": pairs}, indent=1))
     print(f"wrote {out}")
     return 0
 
