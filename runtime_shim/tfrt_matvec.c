@@ -1767,7 +1767,10 @@ static __attribute__((noinline)) void tfrt_dw3_row(const struct tfrt_dwconv *g,
  * (-std=c11 does not contract them): 1 + 1 cycles on the M4, where VFMA
  * costs 3. Straight-line code: with arrays and loops over the columns,
  * gcc made the edge checks a jump table per row. */
-#define TFRT_DW3S_X(k) (!edge || ((k) >= k0 && (k) < k1) ? xi[((k) + col) * (ptrdiff_t)c] : 0.0f)
+#include <float.h>
+/* whether the block's input column k is over the image (else: padding, no taps) */
+#define TFRT_DW3S_IN(k) (!edge || ((k) >= k0 && (k) < k1))
+#define TFRT_DW3S_X(k) xi[((k) + col) * (ptrdiff_t)c]
 static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
@@ -1778,17 +1781,28 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
   const tfrt_weight *wi = w + b->i0 * 3 * n + o;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
     const float w0 = TFRT_W(wi[0]), w1 = TFRT_W(wi[n]), w2 = TFRT_W(wi[2 * n]);
-    const float x0 = TFRT_DW3S_X(0), x1 = TFRT_DW3S_X(1), x2 = TFRT_DW3S_X(2);
-    const float x3 = TFRT_DW3S_X(3), x4 = TFRT_DW3S_X(4), x5 = TFRT_DW3S_X(5);
-    a0 += w0 * x0, a0 += w1 * x1, a0 += w2 * x2;
-    a1 += w0 * x1, a1 += w1 * x2, a1 += w2 * x3;
-    a2 += w0 * x2, a2 += w1 * x3, a2 += w2 * x4;
-    a3 += w0 * x3, a3 += w1 * x4, a3 += w2 * x5;
+    /* column k is tap j of position k - j; a column over the padding adds
+     * nothing (a product with 0 is not folded away: it could be NaN) */
+    if (TFRT_DW3S_IN(0)) { const float x = TFRT_DW3S_X(0); a0 += w0 * x; }
+    if (TFRT_DW3S_IN(1)) { const float x = TFRT_DW3S_X(1); a0 += w1 * x, a1 += w0 * x; }
+    if (TFRT_DW3S_IN(2)) {
+      const float x = TFRT_DW3S_X(2);
+      a0 += w2 * x, a1 += w1 * x, a2 += w0 * x;
+    }
+    if (TFRT_DW3S_IN(3)) {
+      const float x = TFRT_DW3S_X(3);
+      a1 += w2 * x, a2 += w1 * x, a3 += w0 * x;
+    }
+    if (TFRT_DW3S_IN(4)) { const float x = TFRT_DW3S_X(4); a2 += w2 * x, a3 += w1 * x; }
+    if (TFRT_DW3S_IN(5)) { const float x = TFRT_DW3S_X(5); a3 += w2 * x; }
   }
-  const float lo = g->post[0], hi = g->post[1]; /* tfrt_post's clamp, the bias was the start */
-  a0 = a0 < lo ? lo : a0, a1 = a1 < lo ? lo : a1, a2 = a2 < lo ? lo : a2, a3 = a3 < lo ? lo : a3;
-  y[o] = a0 > hi ? hi : a0, y[n + o] = a1 > hi ? hi : a1;
-  y[2 * n + o] = a2 > hi ? hi : a2, y[3 * n + o] = a3 > hi ? hi : a3;
+  /* tfrt_post's clamp (the bias was the start), on the sides that have a bound */
+  const float lo = g->post[0], hi = g->post[1];
+  if (lo >= -FLT_MAX)
+    a0 = a0 < lo ? lo : a0, a1 = a1 < lo ? lo : a1, a2 = a2 < lo ? lo : a2, a3 = a3 < lo ? lo : a3;
+  if (hi <= FLT_MAX)
+    a0 = a0 > hi ? hi : a0, a1 = a1 > hi ? hi : a1, a2 = a2 > hi ? hi : a2, a3 = a3 > hi ? hi : a3;
+  y[o] = a0, y[n + o] = a1, y[2 * n + o] = a2, y[3 * n + o] = a3;
 }
 
 /* One output row (at least 4 positions), blocks of 4 positions, the last
@@ -1820,6 +1834,7 @@ static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_d
 }
 #undef TFRT_DW3S_CHANNELS
 #undef TFRT_DW3S_X
+#undef TFRT_DW3S_IN
 #endif
 
 /* Position q of block b, any depth multiplier, one channel at a time: what
