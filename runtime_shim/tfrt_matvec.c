@@ -990,7 +990,7 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
  * start their sums at the bias and clamp only on the sides that have a
  * bound (an epilogue at every store cost 5% of a 64-channel pointwise
  * layer). A NaN stays NaN. */
-static inline float tfrt_post(const float *post, size_t o, float v) {
+TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) {
   v += post[2 + o];
   v = v < post[0] ? post[0] : v;
   return v > post[1] ? post[1] : v;

@@ -51,6 +51,8 @@ static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) {
 
 /* Where a block's sums go: rows positions' outputs from y (n apart), lanes
  * from lane t of the tile whose scales and weight sums start at t. */
+#include <float.h>
+
 struct tfrt_q_out {
   float *y;
   size_t n, rows, t, lanes;
@@ -203,6 +205,24 @@ static void tfrt_q_blocks_avx512(const int8_t *wq, size_t k4, const int8_t *xq,
 #define TFRT_Q_OFFSET 0
 #endif
 
+/* y[l] = the epilogue of sums[l] times the scales, lanes outputs from
+ * output t: tfrt_post's bias and clamp, its comparisons only on the sides
+ * that have a bound (the same values: a comparison with an infinite bound
+ * never changes one; on a Cortex-M4 each costs a VCMP, a VMRS and a
+ * conditional VMOV). */
+TFRT_UNUSED
+static void tfrt_q_finish(const struct tfrt_q_out *o, size_t t, size_t lanes,
+                          const float *sums, float *y) {
+  const float lo = o->post[0], hi = o->post[1];
+  const int lower = lo >= -FLT_MAX, upper = hi <= FLT_MAX;
+  for (size_t l = 0; l < lanes; l++) {
+    float v = sums[l] * o->x_scale * o->row_scale[t + l] + o->post[2 + t + l];
+    if (lower) v = v < lo ? lo : v;
+    if (upper) v = v > hi ? hi : v;
+    y[l] = v;
+  }
+}
+
 /* One position (its patch at `at`; its outputs at o->y) times every tile,
  * with the int8 matvec's tile (the other ISAs): the patch's runs gathered
  * into a contiguous row a chunk at a time, once for all the tiles; a
@@ -221,6 +241,7 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
 #endif
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
+    const int last = k0 + chunk == k4;
     for (size_t done = 0; done < chunk;) {
       const size_t r = (k0 + done) / g->run4, e = (k0 + done) % g->run4;
       const size_t len = g->run4 - e < chunk - done ? g->run4 - e : chunk - done;
@@ -230,11 +251,15 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
     for (size_t t = 0; t < o->n; t += TFRT_MATVEC_TILE) {
       TFRT_I8_SUMS_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, row, chunk / 4, out);
       const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
-      for (size_t l = 0; l < lanes; l++) o->y[t + l] = k0 ? o->y[t + l] + out[l] : out[l];
+      float *y = o->y + t;
+      if (k0)
+        for (size_t l = 0; l < lanes; l++) out[l] += y[l];
+      if (last)
+        tfrt_q_finish(o, t, lanes, out, y);
+      else
+        for (size_t l = 0; l < lanes; l++) y[l] = out[l];
     }
   }
-  for (size_t i = 0; i < o->n; i++)
-    o->y[i] = tfrt_post(o->post, i, o->y[i] * o->x_scale * o->row_scale[i]);
 }
 
 /* xq = round(x / s_x), half away from zero, and the slack zeroed; returns
