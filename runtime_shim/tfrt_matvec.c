@@ -1596,6 +1596,72 @@ static void tfrt_dwconv_avx2_inside(const struct tfrt_dwconv *g, const struct tf
 }
 #define TFRT_DWCONV_INSIDE_P tfrt_dwconv_avx2_inside
 #define TFRT_DWCONV_EDGE_P tfrt_dwconv_avx2_edge
+
+/* Three filter columns at stride and dilation 1 along the row, as the
+ * AVX-512 tfrt_dw3_block: the 4 positions of a block read 6 input
+ * columns, each loaded once for the taps that use it; 16 channels from o0
+ * (8 accumulators, 6 weight vectors: all 16 ymm registers in use). At an
+ * edge, columns outside the image are skipped. */
+static inline __attribute__((always_inline)) void tfrt_dw3_block_avx2(
+    const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
+    size_t o0, const int edge) {
+  enum { P = TFRT_DWCONV_P, V = 2 };
+  const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
+  const ptrdiff_t col = b->col, width = (ptrdiff_t)g->iw;
+  __m256 acc[P][V];
+  for (size_t v = 0; v < V; v++)
+    for (size_t q = 0; q < P; q++) acc[q][v] = _mm256_loadu_ps(g->post + 2 + o0 + 8 * v);
+  const float *xi = b->xrow + o0; /* input row i from channel o0 */
+  const float *wi = w + b->i0 * 3 * n + o0;
+  for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
+    __m256 wv[3][V];
+    for (size_t j = 0; j < 3; j++)
+      for (size_t v = 0; v < V; v++) {
+        wv[j][v] = _mm256_loadu_ps(wi + j * n + 8 * v);
+        __asm__("" : "+x"(wv[j][v])); /* in a register (as the AVX-512 block's) */
+      }
+    const float *xk = xi + (col < 0 ? 0 : (size_t)col) * c;
+    for (size_t k = 0; k < P + 2; k++) { /* the block's input column k, at xk */
+      const ptrdiff_t ix = col + (ptrdiff_t)k;
+      if (edge && (ix < 0 || ix >= width)) continue;
+      const float *at = xk;
+      xk += c;
+      for (size_t v = 0; v < V; v++) {
+        __m256 xv = _mm256_loadu_ps(at + 8 * v);
+        __asm__("" : "+x"(xv));
+        for (size_t j = 0; j < 3; j++) /* position k - j takes it as its tap j */
+          if (k >= j && k - j < P) acc[k - j][v] = _mm256_fmadd_ps(wv[j][v], xv, acc[k - j][v]);
+      }
+    }
+  }
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  for (size_t q = 0; q < P; q++)
+    for (size_t v = 0; v < V; v++)
+      _mm256_storeu_ps(y + q * n + o0 + 8 * v, tfrt_clamp256(clamp, acc[q][v]));
+}
+
+/* One output row of those layers (at least 4 positions and 16 channels):
+ * blocks of 4 positions, the last one moved back to end at the row's end,
+ * by groups of 16 channels, the last group overlapping the one before (its
+ * channels computed twice, stored twice the same). */
+static __attribute__((noinline)) void tfrt_dw3_row_avx2(const struct tfrt_dwconv *g,
+                                                        struct tfrt_dwblock b, const float *w,
+                                                        float *y, size_t ow, size_t left,
+                                                        size_t inner0, size_t inner1) {
+  enum { P = TFRT_DWCONV_P, C = 16 };
+  const size_t n = g->n;
+  for (size_t o = 0; o < n; o += C) {
+    const size_t o0 = o + C <= n ? o : n - C;
+    for (size_t ox = 0; ox < ow; ox += P) {
+      const size_t first = ox + P <= ow ? ox : ow - P;
+      b.col = (ptrdiff_t)first - (ptrdiff_t)left;
+      if (first < inner0 || first + P > inner1)
+        tfrt_dw3_block_avx2(g, &b, w, y + first * n, o0, 1);
+      else
+        tfrt_dw3_block_avx2(g, &b, w, y + first * n, o0, 0);
+    }
+  }
+}
 #else
 TFRT_DWCONV_INSIDE_BLOCK(4, tfrt_dwconv_inside_4)
 TFRT_DWCONV_EDGE_BLOCK(4, tfrt_dwconv_edge_4)
@@ -1934,6 +2000,11 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
 #ifdef TFRT_AVX512_F32
     if (count == P && kw == 3 && sw == 1 && dw == 1 && n == c) {
       tfrt_dw3_row(&g, b, w, y, ow, left, inner0, inner1);
+      continue;
+    }
+#elif defined(TFRT_AVX2_F32)
+    if (count == P && kw == 3 && sw == 1 && dw == 1 && n == c && n >= 16) {
+      tfrt_dw3_row_avx2(&g, b, w, y, ow, left, inner0, inner1);
       continue;
     }
 #elif defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON)
