@@ -120,6 +120,12 @@ def test_target_defaults_and_flags():
     host = make_target("cpu", "x86_64-unknown-linux-gnu", "host")
     assert host.matvec_kernel == "tfaot" and host.c_flags() == ()
     assert "-mprefer-vector-width=512" in matvec_flags(host)
+    # a named CPU's vector units, as IREE's kernels get them; generic: the baseline
+    assert "-march=x86-64-v3" in matvec_flags(
+        make_target("cpu", "x86_64-unknown-linux-gnu", "x86-64-v3"))
+    assert "-mcpu=cortex-a76" in matvec_flags(make_target("cpu", "aarch64-linux-gnu", "cortex-a76"))
+    assert not any(f.startswith(("-march", "-mcpu"))
+                   for f in matvec_flags(make_target("cpu", "aarch64-linux-gnu", "generic")))
     assert make_target("cpu", "aarch64-linux-gnu", "generic").matvec_kernel == "tfaot"
     m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4")
     # bare-metal Arm with an FPU: the matvec and depthwise kernels (when the

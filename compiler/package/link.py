@@ -63,16 +63,21 @@ MATVEC_SOURCE = "tfrt_matvec.c"
 
 def matvec_flags(target: Target) -> list[str]:
     """C flags of the micro-kernel: -O3 (gcc -O2 keeps its accumulator arrays
-    in memory, 1.7x slower) and, for cpu=host, this machine's vector units,
+    in memory, 1.7x slower) and, for cpu=host or a named x86-64 or aarch64
+    CPU, that CPU's vector units,
     as iree-compile's kernels; with AVX-512, 512-bit vectors read the
     weights 1.5x faster than gcc's default 256 (bench/bench_litert.py)."""
     # half-width weights (--weights-dtype): the kernel's variant that converts them
     dtype = [f"-DTFRT_MATVEC_{target.weights_dtype.upper()}"] * (target.weights_dtype != "f32")
-    if target.cpu == "host" and target.arch == "x86_64":
-        return ["-O3", "-march=native", "-mprefer-vector-width=512", *dtype]
-    if target.cpu == "host" and target.arch == "aarch64":
+    named = target.cpu not in ("host", "generic", "")
+    if target.arch == "x86_64" and (target.cpu == "host" or named):
+        # a named CPU (--cpu x86-64-v3, znver4, ...): its vector units, as
+        # IREE's kernels get them (without it the kernels were SSE2 only)
+        march = "native" if target.cpu == "host" else target.cpu
+        return ["-O3", f"-march={march}", "-mprefer-vector-width=512", *dtype]
+    if target.arch == "aarch64" and (target.cpu == "host" or named):
         # this core's extensions, e.g. the dot product the int8 kernel uses
-        return ["-O3", "-mcpu=native", *dtype]
+        return ["-O3", f"-mcpu={'native' if target.cpu == 'host' else target.cpu}", *dtype]
     return ["-O3", *dtype]
 
 
