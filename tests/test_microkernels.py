@@ -126,6 +126,11 @@ def test_target_defaults_and_flags():
     assert "-mcpu=cortex-a76" in matvec_flags(make_target("cpu", "aarch64-linux-gnu", "cortex-a76"))
     assert not any(f.startswith(("-march", "-mcpu"))
                    for f in matvec_flags(make_target("cpu", "aarch64-linux-gnu", "generic")))
+    # a CPU the C compiler does not know (LLVM may know more): the baseline
+    unknown = make_target("cpu", "x86_64-unknown-linux-gnu", "no-such-cpu")
+    assert "-march=no-such-cpu" in matvec_flags(unknown)
+    if shutil.which("gcc"):
+        assert matvec_flags(unknown, "gcc") == ["-O3"]
     assert make_target("cpu", "aarch64-linux-gnu", "generic").matvec_kernel == "tfaot"
     m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4")
     # bare-metal Arm with an FPU: the matvec and depthwise kernels (when the
