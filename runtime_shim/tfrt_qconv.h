@@ -262,6 +262,41 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
   }
 }
 
+#ifdef TFRT_I8_SUMS2_32
+/* Two positions (patches at at_a and at_b; outputs at o->y and o->y + n)
+ * times every tile with the DSP's pair kernel: each chunk of the two
+ * patches gathered and widened at once, group by group (a run is a whole
+ * number of groups, padded with zero weights), then as tfrt_q_position. */
+TFRT_UNUSED
+static void tfrt_q_pair(const int8_t *wq, size_t k4, const int8_t *at_a, const int8_t *at_b,
+                        const struct tfrt_qconv *g, const struct tfrt_q_out *o) {
+  uint32_t widened[TFRT_I8_CHUNK];  /* per group of 4 inputs: A's pair, B's pair */
+  float out[2][TFRT_MATVEC_TILE];
+  for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
+    const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
+    const int last = k0 + chunk == k4;
+    for (size_t done = 0; done < chunk; done += 4) {
+      const size_t r = (k0 + done) / g->run4, e = (k0 + done) % g->run4;
+      const size_t at = tfrt_q_run(g, r) + e;
+      tfrt_i8_widen_pair(tfrt_word(at_a + at), tfrt_word(at_b + at), widened + done);
+    }
+    for (size_t t = 0; t < o->n; t += TFRT_MATVEC_TILE) {
+      TFRT_I8_SUMS2_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, widened, chunk / 4, out[0], out[1]);
+      const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
+      for (size_t q = 0; q < 2; q++) {
+        float *y = o->y + q * o->n + t;
+        if (k0)
+          for (size_t l = 0; l < lanes; l++) out[q][l] += y[l];
+        if (last)
+          tfrt_q_finish(o, t, lanes, out[q], y);
+        else
+          for (size_t l = 0; l < lanes; l++) y[l] = out[q][l];
+      }
+    }
+  }
+}
+#endif
+
 /* xq = round(x / s_x), half away from zero, and the slack zeroed; returns
  * s_x (NaN if x has NaN or Inf). */
 static float tfrt_q_image(const float *x, size_t size, int8_t *xq) {
@@ -301,7 +336,12 @@ void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_of
 #ifdef TFRT_I8_AVX512
   tfrt_q_blocks_avx512(wq, k4, xq, &g, positions, o);
 #else
-  for (size_t p = 0; p < positions; p++, o.y += n)
+  size_t p = 0;
+#ifdef TFRT_I8_SUMS2_32 /* two positions at a time (DSP) */
+  for (; p + 2 <= positions; p += 2, o.y += 2 * n)
+    tfrt_q_pair(wq, k4, xq + tfrt_q_patch(&g, p), xq + tfrt_q_patch(&g, p + 1), &g, &o);
+#endif
+  for (; p < positions; p++, o.y += n)
     tfrt_q_position(wq, k4, xq + tfrt_q_patch(&g, p), &g, &o);
 #endif
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -231,6 +232,19 @@ def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):
     assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
     assert "cortex-m4" in CORTEX_M
     _check_output(_run_cortex_m("cortex-m4", image), cases)
+
+
+@pytest.mark.parametrize("kinds", [
+    ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m", "-DTFRT_QCONV_FN=q"],
+    ["-DTFRT_MATVEC_FN=m", "-DTFRT_CONV_FN=c", "-DTFRT_DWCONV_FN=d"]], ids=["int8", "f32"])
+def test_cortex_m_kernels_are_warning_free_with_clang(kinds, tmp_path):
+    """The Cortex-M (DSP, scalar FPU) paths with clang as well as gcc: a
+    helper left unused there is a warning only clang gives."""
+    if not shutil.which("clang"):
+        pytest.skip("needs clang")
+    _run(["clang", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "--target=armv7em-none-eabi",
+          "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-DTFRT_FREESTANDING",
+          *kinds, "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
 
 
 def test_scratch_slack_agrees_with_the_kernel():
