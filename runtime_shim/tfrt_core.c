@@ -135,6 +135,18 @@ TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int6
   return TFRT_STATUS_OUT_OF_MEMORY;
 }
 
+/* hal_inline.buffer.allocate of `size` bytes in a block of `block` bytes or
+ * more: the memory plan's (compiler/emit/memory.py: a state global's first
+ * buffer takes the size class of its later ones); its length stays `size`,
+ * as the program asked. */
+TFRT_INTERNAL int tfrt_buffer_allocate_in(tfrt_runtime *rt, int32_t alignment, int64_t size,
+                                          int64_t block, tfrt_buffer **out) {
+  if (size < 0 || size > block) return TFRT_STATUS_INVALID_ARGUMENT;
+  const int status = tfrt_buffer_allocate(rt, alignment, block, out);
+  if (status == TFRT_OK) (*out)->length = (size_t)size;
+  return status;
+}
+
 /* hal_inline.buffer.storage(!hal.buffer) -> !vm.buffer: the same object. */
 TFRT_INTERNAL int tfrt_buffer_storage(tfrt_buffer *buffer, tfrt_buffer **out) {
   *out = NULL;

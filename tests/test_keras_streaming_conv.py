@@ -96,14 +96,18 @@ def test_manifest_and_state_names(built):
 def test_init_state_buffer_takes_the_steps_size_class(built):
     """IREE packs the equal zero initial states of a conv stack into one
     buffer smaller than the state the step writes; the arena keeps no block
-    for that first buffer alone: __init asks for the step's size (its
-    numerics: test_stream_matches_keras[ds_cnn])."""
+    for that first buffer alone: __init's takes a block of the step's size,
+    its length the one asked for (its numerics:
+    test_stream_matches_keras[ds_cnn])."""
     _, _, out = built("ds_cnn")
     text = (out / "src" / "ds_cnn.c").read_text()
     bodies = re.split(r"\n(?=static int ds_cnn_vm_\w+\(struct ds_cnn_ctx \*ctx[^;]*\{)", text)
+    # the block each allocation takes: its size, or the plan's (allocate_in's 4th argument)
+    pattern = r"tfrt_buffer_allocate(?:_in)?\(rt, INT32_C\(64\), INT64_C\((\d+)\)(?:, INT64_C\((\d+)\))?"
     sizes = {re.match(r"static int ds_cnn_vm_(\w+)", b).group(1):
-             set(map(int, re.findall(r"tfrt_buffer_allocate\(rt, INT32_C\(64\), INT64_C\((\d+)\)", b)))
+             {int(block or size) for size, block in re.findall(pattern, b)}
              for b in bodies if b.startswith("static int ds_cnn_vm_")}
+    assert "tfrt_buffer_allocate_in(" in text
     assert sizes["__init"] and sizes["__init"] <= sizes["step"], sizes
     # every block of the arena is of a class that a function other than __init allocates
     pools = re.search(r"ds_cnn_pools\[\] = \{(.*?)\{0u, 0u\}", text, re.S).group(1)

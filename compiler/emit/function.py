@@ -100,11 +100,10 @@ class FunctionEmitter:
             if ln.strip():
                 self.lines.append(indent + ln)
 
-    def allocation_size(self, size) -> str:
-        """The size the current allocation asks for: the memory plan's, where
-        it has one (emit/memory.py), else the op's own operand."""
-        planned = self.module.alloc_sizes.get((self.info.vm_name, self._cur_block, self._cur_op))
-        return f"INT64_C({planned})" if planned is not None else self.val(size)
+    def planned_block(self) -> int | None:
+        """The block size the memory plan gives the current allocation
+        (emit/memory.py), or None: a block of its own size."""
+        return self.module.alloc_sizes.get((self.info.vm_name, self._cur_block, self._cur_op))
 
     def assign_ref(self, op, target: str) -> None:
         """Before redefining a ref local inside a loop, drop its old value."""

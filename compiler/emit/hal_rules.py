@@ -36,8 +36,12 @@ def _buffer_allocate(fe, op, groups):
     r1 = fe.result(op, 1)
     fe.assign_ref(op, r0)
     fe.assign_ref(op, r1)
-    fe.line(f"TFRT_TRY(tfrt_buffer_allocate(rt, {fe.val(align)}, {fe.allocation_size(size)}, "
-            f"&{r0}));")
+    block = fe.planned_block()
+    if block is None:
+        fe.line(f"TFRT_TRY(tfrt_buffer_allocate(rt, {fe.val(align)}, {fe.val(size)}, &{r0}));")
+    else:
+        fe.line(f"TFRT_TRY(tfrt_buffer_allocate_in(rt, {fe.val(align)}, {fe.val(size)}, "
+                f"INT64_C({block}), &{r0}));")
     fe.line(f"{r1} = tfrt_retain({r0});")
 
 

@@ -17,9 +17,10 @@ hold one buffer between them, not one each: six weight globals of one
 LSTM/GRU model made the arena seven times the 178 KB of its weights.
 A global whose ``__init`` buffer is smaller than the one buffer size every
 other function stores there (IREE packs a conv stack's equal zero initial
-states into one smaller buffer) gets its ``__init`` allocation grown to that
-size (``VMModule.alloc_sizes``), so it needs one block of one class; so this
-pass runs before the functions are emitted.
+states into one smaller buffer) gets a block of that size for its ``__init``
+allocation (``VMModule.alloc_sizes``; the buffer's length stays the one
+asked for), so it needs one block of one class; so this pass runs before the
+functions are emitted.
 """
 from __future__ import annotations
 

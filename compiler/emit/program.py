@@ -226,9 +226,9 @@ class VMModule:
         # symbol -> bool: read-only data the caller supplies at run time.
         self.external_rodata = external_rodata or (lambda sym: False)
         self.prog = VMProgram(module_name=symbol(vm_module.attributes["sym_name"]))
-        # (function, block index, op index) -> the size an allocation asks for
-        # instead of its own (memory.py: an __init buffer that a global keeps
-        # takes the class of the global's later, larger buffers)
+        # (function, block index, op index) -> the block size an allocation
+        # takes instead of its own (memory.py: an __init buffer that a global
+        # keeps takes the class of the global's later, larger buffers)
         self.alloc_sizes: dict[tuple[str, int, int], int] = {}
         self.rodata_by_sym: dict[str, Rodata] = {}
         self.rodata_by_expr: dict[str, Rodata] = {}
