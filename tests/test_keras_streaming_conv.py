@@ -93,6 +93,37 @@ def test_manifest_and_state_names(built):
     assert shapes[first][:2] == [1, 2]
 
 
+def test_global_pooling_window_keeps_one_vector_a_frame(tmp_path):
+    """Global average and max pooling (keepdims too) over a fixed window of
+    2-D frames: the window state holds each frame pooled over its width (one
+    vector of channels a frame, not the whole frame), and the outputs are
+    still Keras's over 100+ steps."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((16, 6))
+    h = L.Conv2D(8, (3, 3), activation="relu")(L.Reshape((16, 6, 1))(x))
+    avg = L.GlobalAveragePooling2D(name="gap")(h)
+    top = L.Flatten()(L.GlobalMaxPooling2D(keepdims=True, name="gmp")(h))
+    model = keras.Model(x, L.Dense(3)(L.Concatenate()([avg, top])))
+    path = tmp_path / "gp.keras"
+    model.save(path)
+    out = build_model(str(path), BuildOptions(out_dir=tmp_path / "gp"), Progress(False)).path
+    shapes = {st["name"]: st["shape"] for st in
+              json.loads((out / "gp.json").read_text())["state"]}
+    pools = {n: sh for n, sh in shapes.items() if n.startswith(("gap", "gmp"))}
+    assert len(pools) == 2 and all(sh[0] == 1 and sh[2:] == [8] for sh in pools.values()), shapes
+    lib = harness.load(out)
+    stream = library_stream(lib, model, "gp")
+    steps = STEPS + stream.first_valid_step
+    xs = np.random.default_rng(5).normal(size=(steps, *lib.input_shape)).astype(np.float32)
+    want = keras_reference(model, xs, stream=stream, step_output=lib.output_shape)
+    defined = ~np.isnan(want.reshape(steps, -1)).any(axis=1)
+    assert defined.sum() >= 100
+    np.testing.assert_allclose(lib.step_n(xs)[defined], want[defined], rtol=0, atol=TOL)
+
+
 def test_init_state_buffer_takes_the_steps_size_class(built):
     """IREE packs the equal zero initial states of a conv stack into one
     buffer smaller than the state the step writes; the arena keeps no block

@@ -249,7 +249,7 @@ def time_length(s: SeqOp) -> int | None:
 def reduce_over_time(s: SeqOp):
     """A reduction whose axes include the time axis."""
     if mode(s) == "window" and s.frames.length is not None:
-        window = _window(s, "window")
+        window = _window(s, "window", _reduced_frames(s))
         (y,) = emit_with(s, {0: window})[:1]
         s.set([y], [step(_window_valid(s))])
         return
@@ -273,11 +273,32 @@ def flatten_window(s: SeqOp, full_in, full_out):
     s.set([y], [step(_window_valid(s))])
 
 
-def _window(s: SeqOp, role: str):
+def _window(s: SeqOp, role: str, frames=None):
+    """The window of ``frames`` (default: the node's input) along time."""
     f = s.frames
-    window, kept = s.em.time.window_of((s.node.name, "window"), s.x, s.a, f, s.node.name)
+    window, kept = s.em.time.window_of((s.node.name, "window"), s.x if frames is None else frames,
+                                       s.a, f, s.node.name)
     s.em.row(s.node, role, buffer=kept, window=f.length)
     return window
+
+
+def _reduced_frames(s: SeqOp):
+    """For Mean / Sum / Max / Min over time and other axes: each frame
+    reduced over the other axes first (kept, of size 1), so that the window
+    keeps one vector a frame instead of the whole frame (keras's twin:
+    ``_pooled_frames``); the node then reduces a window of those, over axes
+    of size 1 but time. None for other reductions, or time alone."""
+    import tensorflow as tf
+
+    if s.op not in RUNNING:
+        return None
+    others = [int(ax) for ax in np.atleast_1d(s.const(1)).astype(int) % s.rank if ax != s.a]
+    if not others:
+        return None
+    reduce = {"Mean": tf.reduce_mean, "Sum": tf.reduce_sum, "Max": tf.reduce_max,
+              "Min": tf.reduce_min}[s.op]
+    with s.em_scope():
+        return reduce(s.x, axis=others, keepdims=True)
 
 
 def _window_valid(s: SeqOp) -> int:
