@@ -7,50 +7,16 @@
 #include <string.h>
 
 #include TFAOT_HEADER
+#include "firmware_io.h"
 #include "inputs.h"
-#include "semihost.h"
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define FN(x) CAT(TFAOT_MODEL, x)
 #define MACRO(x) CAT(TFAOT_UPPER, x)
 
-/* Stack painted below the caller's frame to find the high-water mark. */
-#define PAINT_BYTES (64u * 1024u)
-#define PAINT 0xA5C3E1F7u
-
-__attribute__((noinline)) void tfaot_mark(void) { __asm__ volatile("" ::: "memory"); }
-
 static _Alignas(MACRO(_CTX_ALIGN)) unsigned char ctx_mem[MACRO(_CTX_SIZE)];
 static float out[MACRO(_OUTPUT_SIZE)];
-
-static void put_hex(uint32_t bits, char *p) {
-  for (int k = 28; k >= 0; k -= 4) *p++ = "0123456789abcdef"[(bits >> k) & 15u];
-}
-
-static void print_floats(const float *v, size_t n) {
-  char line[9 * 8 + 2];
-  for (size_t i = 0; i < n; i += 8) {
-    char *p = line;
-    for (size_t j = i; j < n && j < i + 8; j++, p += 9) {
-      uint32_t bits;
-      memcpy(&bits, &v[j], 4);
-      put_hex(bits, p);
-      p[8] = ' ';
-    }
-    *p++ = '\n';
-    *p = 0;
-    semihost_puts(line);
-  }
-}
-
-/* Paints PAINT_BYTES below this frame; returns the lowest painted word. */
-__attribute__((noinline)) static volatile uint32_t *paint_stack(void) {
-  volatile uint32_t *top = (volatile uint32_t *)__builtin_frame_address(0) - 64;
-  volatile uint32_t *bottom = top - PAINT_BYTES / 4;
-  for (volatile uint32_t *p = bottom; p < top; p++) *p = PAINT;
-  return bottom;
-}
 
 int main(void) {
   volatile uint32_t *bottom = paint_stack();
@@ -68,13 +34,7 @@ int main(void) {
     if (status != 0) return 2;
     print_floats(out, MACRO(_OUTPUT_SIZE));
   }
-  volatile uint32_t *p = bottom;
-  while (*p == PAINT) p++;
-  char line[32] = "stack ";
-  put_hex((uint32_t)(PAINT_BYTES - (size_t)(p - bottom) * 4u), line + 6);
-  line[14] = '\n';
-  line[15] = 0;
-  semihost_puts(line);
+  print_stack_used(bottom);
   semihost_puts("done\n");
   return 0;
 }

@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "firmware_io.h"
 #include "inputs.h"
-#include "semihost.h"
 
 #ifndef TFLM_BASELINE
 #include <new>
@@ -42,52 +42,7 @@ alignas(tflite::MicroInterpreter) static uint8_t interpreter_mem[sizeof(tflite::
 #define TFLM_OUTPUT_SIZE 1
 #endif
 
-/* Stack painted below the caller's frame to find the high-water mark. */
-#define PAINT_BYTES (64u * 1024u)
-#define PAINT 0xA5C3E1F7u
-
-extern "C" __attribute__((noinline)) void tfaot_mark(void) { __asm__ volatile("" ::: "memory"); }
-
 static float out[TFLM_OUTPUT_SIZE];
-
-static void put_hex(uint32_t bits, char *p) {
-  for (int k = 28; k >= 0; k -= 4) *p++ = "0123456789abcdef"[(bits >> k) & 15u];
-}
-
-static void print_floats(const float *v, size_t n) {
-  char line[9 * 8 + 2];
-  for (size_t i = 0; i < n; i += 8) {
-    char *p = line;
-    for (size_t j = i; j < n && j < i + 8; j++, p += 9) {
-      uint32_t bits;
-      memcpy(&bits, &v[j], 4);
-      put_hex(bits, p);
-      p[8] = ' ';
-    }
-    *p++ = '\n';
-    *p = 0;
-    semihost_puts(line);
-  }
-}
-
-static void print_word(const char *name, uint32_t value) { /* "name xxxxxxxx\n" */
-  char line[32];
-  size_t n = strlen(name);
-  memcpy(line, name, n);
-  line[n] = ' ';
-  put_hex(value, line + n + 1);
-  line[n + 9] = '\n';
-  line[n + 10] = 0;
-  semihost_puts(line);
-}
-
-/* Paints PAINT_BYTES below this frame; returns the lowest painted word. */
-__attribute__((noinline)) static volatile uint32_t *paint_stack(void) {
-  volatile uint32_t *top = (volatile uint32_t *)__builtin_frame_address(0) - 64;
-  volatile uint32_t *bottom = top - PAINT_BYTES / 4;
-  for (volatile uint32_t *p = bottom; p < top; p++) *p = PAINT;
-  return bottom;
-}
 
 /* TFLM never allocates from a heap, but classes with virtual destructors
  * reference the sized and unsized operator delete; these keep libstdc++'s
@@ -149,9 +104,7 @@ extern "C" int main(void) {
     print_floats(out, TFLM_OUTPUT_SIZE);
   }
 #endif
-  volatile uint32_t *p = bottom;
-  while (*p == PAINT) p++;
-  print_word("stack", (uint32_t)(PAINT_BYTES - (size_t)(p - bottom) * 4u));
+  print_stack_used(bottom);
   semihost_puts("done\n");
   return 0;
 }
