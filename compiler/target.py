@@ -11,9 +11,11 @@ objects, and the kernels are a static ELF object.
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
+import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -76,21 +78,44 @@ def is_host_triple(triple: str) -> bool:
 #: kernel has blocks for (runtime_shim/tfrt_qconv.h): AVX-512 VNNI's
 #: vpdpbusd, the aarch64 dot-product extension's sdot.
 INT8_DOT_FLAGS = {"x86_64": {"avx512_vnni", "avx512bw"}, "aarch64": {"asimddp"}}
+#: the same features as the C compiler's predefined macros for a named CPU
+#: (the ones the int8 kernels test: TFRT_I8_AVX512, __ARM_FEATURE_DOTPROD)
+INT8_DOT_MACROS = {"x86_64": {"__AVX512VNNI__", "__AVX512BW__"},
+                   "aarch64": {"__ARM_FEATURE_DOTPROD"}}
 
 
-def int8_dot_products(arch: str, cpu: str) -> bool:
+def int8_dot_products(arch: str, cpu: str, cc: str | None = None) -> bool:
     """Whether a CPU target multiplies int8 faster than f32: 32-bit Arm (the
     Cortex-M DSP extension's dual 16-bit MACs, or no FPU at all), or x86-64
-    and aarch64 with dot-product instructions, known for --cpu host only.
+    and aarch64 with dot-product instructions: this machine's for --cpu
+    host, a named CPU's as the C compiler ``cc`` knows it (-march/-mcpu).
     Without them the int8 convolution's products cost what f32 FMAs do
     (x86-64 AVX2: a 64-channel pointwise layer 1.2x slower than f32, a 10x4
     filter over one channel 1.9x), so int8 builds keep f32 convolutions."""
     arch = "aarch64" if arch == "arm64" else arch
     if arch.startswith(("thumb", "arm")):
         return True
-    if cpu != "host" or arch != platform.machine().replace("arm64", "aarch64"):
+    if arch not in INT8_DOT_FLAGS or cpu in ("generic", ""):
         return False
-    return INT8_DOT_FLAGS.get(arch, {"-"}) <= host_cpu_flags()
+    if cpu != "host":
+        flag = f"-march={cpu}" if arch == "x86_64" else f"-mcpu={cpu}"
+        return cc is not None and INT8_DOT_MACROS[arch] <= compiler_macros(cc, flag)
+    if arch != platform.machine().replace("arm64", "aarch64"):
+        return False
+    return INT8_DOT_FLAGS[arch] <= host_cpu_flags()
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_macros(cc: str, flag: str) -> frozenset[str]:
+    """The macros C compiler ``cc`` predefines with ``flag`` (none if it
+    refuses the flag or is missing)."""
+    try:
+        proc = subprocess.run([cc, flag, "-dM", "-E", "-x", "c", os.devnull],
+                              capture_output=True, text=True)
+    except OSError:
+        return frozenset()
+    return frozenset(line.split()[1] for line in proc.stdout.splitlines()
+                     if proc.returncode == 0 and line.startswith("#define "))
 
 
 def host_cpu_flags() -> set[str]:
@@ -206,7 +231,8 @@ class Target:
         """Whether an int8 build gives its convolutions int8 weights."""
         if self.int8_convolutions is not None:
             return self.int8_convolutions
-        return int8_dot_products(self.arch, self.cpu)
+        toolchain = self.toolchain() if self.cpu not in ("host", "generic", "") else None
+        return int8_dot_products(self.arch, self.cpu, toolchain.cc if toolchain else None)
 
     @property
     def matvec_kernel(self) -> str:

@@ -328,6 +328,12 @@ def test_int8_convolutions_where_the_target_has_int8_dot_products():
     assert not int8_dot_products("arm64", "generic")  # (aarch64, not 32-bit Arm)
     host = make_target("cpu", weights_dtype="int8")
     assert host.conv_int8 == (INT8_DOT_FLAGS.get(host.arch, {"-"}) <= host_cpu_flags())
+    # a named CPU: its features as the C compiler knows them (here gcc, for x86-64)
+    if shutil.which("gcc") and host.arch == "x86_64":
+        assert int8_dot_products("x86_64", "icelake-server", "gcc")  # AVX-512 VNNI
+        assert not int8_dot_products("x86_64", "haswell", "gcc")  # AVX2 only
+        assert not int8_dot_products("x86_64", "no-such-cpu", "gcc")
+    assert not int8_dot_products("x86_64", "icelake-server", None)  # no compiler to ask
 
 
 def test_targets_without_int8_dot_products_keep_f32_convolutions():
