@@ -3,7 +3,8 @@
 Each model is built for a Cortex-M4F (``thumbv7em-none-eabihf``) in several
 variants, linked into a bare-metal firmware (bench/mcu/firmware.c: init,
 then one ``NAME_step`` per input frame between two calls of an empty
-marker function) and run on ``qemu-system-arm -M mps2-an386`` with a TCG
+marker function) and run on ``qemu-system-arm -M mps2-an386`` (with
+``--core m7``: a Cortex-M7 on ``mps2-an500``) with a TCG
 plugin of our own (bench/mcu/insn_count.c, built here with the host's
 gcc) that counts the instructions executed between the marks and
 estimates cycles from a cost per instruction class (Cortex-M4 TRM, zero
@@ -43,6 +44,7 @@ arena the model used. Needs arm-none-eabi-gcc/g++, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
 
     .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b] [--tflm DIR]
+                                        [--core m4|m7]
 """
 from __future__ import annotations
 
@@ -62,6 +64,11 @@ MCU = Path(__file__).parent / "mcu"
 CORTEXM = ROOT / "examples" / "cortex_m"  # start-up, linker script, semihosting
 RESULTS = Path(__file__).parent / "results"
 M4_FLAGS = ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
+#: --core: tfaot's --cpu, the firmware's gcc flags and the QEMU board. The
+#: cycle estimate is the M4's table: on the M7 (dual issue) read instructions.
+CORES = {"m4": {"cpu": "cortex-m4", "flags": M4_FLAGS, "machine": "mps2-an386"},
+         "m7": {"cpu": "cortex-m7", "machine": "mps2-an500",
+                "flags": ["-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard"]}}
 
 
 def _recurrent(cell: str, features: int, units: int, classes: int):
@@ -160,10 +167,11 @@ def make_inputs():
     return _load(CORTEXM / "make_inputs.py")
 
 
-def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path) -> Path:
+def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path,
+             core: dict = CORES["m4"]) -> Path:
     make_inputs().write_header(xs, workdir / "inputs.h")
     image = workdir / "firmware.elf"
-    run(["arm-none-eabi-gcc", "-std=c11", "-O2", *M4_FLAGS, "-ffunction-sections",
+    run(["arm-none-eabi-gcc", "-std=c11", "-O2", *core["flags"], "-ffunction-sections",
          "-fdata-sections", f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}",
          f'-DTFAOT_HEADER="{name}.h"', "-I", lib, "-I", workdir, "-I", CORTEXM,
          "-nostartfiles", "-T", CORTEXM / "mps2.ld", "-Wl,--gc-sections",
@@ -172,7 +180,8 @@ def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path) -> Path:
     return image
 
 
-def measure(image: Path, plugin: Path, steps: int, outputs: int) -> dict:
+def measure(image: Path, plugin: Path, steps: int, outputs: int,
+            machine: str = "mps2-an386") -> dict:
     """Runs the firmware under QEMU: per-step instructions and cycles,
     outputs, stack, and the functions of one step by cycles."""
     nm = run(["arm-none-eabi-nm", "-n", image]).stdout.splitlines()
@@ -180,7 +189,7 @@ def measure(image: Path, plugin: Path, steps: int, outputs: int) -> dict:
     # marks: the empty pair, init's pair, then two per step; profile a later step
     profiled_mark = 5 + 2 * min(10, steps - 1)
     proc = subprocess.run(
-        ["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor", "none", "-serial",
+        ["qemu-system-arm", "-M", machine, "-nographic", "-monitor", "none", "-serial",
          "none", "-semihosting", "-plugin",
          f"{plugin},marker=0x{marker},profile={profiled_mark}", "-d", "plugin",
          "-kernel", image], capture_output=True, text=True, timeout=1800,
@@ -230,7 +239,8 @@ def _profile(lines: list[str], nm: list[str]) -> dict[str, int]:
 
 
 def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
-                workdir: Path, tflm: tuple[Path, Path] | None = None) -> list[dict]:
+                workdir: Path, tflm: tuple[Path, Path] | None = None,
+                core: dict = CORES["m4"]) -> list[dict]:
     """tfaot's rows for the variants, then (tflm: TFLM's tree and its
     library) TFLM's rows."""
     from tfaot.pipeline import BuildOptions, Progress, build_model
@@ -248,7 +258,7 @@ def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
         out = workdir / f"{model_name}-{variant}"
         start = time.perf_counter()
         built = build_model(str(path), BuildOptions(
-            out_dir=out / "lib", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+            out_dir=out / "lib", triple="thumbv7em-none-eabihf", cpu=core["cpu"],
             **VARIANTS[variant]), Progress(enabled=False))
         if whole:
             x, y = _whole_windows(model, min(steps, WHOLE_STEPS))
@@ -256,8 +266,8 @@ def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
             if xs is None:  # the step's input shape and the reference, from the first build
                 xs, want = _inputs_and_reference(model, built.manifest, steps)
             x, y = xs, want
-        image = firmware(built.path, model_name, x, out)
-        got = measure(image, plugin, len(x), y.shape[1])
+        image = firmware(built.path, model_name, x, out, core)
+        got = measure(image, plugin, len(x), y.shape[1], core["machine"])
         fp = built.manifest["footprint"]
         rows.append(_row(model_name, variant, macs, got, y, start, whole,
                          flash_bytes=fp["code_bytes"] + fp["weight_bytes"],
@@ -402,8 +412,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default bench/results/)")
     ap.add_argument("--tflm", type=Path, default=None, metavar="DIR",
                     help="also measure TFLite Micro + CMSIS-NN from this source tree "
-                         "(its third-party downloads unpacked)")
+                         "(its third-party downloads unpacked; Cortex-M4 only)")
+    ap.add_argument("--core", choices=sorted(CORES), default="m4",
+                    help="m4 (mps2-an386, default) or m7 (mps2-an500: read the "
+                         "instructions, the cycle estimate is the M4's)")
     args = ap.parse_args(argv)
+    core = CORES[args.core]
+    if args.tflm is not None and args.core != "m4":
+        sys.exit("bench_mcu: --tflm builds TFLite Micro for the Cortex-M4 only (--core m4)")
     for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "gcc",
                  *(("arm-none-eabi-g++",) if args.tflm else ())):
         if not shutil.which(tool):
@@ -426,9 +442,9 @@ def main(argv=None) -> int:
         for model_name in models:
             work = Path(tmp) / model_name
             work.mkdir()
-            rows += bench_model(model_name, variants, args.steps, plugin, work, tflm)
+            rows += bench_model(model_name, variants, args.steps, plugin, work, tflm, core)
     print()
-    print("Cortex-M4F (qemu-system-arm mps2-an386), medians over "
+    print(f"{core['cpu']} (qemu-system-arm {core['machine']}), medians over "
           f"{args.steps} steps ({WHOLE_STEPS} for whole windows); cycles estimated from the "
           "instruction mix (see --help)")
     print(table(rows))
@@ -442,7 +458,8 @@ def main(argv=None) -> int:
         print(ratio_table(pairs))
     out = args.out or RESULTS / f"mcu-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"cpu": "cortex-m4 (qemu mps2-an386, estimated cycles)",
+    out.write_text(json.dumps({"cpu": f"{core['cpu']} (qemu {core['machine']}, cycles "
+                                      "estimated with the M4's costs)",
                                "steps": args.steps, "whole_window_steps": WHOLE_STEPS,
                                "tflm": str(args.tflm) if args.tflm else None,
                                "rows": rows, "tflm_ratios": pairs}, indent=1))
