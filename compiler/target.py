@@ -95,20 +95,32 @@ def int8_dot_products(arch: str, cpu: str, cc: str | None = None) -> bool:
     arch = "aarch64" if arch == "arm64" else arch
     if arch.startswith(("thumb", "arm")):
         return True
-    if arch not in INT8_DOT_FLAGS or cpu in ("generic", ""):
+    flag = cpu_flag(arch, cpu)
+    if arch not in INT8_DOT_FLAGS or flag is None:
         return False
     if cpu != "host":
-        flag = f"-march={cpu}" if arch == "x86_64" else f"-mcpu={cpu}"
         return cc is not None and INT8_DOT_MACROS[arch] <= compiler_macros(cc, flag)
     if arch != platform.machine().replace("arm64", "aarch64"):
         return False
     return INT8_DOT_FLAGS[arch] <= host_cpu_flags()
 
 
+def cpu_flag(arch: str, cpu: str) -> str | None:
+    """The C compiler's flag for a CPU on x86-64 and aarch64: this machine's
+    (cpu=host, e.g. the dot product the int8 kernel uses), or a named CPU's
+    (--cpu x86-64-v3, cortex-a76: its vector units, as IREE's kernels get
+    them); None for the baseline (cpu=generic) and other architectures."""
+    if cpu in ("generic", ""):
+        return None
+    name = "native" if cpu == "host" else cpu
+    return {"x86_64": f"-march={name}", "aarch64": f"-mcpu={name}"}.get(arch)
+
+
 @functools.lru_cache(maxsize=None)
 def compiler_macros(cc: str, flag: str) -> frozenset[str]:
     """The macros C compiler ``cc`` predefines with ``flag`` (none if it
-    refuses the flag or is missing)."""
+    refuses the flag or is missing: LLVM, and so IREE, knows CPUs an older
+    gcc does not)."""
     try:
         proc = subprocess.run([cc, flag, "-dM", "-E", "-x", "c", os.devnull],
                               capture_output=True, text=True)
@@ -225,6 +237,11 @@ class Target:
         themselves (dlopen), so they need libdl, not the driver's library.
         """
         return ("m", "dl") if self.is_gpu else ("m",)
+
+    @property
+    def cpu_flag(self) -> str | None:
+        """The C compiler's flag for this target's CPU (module cpu_flag)."""
+        return cpu_flag(self.arch, self.cpu)
 
     @property
     def conv_int8(self) -> bool:

@@ -211,13 +211,9 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
     toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
     cases = _cases(np.random.default_rng(8))
     (tmp_path / "qconv_cases.h").write_text(_cases_header(cases))
-    exe = tmp_path / "check"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
-          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_QCONV_FN=q_kernel", "-I", tmp_path,
-          DATA / "kernels" / "qconv_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
-    assert instruction in _run(["aarch64-linux-gnu-objdump", "-d", exe]).stdout
-    _check_output(subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu",
-                                  exe], capture_output=True, text=True, timeout=120), cases)
+    _check_output(toolchains.run_kernel_check_aarch64(
+        DATA / "kernels" / "qconv_check.c", ["-DTFRT_MATVEC_INT8", "-DTFRT_QCONV_FN=q_kernel"],
+        march, instruction, tmp_path), cases)
 
 
 def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):

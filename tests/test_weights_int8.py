@@ -207,14 +207,9 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
     toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
     cases = _kernel_cases(np.random.default_rng(5))
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
-    exe = tmp_path / "check"
-    _run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
-          f"-march={march}", "-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel", "-I", tmp_path,
-          DATA / "kernels" / "matvec_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
-    assert instruction in _run(["aarch64-linux-gnu-objdump", "-d", exe]).stdout
-    proc = subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe],
-                          capture_output=True, text=True, timeout=120)
-    _check_kernel_output(proc, cases)
+    _check_kernel_output(toolchains.run_kernel_check_aarch64(
+        DATA / "kernels" / "matvec_check.c", ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel"],
+        march, instruction, tmp_path), cases)
 
 
 @pytest.mark.parametrize("isa", ["generic", "avx2", "native"])

@@ -22,6 +22,26 @@ RUN_HOOKS = Path(__file__).parent / "data" / "backend" / "c" / "run_hooks.c"
 FIRMWARE = Path(__file__).parent.parent / "examples" / "cortex_m"
 
 
+def run_kernel_check_aarch64(driver: Path, defines: list[str], march: str, instruction: str,
+                             tmp_path: Path) -> subprocess.CompletedProcess:
+    """A kernel check program (tests/data/kernels/``driver``, its cases header
+    in ``tmp_path``) built with runtime_shim/tfrt_matvec.c for aarch64
+    ``-march``, its disassembly holding ``instruction`` (the path asked for),
+    run under qemu-aarch64 (-cpu max: every extension, e.g. FEAT_DotProd)."""
+    from tfaot.resources import shim_dir
+
+    require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    exe = tmp_path / "check"
+    subprocess.run(["aarch64-linux-gnu-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror",
+                    f"-march={march}", *defines, "-I", tmp_path, driver,
+                    shim_dir() / "tfrt_matvec.c", "-o", exe], check=True)
+    disassembly = subprocess.run(["aarch64-linux-gnu-objdump", "-d", exe], check=True,
+                                 capture_output=True, text=True).stdout
+    assert instruction in disassembly, f"no {instruction} in the -march={march} build"
+    return subprocess.run(["qemu-aarch64", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe],
+                          capture_output=True, text=True, timeout=120)
+
+
 def write_inputs_header(xs, path: Path) -> None:
     """inputs.h of the firmware's main.c for the frames ``xs`` (the example's
     make_inputs.write_header)."""

@@ -135,6 +135,7 @@ def _executable_lookup_function(fe, op, groups):
 
 
 def _executable_dispatch(fe, op, groups):
+    fe.info.dispatches += 1
     exe, fid, wx, wy, wz = (g[0] for g in groups[:5])
     consts = groups[5] if len(groups) > 5 else []
     binds = groups[6] if len(groups) > 6 else []

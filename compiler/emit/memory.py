@@ -32,6 +32,8 @@ from .vmir import blocks_in_cycles, const_int, location, symbol
 
 _ARENA_ALIGN = 64
 _LOOP_SITE_WEIGHT = 3  # live copies assumed for an allocation inside a loop
+#: a store into a global: (function, allocation site or None, weight, class or -1)
+_Store = tuple[str, "tuple[int, int] | None", int, int]
 
 
 def plan_memory(module: VMModule) -> None:
@@ -39,12 +41,11 @@ def plan_memory(module: VMModule) -> None:
     per_function: list[dict[int, int]] = []
     view_need = 1
     exe_sites = 0
-    global_classes: dict[str, set[int]] = {}
-    # (function, allocation site): a site is (block, op) by position, stable,
-    # where id() of the ops' Python objects was reused within one walk
-    global_sources: dict[str, set[tuple[str, tuple[int, int] | None]]] = {}
-    # global -> (function, allocation site or None, size class) of each store
-    stores: dict[str, list[tuple[str, tuple[int, int] | None, int]]] = {}
+    # global -> each store into it: (function, allocation site or None, the
+    # site's weight, size class or -1 when unknown); a site is (block, op) by
+    # position, stable, where id() of the ops' Python objects was reused
+    # within one walk
+    stores: dict[str, list[_Store]] = {}
     all_classes: set[int] = set()
     for fn_op in module.func_ops():
         fn_name = symbol(fn_op.attributes["sym_name"])
@@ -88,14 +89,10 @@ def plan_memory(module: VMModule) -> None:
                     if module.global_by_sym[g].ctype != "tfrt_buffer *":
                         continue
                     cls = alloc_class.get(op.operands[0])
-                    global_classes.setdefault(g, set()).add(cls if cls is not None else -1)
                     site = alloc_site.get(op.operands[0])
-                    # (a site in a loop may fill the globals with several buffers)
-                    global_sources.setdefault(g, set()).add(
-                        (fn_name, site[0] if site is not None and site[1] == 1 else None))
                     stores.setdefault(g, []).append(
                         (fn_name, site[0] if site is not None else None,
-                         cls if cls is not None else -1))
+                         site[1] if site is not None else 1, cls if cls is not None else -1))
                     if (fn_name == "__init" and site is not None and g not in stored_globals
                             and site[0] not in kept_sites):
                         kept_sites.add(site[0])
@@ -108,12 +105,12 @@ def plan_memory(module: VMModule) -> None:
         for cls, n in counts.items():
             need[cls] = max(need.get(cls, 0), n)
     biggest = max(all_classes) if all_classes else _ARENA_ALIGN
-    for g, size in _init_buffers_grown(stores, global_classes).items():
-        global_classes[g] = {size}
-        for fn, site, _ in stores[g]:
+    grown = _init_buffers_grown(stores)
+    for g, size in grown.items():
+        for fn, site, _, _ in stores[g]:
             if fn == "__init" and site is not None:
                 module.alloc_sizes[("__init", *site)] = size
-    for classes in _held_by_globals(global_classes, global_sources):
+    for classes in _held_by_globals(stores, grown):
         for cls in classes:
             cls = biggest if cls == -1 else cls
             need[cls] = need.get(cls, 0) + 1
@@ -123,8 +120,7 @@ def plan_memory(module: VMModule) -> None:
     prog.executable_count = max(1, exe_sites)
 
 
-def _init_buffers_grown(stores: dict[str, list[tuple[str, tuple[int, int] | None, int]]],
-                        global_classes: dict[str, set[int]]) -> dict[str, int]:
+def _init_buffers_grown(stores: dict[str, list[_Store]]) -> dict[str, int]:
     """Globals whose ``__init`` buffer is smaller than every buffer the other
     functions store there (a streaming model's state: IREE packs the initial
     zeros of equal states into one smaller buffer): global -> the class
@@ -133,27 +129,30 @@ def _init_buffers_grown(stores: dict[str, list[tuple[str, tuple[int, int] | None
     global's first buffer only, 15 KB of a streamed DS-CNN's context.)"""
     grown = {}
     for g, entries in stores.items():
-        if -1 in global_classes.get(g, {-1}):
+        if any(cls == -1 for *_, cls in entries):
             continue  # a buffer of unknown size
-        later = {cls for fn, _, cls in entries if fn != "__init"}
-        first = [(site, cls) for fn, site, cls in entries if fn == "__init"]
+        later = {cls for fn, _, _, cls in entries if fn != "__init"}
+        first = [(site, cls) for fn, site, _, cls in entries if fn == "__init"]
         if (len(later) == 1 and first and all(site is not None for site, _ in first)
                 and all(cls < max(later) for _, cls in first)):
             grown[g] = max(later)
     return grown
 
 
-def _held_by_globals(global_classes: dict[str, set[int]],
-                     global_sources: dict[str, set[tuple[str, tuple[int, int] | None]]]
+def _held_by_globals(stores: dict[str, list[_Store]], grown: dict[str, int]
                      ) -> list[set[int]]:
     """The size classes of the buffers globals keep alive, one set per buffer
     holder: each global on its own, except globals that only ``__init``
     stores, from the same known allocations, which share one holder (init
-    runs once per context, so they hold the same buffers)."""
+    runs once per context, so they hold the same buffers). A global in
+    ``grown`` holds one buffer of that class."""
     holders: list[set[int]] = []
     shared: dict[frozenset, set[int]] = {}
-    for g, classes in global_classes.items():
-        sources = frozenset(global_sources.get(g, ()))
+    for g, entries in stores.items():
+        classes = {grown[g]} if g in grown else {cls for *_, cls in entries}
+        # (a site in a loop may fill the globals with several buffers)
+        sources = frozenset((fn, site if weight == 1 else None)
+                            for fn, site, weight, _ in entries)
         if sources and all(fn == "__init" and site is not None for fn, site in sources):
             shared.setdefault(sources, set()).update(classes)
         else:

@@ -149,6 +149,7 @@ class FunctionInfo:
     declaration: str  # iree.abi.declaration, if present
     prefix: str = ""
     body: str = ""
+    dispatches: int = 0  # kernel dispatches in the body (where kernels may bind its buffers)
 
 
 @dataclass

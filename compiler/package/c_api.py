@@ -213,7 +213,7 @@ class ApiModel:
             return False
         set_state = self.vm.set_state
         return (self.stream.streams > 1 or self.compiled.target.shim_backend != "cpu"
-                or set_state is None or "tfrt_executable_dispatch(" in set_state.body)
+                or set_state is None or set_state.dispatches > 0)
 
     def weights_blob(self) -> bytes:
         """NAME.weights (--weights=file); b"" when the weights are in the library."""

@@ -1,15 +1,13 @@
 """Compiling and linking the library with the target's toolchain (Target.toolchain)."""
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from ..errors import TfaotError
-from ..target import Target, Toolchain
+from ..target import Target, Toolchain, compiler_macros
 
 #: Flags every build of generated C uses (warnings are errors in tests, not here).
 C_FLAGS = ("-std=c11", "-O2", "-ffunction-sections", "-fdata-sections")
@@ -64,40 +62,21 @@ def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
 MATVEC_SOURCE = "tfrt_matvec.c"
 
 
-@functools.lru_cache(maxsize=None)
-def c_compiler_accepts(cc: str, flag: str) -> bool:
-    """Whether the C compiler ``cc`` takes ``flag`` (a -march/-mcpu value:
-    LLVM, and so IREE, may know CPUs an older gcc does not)."""
-    proc = subprocess.run([cc, flag, "-E", "-x", "c", os.devnull], capture_output=True)
-    return proc.returncode == 0
-
-
 def matvec_flags(target: Target, cc: str | None = None) -> list[str]:
     """C flags of the micro-kernel: -O3 (gcc -O2 keeps its accumulator arrays
-    in memory, 1.7x slower) and the target CPU's (cpu_flag), unless the C
-    compiler ``cc`` does not know that CPU; with AVX-512, 512-bit vectors
-    read the weights 1.5x faster than gcc's default 256 (bench_litert.py)."""
+    in memory, 1.7x slower) and the target CPU's (Target.cpu_flag), unless
+    the C compiler ``cc`` does not know that CPU; with AVX-512, 512-bit
+    vectors read the weights 1.5x faster than gcc's default 256
+    (bench_litert.py)."""
     # half-width weights (--weights-dtype): the kernel's variant that converts them
     dtype = [f"-DTFRT_MATVEC_{target.weights_dtype.upper()}"] * (target.weights_dtype != "f32")
-    cpu = cpu_flag(target)
+    cpu = target.cpu_flag
     if cpu is None or (cc is not None and target.cpu != "host"
-                       and not c_compiler_accepts(cc, cpu)):
+                       and not compiler_macros(cc, cpu)):
         return ["-O3", *dtype]
     # with AVX-512, 512-bit vectors (gcc's default is 256)
     wide = ["-mprefer-vector-width=512"] if target.arch == "x86_64" else []
     return ["-O3", cpu, *wide, *dtype]
-
-
-def cpu_flag(target: Target) -> str | None:
-    """The C compiler's flag for the target's CPU on x86-64 and aarch64:
-    this machine's (cpu=host, e.g. the dot product the int8 kernel uses), or
-    a named CPU's (--cpu x86-64-v3, znver4, cortex-a76: its vector units, as
-    IREE's kernels get them; without it the kernels were SSE2 only); None
-    for the baseline (cpu=generic) and other architectures."""
-    if target.cpu in ("generic", ""):
-        return None
-    name = "native" if target.cpu == "host" else target.cpu
-    return {"x86_64": f"-march={name}", "aarch64": f"-mcpu={name}"}.get(target.arch)
 
 
 def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path,
@@ -113,7 +92,7 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
                          f"{target.triple}; none is installed (build with --matvec=iree)")
     names = [f"-DTFRT_{kind.upper()}_FN={symbol}" for kind, symbol in sorted(symbols.items())]
     flags = matvec_flags(target, toolchain.cc)
-    if cpu_flag(target) and cpu_flag(target) not in flags:
+    if target.cpu_flag and target.cpu_flag not in flags:
         print(f"tfaot: warning: the C compiler ({toolchain.cc}) does not know --cpu "
               f"{target.cpu}: tfaot's micro-kernels are built for the baseline {target.arch}, "
               "slower than they could be (a newer gcc, or CC=clang, may know it)",
