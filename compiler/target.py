@@ -201,6 +201,12 @@ class Target:
         return self.arch.startswith(("thumb", "arm")) and "-none-eabi" in self.triple
 
     @property
+    def expand_activations(self) -> bool:
+        """tanh and logistic as tfaot writes them out (lower/activations.py):
+        cheaper than IREE's where there are no vector units to fill."""
+        return self.bare_metal_arm
+
+    @property
     def hard_float(self) -> bool:
         return self.triple.endswith("eabihf")
 

@@ -107,10 +107,10 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     symbols = _run(["arm-none-eabi-nm", image]).stdout.split()
     for heap_fn in ("malloc", "free", "_sbrk", "_malloc_r"):
         assert heap_fn not in symbols, f"bare-metal image pulls in {heap_fn}"
-    # the kernels' floor is tfaot's (an M4's FPv4 has no VRINTM), not libm's
+    # tanh and logistic are tfaot's (lower/activations.py): no floor at all
     kernels = out / "src" / f"{MODEL}_kernels.o"
     assert "floorf" not in _run(["arm-none-eabi-nm", "-u", kernels]).stdout.split()
-    assert (f"{MODEL}_floorf" in symbols) == (cpu == "cortex-m4")
+    assert f"{MODEL}_floorf" not in symbols
     toolchains.require("qemu-system-arm")
     proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][1], "-nographic", "-monitor", "none",
                            "-serial", "none", "-semihosting", "-kernel", image],
@@ -121,6 +121,27 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     assert proc.returncode == 0 and lines and lines[-1] == "done", proc.stdout + proc.stderr
     ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
     np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=TOL)
+
+
+def test_cortex_m4_exp_floors_with_tfaot_floorf(tmp_path):
+    """IREE's exp rounds with floorf, which an M4's FPv4 lacks: the library
+    brings its own (NAME_floorf, runtime_shim/tfrt_libm.c), so nothing is
+    left for the firmware's libm."""
+    toolchains.require("arm-none-eabi-gcc")
+    from tfaot.backend.build import build_library
+
+    spec = backend_models.ALL["accumulator"]()
+    mlir = spec.mlir.replace(
+        "%n = stablehlo.add %s, %x : tensor<1x4xf32>",
+        "%e = stablehlo.exponential %x : tensor<1x4xf32>\n"
+        "    %n = stablehlo.add %s, %e : tensor<1x4xf32>")
+    assert "stablehlo.exponential" in mlir
+    out = tmp_path / "out"
+    build_library(mlir, spec.signature, out, name="acc", triple="thumbv7em-none-eabihf",
+                  cpu="cortex-m4", workdir=tmp_path / "w")
+    undefined = _run(["arm-none-eabi-nm", "-u", out / "libacc.a"]).stdout.split()
+    defined = _run(["arm-none-eabi-nm", "--defined-only", out / "libacc.a"]).stdout.split()
+    assert "floorf" not in undefined and "acc_floorf" in defined
 
 
 def test_hard_float_arm_without_cpu_is_refused(tmp_path):

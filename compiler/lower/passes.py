@@ -11,7 +11,9 @@ the Target decides which of these rewrites the module gets:
 3. ``weight_globals``: the remaining large constants become mutable globals
    (GPU targets and --weights=file): after the kernels' rewrite, which
    needs them as constants.
-4. ``split_matvec_reductions``: with IREE's packed weights, shorter FMA
+4. ``activations``: tanh and logistic written out as one exponential and
+   one division (Target.expand_activations: Cortex-M).
+5. ``split_matvec_reductions``: with IREE's packed weights, shorter FMA
    chains (Target.pack_weights).
 
 Returns the module and the Target as decided: when the kernels took every
@@ -23,7 +25,7 @@ import re
 from dataclasses import replace
 
 from ..target import Target
-from . import microkernel, pooling, weight_globals
+from . import activations, microkernel, pooling, weight_globals
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -45,6 +47,8 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
+    if target.expand_activations:
+        mlir_text, _ = activations.expand(mlir_text)
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap.
