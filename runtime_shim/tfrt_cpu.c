@@ -64,13 +64,40 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
   return TFRT_OK;
 }
 
-/* hal_loader.executable.dispatch: runs the workgroup grid in order on the
- * calling thread with a zeroed environment. */
+/* Where binding `buffer[offset, offset + length)` is, checked. */
+__attribute__((always_inline)) static inline int tfrt_bind(const tfrt_buffer *buffer,
+                                                           int64_t offset, int64_t length,
+                                                           void **ptr, size_t *ptr_length) {
+  if (!buffer) return TFRT_STATUS_NULL_REF;
+  if (!tfrt_range_ok(buffer, offset, length)) return TFRT_STATUS_OUT_OF_RANGE;
+  *ptr = buffer->data + offset;
+  *ptr_length = (size_t)length;
+  return TFRT_OK;
+}
+
+/* hal_loader.executable.dispatch: binds, then runs the grid. */
 TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
                                            int32_t count_x, int32_t count_y, int32_t count_z,
                                            uint32_t constant_count, const uint32_t *constants,
                                            uint32_t binding_count, const tfrt_binding *bindings,
                                            void **binding_ptrs, size_t *binding_lengths) {
+  for (uint32_t i = 0; i < binding_count; ++i) {
+    const tfrt_binding *b = &bindings[i];
+    const int status = tfrt_bind(b->buffer, b->offset, b->length, &binding_ptrs[i],
+                                 &binding_lengths[i]);
+    if (status != TFRT_OK) return status;
+  }
+  return tfrt_dispatch_bound(exe, function_id, count_x, count_y, count_z, constant_count,
+                             constants, binding_count, binding_ptrs, binding_lengths);
+}
+
+/* Runs the workgroup grid of a dispatch whose bindings are bound, in order
+ * on the calling thread with a zeroed environment. */
+TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t function_id,
+                                      int32_t count_x, int32_t count_y, int32_t count_z,
+                                      uint32_t constant_count, const uint32_t *constants,
+                                      uint32_t binding_count, void **binding_ptrs,
+                                      size_t *binding_lengths) {
   static const tfrt_abi_environment zero_env;
   if (!exe) return TFRT_STATUS_NULL_REF;
   const tfrt_abi_library_v6 *lib = exe->library;
@@ -84,13 +111,6 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
     if (attrs->local_memory_pages != 0) return TFRT_STATUS_UNIMPLEMENTED;
     if (attrs->binding_count != binding_count || attrs->constant_count != constant_count)
       return TFRT_STATUS_INVALID_ARGUMENT;
-  }
-  for (uint32_t i = 0; i < binding_count; ++i) {
-    const tfrt_binding *b = &bindings[i];
-    if (!b->buffer) return TFRT_STATUS_NULL_REF;
-    if (!tfrt_range_ok(b->buffer, b->offset, b->length)) return TFRT_STATUS_OUT_OF_RANGE;
-    binding_ptrs[i] = b->buffer->data + b->offset;
-    binding_lengths[i] = (size_t)b->length;
   }
   /* Every field set one by one (neither struct has holes between fields):
    * the two memsets of a zero start were a fifth of this function's cost
