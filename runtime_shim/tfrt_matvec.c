@@ -199,7 +199,7 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
 /* f32 weights: two input elements per asm statement, their 16 weights
  * loaded back to back (a load right after a load costs 1 cycle on the M4,
  * where gcc put each load between the arithmetic: 2), two statements per
- * pass of the loop: 3.75 -> 3.4 estimated M4 cycles a multiply-add on an
+ * pass of the loop: 3.75 -> 3.5 estimated M4 cycles a multiply-add on an
  * LSTM(64)'s matrices. */
 #define TFRT_MATVEC_M_PAIR(L, wp_, xp_)                                                    \
   __asm__("vldr %[x0], [%[xp]]\n\t"                                                       \
