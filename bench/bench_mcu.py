@@ -4,7 +4,8 @@ Each model is built for a Cortex-M4F (``thumbv7em-none-eabihf``) in several
 variants, linked into a bare-metal firmware (bench/mcu/firmware.c: init,
 then one ``NAME_step`` per input frame between two calls of an empty
 marker function) and run on ``qemu-system-arm -M mps2-an386`` (with
-``--core m7``: a Cortex-M7 on ``mps2-an500``) with a TCG
+``--core m7``: a Cortex-M7 on ``mps2-an500``; ``--core m55``: a Cortex-M55,
+``thumbv8.1m.main-none-eabihf``, on ``mps3-an547``) with a TCG
 plugin of our own (bench/mcu/insn_count.c, built here with the host's
 gcc) that counts the instructions executed between the marks and
 estimates cycles from a cost per instruction class (Cortex-M4 TRM, zero
@@ -44,7 +45,7 @@ arena the model used. Needs arm-none-eabi-gcc/g++, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
 
     .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b] [--tflm DIR]
-                                        [--core m4|m7]
+                                        [--core m4|m7|m55]
 """
 from __future__ import annotations
 
@@ -64,11 +65,18 @@ MCU = Path(__file__).parent / "mcu"
 CORTEXM = ROOT / "examples" / "cortex_m"  # start-up, linker script, semihosting
 RESULTS = Path(__file__).parent / "results"
 M4_FLAGS = ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
-#: --core: tfaot's --cpu, the firmware's gcc flags and the QEMU board. The
-#: cycle estimate is the M4's table: on the M7 (dual issue) read instructions.
-CORES = {"m4": {"cpu": "cortex-m4", "flags": M4_FLAGS, "machine": "mps2-an386"},
-         "m7": {"cpu": "cortex-m7", "machine": "mps2-an500",
-                "flags": ["-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard"]}}
+#: --core: tfaot's triple and --cpu, the firmware's gcc flags, the QEMU
+#: board and its linker script. The cycle estimate is the M4's table: on the
+#: M7 (dual issue) and the M55 (Helium's beats) read instructions.
+CORES = {"m4": {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4", "flags": M4_FLAGS,
+                "machine": "mps2-an386", "ld": "mps2.ld"},
+         "m7": {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m7", "machine": "mps2-an500",
+                "flags": ["-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
+                "ld": "mps2.ld"},
+         "m55": {"triple": "thumbv8.1m.main-none-eabihf", "cpu": "cortex-m55",
+                 "machine": "mps3-an547", "flags": ["-mthumb", "-mcpu=cortex-m55",
+                                                    "-mfloat-abi=hard"],
+                 "ld": "mps3_an547.ld"}}
 
 
 def _recurrent(cell: str, features: int, units: int, classes: int):
@@ -174,7 +182,7 @@ def firmware(lib: Path, name: str, xs: np.ndarray, workdir: Path,
     run(["arm-none-eabi-gcc", "-std=c11", "-O2", *core["flags"], "-ffunction-sections",
          "-fdata-sections", f"-DTFAOT_MODEL={name}", f"-DTFAOT_UPPER={name.upper()}",
          f'-DTFAOT_HEADER="{name}.h"', "-I", lib, "-I", workdir, "-I", CORTEXM,
-         "-nostartfiles", "-T", CORTEXM / "mps2.ld", "-Wl,--gc-sections",
+         "-nostartfiles", "-T", CORTEXM / core["ld"], "-Wl,--gc-sections",
          CORTEXM / "startup.c", MCU / "firmware.c", lib / f"lib{name}.a", "-lm", "-lc", "-lgcc",
          "-o", image])
     return image
@@ -258,7 +266,7 @@ def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
         out = workdir / f"{model_name}-{variant}"
         start = time.perf_counter()
         built = build_model(str(path), BuildOptions(
-            out_dir=out / "lib", triple="thumbv7em-none-eabihf", cpu=core["cpu"],
+            out_dir=out / "lib", triple=core["triple"], cpu=core["cpu"],
             **VARIANTS[variant]), Progress(enabled=False))
         if whole:
             x, y = _whole_windows(model, min(steps, WHOLE_STEPS))
@@ -414,8 +422,9 @@ def main(argv=None) -> int:
                     help="also measure TFLite Micro + CMSIS-NN from this source tree "
                          "(its third-party downloads unpacked; Cortex-M4 only)")
     ap.add_argument("--core", choices=sorted(CORES), default="m4",
-                    help="m4 (mps2-an386, default) or m7 (mps2-an500: read the "
-                         "instructions, the cycle estimate is the M4's)")
+                    help="m4 (mps2-an386, default), m7 (mps2-an500) or m55 "
+                         "(mps3-an547); on m7 and m55 read the instructions, the "
+                         "cycle estimate is the M4's")
     args = ap.parse_args(argv)
     core = CORES[args.core]
     if args.tflm is not None and args.core != "m4":

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 
 
-@pytest.mark.parametrize("machine,cpu", [("mps2-an386", "cortex-m4")])
-def test_plugin_counts_a_loop_exactly(machine, cpu, tmp_path):
+@pytest.mark.parametrize("machine,cpu,script", [("mps2-an386", "cortex-m4", "mps2.ld"),
+                                                ("mps3-an547", "cortex-m55", "mps3_an547.ld")])
+def test_plugin_counts_a_loop_exactly(machine, cpu, script, tmp_path):
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     sys.path.insert(0, str(ROOT / "bench"))
     import bench_mcu
@@ -26,7 +27,7 @@ def test_plugin_counts_a_loop_exactly(machine, cpu, tmp_path):
     cm = toolchains.FIRMWARE
     image = tmp_path / "loop.elf"
     run(["arm-none-eabi-gcc", "-std=c11", "-O2", "-mthumb", f"-mcpu={cpu}", "-I", cm,
-         "-nostartfiles", "-T", cm / "mps2.ld", cm / "startup.c", DATA / "kernels" / "loop_mark.c",
+         "-nostartfiles", "-T", cm / script, cm / "startup.c", DATA / "kernels" / "loop_mark.c",
          "-o", image])
     marker = next(line.split()[0] for line in run(["arm-none-eabi-nm", image]).stdout.splitlines()
                   if line.endswith(" tfaot_mark"))

@@ -1,5 +1,5 @@
 """Cross targets: the library built for aarch64 Linux runs under qemu-aarch64,
-the Cortex-M4/M7 static libraries link into bare-metal images (newlib libm,
+the Cortex-M4/M7/M55 static libraries link into bare-metal images (newlib libm,
 libgcc, no heap) that run under qemu-system-arm; outputs match the host
 build and TensorFlow running the original Keras model (functional LSTM/GRU
 with Dense, Add, Multiply, Concatenate: backend_models.keras_branched)."""
@@ -75,11 +75,7 @@ def test_aarch64_linux_under_qemu(inputs, tmp_path_factory, tmp_path):
     np.testing.assert_allclose(ys, expected, rtol=0, atol=TOL)
 
 
-# Bare-metal Arm: (cpu, gcc flags, QEMU machine with that core).
-ARM = {
-    "cortex-m4": (["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"], "mps2-an386"),
-    "cortex-m7": (["-mcpu=cortex-m7", "-mfpu=fpv5-d16"], "mps2-an500"),
-}
+ARM = toolchains.CORTEX_M
 
 
 def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Path:
@@ -87,8 +83,8 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
     image = tmp_path / "image.elf"
     cm = toolchains.FIRMWARE
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-          *ARM[cpu][0], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
-          *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
+          *ARM[cpu][1], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
+          *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / ARM[cpu][3],
           "-Wl,--gc-sections", "-Wl,-z,noexecstack", "-Wl,--fatal-warnings", cm / "startup.c", cm / "main.c",
           out / f"lib{MODEL}.a", "-lm", "-lc", "-lgcc", "-o", image])
     return image
@@ -97,7 +93,7 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
 @pytest.mark.parametrize("cpu", sorted(ARM))
 def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     toolchains.require("arm-none-eabi-gcc")
-    out, manifest = _cross("thumbv7em-none-eabihf", cpu, tmp_path_factory)
+    out, manifest = _cross(ARM[cpu][0], cpu, tmp_path_factory)
     _check_footprint(manifest)
     assert manifest["ctx_size"] % 64 == 0
     attrs = _run(["arm-none-eabi-readelf", "-A", out / f"lib{MODEL}.a"]).stdout
@@ -112,7 +108,7 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     assert "floorf" not in _run(["arm-none-eabi-nm", "-u", kernels]).stdout.split()
     assert f"{MODEL}_floorf" not in symbols
     toolchains.require("qemu-system-arm")
-    proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][1], "-nographic", "-monitor", "none",
+    proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][2], "-nographic", "-monitor", "none",
                            "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -239,31 +238,24 @@ def test_aarch64_under_qemu(keras_case, tmp_path):
     np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.slow
-def test_cortex_m4_when_asked(keras_case, tmp_path):
-    """Off by default on bare metal; asked for, it builds and matches (qemu-system-arm)."""
+@pytest.mark.parametrize("cpu, instruction", [
+    pytest.param("cortex-m4", r"vmul.f32\ts16, s16, s\d+", marks=pytest.mark.slow),
+    ("cortex-m55", r"vfma.f32\tq\d+, q\d+, r\d+")])
+def test_cortex_m_kernel(keras_case, cpu, instruction, tmp_path):
+    """Bare metal takes the kernel for matrices of 1024 weights or more; asked
+    for (--matvec=tfaot: every matrix), it builds and matches TensorFlow
+    under qemu-system-arm, on an M4 (scalar FPU path) and an M55 (Helium)."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     model, xs, expected, tmp = keras_case
     xs, expected = xs[:20], expected[:20]
-    out = _build(model, tmp, "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+    out = _build(model, tmp, cpu, triple=toolchains.CORTEX_M[cpu][0], cpu=cpu,
                  matvec="tfaot").path
-    rows = ",\n".join("{" + ", ".join(f"{float(v)!r}f" for v in x.ravel()) + "}" for x in xs)
-    (tmp_path / "inputs.h").write_text(f"#define STEPS {len(xs)}\nstatic const float "
-                                       f"inputs[STEPS][{xs[0].size}] = {{\n{rows}\n}};\n")
-    cm, image = toolchains.FIRMWARE, tmp_path / "image.elf"
-    _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-          "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-ffunction-sections",
-          "-fdata-sections", "-DTFAOT_MODEL=mk", "-DTFAOT_UPPER=MK", '-DTFAOT_HEADER="mk.h"',
-          "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld",
-          "-Wl,--gc-sections", "-Wl,-z,noexecstack", cm / "startup.c", cm / "main.c",
-          out / "libmk.a", "-lm", "-lc", "-lgcc", "-o", image])
-    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
-                           "none", "-serial", "none", "-semihosting", "-kernel", image],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
-    assert proc.returncode == 0 and lines and lines[-1] == "done", proc.stdout + proc.stderr
-    ys = np.array([[int(h, 16) for h in ln.split()] for ln in lines[:-1]], np.uint32)
-    np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=1e-5)
+    image, ys = toolchains.run_cortex_m_image(out, "mk", xs, tmp_path, cpu)
+    # the path for the core: the scalar FPU's asm, Helium's multiply by a scalar
+    kernel = toolchains.disassembly(image, cpu)
+    kernel = kernel[kernel.index("<mk_matvec_f32>:"):]
+    assert re.search(instruction, kernel[:kernel.index("\n\n")])
+    np.testing.assert_allclose(ys, expected, rtol=0, atol=1e-5)
 
 
 def test_big_matrices_walked_back_and_forth_give_the_same_bits(tmp_path):

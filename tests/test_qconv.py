@@ -230,17 +230,20 @@ def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):
     _check_output(_run_cortex_m("cortex-m4", image), cases)
 
 
+@pytest.mark.parametrize("core", [
+    ["--target=armv7em-none-eabi", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"],
+    ["--target=thumbv8.1m.main-none-eabi", "-mcpu=cortex-m55"]], ids=["m4", "m55"])
 @pytest.mark.parametrize("kinds", [
     ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m", "-DTFRT_QCONV_FN=q"],
     ["-DTFRT_MATVEC_FN=m", "-DTFRT_CONV_FN=c", "-DTFRT_DWCONV_FN=d"]], ids=["int8", "f32"])
-def test_cortex_m_kernels_are_warning_free_with_clang(kinds, tmp_path):
-    """The Cortex-M (DSP, scalar FPU) paths with clang as well as gcc: a
-    helper left unused there is a warning only clang gives."""
+def test_cortex_m_kernels_are_warning_free_with_clang(kinds, core, tmp_path):
+    """The Cortex-M (DSP, scalar FPU; Helium on the M55) paths with clang as
+    well as gcc: a helper left unused there is a warning only clang gives."""
     if not shutil.which("clang"):
         pytest.skip("needs clang")
-    _run(["clang", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "--target=armv7em-none-eabi",
-          "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-DTFRT_FREESTANDING",
-          *kinds, "-c", shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "k.o"])
+    _run(["clang", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", *core, "-mfloat-abi=hard",
+          "-DTFRT_FREESTANDING", *kinds, "-c", shim_dir() / "tfrt_matvec.c",
+          "-o", tmp_path / "k.o"])
 
 
 def test_scratch_slack_agrees_with_the_kernel():
@@ -432,7 +435,7 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     assert manifest["micro_kernels"] == ["dwconv", "qconv"], manifest["micro_kernels"]
     host = harness.load(bn_int8 / "whole")
     xs = np.random.default_rng(4).standard_normal((12, *host.input_shape)).astype(np.float32)
-    image, ys = toolchains.run_cortex_m4_image(out, "bn", xs, tmp_path)
+    image, ys = toolchains.run_cortex_m_image(out, "bn", xs, tmp_path)
     assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
     want = host.step_n(xs).reshape(len(xs), -1)
     np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-5)

@@ -428,22 +428,24 @@ def test_aarch64_matches_the_host_build(case, tmp_path):
     np.testing.assert_allclose(np.asarray(ys).reshape(STEPS, -1), host, rtol=0, atol=1e-5)
 
 
-def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
-    """The whole library for a Cortex-M4 (bare metal; int8 picks the matvec
-    micro-kernel there by itself), linked into an image run by
-    qemu-system-arm: its DSP kernel gives the host int8 build's outputs."""
+@pytest.mark.parametrize("cpu, instruction", [("cortex-m4", "smlad"), ("cortex-m55", "vmullb")])
+def test_cortex_m_image_matches_the_host_build(case, cpu, instruction, tmp_path):
+    """The whole library for a Cortex-M4 or M55 (bare metal; int8 picks the
+    matvec micro-kernel there by itself), linked into an image run by
+    qemu-system-arm: its DSP kernel (M4) or Helium kernel (M55) gives the
+    host int8 build's outputs."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     from tfaot import harness
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
     out = build_model(str(case["path"]), BuildOptions(
-        out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+        out_dir=tmp_path / "lib", triple=toolchains.CORTEX_M[cpu][0], cpu=cpu,
         weights_dtype="int8"), Progress(enabled=False)).path
     manifest = json.loads((out / "q8.json").read_text())
     assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"
     xs = case["xs"]
-    image, ys = toolchains.run_cortex_m4_image(out, "q8", xs, tmp_path)
-    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    image, ys = toolchains.run_cortex_m_image(out, "q8", xs, tmp_path, cpu)
+    assert instruction in toolchains.disassembly(image, cpu)
     host = harness.load(case["built"]["int8"].path).step_n(xs).reshape(STEPS, -1)
     np.testing.assert_allclose(ys, host, rtol=0, atol=1e-5)
     assert float(np.max(np.abs(ys - case["ref"]))) < 2e-2
@@ -455,10 +457,12 @@ def test_cortex_m4_image_matches_the_host_build(case, tmp_path):
     ("gcc", ["-march=icelake-server"]), ("clang", ["-march=alderlake"]),
     ("aarch64-linux-gnu-gcc", ["-march=armv8.2-a+dotprod"]),
     ("arm-none-eabi-gcc", ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16",
-                           "-mfloat-abi=hard", "-DTFRT_FREESTANDING"])])
+                           "-mfloat-abi=hard", "-DTFRT_FREESTANDING"]),
+    ("arm-none-eabi-gcc", ["-mthumb", "-mcpu=cortex-m55", "-mfloat-abi=hard",
+                           "-DTFRT_FREESTANDING"])])
 def test_kernel_is_warning_free(cc, flags, tmp_path):
     """The int8 kernel's paths (AVX2: haswell; AVX-512 VNNI: icelake-server;
-    AVX-VNNI: alderlake; sdot; Cortex-M DSP; portable), its matmul of many
+    AVX-VNNI: alderlake; sdot; Cortex-M DSP; Helium; portable), its matmul of many
     streams, with the f32 convolutions of the same build."""
     import platform
 

@@ -52,25 +52,51 @@ def write_inputs_header(xs, path: Path) -> None:
     spec.loader.exec_module(module)
     module.write_header(xs, path)
 
-def run_cortex_m4_image(lib: Path, name: str, xs, tmp_path: Path) -> tuple[Path, "np.ndarray"]:
-    """The library in ``lib`` (built for thumbv7em-none-eabihf, cortex-m4)
-    linked with the example firmware's main.c into an image that steps it
-    over ``xs``, run by qemu-system-arm: (the image, its outputs, one row
-    per step). Fails the test if it does not build or run to the end."""
+#: Bare-metal Arm cores the tests run: --cpu -> (tfaot's triple, the
+#: firmware's gcc flags besides -mthumb -mfloat-abi=hard, the QEMU board
+#: with that core, the example's linker script for that board).
+CORTEX_M = {
+    "cortex-m4": ("thumbv7em-none-eabihf", ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"],
+                  "mps2-an386", "mps2.ld"),
+    "cortex-m7": ("thumbv7em-none-eabihf", ["-mcpu=cortex-m7", "-mfpu=fpv5-d16"],
+                  "mps2-an500", "mps2.ld"),
+    # Armv8.1-M with Helium (MVE): IREE vectorizes with it, so do the kernels
+    "cortex-m55": ("thumbv8.1m.main-none-eabihf", ["-mcpu=cortex-m55"], "mps3-an547",
+                   "mps3_an547.ld"),
+}
+
+
+def disassembly(image: Path, cpu: str) -> str:
+    """objdump's text of a bare-metal image; for the M55 with the Armv8.1-M
+    decoder, without which objdump prints Helium instructions as
+    coprocessor ones."""
+    arch = ["-m", "armv8.1-m.main"] if CORTEX_M[cpu][0].startswith("thumbv8.1m") else []
+    return subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", *arch, image],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def run_cortex_m_image(lib: Path, name: str, xs, tmp_path: Path,
+                       cpu: str = "cortex-m4") -> tuple[Path, "np.ndarray"]:
+    """The library in ``lib`` (built for ``cpu``'s triple) linked with the
+    example firmware's main.c into an image that steps it over ``xs``, run
+    by qemu-system-arm on a board with that core: (the image, its outputs,
+    one row per step). Fails the test if it does not build or run to the
+    end."""
     import subprocess
 
     import numpy as np
 
+    _, flags, machine, script = CORTEX_M[cpu]
     write_inputs_header(xs, tmp_path / "inputs.h")
     image = tmp_path / "image.elf"
     subprocess.run(
         ["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-         "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", f"-DTFAOT_MODEL={name}",
+         *flags, "-mfloat-abi=hard", f"-DTFAOT_MODEL={name}",
          f"-DTFAOT_UPPER={name.upper()}", f'-DTFAOT_HEADER="{name}.h"', "-I", lib, "-I",
-         tmp_path, "-I", FIRMWARE, "-nostartfiles", "-T", FIRMWARE / "mps2.ld",
+         tmp_path, "-I", FIRMWARE, "-nostartfiles", "-T", FIRMWARE / script,
          "-Wl,--gc-sections", FIRMWARE / "startup.c", FIRMWARE / "main.c",
          lib / f"lib{name}.a", "-lm", "-lc", "-lgcc", "-o", image], check=True)
-    proc = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-monitor",
+    proc = subprocess.run(["qemu-system-arm", "-M", machine, "-nographic", "-monitor",
                            "none", "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
