@@ -486,10 +486,74 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
   y[o] = a0, y[n + o] = a1, y[2 * n + o] = a2, y[3 * n + o] = a3;
 }
 
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2) && !defined(TFRT_MATVEC_BF16) && \
+    !defined(TFRT_MATVEC_F16)
+#include <arm_mve.h>
+/* Helium (Cortex-M55/M85), f32 weights: the same block, 4 channels at a
+ * time as vectors (channels are the image's last axis): the 4 positions'
+ * sums, a row's 3 weight vectors and an input column are the 8 Q
+ * registers. VFMA (fused, 4 products per instruction); the clamp as
+ * compare-and-select, which keeps a NaN as the scalar block does (VMAXNM
+ * would drop it). */
+static inline __attribute__((always_inline)) float32x4_t tfrt_dw3_clamp_mve(float32x4_t a,
+                                                                             float lo,
+                                                                             float hi) {
+  if (lo >= -FLT_MAX) a = vpselq_f32(vdupq_n_f32(lo), a, vcmpltq_n_f32(a, lo));
+  if (hi <= FLT_MAX) a = vpselq_f32(vdupq_n_f32(hi), a, vcmpgtq_n_f32(a, hi));
+  return a;
+}
+#define TFRT_DW3V_X(k) vld1q_f32(xi + ((k) + col) * (ptrdiff_t)c)
+static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
+    const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
+    size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
+  const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
+  const float32x4_t bias = vld1q_f32(g->post + 2 + o);
+  float32x4_t a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const float *xi = b->xrow + o;
+  const float *wi = w + b->i0 * 3 * n + o;
+  for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
+    const float32x4_t w0 = vld1q_f32(wi), w1 = vld1q_f32(wi + n), w2 = vld1q_f32(wi + 2 * n);
+    if (TFRT_DW3S_IN(0)) a0 = vfmaq_f32(a0, w0, TFRT_DW3V_X(0));
+    if (TFRT_DW3S_IN(1)) {
+      const float32x4_t x = TFRT_DW3V_X(1);
+      a0 = vfmaq_f32(a0, w1, x), a1 = vfmaq_f32(a1, w0, x);
+    }
+    if (TFRT_DW3S_IN(2)) {
+      const float32x4_t x = TFRT_DW3V_X(2);
+      a0 = vfmaq_f32(a0, w2, x), a1 = vfmaq_f32(a1, w1, x), a2 = vfmaq_f32(a2, w0, x);
+    }
+    if (TFRT_DW3S_IN(3)) {
+      const float32x4_t x = TFRT_DW3V_X(3);
+      a1 = vfmaq_f32(a1, w2, x), a2 = vfmaq_f32(a2, w1, x), a3 = vfmaq_f32(a3, w0, x);
+    }
+    if (TFRT_DW3S_IN(4)) {
+      const float32x4_t x = TFRT_DW3V_X(4);
+      a2 = vfmaq_f32(a2, w2, x), a3 = vfmaq_f32(a3, w1, x);
+    }
+    if (TFRT_DW3S_IN(5)) a3 = vfmaq_f32(a3, w2, TFRT_DW3V_X(5));
+  }
+  const float lo = g->post[0], hi = g->post[1];
+  vst1q_f32(y + o, tfrt_dw3_clamp_mve(a0, lo, hi));
+  vst1q_f32(y + n + o, tfrt_dw3_clamp_mve(a1, lo, hi));
+  vst1q_f32(y + 2 * n + o, tfrt_dw3_clamp_mve(a2, lo, hi));
+  vst1q_f32(y + 3 * n + o, tfrt_dw3_clamp_mve(a3, lo, hi));
+}
+#undef TFRT_DW3V_X
+/* channels 4 at a time; the rest one by one */
+#define TFRT_DW3S_VECTORS(k0, k1, edge) \
+  for (; o + 4 <= g->n; o += 4) tfrt_dw3_channels_mve(g, b, w, yb, o, col, k0, k1, edge);
+#else
+#define TFRT_DW3S_VECTORS(k0, k1, edge)
+#endif
+
 /* One output row (at least 4 positions), blocks of 4 positions, the last
  * one moved back to end at the row's end. */
-#define TFRT_DW3S_CHANNELS(k0, k1, edge) \
-  for (size_t o = 0; o < g->n; o++) tfrt_dw3_channel_scalar(g, b, w, yb, o, col, k0, k1, edge)
+#define TFRT_DW3S_CHANNELS(k0, k1, edge)                                        \
+  do {                                                                          \
+    size_t o = 0;                                                               \
+    TFRT_DW3S_VECTORS(k0, k1, edge)                                             \
+    for (; o < g->n; o++) tfrt_dw3_channel_scalar(g, b, w, yb, o, col, k0, k1, edge); \
+  } while (0)
 static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
                                 const tfrt_weight *w, float *y, size_t ow, size_t left) {
   _Static_assert(TFRT_DWCONV_P == 4, "the scalar block is written for 4 positions");
@@ -514,6 +578,7 @@ static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_d
   }
 }
 #undef TFRT_DW3S_CHANNELS
+#undef TFRT_DW3S_VECTORS
 #undef TFRT_DW3S_X
 #undef TFRT_DW3S_IN
 #endif

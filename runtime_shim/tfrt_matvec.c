@@ -630,6 +630,11 @@ TFRT_I8_TILE_NEON(16)
 #define TFRT_I8_TILE_32 tfrt_i8_tile_neon_32
 #define TFRT_I8_TILE_16 tfrt_i8_tile_neon_16
 #elif defined(__ARM_FEATURE_DSP) && !defined(__aarch64__)
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+/* Helium with floating point (Cortex-M55/M85): its kernels, after the DSP
+ * ones, take the matvec's tiles and the convolution's sums. */
+#define TFRT_I8_MVE 1
+#endif
 /* 32-bit Arm with the DSP extension (Cortex-M4/M7/M33, Cortex-A in Arm
  * state): SMLAD multiplies two signed 16-bit halves pairwise and adds both
  * products to a 32-bit sum in one instruction (one cycle on the M4);
@@ -789,7 +794,9 @@ static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t group
     out[l + 3] = (float)a3;
   }
 }
+#ifndef TFRT_I8_MVE
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_dsp_32
+#endif
 
 /* Two lanes' products with one group of 4 inputs of two positions (the
  * int8 convolution's pairs of positions, as CMSIS-NN's pointwise kernel
@@ -845,10 +852,12 @@ static void tfrt_i8_sums2_dsp_32(const int8_t *wt, const uint32_t *widened, size
     out_b[l] = (float)b0, out_b[l + 1] = (float)b1;
   }
 }
+#ifndef TFRT_I8_MVE
 #define TFRT_I8_SUMS2_32 tfrt_i8_sums2_dsp_32
+#endif
 
 /* A group of 4 inputs of each of two positions, widened for the pair kernel */
-static inline void tfrt_i8_widen_pair(uint32_t a, uint32_t b, uint32_t *widened) {
+TFRT_UNUSED static inline void tfrt_i8_widen_pair(uint32_t a, uint32_t b, uint32_t *widened) {
   widened[0] = tfrt_sxtb16(a);
   widened[1] = tfrt_sxtb16_ror8(a);
   widened[2] = tfrt_sxtb16(b);
@@ -860,14 +869,13 @@ static void tfrt_i8_tile_dsp_16(const int8_t *wt, const int8_t *xq, const float 
                                 size_t groups, float *out) {
   tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 16);
 }
-#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+#ifdef TFRT_I8_MVE
 #include <arm_mve.h>
 /* Helium (Cortex-M55/M85) has no 4-way int8 dot product: VMULLB and VMULLT
  * multiply the even and the odd bytes into int16 (|w x| <= 127 * 127), one
  * VADD sums them to pairs (<= 32258, no overflow), VMOVLB and VMOVLT widen
  * each 32-bit lane's two pairs to int32 for the sum: 6 instructions per 4
- * lanes x 4 inputs, where the DSP path takes 19. The matvec's tiles only:
- * the int8 convolution keeps the DSP kernels. */
+ * lanes x 4 inputs, where the DSP path takes 19. */
 static inline int32x4_t tfrt_i8_dot4_mve(int32x4_t acc, int8x16_t w, int8x16_t x) {
   const int16x8_t pairs = vaddq_s16(vmullbq_int_s8(w, x), vmulltq_int_s8(w, x));
   return vaddq_s32(acc, vaddq_s32(vmovlbq_s16(pairs), vmovltq_s16(pairs)));
@@ -903,6 +911,27 @@ TFRT_I8_TILE_MVE(32)
 TFRT_I8_TILE_MVE(16)
 #define TFRT_I8_TILE_32 tfrt_i8_tile_mve_32
 #define TFRT_I8_TILE_16 tfrt_i8_tile_mve_16
+
+/* The int8 convolution's int32 sums of 32 lanes (no block scales), as f32
+ * (exact below 2^24), one position at a time. */
+TFRT_UNUSED
+static void tfrt_i8_sums_mve_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
+  enum { T = TFRT_MATVEC_TILE };
+  for (size_t l = 0; l < T; l += 8) {
+    int32x4_t acc0 = vdupq_n_s32(0), acc1 = acc0;
+    const int8_t *p = wt + 4 * l;
+    for (size_t h = 0; h < groups; h++, p += 4 * T) {
+      int32_t four;
+      __builtin_memcpy(&four, xq + 4 * h, sizeof four);
+      const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(four));
+      acc0 = tfrt_i8_dot4_mve(acc0, vld1q_s8(p), x);
+      acc1 = tfrt_i8_dot4_mve(acc1, vld1q_s8(p + 16), x);
+    }
+    vst1q_f32(out + l, vcvtq_f32_s32(acc0));
+    vst1q_f32(out + l + 4, vcvtq_f32_s32(acc1));
+  }
+}
+#define TFRT_I8_SUMS_32 tfrt_i8_sums_mve_32
 #else
 #define TFRT_I8_TILE_32 tfrt_i8_tile_dsp_32
 #define TFRT_I8_TILE_16 tfrt_i8_tile_dsp_16

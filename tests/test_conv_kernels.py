@@ -206,12 +206,13 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
 CONV_CHECK_GEOMETRIES = 32
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7"])
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m55"])
 def test_cortex_m_kernels_match_the_loop(cpu, tmp_path):
     """The convolution kernels built bare metal for a Cortex-M (a scalar
-    FPU: the depthwise 3-column blocks with one channel at a time, at the
-    edges of a padding of 1 on either side or both) against the plain loop,
-    under qemu-system-arm."""
+    FPU: the depthwise 3-column blocks with one channel at a time; Helium:
+    4 channels at a time, the rest one by one; at the edges of a padding of
+    1 on either side or both) against the plain loop, under
+    qemu-system-arm."""
     from test_weights_int8 import _cortex_m_image, _run_cortex_m
 
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")

@@ -27,7 +27,7 @@ import pytest
 
 import toolchains
 from test_conv_kernels import _keras_batch_norm_model
-from test_weights_int8 import CORTEX_M, _cortex_m_image, _run_cortex_m
+from test_weights_int8 import CORTEX_M, INT8_PATH, _cortex_m_image, _run_cortex_m
 from tfaot.lower import int8_weights, microkernel
 from tfaot.resources import shim_dir
 from util import run as _run
@@ -216,18 +216,19 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
         march, instruction, tmp_path), cases)
 
 
-def test_cortex_m4_kernel_matches_the_arithmetic(tmp_path):
-    """The DSP path (SXTB16 + SMLAD, one position at a time, patches over
-    the Cortex-M's 128-input chunk) under qemu-system-arm."""
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m55"])
+def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
+    """The DSP path (SXTB16 + SMLAD, positions in pairs, patches over the
+    Cortex-M's 128-input chunk) and Helium's (one position at a time) under
+    qemu-system-arm."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _cases(np.random.default_rng(9))
     (tmp_path / "qconv_cases.h").write_text(_cases_header(cases))
-    image = _cortex_m_image("cortex-m4", tmp_path, ["-DTFRT_MATVEC_INT8",
-                                                    "-DTFRT_QCONV_FN=q_kernel"],
+    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_QCONV_FN=q_kernel"],
                             DATA / "kernels" / "qconv_check.c")
-    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
-    assert "cortex-m4" in CORTEX_M
-    _check_output(_run_cortex_m("cortex-m4", image), cases)
+    assert INT8_PATH[cpu] in toolchains.disassembly(image, cpu)
+    assert cpu in CORTEX_M
+    _check_output(_run_cortex_m(cpu, image), cases)
 
 
 @pytest.mark.parametrize("core", [

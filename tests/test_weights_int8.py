@@ -112,8 +112,7 @@ def test_kernel_matches_the_arithmetic(variant, tmp_path):
 
 #: Bare-metal Arm: (gcc flags, QEMU machine); both cores have the DSP
 #: extension, so the kernel takes its SXTB16/SMLAD path.
-CORTEX_M = {"cortex-m4": (["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"], "mps2-an386"),
-            "cortex-m7": (["-mcpu=cortex-m7", "-mfpu=fpv5-d16"], "mps2-an500")}
+CORTEX_M = toolchains.CORTEX_M
 DATA = Path(__file__).parent / "data"
 
 
@@ -145,25 +144,35 @@ def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str],
                     driver: Path = DATA / "kernels" / "matvec_check.c") -> Path:
     cm = toolchains.FIRMWARE
     image = tmp_path / "k.elf"
+    _, flags, _, script = CORTEX_M[cpu]
     _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
-          *CORTEX_M[cpu][0], "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
-          "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / "mps2.ld", cm / "startup.c",
+          *flags, "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
+          "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / script, cm / "startup.c",
           driver, shim_dir() / "tfrt_matvec.c", "-lgcc",
           "-o", image])
     return image
 
 
 def _run_cortex_m(cpu: str, image: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][1], "-nographic", "-monitor",
+    return subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][2], "-nographic", "-monitor",
                            "none", "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
+#: cpu -> an instruction only its kernels' path has: the f32 matvec's
+#: (scalar FPU asm; Helium's VFMA by a scalar), the int8 matvec's and the
+#: int8 convolution's (DSP; Helium's widening multiply)
+F32_PATH = {"cortex-m4": r"vmul.f32\ts16, s16", "cortex-m7": r"vmul.f32\ts16, s16",
+            "cortex-m55": r"vfma.f32\tq\d+, q\d+, r\d+"}
+INT8_PATH = {"cortex-m4": "smlad", "cortex-m7": "smlad", "cortex-m55": "vmullb.s8"}
+
+
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))
 def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
-    """The f32 kernel's Cortex-M path (8 sums in FPU registers, vmul + vadd)
-    under qemu-system-arm against float64 numpy, f32 rounding apart; row
-    counts that leave 8-lane groups and tiles part empty."""
+    """The f32 kernel's Cortex-M paths (8 sums in FPU registers, vmul + vadd;
+    Helium: 16 lanes as 4 vectors) under qemu-system-arm against float64
+    numpy, f32 rounding apart; row counts that leave 8- and 16-lane groups
+    and tiles part empty."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     rng = np.random.default_rng(6)
     cases = [((rng.standard_normal((n, k)) * 0.3).astype(np.float32),
@@ -171,7 +180,7 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
              for n, k in [(12, 40), (16, 7), (33, 5), (80, 25), (256, 104), (20, 1)]]
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, "f32"))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_FN=m_kernel"])
-    assert "vmul.f32" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    assert re.search(F32_PATH[cpu], toolchains.disassembly(image, cpu))
     proc = _run_cortex_m(cpu, image)
     text = proc.stdout + proc.stderr
     lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
@@ -189,13 +198,14 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
 
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))
 def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
-    """The DSP (SXTB16 + SMLAD) path under qemu-system-arm: the same int32
-    sums as numpy's model, so the same outputs up to f32 rounding."""
+    """The DSP (SXTB16 + SMLAD) and Helium (VMULLB/VMULLT) paths under
+    qemu-system-arm: the same int32 sums as numpy's model, so the same
+    outputs up to f32 rounding."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _kernel_cases(np.random.default_rng(4))
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel"])
-    assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
+    assert INT8_PATH[cpu] in toolchains.disassembly(image, cpu)
     _check_kernel_output(_run_cortex_m(cpu, image), cases)
 
 
