@@ -83,8 +83,8 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
     image = tmp_path / "image.elf"
     cm = toolchains.FIRMWARE
     _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-          *ARM[cpu][1], "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
-          *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / ARM[cpu][3],
+          *ARM[cpu].flags, "-mfloat-abi=hard", "-ffunction-sections", "-fdata-sections",
+          *_model_defs(), "-I", out, "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / ARM[cpu].script,
           "-Wl,--gc-sections", "-Wl,-z,noexecstack", "-Wl,--fatal-warnings", cm / "startup.c", cm / "main.c",
           out / f"lib{MODEL}.a", "-lm", "-lc", "-lgcc", "-o", image])
     return image
@@ -93,7 +93,7 @@ def _bare_metal_image(cpu: str, out: Path, xs: np.ndarray, tmp_path: Path) -> Pa
 @pytest.mark.parametrize("cpu", sorted(ARM))
 def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     toolchains.require("arm-none-eabi-gcc")
-    out, manifest = _cross(ARM[cpu][0], cpu, tmp_path_factory)
+    out, manifest = _cross(ARM[cpu].triple, cpu, tmp_path_factory)
     _check_footprint(manifest)
     assert manifest["ctx_size"] % 64 == 0
     attrs = _run(["arm-none-eabi-readelf", "-A", out / f"lib{MODEL}.a"]).stdout
@@ -108,7 +108,7 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     assert "floorf" not in _run(["arm-none-eabi-nm", "-u", kernels]).stdout.split()
     assert f"{MODEL}_floorf" not in symbols
     toolchains.require("qemu-system-arm")
-    proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu][2], "-nographic", "-monitor", "none",
+    proc = subprocess.run(["qemu-system-arm", "-M", ARM[cpu].machine, "-nographic", "-monitor", "none",
                            "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)

@@ -248,7 +248,7 @@ def test_cortex_m_kernel(keras_case, cpu, instruction, tmp_path):
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     model, xs, expected, tmp = keras_case
     xs, expected = xs[:20], expected[:20]
-    out = _build(model, tmp, cpu, triple=toolchains.CORTEX_M[cpu][0], cpu=cpu,
+    out = _build(model, tmp, cpu, triple=toolchains.CORTEX_M[cpu].triple, cpu=cpu,
                  matvec="tfaot").path
     image, ys = toolchains.run_cortex_m_image(out, "mk", xs, tmp_path, cpu)
     # the path for the core: the scalar FPU's asm, Helium's multiply by a scalar

@@ -144,17 +144,17 @@ def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str],
                     driver: Path = DATA / "kernels" / "matvec_check.c") -> Path:
     cm = toolchains.FIRMWARE
     image = tmp_path / "k.elf"
-    _, flags, _, script = CORTEX_M[cpu]
+    core = CORTEX_M[cpu]
     _run(["arm-none-eabi-gcc", "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-mthumb",
-          *flags, "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
-          "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / script, cm / "startup.c",
+          *core.flags, "-mfloat-abi=hard", "-DTFRT_FREESTANDING", *defines,
+          "-I", tmp_path, "-I", cm, "-nostartfiles", "-T", cm / core.script, cm / "startup.c",
           driver, shim_dir() / "tfrt_matvec.c", "-lgcc",
           "-o", image])
     return image
 
 
 def _run_cortex_m(cpu: str, image: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu][2], "-nographic", "-monitor",
+    return subprocess.run(["qemu-system-arm", "-M", CORTEX_M[cpu].machine, "-nographic", "-monitor",
                            "none", "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
@@ -449,7 +449,7 @@ def test_cortex_m_image_matches_the_host_build(case, cpu, instruction, tmp_path)
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
     out = build_model(str(case["path"]), BuildOptions(
-        out_dir=tmp_path / "lib", triple=toolchains.CORTEX_M[cpu][0], cpu=cpu,
+        out_dir=tmp_path / "lib", triple=toolchains.CORTEX_M[cpu].triple, cpu=cpu,
         weights_dtype="int8"), Progress(enabled=False)).path
     manifest = json.loads((out / "q8.json").read_text())
     assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -52,17 +53,23 @@ def write_inputs_header(xs, path: Path) -> None:
     spec.loader.exec_module(module)
     module.write_header(xs, path)
 
-#: Bare-metal Arm cores the tests run: --cpu -> (tfaot's triple, the
-#: firmware's gcc flags besides -mthumb -mfloat-abi=hard, the QEMU board
-#: with that core, the example's linker script for that board).
+class CortexM(NamedTuple):
+    """A bare-metal Arm core the tests run."""
+    triple: str        # tfaot's --triple for it
+    flags: list[str]   # the firmware's gcc flags besides -mthumb -mfloat-abi=hard
+    machine: str       # the QEMU board with that core
+    script: str        # the example's linker script for that board
+
+
+#: --cpu -> its core
 CORTEX_M = {
-    "cortex-m4": ("thumbv7em-none-eabihf", ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"],
-                  "mps2-an386", "mps2.ld"),
-    "cortex-m7": ("thumbv7em-none-eabihf", ["-mcpu=cortex-m7", "-mfpu=fpv5-d16"],
-                  "mps2-an500", "mps2.ld"),
+    "cortex-m4": CortexM("thumbv7em-none-eabihf", ["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16"],
+                         "mps2-an386", "mps2.ld"),
+    "cortex-m7": CortexM("thumbv7em-none-eabihf", ["-mcpu=cortex-m7", "-mfpu=fpv5-d16"],
+                         "mps2-an500", "mps2.ld"),
     # Armv8.1-M with Helium (MVE): IREE vectorizes with it, so do the kernels
-    "cortex-m55": ("thumbv8.1m.main-none-eabihf", ["-mcpu=cortex-m55"], "mps3-an547",
-                   "mps3_an547.ld"),
+    "cortex-m55": CortexM("thumbv8.1m.main-none-eabihf", ["-mcpu=cortex-m55"], "mps3-an547",
+                          "mps3_an547.ld"),
 }
 
 
@@ -70,7 +77,7 @@ def disassembly(image: Path, cpu: str) -> str:
     """objdump's text of a bare-metal image; for the M55 with the Armv8.1-M
     decoder, without which objdump prints Helium instructions as
     coprocessor ones."""
-    arch = ["-m", "armv8.1-m.main"] if CORTEX_M[cpu][0].startswith("thumbv8.1m") else []
+    arch = ["-m", "armv8.1-m.main"] if CORTEX_M[cpu].triple.startswith("thumbv8.1m") else []
     return subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", *arch, image],
                           capture_output=True, text=True, check=True).stdout
 
@@ -86,17 +93,17 @@ def run_cortex_m_image(lib: Path, name: str, xs, tmp_path: Path,
 
     import numpy as np
 
-    _, flags, machine, script = CORTEX_M[cpu]
+    core = CORTEX_M[cpu]
     write_inputs_header(xs, tmp_path / "inputs.h")
     image = tmp_path / "image.elf"
     subprocess.run(
         ["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-mthumb",
-         *flags, "-mfloat-abi=hard", f"-DTFAOT_MODEL={name}",
+         *core.flags, "-mfloat-abi=hard", f"-DTFAOT_MODEL={name}",
          f"-DTFAOT_UPPER={name.upper()}", f'-DTFAOT_HEADER="{name}.h"', "-I", lib, "-I",
-         tmp_path, "-I", FIRMWARE, "-nostartfiles", "-T", FIRMWARE / script,
+         tmp_path, "-I", FIRMWARE, "-nostartfiles", "-T", FIRMWARE / core.script,
          "-Wl,--gc-sections", FIRMWARE / "startup.c", FIRMWARE / "main.c",
          lib / f"lib{name}.a", "-lm", "-lc", "-lgcc", "-o", image], check=True)
-    proc = subprocess.run(["qemu-system-arm", "-M", machine, "-nographic", "-monitor",
+    proc = subprocess.run(["qemu-system-arm", "-M", core.machine, "-nographic", "-monitor",
                            "none", "-serial", "none", "-semihosting", "-kernel", image],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     lines = [ln for ln in proc.stderr.splitlines() if ln == "done" or ln.endswith(" ")]
