@@ -4,8 +4,9 @@ Each model is built for a Cortex-M4F (``thumbv7em-none-eabihf``) in several
 variants, linked into a bare-metal firmware (bench/mcu/firmware.c: init,
 then one ``NAME_step`` per input frame between two calls of an empty
 marker function) and run on ``qemu-system-arm -M mps2-an386`` (with
-``--core m7``: a Cortex-M7 on ``mps2-an500``; ``--core m55``: a Cortex-M55,
-``thumbv8.1m.main-none-eabihf``, on ``mps3-an547``) with a TCG
+``--core m7``: a Cortex-M7 on ``mps2-an500``; ``--core m33``: a Cortex-M33,
+``thumbv8m.main-none-eabihf``, on ``mps2-an505``; ``--core m55``: a
+Cortex-M55, ``thumbv8.1m.main-none-eabihf``, on ``mps3-an547``) with a TCG
 plugin of our own (bench/mcu/insn_count.c, built here with the host's
 gcc) that counts the instructions executed between the marks and
 estimates cycles from a cost per instruction class (Cortex-M4 TRM, zero
@@ -45,7 +46,7 @@ arena the model used. Needs arm-none-eabi-gcc/g++, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
 
     .venv/bin/python bench/bench_mcu.py [--steps N] [--models a,b] [--variants a,b] [--tflm DIR]
-                                        [--core m4|m7|m55]
+                                        [--core m4|m7|m33|m55]
 """
 from __future__ import annotations
 
@@ -67,12 +68,16 @@ RESULTS = Path(__file__).parent / "results"
 M4_FLAGS = ["-mthumb", "-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"]
 #: --core: tfaot's triple and --cpu, the firmware's gcc flags, the QEMU
 #: board and its linker script. The cycle estimate is the M4's table: on the
-#: M7 (dual issue) and the M55 (Helium's beats) read instructions.
+#: M7 (dual issue), the M33 and the M55 (Helium's beats) read instructions.
 CORES = {"m4": {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4", "flags": M4_FLAGS,
                 "machine": "mps2-an386", "ld": "mps2.ld"},
          "m7": {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m7", "machine": "mps2-an500",
                 "flags": ["-mthumb", "-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
                 "ld": "mps2.ld"},
+         "m33": {"triple": "thumbv8m.main-none-eabihf", "cpu": "cortex-m33",
+                 "machine": "mps2-an505", "flags": ["-mthumb", "-mcpu=cortex-m33",
+                                                    "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard"],
+                 "ld": "mps2_an505.ld"},
          "m55": {"triple": "thumbv8.1m.main-none-eabihf", "cpu": "cortex-m55",
                  "machine": "mps3-an547", "flags": ["-mthumb", "-mcpu=cortex-m55",
                                                     "-mfloat-abi=hard"],
@@ -422,9 +427,9 @@ def main(argv=None) -> int:
                     help="also measure TFLite Micro + CMSIS-NN from this source tree "
                          "(its third-party downloads unpacked; Cortex-M4 only)")
     ap.add_argument("--core", choices=sorted(CORES), default="m4",
-                    help="m4 (mps2-an386, default), m7 (mps2-an500) or m55 "
-                         "(mps3-an547); on m7 and m55 read the instructions, the "
-                         "cycle estimate is the M4's")
+                    help="m4 (mps2-an386, default), m7 (mps2-an500), m33 "
+                         "(mps2-an505) or m55 (mps3-an547); but on the m4 read the "
+                         "instructions, the cycle estimate is the M4's")
     args = ap.parse_args(argv)
     core = CORES[args.core]
     if args.tflm is not None and args.core != "m4":

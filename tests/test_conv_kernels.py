@@ -206,7 +206,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
 CONV_CHECK_GEOMETRIES = 32
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m55"])
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55"])
 def test_cortex_m_kernels_match_the_loop(cpu, tmp_path):
     """The convolution kernels built bare metal for a Cortex-M (a scalar
     FPU: the depthwise 3-column blocks with one channel at a time; Helium:

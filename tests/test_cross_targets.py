@@ -1,5 +1,5 @@
 """Cross targets: the library built for aarch64 Linux runs under qemu-aarch64,
-the Cortex-M4/M7/M55 static libraries link into bare-metal images (newlib libm,
+the Cortex-M4/M7/M33/M55 static libraries link into bare-metal images (newlib libm,
 libgcc, no heap) that run under qemu-system-arm; outputs match the host
 build and TensorFlow running the original Keras model (functional LSTM/GRU
 with Dense, Add, Multiply, Concatenate: backend_models.keras_branched)."""

@@ -163,8 +163,9 @@ def _run_cortex_m(cpu: str, image: Path) -> subprocess.CompletedProcess:
 #: (scalar FPU asm; Helium's VFMA by a scalar), the int8 matvec's and the
 #: int8 convolution's (DSP; Helium's widening multiply)
 F32_PATH = {"cortex-m4": r"vmul.f32\ts16, s16", "cortex-m7": r"vmul.f32\ts16, s16",
-            "cortex-m55": r"vfma.f32\tq\d+, q\d+, r\d+"}
-INT8_PATH = {"cortex-m4": "smlad", "cortex-m7": "smlad", "cortex-m55": "vmullb.s8"}
+            "cortex-m33": r"vmul.f32\ts16, s16", "cortex-m55": r"vfma.f32\tq\d+, q\d+, r\d+"}
+INT8_PATH = {"cortex-m4": "smlad", "cortex-m7": "smlad", "cortex-m33": "smlad",
+             "cortex-m55": "vmullb.s8"}
 
 
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))

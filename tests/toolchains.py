@@ -67,6 +67,9 @@ CORTEX_M = {
                          "mps2-an386", "mps2.ld"),
     "cortex-m7": CortexM("thumbv7em-none-eabihf", ["-mcpu=cortex-m7", "-mfpu=fpv5-d16"],
                          "mps2-an500", "mps2.ld"),
+    # Armv8-M mainline with the DSP extension, as the M4's
+    "cortex-m33": CortexM("thumbv8m.main-none-eabihf", ["-mcpu=cortex-m33", "-mfpu=fpv5-sp-d16"],
+                          "mps2-an505", "mps2_an505.ld"),
     # Armv8.1-M with Helium (MVE): IREE vectorizes with it, so do the kernels
     "cortex-m55": CortexM("thumbv8.1m.main-none-eabihf", ["-mcpu=cortex-m55"], "mps3-an547",
                           "mps3_an547.ld"),
