@@ -120,17 +120,19 @@ def test_two_keras_models_in_one_program(kws, tmp_path):
     np.testing.assert_allclose(got["rnn"], expected_rnn, rtol=0, atol=TOL)
 
 
-def test_cortex_m_firmware_make_run(kws, tmp_path):
-    """examples/cortex_m: `make run` builds the KWS model for a Cortex-M4,
-    links the bare-metal firmware and runs it under qemu-system-arm; its
-    outputs match the host library on the same frames (f32; the M4 build
-    differs from the host's only in summation order and libm)."""
+@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m55"])
+def test_cortex_m_firmware_make_run(kws, cpu, tmp_path):
+    """examples/cortex_m: `make run` builds the KWS model for a Cortex-M4
+    (and, CPU=cortex-m55, an M55 on its own board), links the bare-metal
+    firmware and runs it under qemu-system-arm; its outputs match the host
+    library on the same frames (f32; the M4 build differs from the host's
+    only in summation order and libm)."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm", "make")
     host, _, _, model = kws
     steps = 12
     proc = _run(["make", "-C", toolchains.FIRMWARE, "run", f"BUILD={tmp_path}",
                  f"TFAOT={' '.join(_tfaot())}", f"PYTHON={sys.executable}",
-                 f"MODEL={model}", f"STEPS={steps}"])
+                 f"MODEL={model}", f"STEPS={steps}", f"CPU={cpu}"])
     # QEMU writes semihosting output to stderr; keep only the program's lines.
     text = proc.stdout + proc.stderr
     lines = [ln for ln in text.splitlines() if re.fullmatch(r"done|([0-9a-f]{8} )+", ln)]
