@@ -28,6 +28,7 @@ keep IREE's, which vectorize.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 
@@ -69,7 +70,7 @@ def _expansion(match: re.Match, prefix: str) -> list[str]:
     ftype = match["type"]
     itype = ftype[:-len("f32>")] + "i32>"
     lines: list[str] = []
-    names = iter(range(100))
+    names = itertools.count()
 
     def op(text: str) -> str:
         name = f"{prefix}{next(names)}"
