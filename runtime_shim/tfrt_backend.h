@@ -66,13 +66,27 @@ TFRT_INTERNAL int tfrt_executable_load(tfrt_runtime *rt, const tfrt_buffer *form
 TFRT_INTERNAL int tfrt_executable_lookup(const tfrt_executable *exe, uint32_t name_slot,
                                          int64_t *out);
 
-/* hal_loader.executable.dispatch: runs the workgroup grid of one function.
+#ifdef TFRT_BOUND_DISPATCH
+/* hal_loader.executable.dispatch on a backend whose kernels take pointers
+ * (CPU): the generated code binds each buffer itself (the backend's
+ * tfrt_bind, inlined: a binding's offset and length are constants there,
+ * so its range check folds to one compare), then this runs the workgroup
+ * grid of one function over binding_ptrs/binding_lengths. */
+TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t function_id,
+                                      int32_t count_x, int32_t count_y, int32_t count_z,
+                                      uint32_t constant_count, const uint32_t *constants,
+                                      uint32_t binding_count, void **binding_ptrs,
+                                      size_t *binding_lengths);
+#else
+/* hal_loader.executable.dispatch on the other backends (GPU): runs the
+ * workgroup grid of one function over the bindings' buffers.
  * binding_ptrs/binding_lengths are caller scratch, one per binding. */
 TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
                                            int32_t count_x, int32_t count_y, int32_t count_z,
                                            uint32_t constant_count, const uint32_t *constants,
                                            uint32_t binding_count, const tfrt_binding *bindings,
                                            void **binding_ptrs, size_t *binding_lengths);
+#endif
 
 #ifdef __cplusplus
 }

@@ -75,22 +75,6 @@ __attribute__((always_inline)) static inline int tfrt_bind(const tfrt_buffer *bu
   return TFRT_OK;
 }
 
-/* hal_loader.executable.dispatch: binds, then runs the grid. */
-TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t function_id,
-                                           int32_t count_x, int32_t count_y, int32_t count_z,
-                                           uint32_t constant_count, const uint32_t *constants,
-                                           uint32_t binding_count, const tfrt_binding *bindings,
-                                           void **binding_ptrs, size_t *binding_lengths) {
-  for (uint32_t i = 0; i < binding_count; ++i) {
-    const tfrt_binding *b = &bindings[i];
-    const int status = tfrt_bind(b->buffer, b->offset, b->length, &binding_ptrs[i],
-                                 &binding_lengths[i]);
-    if (status != TFRT_OK) return status;
-  }
-  return tfrt_dispatch_bound(exe, function_id, count_x, count_y, count_z, constant_count,
-                             constants, binding_count, binding_ptrs, binding_lengths);
-}
-
 /* Runs the workgroup grid of a dispatch whose bindings are bound, in order
  * on the calling thread with a zeroed environment. */
 TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t function_id,

@@ -36,16 +36,9 @@ typedef struct tfrt_backend {
 }
 #endif
 
+/* Kernels take pointers: dispatches are bound by the generated code
+ * (tfrt_bind, tfrt_dispatch_bound in tfrt_backend.h). */
+#define TFRT_BOUND_DISPATCH 1
 #include "tfrt_backend.h"
-
-/* The generated code of a CPU model binds each buffer of a dispatch itself
- * (tfrt_bind, inlined: a binding's offset and length are constants there,
- * so its range check folds to one compare) and calls tfrt_dispatch_bound
- * with the pointers; tfrt_executable_dispatch is both in one call. */
-TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t function_id,
-                                      int32_t count_x, int32_t count_y, int32_t count_z,
-                                      uint32_t constant_count, const uint32_t *constants,
-                                      uint32_t binding_count, void **binding_ptrs,
-                                      size_t *binding_lengths);
 
 #endif /* TFRT_CPU_H_ */

@@ -452,6 +452,25 @@ static __attribute__((noinline)) void tfrt_dw3_row(const struct tfrt_dwconv *g,
 /* whether the block's input column k is over the image (else: padding, no taps) */
 #define TFRT_DW3S_IN(k) (!edge || ((k) >= k0 && (k) < k1))
 #define TFRT_DW3S_X(k) xi[((k) + col) * (ptrdiff_t)c]
+#define TFRT_DW3S_MAC(a, w, x) ((a) += (w) * (x))
+/* One filter row's taps over the block's 6 input columns, into the sums
+ * a0..a3 from the row's weights w0..w2: column k is tap j of position
+ * k - j; a column over the padding adds nothing (a product with 0 is not
+ * folded away: it could be NaN). T is the type of a column, X(k) loads
+ * column k, MAC(a, w, x) adds w x to a. */
+#define TFRT_DW3_ROW_TAPS(T, X, MAC)                                            \
+  if (TFRT_DW3S_IN(0)) { const T x = X(0); MAC(a0, w0, x); }                    \
+  if (TFRT_DW3S_IN(1)) { const T x = X(1); MAC(a0, w1, x), MAC(a1, w0, x); }    \
+  if (TFRT_DW3S_IN(2)) {                                                        \
+    const T x = X(2);                                                           \
+    MAC(a0, w2, x), MAC(a1, w1, x), MAC(a2, w0, x);                             \
+  }                                                                             \
+  if (TFRT_DW3S_IN(3)) {                                                        \
+    const T x = X(3);                                                           \
+    MAC(a1, w2, x), MAC(a2, w1, x), MAC(a3, w0, x);                             \
+  }                                                                             \
+  if (TFRT_DW3S_IN(4)) { const T x = X(4); MAC(a2, w2, x), MAC(a3, w1, x); }    \
+  if (TFRT_DW3S_IN(5)) { const T x = X(5); MAC(a3, w2, x); }
 static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
@@ -462,20 +481,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
   const tfrt_weight *wi = w + b->i0 * 3 * n + o;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
     const float w0 = TFRT_W(wi[0]), w1 = TFRT_W(wi[n]), w2 = TFRT_W(wi[2 * n]);
-    /* column k is tap j of position k - j; a column over the padding adds
-     * nothing (a product with 0 is not folded away: it could be NaN) */
-    if (TFRT_DW3S_IN(0)) { const float x = TFRT_DW3S_X(0); a0 += w0 * x; }
-    if (TFRT_DW3S_IN(1)) { const float x = TFRT_DW3S_X(1); a0 += w1 * x, a1 += w0 * x; }
-    if (TFRT_DW3S_IN(2)) {
-      const float x = TFRT_DW3S_X(2);
-      a0 += w2 * x, a1 += w1 * x, a2 += w0 * x;
-    }
-    if (TFRT_DW3S_IN(3)) {
-      const float x = TFRT_DW3S_X(3);
-      a1 += w2 * x, a2 += w1 * x, a3 += w0 * x;
-    }
-    if (TFRT_DW3S_IN(4)) { const float x = TFRT_DW3S_X(4); a2 += w2 * x, a3 += w1 * x; }
-    if (TFRT_DW3S_IN(5)) { const float x = TFRT_DW3S_X(5); a3 += w2 * x; }
+    TFRT_DW3_ROW_TAPS(float, TFRT_DW3S_X, TFRT_DW3S_MAC)
   }
   /* tfrt_post's clamp (the bias was the start), on the sides that have a bound */
   const float lo = g->post[0], hi = g->post[1];
@@ -503,6 +509,7 @@ static inline __attribute__((always_inline)) float32x4_t tfrt_dw3_clamp_mve(floa
   return a;
 }
 #define TFRT_DW3V_X(k) vld1q_f32(xi + ((k) + col) * (ptrdiff_t)c)
+#define TFRT_DW3V_MAC(a, w, x) ((a) = vfmaq_f32((a), (w), (x)))
 static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
@@ -513,24 +520,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
   const float *wi = w + b->i0 * 3 * n + o;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
     const float32x4_t w0 = vld1q_f32(wi), w1 = vld1q_f32(wi + n), w2 = vld1q_f32(wi + 2 * n);
-    if (TFRT_DW3S_IN(0)) a0 = vfmaq_f32(a0, w0, TFRT_DW3V_X(0));
-    if (TFRT_DW3S_IN(1)) {
-      const float32x4_t x = TFRT_DW3V_X(1);
-      a0 = vfmaq_f32(a0, w1, x), a1 = vfmaq_f32(a1, w0, x);
-    }
-    if (TFRT_DW3S_IN(2)) {
-      const float32x4_t x = TFRT_DW3V_X(2);
-      a0 = vfmaq_f32(a0, w2, x), a1 = vfmaq_f32(a1, w1, x), a2 = vfmaq_f32(a2, w0, x);
-    }
-    if (TFRT_DW3S_IN(3)) {
-      const float32x4_t x = TFRT_DW3V_X(3);
-      a1 = vfmaq_f32(a1, w2, x), a2 = vfmaq_f32(a2, w1, x), a3 = vfmaq_f32(a3, w0, x);
-    }
-    if (TFRT_DW3S_IN(4)) {
-      const float32x4_t x = TFRT_DW3V_X(4);
-      a2 = vfmaq_f32(a2, w2, x), a3 = vfmaq_f32(a3, w1, x);
-    }
-    if (TFRT_DW3S_IN(5)) a3 = vfmaq_f32(a3, w2, TFRT_DW3V_X(5));
+    TFRT_DW3_ROW_TAPS(float32x4_t, TFRT_DW3V_X, TFRT_DW3V_MAC)
   }
   const float lo = g->post[0], hi = g->post[1];
   vst1q_f32(y + o, tfrt_dw3_clamp_mve(a0, lo, hi));
@@ -538,6 +528,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
   vst1q_f32(y + 2 * n + o, tfrt_dw3_clamp_mve(a2, lo, hi));
   vst1q_f32(y + 3 * n + o, tfrt_dw3_clamp_mve(a3, lo, hi));
 }
+#undef TFRT_DW3V_MAC
 #undef TFRT_DW3V_X
 /* channels 4 at a time; the rest one by one */
 #define TFRT_DW3S_VECTORS(k0, k1, edge) \
@@ -579,6 +570,8 @@ static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_d
 }
 #undef TFRT_DW3S_CHANNELS
 #undef TFRT_DW3S_VECTORS
+#undef TFRT_DW3_ROW_TAPS
+#undef TFRT_DW3S_MAC
 #undef TFRT_DW3S_X
 #undef TFRT_DW3S_IN
 #endif
@@ -608,24 +601,15 @@ static inline void tfrt_dwconv_positions(const struct tfrt_dwconv *g,
     for (size_t q = 0; q < count; q++) tfrt_dwconv_one(g, b, w, y, q);
     return;
   }
+/* the block of channels from o for one position, or P at an edge or inside */
+#define TFRT_DW_BLOCK(one, at_edge, inside, o)                                  \
+  (count == 1 ? one(g, b, w, y, o) : edge ? at_edge(g, b, w, y, o) : inside(g, b, w, y, o))
 #ifdef TFRT_AVX512_F32 /* blocks of 64 channels, masked blocks of 32 at the end: any count */
   size_t o = 0;
-  for (; n - o >= 64; o += 64) {
-    if (count == 1)
-      tfrt_dw512_one64(g, b, w, y, o);
-    else if (edge)
-      tfrt_dw512_edge64(g, b, w, y, o);
-    else
-      tfrt_dw512_inside64(g, b, w, y, o);
-  }
-  for (; o < n; o += 32) {
-    if (count == 1)
-      tfrt_dw512_one32(g, b, w, y, o);
-    else if (edge)
-      tfrt_dw512_edge32(g, b, w, y, o);
-    else
-      tfrt_dw512_inside32(g, b, w, y, o);
-  }
+  for (; n - o >= 64; o += 64)
+    TFRT_DW_BLOCK(tfrt_dw512_one64, tfrt_dw512_edge64, tfrt_dw512_inside64, o);
+  for (; o < n; o += 32)
+    TFRT_DW_BLOCK(tfrt_dw512_one32, tfrt_dw512_edge32, tfrt_dw512_inside32, o);
 #else
   enum { L = TFRT_DWCONV_LANES };
   if (n < L) {
@@ -635,14 +619,10 @@ static inline void tfrt_dwconv_positions(const struct tfrt_dwconv *g,
   /* the last block of channels overlaps the one before: no scalar tail */
   for (size_t o = 0; o < n; o += L) {
     const size_t o0 = o + L <= n ? o : n - L;
-    if (count == 1)
-      tfrt_dwconv_block_1(g, b, w, y, o0);
-    else if (edge)
-      TFRT_DWCONV_EDGE_P(g, b, w, y, o0);
-    else
-      TFRT_DWCONV_INSIDE_P(g, b, w, y, o0);
+    TFRT_DW_BLOCK(tfrt_dwconv_block_1, TFRT_DWCONV_EDGE_P, TFRT_DWCONV_INSIDE_P, o0);
   }
 #endif
+#undef TFRT_DW_BLOCK
 }
 
 /* Depthwise: y[oy][ox][o] = sum over (i, j) of W[i][j][o] *

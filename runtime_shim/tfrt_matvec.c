@@ -882,6 +882,24 @@ static inline int32x4_t tfrt_i8_dot4_mve(int32x4_t acc, int8x16_t w, int8x16_t x
   return vaddq_s32(acc, vaddq_s32(vmovlbq_s16(pairs), vmovltq_s16(pairs)));
 }
 
+/* The int32 sums of 8 lanes (two vectors) over `groups` groups of 4 inputs
+ * from xq; p: the first lane's weights of the first group, a tile of T
+ * lanes. Returns p past those groups. */
+static inline __attribute__((always_inline)) const int8_t *tfrt_i8_lanes8_mve(
+    const int8_t *p, const int8_t *xq, size_t groups, size_t T, int32x4_t *acc0,
+    int32x4_t *acc1) {
+  int32x4_t a0 = vdupq_n_s32(0), a1 = a0;
+  for (size_t h = 0; h < groups; h++, p += 4 * T, xq += 4) {
+    int32_t four;
+    __builtin_memcpy(&four, xq, sizeof four);
+    const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(four));
+    a0 = tfrt_i8_dot4_mve(a0, vld1q_s8(p), x);
+    a1 = tfrt_i8_dot4_mve(a1, vld1q_s8(p + 16), x);
+  }
+  *acc0 = a0, *acc1 = a1;
+  return p;
+}
+
 /* 8 lanes at a time (two vectors of sums and of f32 totals: with the
  * products' temporaries, the 8 Q registers), over all blocks. */
 #define TFRT_I8_TILE_MVE(T)                                                                \
@@ -892,15 +910,9 @@ static inline int32x4_t tfrt_i8_dot4_mve(int32x4_t acc, int8x16_t w, int8x16_t x
       const int8_t *p = wt + 4 * l;                                                        \
       const float *scale = block_scale;                                                    \
       for (size_t g = 0; g < groups; g += TFRT_I8_GROUPS, scale++) {                       \
-        const size_t end = groups - g < TFRT_I8_GROUPS ? groups : g + TFRT_I8_GROUPS;      \
-        int32x4_t acc0 = vdupq_n_s32(0), acc1 = acc0;                                      \
-        for (size_t h = g; h < end; h++, p += 4 * T) {                                     \
-          int32_t four;                                                                    \
-          __builtin_memcpy(&four, xq + 4 * h, sizeof four);                                \
-          const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(four));                     \
-          acc0 = tfrt_i8_dot4_mve(acc0, vld1q_s8(p), x);                                   \
-          acc1 = tfrt_i8_dot4_mve(acc1, vld1q_s8(p + 16), x);                              \
-        }                                                                                  \
+        const size_t count = groups - g < TFRT_I8_GROUPS ? groups - g : TFRT_I8_GROUPS;    \
+        int32x4_t acc0, acc1;                                                              \
+        p = tfrt_i8_lanes8_mve(p, xq + 4 * g, count, T, &acc0, &acc1);                     \
         total0 = vfmaq_n_f32(total0, vcvtq_f32_s32(acc0), *scale);                         \
         total1 = vfmaq_n_f32(total1, vcvtq_f32_s32(acc1), *scale);                         \
       }                                                                                    \
@@ -914,20 +926,14 @@ TFRT_I8_TILE_MVE(16)
 #define TFRT_I8_TILE_16 tfrt_i8_tile_mve_16
 
 /* The int8 convolution's int32 sums of 32 lanes (no block scales), as f32
- * (exact below 2^24), one position at a time. */
-TFRT_UNUSED
+ * (exact below 2^24), one position at a time. Not inlined: inlined at each
+ * of the convolution's call sites it added 12 KB of flash to a DS-CNN. */
+TFRT_UNUSED __attribute__((noinline))
 static void tfrt_i8_sums_mve_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
   enum { T = TFRT_MATVEC_TILE };
   for (size_t l = 0; l < T; l += 8) {
-    int32x4_t acc0 = vdupq_n_s32(0), acc1 = acc0;
-    const int8_t *p = wt + 4 * l;
-    for (size_t h = 0; h < groups; h++, p += 4 * T) {
-      int32_t four;
-      __builtin_memcpy(&four, xq + 4 * h, sizeof four);
-      const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(four));
-      acc0 = tfrt_i8_dot4_mve(acc0, vld1q_s8(p), x);
-      acc1 = tfrt_i8_dot4_mve(acc1, vld1q_s8(p + 16), x);
-    }
+    int32x4_t acc0, acc1;
+    tfrt_i8_lanes8_mve(wt + 4 * l, xq, groups, T, &acc0, &acc1);
     vst1q_f32(out + l, vcvtq_f32_s32(acc0));
     vst1q_f32(out + l + 4, vcvtq_f32_s32(acc1));
   }

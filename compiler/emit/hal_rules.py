@@ -152,7 +152,8 @@ def _executable_dispatch(fe, op, groups):
         label, fe.val(exe), fe.val(fid), fe.val(wx), fe.val(wy), fe.val(wz),
         [fe.val(c) for c in consts],
         [(fe.val(b), fe.val(o), fe.val(n)) for b, o, n in binds],
-        # CPU: the buffers bound here, where offsets and lengths are constants
+        # CPU (its shim defines TFRT_BOUND_DISPATCH): the buffers bound here,
+        # where offsets and lengths are constants
         bound=not fe.module.host_sync))
 
 
