@@ -191,17 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_graph_options(p)
 
     p = sub.add_parser("verify", help="compare a built library with TensorFlow",
+                       usage="tfaot verify [options] MODEL DIR\n"
+                             "       tfaot verify MODEL DIR --save-case FILE\n"
+                             "       tfaot verify --case FILE DIR",
                        description="Run a random input sequence through TensorFlow on the "
                                    "original model (whole sequence) and through the built "
                                    ".so step by step; print the max abs error per output. "
-                                   "Exit status 1 if it is above the tolerance.")
-    p.add_argument("model", metavar="MODEL")
-    p.add_argument("dir", metavar="DIR", help="the folder `tfaot build` wrote")
-    p.add_argument("--steps", type=int, default=200, help="sequence length (default: 200)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+                                   "Exit status 1 if it is above the tolerance. To check a "
+                                   "library on a machine without TensorFlow (a GPU server, "
+                                   "a board), save the inputs and TensorFlow's outputs with "
+                                   "--save-case where TensorFlow is, and run --case there.")
+    # One list, split in check_arguments: argparse cannot take an optional
+    # positional before a required one once an option comes between them.
+    p.add_argument("paths", metavar="PATH", nargs="+",
+                   help="MODEL (the model the library was built from) and DIR (the folder "
+                        "`tfaot build` wrote); DIR alone with --case")
+    p.add_argument("--steps", type=int, default=None, help="sequence length (default: 200)")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     p.add_argument("--tol", type=float, default=None,
                    help="max abs error allowed (default: 1e-5; 1e-3 for a library built with "
-                        "--weights-dtype=f16, 1e-2 with bf16)")
+                        "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; with --case: "
+                        "the saved case's)")
+    p.add_argument("--save-case", metavar="FILE", default=None,
+                   help="write the inputs and TensorFlow's outputs to FILE (.npz) instead of "
+                        "running the library; the library's .json is all that is read")
+    p.add_argument("--case", metavar="FILE", default=None,
+                   help="run the library on a case saved with --save-case and compare; "
+                        "TensorFlow is not needed (nor imported)")
     _add_graph_options(p)
 
     sub.add_parser("cmake-path", help="print the path of tfaot.cmake (tfaot_add_model)",
@@ -235,8 +251,20 @@ def _sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+def parse(argv: list[str] | None):
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # verify's PATHs may sit on both sides of an option (MODEL --steps 9 DIR):
+    # argparse leaves a variable-length positional's later part unparsed
+    if args.command == "verify" and not any(e.startswith("-") for e in extra):
+        args.paths += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         with _sigterm_raises():
             check_arguments(args)
@@ -287,6 +315,21 @@ def check_arguments(args) -> None:
 
 
 def _check_verify_numbers(args) -> None:
+    if len(args.paths) > 2:
+        raise TfaotError(f"verify takes MODEL and DIR; got {len(args.paths)} paths")
+    args.model, args.dir = ([None] + args.paths)[-2:]
+    if args.case is not None:
+        given = [f for f, v in (("MODEL", args.model), ("--steps", args.steps),
+                                ("--seed", args.seed), ("--save-case", args.save_case))
+                 if v is not None]
+        if given:
+            raise TfaotError(f"--case runs a saved case; {', '.join(given)} belong to making "
+                             "one (tfaot verify MODEL DIR --save-case FILE)")
+        return
+    if args.model is None:
+        raise TfaotError("verify needs MODEL and DIR (or --case FILE DIR)")
+    args.steps = 200 if args.steps is None else args.steps
+    args.seed = 0 if args.seed is None else args.seed
     if args.steps < 1:
         raise TfaotError("--steps must be at least 1")
     if args.seed < 0:
@@ -424,12 +467,47 @@ def cmd_cmake_path(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if args.case is not None:
+        return _verify_case(args)
     from .frontend.tfenv import quiet_tensorflow
     from .verify.compare import verify
 
     quiet_tensorflow()
-    results = verify(args.model, Path(args.dir), steps=args.steps, seed=args.seed,
-                     tol=args.tol, graph_options=_graph_options(args))
+    if args.save_case is not None:
+        return _save_case(args)
+    return _report(verify(args.model, Path(args.dir), steps=args.steps, seed=args.seed,
+                          tol=args.tol, graph_options=_graph_options(args)))
+
+
+def _save_case(args) -> int:
+    from .verify import harness
+    from .verify.compare import make_case
+
+    path = Path(args.save_case)
+    if not path.parent.is_dir():
+        raise TfaotError(f"--save-case {path}: no folder {path.parent}")
+    lib = harness.load_spec(Path(args.dir))  # the library may be for another machine
+    case = make_case(args.model, lib, steps=args.steps, seed=args.seed, tol=args.tol,
+                     graph_options=_graph_options(args))
+    case.save(path)
+    checks = sum(len(c.runs) for c in case.checks)
+    print(f"wrote {path}: {checks} checks of {len(case.checks)} output(s) over "
+          f"{len(case.runs)} run(s), tolerance {case.tolerance:g}; check the library with: "
+          f"tfaot verify --case {path.name} DIR")
+    return 0
+
+
+def _verify_case(args) -> int:
+    from .verify import harness
+    from .verify.case import Case, check_matches, run_case
+
+    case = Case.load(Path(args.case))
+    lib = harness.load(Path(args.dir), init=False)
+    check_matches(case, lib, args.case)
+    return _report(run_case(lib, case, args.tol))
+
+
+def _report(results) -> int:
     for r in results:
         print(r.describe())
     return 0 if all(r.ok for r in results) else 1

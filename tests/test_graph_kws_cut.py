@@ -71,6 +71,12 @@ def test_cut_build_then_verify(tmp_path, capsys, kind, frames_per_step):
     # "labels_softmax: max abs error E over N sequences of 25 frames ...: ok"
     words = line.split()
     assert float(words[4]) <= 1e-5 and int(words[6]) >= 8 and "sequences of 25 frames" in line
+    # the same check in two halves: a saved case of several runs, each from a fresh init
+    case = tmp_path / "case.npz"
+    assert main(["verify", str(path), str(out), "--steps", "120", "--save-case", str(case)]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--case", str(case), str(out)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == line
 
 
 def test_verify_catches_a_wrong_library(tmp_path, capsys):

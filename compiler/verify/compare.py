@@ -3,93 +3,22 @@
 A random input sequence goes through TensorFlow on the whole sequence (the
 original model, not our step program) and through the built .so one step
 at a time via the ctypes harness; the report gives the max abs error.
+Here the inputs and TensorFlow's outputs become a case (case.py), which
+runs on the library at once or, saved, on another machine.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import TfaotError
+from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, embedding_rows,
                               fixed_time_length, keras_multi_input_reference, keras_reference,
                               keras_reference_model, library_stream, output_heads, random_inputs)
 from .graph import GraphReference, build_cut, feedback_reference, token_limit  # noqa: F401
-
-
-@dataclass
-class VerifyResult:
-    output: str
-    steps: int
-    max_abs_error: float  # over the steps where both sides are finite
-    tolerance: float
-    unit: str = "steps"  # what ``steps`` counts
-    # The first place where one side is NaN or Inf and the other is not (or
-    # a different non-finite value): a failure whatever the tolerance.
-    mismatch: str | None = None
-    # Steps where both sides hold the same NaN/Inf (TensorFlow's output is
-    # not finite there, and the library agrees), and the first of them.
-    nonfinite_steps: int = 0
-    first_nonfinite: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.mismatch is None and bool(self.max_abs_error <= self.tolerance)
-
-    def describe(self) -> str:
-        """The one line `tfaot verify` prints for this output."""
-        line = (f"{self.output}: max abs error {self.max_abs_error:.3g} over {self.steps} "
-                f"{self.unit} (tolerance {self.tolerance:g}): {'ok' if self.ok else 'FAIL'}")
-        if self.mismatch:
-            line += f": {self.mismatch}"
-        if self.nonfinite_steps:
-            line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
-                     f"of them, first at {self.first_nonfinite})")
-        return line
-
-
-class ErrorTally:
-    """The comparison of one output, step by step.
-
-    Finite pairs give the abs error. A NaN or Inf on one side only is a
-    mismatch (Python's ``max(0.0, nan)`` is 0.0 and numpy's max of a NaN is
-    NaN, so non-finite values are told apart here instead of inside a max):
-    the first one is kept, with its step. The same NaN/Inf on both sides
-    agrees with TensorFlow; those steps are counted and reported.
-    """
-
-    def __init__(self):
-        self.max_abs_error = 0.0
-        self.steps = 0
-        self.mismatch: str | None = None
-        self.nonfinite_steps = 0
-        self.first_nonfinite: str | None = None
-
-    def add(self, where: str, got, want) -> None:
-        """Compares one step's output; ``where`` names the step in messages."""
-        got = np.asarray(got, np.float64).ravel()
-        want = np.asarray(want, np.float64).ravel()
-        self.steps += 1
-        finite = np.isfinite(got) & np.isfinite(want)
-        if finite.any():
-            self.max_abs_error = max(self.max_abs_error,
-                                     float(np.abs(got[finite] - want[finite]).max()))
-        same = (np.isnan(got) & np.isnan(want)) | (np.isinf(got) & (got == want))
-        differ = ~finite & ~same
-        if differ.any() and self.mismatch is None:
-            k = int(np.flatnonzero(differ)[0])
-            self.mismatch = (f"at {where} the library gives {got[k]:.6g} where TensorFlow "
-                             f"gives {want[k]:.6g} (element {k})")
-        if same.any():
-            self.nonfinite_steps += 1
-            self.first_nonfinite = self.first_nonfinite or where
-
-    def result(self, output: str, tol: float, steps: int | None = None,
-               unit: str = "steps") -> VerifyResult:
-        return VerifyResult(output, self.steps if steps is None else steps,
-                            self.max_abs_error, tol, unit, self.mismatch,
-                            self.nonfinite_steps, self.first_nonfinite)
+from .tally import VerifyResult
 
 
 #: Default tolerance by the library's matvec weight dtype (--weights-dtype):
@@ -122,31 +51,42 @@ def default_tolerance(lib, keras_model) -> float:
 
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float | None,
            graph_options=None) -> list[VerifyResult]:
+    """The library at ``lib_dir`` against TensorFlow running ``model_path``."""
     from . import harness
-    from .process import run_sequence
-    from ..frontend.load import load_model
 
     lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
+    case = make_case(model_path, lib, steps=steps, seed=seed, tol=tol,
+                     graph_options=graph_options)
+    return run_case(lib, case)
+
+
+def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
+              graph_options=None) -> Case:
+    """Inputs for ``lib`` (a harness.Model or LibrarySpec) and TensorFlow's
+    outputs on them; the library itself is not run."""
+    from ..frontend.load import load_model
+
     rng = np.random.default_rng(seed)
+    lib_dir = lib.dir
     graph_options = build_cut(lib, graph_options)
     loaded = load_model(model_path, graph_options)
     if tol is None:
         tol = default_tolerance(lib, loaded.keras_model)
     if lib.streams > 1:
-        return _verify_streams(loaded, lib, rng, steps, tol, model_path, lib_dir)
+        return _streams_case(loaded, lib, rng, steps, tol, model_path, lib_dir)
     if loaded.keras_model is None:
         limit = token_limit(loaded.graph.graph_def)
         if lib.manifest.get("state_feedback"):
             xs = [random_inputs(rng, (steps, *shape), dt, limit)
                   for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
-            return _compare(lib, lib_dir, model_path, run_sequence(lib, xs),
-                            feedback_reference(loaded.graph, lib, xs), tol)
+            return _sequence_case(lib, lib_dir, model_path, xs,
+                                  feedback_reference(loaded.graph, lib, xs), tol)
         references = [GraphReference(loaded, lib, lib_dir, index=i)
                       for i in range(len(lib.output_shapes))]
         if all(r.fixed_last_output for r in references):
-            return _verify_fixed_length(references, lib, rng, limit, steps, tol)
+            return _fixed_length_case(references, lib, rng, limit, steps, tol)
     xs, wants = _inputs_and_references(loaded, lib, rng, steps, model_path, lib_dir)
-    return _compare(lib, lib_dir, model_path, run_sequence(lib, xs), wants, tol)
+    return _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
 
 
 def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
@@ -192,12 +132,9 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
     return xs, wants
 
 
-def _verify_streams(loaded, lib, rng, steps: int, tol: float, model_path,
-                    lib_dir) -> list[VerifyResult]:
+def _streams_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) -> Case:
     """A --streams N library: N different input sequences, one per stream,
     stepped together; each stream's outputs against TensorFlow on its own."""
-    from .process import run_sequence
-
     if loaded.keras_model is None and lib.manifest.get("state_feedback"):
         raise TfaotError(f"{lib_dir}: verify of a --streams build covers Keras models and "
                          "graphs with their loops streamed; verify a --streams 1 build of "
@@ -207,18 +144,14 @@ def _verify_streams(loaded, lib, rng, steps: int, tol: float, model_path,
              for _ in range(lib.streams)]
     # (steps, N, *step input) per input: stream i's frames in row i
     xs = [np.stack([xs_i[k] for xs_i, _ in cases], axis=1) for k in range(len(cases[0][0]))]
-    steps_out = run_sequence(lib, xs)
-    tallies = [ErrorTally() for _ in lib.output_shapes]
+    checks = [Checks() for _ in lib.output_shapes]
     for i, (_, wants) in enumerate(cases):
         for k, want in enumerate(wants):
-            got = np.stack([y[k][i] for y in steps_out])[-len(want):]
-            first = len(steps_out) - len(want)
+            first = len(xs[0]) - len(want)
             values = np.ma.getdata(want)
             for m in np.flatnonzero(defined_steps(want)):
-                tallies[k].add(f"stream {i} step {first + m}", got[m], values[m])
-    unit = f"steps of {lib.streams} streams"
-    return [tally.result(lib.manifest["outputs"][k]["name"], tol, unit=unit)
-            for k, tally in enumerate(tallies)]
+                checks[k].add(0, first + m, i, values[m])
+    return Case([xs], checks, tol, f"steps of {lib.streams} streams", signature(lib))
 
 
 class OneStream:
@@ -241,49 +174,45 @@ class OneStream:
         return getattr(self._lib, name)
 
 
-def _compare(lib, lib_dir, model_path, steps_out, wants, tol) -> list[VerifyResult]:
-    results = []
+def _sequence_case(lib, lib_dir, model_path, xs, wants, tol) -> Case:
+    """One run over ``xs``; each output compared at its defined steps (the
+    last len(want) steps: a window's first outputs are not defined)."""
+    steps = len(xs[0])
+    checks = []
     for i, want in enumerate(wants):
-        got = np.stack([y[i] for y in steps_out])[-len(want):]
-        if got.shape != want.shape:
-            raise TfaotError(f"{lib_dir}: the library returns {got.shape[1:]} per step but "
-                             f"{model_path} gives {want.shape[1:]}; was it built from this "
-                             "model?")
-        first = len(steps_out) - len(want)  # the library's number of ``want``'s step 0
+        if want.shape[1:] != tuple(lib.output_shapes[i]):
+            raise TfaotError(f"{lib_dir}: the library returns {tuple(lib.output_shapes[i])} "
+                             f"per step but {model_path} gives {want.shape[1:]}; was it built "
+                             "from this model?")
+        first = steps - len(want)  # the library's number of ``want``'s step 0
         defined = defined_steps(want)
         if not defined.any():
-            raise TfaotError(f"{lib_dir}: no step of {len(steps_out)} has a reference "
-                             "output (the window is not full yet); use more --steps")
-        tally = ErrorTally()
+            raise TfaotError(f"{lib_dir}: no step of {steps} has a reference output (the "
+                             "window is not full yet); use more --steps")
+        checks.append(Checks())
         values = np.ma.getdata(want)
         for m in np.flatnonzero(defined):
-            tally.add(f"step {first + m}", got[m], values[m])
-        results.append(tally.result(lib.manifest["outputs"][i]["name"], tol))
-    return results
+            checks[-1].add(0, first + m, -1, values[m])
+    return Case([xs], checks, tol, "steps", signature(lib))
 
 
-def _verify_fixed_length(references, lib, rng, limit: int, steps: int,
-                         tol: float) -> list[VerifyResult]:
+def _fixed_length_case(references, lib, rng, limit: int, steps: int, tol: float) -> Case:
     """A graph of fixed length T that returns one output (a keyword spotter's
     softmax after its T frames) defines the stream only at its last frame:
     several sequences of T frames, each from a fresh init, are compared
     there (enough of them to cover about ``steps`` steps)."""
-    from .process import run_sequence
-
     st = references[0].stream
     length, p = st.fixed_length, st.frames_per_step
     per_sequence = -(-length // p)
     sequences = max(8, -(-steps // per_sequence))
-    tallies = [ErrorTally() for _ in references]
+    runs, checks = [], [Checks() for _ in references]
     for k in range(sequences):
         xs = [random_inputs(rng, (per_sequence, *shape), dt, limit)
               for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
         xs = [x if s else np.repeat(x[:1], len(x), axis=0)
               for x, s in zip(xs, lib.input_streamed)]
-        ys = run_sequence(lib, xs)
+        runs.append(xs)
         for i, ref in enumerate(references):
             want, step = ref.fixed_output(xs, rng)
-            tallies[i].add(f"step {step} of sequence {k}", ys[step][i], want)
-    return [tally.result(lib.manifest["outputs"][i]["name"], tol,
-                         unit=f"sequences of {length} frames")
-            for i, tally in enumerate(tallies)]
+            checks[i].add(k, step, -1, want)
+    return Case(runs, checks, tol, f"sequences of {length} frames", signature(lib))

@@ -50,14 +50,15 @@ class InputRangeError(TfaotError):
         self.element, self.step, self.sample = element, step, sample
 
 
-class Model:
-    """One context of a built model library."""
+class LibrarySpec:
+    """What a built library's manifest says of its tensors and stream: enough
+    to make its inputs and references (``tfaot verify --save-case``) without
+    loading the library, which may be built for another machine."""
 
-    def __init__(self, lib_dir: Path, manifest: dict, lib: ctypes.CDLL):
+    def __init__(self, lib_dir: Path, manifest: dict):
         self.dir = lib_dir
         self.manifest = manifest
         self.name = manifest["name"]
-        self._lib = lib
         inp, out = manifest["inputs"][0], manifest["outputs"][0]
         self.input_shape = tuple(inp["shape"])
         self.output_shape = tuple(out["shape"])
@@ -80,6 +81,16 @@ class Model:
         # How steps relate to the model's time axis: frames per step, window,
         # the first step whose output is defined (program.StreamInfo).
         self.stream = StreamInfo.from_json(manifest.get("stream"))
+        # Independent streams per context (--streams): every tensor's axis 0.
+        self.streams = self.stream.streams
+
+
+class Model(LibrarySpec):
+    """One context of a built model library."""
+
+    def __init__(self, lib_dir: Path, manifest: dict, lib: ctypes.CDLL):
+        super().__init__(lib_dir, manifest)
+        self._lib = lib
         self._fn = {}
         for fn, restype, argtypes in (
                 ("ctx_size", ctypes.c_size_t, []),
@@ -106,8 +117,6 @@ class Model:
             if f is not None:
                 f.restype, f.argtypes = ctypes.c_int, argtypes
                 self._fn[fn] = f
-        # Independent streams per context (--streams): every tensor's axis 0.
-        self.streams = self.stream.streams
         self.state_specs = [(s["name"], np.dtype(s["dtype"]), tuple(s["shape"]))
                             for s in manifest.get("state", [])]
         self.state_bytes = int(self._fn["state_size"]())
@@ -385,9 +394,27 @@ def _unpack_outputs(raw: np.ndarray, specs, struct) -> tuple:
     return tuple(out)
 
 
+def load_spec(lib_dir, *, name: str | None = None) -> LibrarySpec:
+    """The manifest ``lib_dir/NAME.json`` alone (no library is loaded)."""
+    lib_dir = Path(lib_dir)
+    return LibrarySpec(lib_dir, _read_manifest(lib_dir, name))
+
+
 def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     """Loads ``lib_dir/NAME.json`` and ``lib_dir/libNAME.so``; calls init() unless told not to."""
     lib_dir = Path(lib_dir)
+    manifest = _read_manifest(lib_dir, name)
+    so = lib_dir / f"lib{manifest['name']}.so"
+    if not so.exists():
+        raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
+                         f"host triple (this build: {manifest.get('triple')})")
+    model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
+    if init:
+        model.init()
+    return model
+
+
+def _read_manifest(lib_dir: Path, name: str | None) -> dict:
     if name is None:
         manifests = sorted(lib_dir.glob("*.json"))
         if len(manifests) != 1:
@@ -399,14 +426,7 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     if not path.exists():
         raise TfaotError(f"{lib_dir}: no manifest {path.name}; build the model first")
     manifest = json.loads(path.read_text())
-    so = lib_dir / f"lib{manifest['name']}.so"
-    if not so.exists():
-        raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
-                         f"host triple (this build: {manifest.get('triple')})")
     if not manifest["inputs"] or not manifest["outputs"]:
         raise TfaotError(f"{manifest['name']}: the manifest lists no inputs or no outputs; the "
                          "build folder is inconsistent")
-    model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
-    if init:
-        model.init()
-    return model
+    return manifest

@@ -1,0 +1,81 @@
+"""The comparison of a library's outputs with TensorFlow's, output by output:
+the largest abs error, and NaN/Inf told apart (``tfaot verify``'s report)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class VerifyResult:
+    output: str
+    steps: int
+    max_abs_error: float  # over the steps where both sides are finite
+    tolerance: float
+    unit: str = "steps"  # what ``steps`` counts
+    # The first place where one side is NaN or Inf and the other is not (or
+    # a different non-finite value): a failure whatever the tolerance.
+    mismatch: str | None = None
+    # Steps where both sides hold the same NaN/Inf (TensorFlow's output is
+    # not finite there, and the library agrees), and the first of them.
+    nonfinite_steps: int = 0
+    first_nonfinite: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None and bool(self.max_abs_error <= self.tolerance)
+
+    def describe(self) -> str:
+        """The one line `tfaot verify` prints for this output."""
+        line = (f"{self.output}: max abs error {self.max_abs_error:.3g} over {self.steps} "
+                f"{self.unit} (tolerance {self.tolerance:g}): {'ok' if self.ok else 'FAIL'}")
+        if self.mismatch:
+            line += f": {self.mismatch}"
+        if self.nonfinite_steps:
+            line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
+                     f"of them, first at {self.first_nonfinite})")
+        return line
+
+
+class ErrorTally:
+    """The comparison of one output, step by step.
+
+    Finite pairs give the abs error. A NaN or Inf on one side only is a
+    mismatch (Python's ``max(0.0, nan)`` is 0.0 and numpy's max of a NaN is
+    NaN, so non-finite values are told apart here instead of inside a max):
+    the first one is kept, with its step. The same NaN/Inf on both sides
+    agrees with TensorFlow; those steps are counted and reported.
+    """
+
+    def __init__(self):
+        self.max_abs_error = 0.0
+        self.steps = 0
+        self.mismatch: str | None = None
+        self.nonfinite_steps = 0
+        self.first_nonfinite: str | None = None
+
+    def add(self, where: str, got, want) -> None:
+        """Compares one step's output; ``where`` names the step in messages."""
+        got = np.asarray(got, np.float64).ravel()
+        want = np.asarray(want, np.float64).ravel()
+        self.steps += 1
+        finite = np.isfinite(got) & np.isfinite(want)
+        if finite.any():
+            self.max_abs_error = max(self.max_abs_error,
+                                     float(np.abs(got[finite] - want[finite]).max()))
+        same = (np.isnan(got) & np.isnan(want)) | (np.isinf(got) & (got == want))
+        differ = ~finite & ~same
+        if differ.any() and self.mismatch is None:
+            k = int(np.flatnonzero(differ)[0])
+            self.mismatch = (f"at {where} the library gives {got[k]:.6g} where TensorFlow "
+                             f"gives {want[k]:.6g} (element {k})")
+        if same.any():
+            self.nonfinite_steps += 1
+            self.first_nonfinite = self.first_nonfinite or where
+
+    def result(self, output: str, tol: float, steps: int | None = None,
+               unit: str = "steps") -> VerifyResult:
+        return VerifyResult(output, self.steps if steps is None else steps,
+                            self.max_abs_error, tol, unit, self.mismatch,
+                            self.nonfinite_steps, self.first_nonfinite)
