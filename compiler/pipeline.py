@@ -11,7 +11,7 @@ import shutil
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import output_dir, sizes
@@ -230,6 +230,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                          weight_packing=options.pack_weights,
                          external_weights=options.weights == "file",
                          matvec=options.matvec, weights_dtype=options.weights_dtype)
+    target = replace(target, streams=options.streams)
     detect_format(Path(model_path))
     sizes.check_model_files(model_path, options.limits, target)
     out_path = Path(options.out_dir or Path("build") / name)

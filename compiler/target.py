@@ -22,6 +22,14 @@ from pathlib import Path
 from .errors import TfaotError
 
 KINDS = ("cpu", "vulkan", "cuda")
+#: CUDA builds of this many streams or more split their matmuls 4 ways along
+#: K. A matmul of N stream rows gets a SIMT tiling with little parallelism;
+#: split, the partial products run on 4x the blocks. Measured on an H100
+#: (bench/gpu_check.py, us a step, split vs not): GRU(256) N=5 56 vs 112,
+#: N=8 52 vs 169, N=32 67 vs 154; LSTM(512) N=8 77 vs 227; but N=2..4 slower
+#: (GRU(256) N=4 124 vs 74), where IREE's unsplit kernel is the better one.
+SPLIT_K_FROM_STREAMS = 5
+
 #: Kinds whose kernels run on a GPU (their weights are mutable globals, see
 #: compiler/lower/weight_globals.py, and their dispatches are asynchronous).
 GPU_KINDS = ("vulkan", "cuda")
@@ -187,6 +195,9 @@ class Target:
     # convolution kernel); None: where the target multiplies int8 faster than
     # f32 (int8_dot_products). Tests set it to run that kernel anywhere.
     int8_convolutions: bool | None = None
+    # --streams: independent streams per context; their matvecs are matmuls
+    # of that many rows (SPLIT_K_FROM_STREAMS)
+    streams: int = 1
 
     @property
     def arch(self) -> str:
@@ -368,6 +379,8 @@ class Target:
         # out of the kernels: the default inline limit.
         backend = (["--iree-hal-target-backends=vulkan-spirv"] if self.kind == "vulkan" else
                    ["--iree-hal-target-backends=cuda", f"--iree-cuda-target={self.cpu}"])
+        if self.kind == "cuda" and self.streams >= SPLIT_K_FROM_STREAMS:
+            backend.append("--iree-dispatch-creation-split-matmul-reduction=4")
         return [
             "--iree-input-type=stablehlo",
             "--iree-execution-model=inline-dynamic",

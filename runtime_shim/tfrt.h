@@ -76,6 +76,8 @@ typedef struct tfrt_obj {
 } tfrt_obj;
 
 #define TFRT_FLAG_READONLY 1u
+/* An arena buffer in device memory: its bytes move through the backend. */
+#define TFRT_FLAG_DEVICE 2u
 
 typedef struct tfrt_buffer {
   tfrt_obj hdr;

@@ -49,6 +49,35 @@ TFRT_INTERNAL int tfrt_backend_sync(tfrt_runtime *rt);
 /* Drops dispatches issued but not yet submitted (a function failed half-way). */
 TFRT_INTERNAL void tfrt_backend_discard(tfrt_runtime *rt);
 
+#ifdef TFRT_DEVICE_MEMORY
+/* A backend whose arena is device memory the host cannot touch (CUDA)
+ * defines TFRT_DEVICE_MEMORY: the core flags arena buffers TFRT_FLAG_DEVICE
+ * and moves their bytes through these, after tfrt_backend_sync.  Pointers
+ * are the core's (arena base + offset); any of them may also be host memory
+ * (a constant, a caller's buffer), which is copied as it is. */
+/* `bytes` at `src` to host memory `dst`: also the generated code's reads of
+ * a step's outputs and of the state. */
+TFRT_INTERNAL int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *src,
+                                    size_t bytes);
+/* Host memory `src` to device memory `dst`. */
+TFRT_INTERNAL int tfrt_backend_write(tfrt_runtime *rt, uint8_t *dst, const void *src,
+                                     size_t bytes);
+/* Either way, or device to device. */
+TFRT_INTERNAL int tfrt_backend_copy(tfrt_runtime *rt, uint8_t *dst, const uint8_t *src,
+                                    size_t bytes);
+/* `count` elements of `width` bytes (1, 2, 4, 8), each `value`, little-endian. */
+TFRT_INTERNAL int tfrt_backend_fill(tfrt_runtime *rt, uint8_t *dst, size_t count,
+                                    uint64_t value, uint32_t width);
+#else
+/* Host memory: the generated code's reads of outputs and state are copies. */
+static inline int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *src,
+                                    size_t bytes) {
+  (void)rt;
+  memcpy(dst, src, bytes);
+  return TFRT_OK;
+}
+#endif
+
 /* hal_loader.executable.query_support(format) -> i32 */
 TFRT_INTERNAL int tfrt_executable_query_support(const tfrt_buffer *format, int32_t *out);
 

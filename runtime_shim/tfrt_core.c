@@ -11,6 +11,17 @@
  */
 #include "tfrt_backend.h"
 
+#ifdef TFRT_DEVICE_MEMORY
+/* The arena is device memory: its bytes move through the backend. */
+#define TFRT_ARENA_FLAGS TFRT_FLAG_DEVICE
+#define TFRT_ON_DEVICE(b) (((b)->hdr.flags & TFRT_FLAG_DEVICE) != 0)
+#define TFRT_DEVICE_CALL(call) (call)
+#else
+#define TFRT_ARENA_FLAGS 0u
+#define TFRT_ON_DEVICE(b) 0
+#define TFRT_DEVICE_CALL(call) TFRT_STATUS_UNIMPLEMENTED /* not reached */
+#endif
+
 /* ---- objects --------------------------------------------------------------- */
 
 TFRT_INTERNAL void *tfrt_retain(void *object) {
@@ -70,7 +81,7 @@ TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
       }
       b->hdr.refs = 0;
       b->hdr.kind = TFRT_KIND_BUFFER;
-      b->hdr.flags = 0;
+      b->hdr.flags = TFRT_ARENA_FLAGS;
       b->pool = p;
       b->data = a->arena + offset;
       b->length = 0;
@@ -229,25 +240,32 @@ TFRT_INTERNAL int tfrt_range_ok(const tfrt_buffer *b, int64_t offset, int64_t le
 }
 
 /* vm.buffer.copy: byte offsets and length. */
-TFRT_INTERNAL int tfrt_buffer_copy(tfrt_buffer *src, int64_t src_offset, tfrt_buffer *dst,
-                                   int64_t dst_offset, int64_t length) {
+TFRT_INTERNAL int tfrt_buffer_copy(tfrt_runtime *rt, tfrt_buffer *src, int64_t src_offset,
+                                   tfrt_buffer *dst, int64_t dst_offset, int64_t length) {
+  (void)rt;
   if (!src || !dst) return TFRT_STATUS_NULL_REF;
   if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
   if (!tfrt_range_ok(src, src_offset, length) || !tfrt_range_ok(dst, dst_offset, length))
     return TFRT_STATUS_OUT_OF_RANGE;
+  if (TFRT_ON_DEVICE(src) || TFRT_ON_DEVICE(dst))
+    return TFRT_DEVICE_CALL(tfrt_backend_copy(rt, dst->data + dst_offset,
+                                              src->data + src_offset, (size_t)length));
   if (length) memmove(dst->data + dst_offset, src->data + src_offset, (size_t)length);
   return TFRT_OK;
 }
 
 /* vm.buffer.fill.iN: offset and length counted in elements of `width` bytes. */
-TFRT_INTERNAL int tfrt_buffer_fill(tfrt_buffer *dst, int64_t offset, int64_t count, uint64_t value,
-                                   uint32_t width) {
+TFRT_INTERNAL int tfrt_buffer_fill(tfrt_runtime *rt, tfrt_buffer *dst, int64_t offset,
+                                   int64_t count, uint64_t value, uint32_t width) {
+  (void)rt;
   if (!dst) return TFRT_STATUS_NULL_REF;
   if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
   if (offset < 0 || count < 0 || offset > INT64_MAX / width || count > INT64_MAX / width ||
       !tfrt_range_ok(dst, offset * (int64_t)width, count * (int64_t)width))
     return TFRT_STATUS_OUT_OF_RANGE;
   uint8_t *p = dst->data + offset * (int64_t)width;
+  if (TFRT_ON_DEVICE(dst))
+    return TFRT_DEVICE_CALL(tfrt_backend_fill(rt, p, (size_t)count, value, width));
   if (width == 1) {
     memset(p, (int)(value & 0xFFu), (size_t)count);
     return TFRT_OK;
@@ -257,24 +275,27 @@ TFRT_INTERNAL int tfrt_buffer_fill(tfrt_buffer *dst, int64_t offset, int64_t cou
 }
 
 /* vm.buffer.load.*: element index; the raw bytes land in *out (zero-extended). */
-TFRT_INTERNAL int tfrt_buffer_load(const tfrt_buffer *src, int64_t index, uint32_t width,
-                                   void *out) {
+TFRT_INTERNAL int tfrt_buffer_load(tfrt_runtime *rt, const tfrt_buffer *src, int64_t index,
+                                   uint32_t width, void *out) {
   if (!src) return TFRT_STATUS_NULL_REF;
   if (index < 0 || index > INT64_MAX / width ||
       !tfrt_range_ok(src, index * (int64_t)width, (int64_t)width))
     return TFRT_STATUS_OUT_OF_RANGE;
-  memcpy(out, src->data + index * (int64_t)width, width);
-  return TFRT_OK;
+  return tfrt_backend_read(rt, out, src->data + index * (int64_t)width, width);
 }
 
 /* vm.buffer.store.*: element index. */
-TFRT_INTERNAL int tfrt_buffer_store(tfrt_buffer *dst, int64_t index, uint32_t width,
-                                    const void *value) {
+TFRT_INTERNAL int tfrt_buffer_store(tfrt_runtime *rt, tfrt_buffer *dst, int64_t index,
+                                    uint32_t width, const void *value) {
+  (void)rt;
   if (!dst) return TFRT_STATUS_NULL_REF;
   if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
   if (index < 0 || index > INT64_MAX / width ||
       !tfrt_range_ok(dst, index * (int64_t)width, (int64_t)width))
     return TFRT_STATUS_OUT_OF_RANGE;
+  if (TFRT_ON_DEVICE(dst))
+    return TFRT_DEVICE_CALL(tfrt_backend_write(rt, dst->data + index * (int64_t)width, value,
+                                               width));
   memcpy(dst->data + index * (int64_t)width, value, width);
   return TFRT_OK;
 }

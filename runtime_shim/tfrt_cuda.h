@@ -28,7 +28,7 @@ extern "C" {
 #define TFRT_CU_MAX_BINDINGS 32u
 #define TFRT_CU_MAX_CONSTANTS 64u
 /* Number of driver functions the backend loads (TFRT_CU_FUNCTIONS in the .c). */
-#define TFRT_CU_FUNCTION_COUNT 19u
+#define TFRT_CU_FUNCTION_COUNT 22u
 
 /* One kernel of an executable, from its CDA1 container. */
 typedef struct tfrt_cu_kernel_desc {
@@ -73,7 +73,8 @@ typedef struct tfrt_backend {
   void *context;                      /* CUcontext: the device's primary context */
   void *stream;                       /* CUstream, this context's own */
   uint64_t memory;                    /* CUdeviceptr: arena + staging */
-  uint8_t *mapped;                    /* the same memory's host address */
+  size_t memory_bytes;
+  uint8_t *mapped;                    /* the core's name for it: the device address */
   int32_t device;                     /* CUdevice */
   int32_t last_result;                /* CUresult of the last failed driver call */
   uint32_t kernels_loaded;
@@ -84,6 +85,8 @@ typedef struct tfrt_backend {
 }
 #endif
 
+/* The arena is device memory: the host reaches it through the backend. */
+#define TFRT_DEVICE_MEMORY 1
 #include "tfrt_backend.h"
 
 #endif /* TFRT_CUDA_H_ */

@@ -254,7 +254,7 @@ def _buffer_copy(fe, op):
     src, soff, dst, doff, length = op.operands
     if is_null_const(src):
         raise fe.null_constant_error(op, "vm.buffer.copy source")
-    fe.line(f"TFRT_TRY(tfrt_buffer_copy({fe.val(src)}, {fe.val(soff)}, "
+    fe.line(f"TFRT_TRY(tfrt_buffer_copy(rt, {fe.val(src)}, {fe.val(soff)}, "
             f"{fe.val(dst)}, {fe.val(doff)}, {fe.val(length)}));")
 
 
@@ -267,7 +267,7 @@ def _buffer_length(fe, op):
 def _buffer_fill(width: int, ctype: str) -> Rule:
     def rule(fe, op):
         b, off, n, value = (fe.val(v) for v in op.operands)
-        fe.line(f"TFRT_TRY(tfrt_buffer_fill({b}, {off}, {n}, (uint64_t){value}, {width}));")
+        fe.line(f"TFRT_TRY(tfrt_buffer_fill(rt, {b}, {off}, {n}, (uint64_t){value}, {width}));")
     return rule
 
 
@@ -275,7 +275,7 @@ def _buffer_load(width: int, ctype: str) -> Rule:
     def rule(fe, op):
         b, idx = (fe.val(v) for v in op.operands)
         r = fe.result(op)
-        fe.line(f"{{ {ctype} e_ = 0; TFRT_TRY(tfrt_buffer_load({b}, {idx}, {width}, &e_)); "
+        fe.line(f"{{ {ctype} e_ = 0; TFRT_TRY(tfrt_buffer_load(rt, {b}, {idx}, {width}, &e_)); "
                 f"{r} = e_; }}")
     return rule
 
@@ -285,7 +285,7 @@ def _buffer_store(width: int, ctype: str) -> Rule:
         # vm.buffer.store.T %buffer[%index], %value
         b, idx, value = (fe.val(v) for v in op.operands)
         fe.line(f"{{ {ctype} e_ = ({ctype}){value}; "
-                f"TFRT_TRY(tfrt_buffer_store({b}, {idx}, {width}, &e_)); }}")
+                f"TFRT_TRY(tfrt_buffer_store(rt, {b}, {idx}, {width}, &e_)); }}")
     return rule
 
 

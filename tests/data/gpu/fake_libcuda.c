@@ -1,13 +1,17 @@
 /* A fake libcuda.so.1 for tests without a GPU: the driver functions the CUDA
- * backend of the runtime shim (runtime_shim/tfrt_cuda.c) loads, with memory
- * in host malloc and kernels that do nothing.  Every call that matters is
- * logged to stdout, one line each:
+ * backend of the runtime shim (runtime_shim/tfrt_cuda.c) loads, with kernels
+ * that do nothing.  Device memory is an address range the host cannot touch
+ * (PROT_NONE: a host access by the shim crashes the test) backed by host
+ * memory that only this driver's copies and memsets reach.  Every call that
+ * matters is logged to stdout, one line each:
  *   module PTX_BYTES                  cuModuleLoadData (the image must be NUL-terminated PTX)
  *   function NAME ptrs P b32 C        cuModuleGetFunction: the kernel's parameters (from the PTX)
  *   launch NAME grid X Y Z block X Y Z shared S params N ok|BAD(why)
  *                                     cuLaunchKernel: params checked against the PTX: each pointer
  *                                     16-byte aligned inside an allocation, on the context's stream
  *   copy BYTES                        cuMemcpyHtoDAsync_v2 (into an allocation)
+ *   read BYTES                        cuMemcpyDtoH_v2 (out of an allocation)
+ *   dtod BYTES / memset BYTES         cuMemcpyDtoDAsync_v2 / cuMemsetD{8,16,32}Async
  *   alloc BYTES / free
  *   leaks contexts C modules M allocations A streams S   (at exit: all 0 when released)
  * FAKE_CUDA_DEVICES=0 makes cuDeviceGetCount report no device; FAKE_CUDA_FAIL=NAME
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef unsigned int result;
 enum { OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, INVALID_IMAGE = 200,
@@ -24,7 +29,8 @@ enum { OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, INVALID_IMAGE = 200,
 #define MAX_ALLOCATIONS 64
 #define MAX_FUNCTIONS 256
 
-typedef struct allocation { uint8_t *base; size_t bytes; } allocation;
+/* base: the device address (reserved, no access); shadow: where its bytes are. */
+typedef struct allocation { uint8_t *base; uint8_t *shadow; size_t bytes; } allocation;
 typedef struct module { char *ptx; } module;
 typedef struct function { char name[256]; int pointers; int words; } function;
 typedef struct stream { int magic; } stream;
@@ -74,11 +80,6 @@ result cuDeviceGet(int *device, int ordinal) {
   return ordinal == 0 ? OK : INVALID_VALUE;
 }
 
-result cuDeviceGetAttribute(int *value, unsigned int attribute, int device) {
-  *value = attribute == 83 ? 1 : 0;  /* CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY */
-  return device == 0 ? OK : INVALID_VALUE;
-}
-
 result cuDevicePrimaryCtxRetain(void **context, int device) {
   if (device != 0) return INVALID_VALUE;
   context_refs++;
@@ -123,23 +124,21 @@ result cuStreamSynchronize(stream *s) {
   return r != OK ? r : (s && s->magic == 0x57 ? OK : INVALID_VALUE);
 }
 
-result cuStreamAttachMemAsync(stream *s, uint64_t address, size_t bytes, unsigned int flags) {
-  (void)bytes;
-  if (!s || s->magic != 0x57 || flags != 4 || !find_allocation(address, 1)) return INVALID_VALUE;
-  return need_context();
-}
-
-result cuMemAllocManaged(uint64_t *address, size_t bytes, unsigned int flags) {
-  if (injected("cuMemAllocManaged") != OK) return INVALID_VALUE;
+result cuMemAlloc_v2(uint64_t *address, size_t bytes) {
+  if (injected("cuMemAlloc_v2") != OK) return INVALID_VALUE;
   result r = need_context();
   if (r != OK) return r;
-  if (flags != 1 || bytes == 0) return INVALID_VALUE;
+  if (bytes == 0) return INVALID_VALUE;
   for (int i = 0; i < MAX_ALLOCATIONS; ++i)
     if (!allocations[i].base) {
-      allocations[i].base = aligned_alloc(256, (bytes + 255) / 256 * 256);
-      memset(allocations[i].base, 0xA5, bytes);  /* garbage, as device memory is */
-      allocations[i].bytes = bytes;
-      *address = (uint64_t)(uintptr_t)allocations[i].base;
+      allocation *a = &allocations[i];
+      void *base = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) return INVALID_VALUE;
+      a->base = base;
+      a->shadow = aligned_alloc(256, (bytes + 255) / 256 * 256);
+      memset(a->shadow, 0xA5, bytes);  /* garbage, as device memory is */
+      a->bytes = bytes;
+      *address = (uint64_t)(uintptr_t)a->base;
       printf("alloc %zu\n", bytes);
       return OK;
     }
@@ -149,19 +148,72 @@ result cuMemAllocManaged(uint64_t *address, size_t bytes, unsigned int flags) {
 result cuMemFree_v2(uint64_t address) {
   allocation *a = find_allocation(address, 1);
   if (!a || (uint64_t)(uintptr_t)a->base != address) return INVALID_VALUE;
-  free(a->base);
-  a->base = NULL;
+  munmap(a->base, a->bytes);
+  free(a->shadow);
+  a->base = a->shadow = NULL;
   printf("free\n");
   return OK;
 }
 
+/* The host bytes behind a device range, or NULL when it is not one. */
+static uint8_t *shadow_of(uint64_t address, size_t bytes) {
+  allocation *a = find_allocation(address, bytes);
+  return a ? a->shadow + (address - (uint64_t)(uintptr_t)a->base) : NULL;
+}
+
+static int good_stream(const stream *s) { return s && s->magic == 0x57; }
+
 result cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t bytes, stream *s) {
   result r = need_context();
   if (r != OK) return r;
-  if (!s || s->magic != 0x57 || !find_allocation(dst, bytes)) return INVALID_VALUE;
-  memcpy((void *)(uintptr_t)dst, src, bytes);
+  uint8_t *to = shadow_of(dst, bytes);
+  if (!good_stream(s) || !to) return INVALID_VALUE;
+  memcpy(to, src, bytes);
   printf("copy %zu\n", bytes);
   return OK;
+}
+
+result cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes) {
+  result r = need_context();
+  if (r != OK) return r;
+  const uint8_t *from = shadow_of(src, bytes);
+  if (!dst || !from) return INVALID_VALUE;
+  memcpy(dst, from, bytes);
+  printf("read %zu\n", bytes);
+  return OK;
+}
+
+result cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, stream *s) {
+  result r = need_context();
+  if (r != OK) return r;
+  uint8_t *to = shadow_of(dst, bytes), *from = shadow_of(src, bytes);
+  if (!good_stream(s) || !to || !from) return INVALID_VALUE;
+  memmove(to, from, bytes);
+  printf("dtod %zu\n", bytes);
+  return OK;
+}
+
+/* cuMemsetD8Async, D16, D32: `count` elements of `width` bytes. */
+static result fake_memset(uint64_t dst, uint32_t value, size_t count, size_t width, stream *s) {
+  result r = need_context();
+  if (r != OK) return r;
+  uint8_t *to = shadow_of(dst, count * width);
+  if (!good_stream(s) || !to || dst % width) return INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) memcpy(to + i * width, &value, width);
+  printf("memset %zu\n", count * width);
+  return OK;
+}
+
+result cuMemsetD8Async(uint64_t dst, unsigned char value, size_t count, stream *s) {
+  return fake_memset(dst, value, count, 1, s);
+}
+
+result cuMemsetD16Async(uint64_t dst, unsigned short value, size_t count, stream *s) {
+  return fake_memset(dst, value, count, 2, s);
+}
+
+result cuMemsetD32Async(uint64_t dst, unsigned int value, size_t count, stream *s) {
+  return fake_memset(dst, value, count, 4, s);
 }
 
 result cuModuleLoadData(module **out, const void *image) {
