@@ -18,7 +18,12 @@ dynamic-range int8 (the converter's ``Optimize.DEFAULT``), batched the same.
 
     .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
         [--models lstm512,...] [--steps N] [--repeats R] [--no-litert]
-        [--weights-dtype f32|bf16|f16|int8]
+        [--weights-dtype f32|bf16|f16|int8] [--target cpu|vulkan|cuda]
+        [--build-only DIR | --prebuilt DIR] [--json FILE]
+
+A GPU machine without TensorFlow times libraries built elsewhere:
+``--build-only DIR`` here, ``--prebuilt DIR`` there (bench/gpu_check.py
+does both).
 """
 from __future__ import annotations
 
@@ -65,11 +70,13 @@ MODELS = {
 }
 
 
-def build(path: Path, streams: int, out: Path, weights_dtype: str = "f32") -> Path:
+def build(path: Path, streams: int, out: Path, weights_dtype: str = "f32",
+          target: str = "cpu", cpu: str | None = None) -> Path:
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
     return build_model(str(path), BuildOptions(out_dir=out, streams=streams,
-                                               weights_dtype=weights_dtype),
+                                               weights_dtype=weights_dtype, target=target,
+                                               cpu=cpu),
                        Progress(False)).path
 
 
@@ -94,25 +101,43 @@ def litert_difference(lib: Timer, flatbuffer: bytes, steps: int = 100) -> float:
     return float(np.max(np.abs(np.reshape(got, want.shape) - want)))
 
 
-def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
-    path = tmp / f"{name}.keras"
-    model = _model(MODELS[name])
-    model.save(path)
-    timers, lites, differences = [], [], []
+def build_all(name: str, counts: list[int], out: Path, args) -> list[Path]:
+    """The model's libraries with each stream count, in OUT/NAME_N."""
+    path = out / f"{name}.keras"
+    _model(MODELS[name]).save(path)
+    libs = []
     for n in counts:
+        libs.append(build(path, n, out / f"{name}_{n}", args.weights_dtype, args.target,
+                          args.cpu))
+        print(f"built {name} with {n} stream(s)", file=sys.stderr, flush=True)
+    return libs
+
+
+def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
+    """One row per stream count: the libraries timed side by side (built
+    here, or found in --prebuilt), with LiteRT's batch-N model unless
+    --no-litert."""
+    if args.prebuilt:
+        libs = [Path(args.prebuilt) / f"{name}_{n}" for n in counts]
+        model = None
+    else:
+        libs = build_all(name, counts, tmp, args)
+        model = _model(MODELS[name]) if not args.no_litert else None
+    timers, lites, differences = [], [], []
+    for n, lib in zip(counts, libs):
         # each library runs about the same number of stream-steps
         steps = max(20, args.steps // n)
-        timers.append(Timer(build(path, n, tmp / f"{name}_{n}", args.weights_dtype), steps))
-        if not args.no_litert:
+        timers.append(Timer(lib, steps))
+        if model is not None:
             flatbuffer, _ = litert_model(model, int8=args.weights_dtype == "int8", streams=n)
             lites.append(LiteRTTimer(flatbuffer, steps))
             differences.append(litert_difference(timers[-1], flatbuffer))
-        print(f"built {name} with {n} stream(s)", file=sys.stderr, flush=True)
     times = time_interleaved(timers + lites, args.repeats)
     base_cpu, base_wall = times[0]
     rows = []
     for i, (n, (cpu_us, wall_us)) in enumerate(zip(counts, times)):
-        row = {"model": name, "streams": n, "cpu_us_per_step": cpu_us,
+        row = {"model": name, "target": timers[i].lib.manifest["target"], "streams": n,
+               "cpu_us_per_step": cpu_us,
                "wall_us_per_step": wall_us,
                "stream_steps_per_cpu_s": n / cpu_us * 1e6,
                "stream_steps_per_wall_s": n / wall_us * 1e6,
@@ -154,26 +179,65 @@ def main(argv=None) -> int:
                     help="leave out LiteRT's batch-N model (needs ai-edge-litert)")
     ap.add_argument("--weights-dtype", choices=["f32", "bf16", "f16", "int8"], default="f32",
                     help="tfaot's weights (int8: LiteRT's dynamic-range int8 is the peer)")
+    ap.add_argument("--target", choices=["cpu", "vulkan", "cuda"], default="cpu",
+                    help="the libraries' target (default cpu); a GPU's rows time its "
+                         "synchronous steps, LiteRT still on the CPU")
+    ap.add_argument("--cpu", default=None,
+                    help="tfaot build --cpu (or the --cuda-arch of --target=cuda)")
+    ap.add_argument("--build-only", metavar="DIR",
+                    help="build the libraries into DIR/MODEL_N and stop: time them with "
+                         "--prebuilt DIR on another machine (a GPU server with no TensorFlow)")
+    ap.add_argument("--prebuilt", metavar="DIR",
+                    help="time the libraries in DIR/MODEL_N (from --build-only); needs numpy "
+                         "and tfaot's harness only, no LiteRT")
+    ap.add_argument("--json", metavar="FILE", help="where the results go (default: "
+                                                   "bench/results/streams-DATE.json)")
     args = ap.parse_args(argv)
     counts = [int(n) for n in args.streams.split(",")]
     names = args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         ap.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    if args.build_only:
+        out = Path(args.build_only)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            build_all(name, counts, out, args)
+        return 0
+    args.no_litert |= bool(args.prebuilt)
     rows = []
     with tempfile.TemporaryDirectory(prefix="tfaot-bench-streams-") as tmp:
         for name in names:
             rows += measure(name, counts, Path(tmp), args)
-    print(f"CPU: {_cpu_name()}; weights {args.weights_dtype}")
+    device = _device_name(rows)
+    print(f"CPU: {_cpu_name()}; {device}weights {args.weights_dtype}")
     print_table(rows)
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"streams-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = Path(args.json) if args.json else \
+        RESULTS / f"streams-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
+                                "device": device.rstrip("; ") or None,
                                 "weights_dtype": args.weights_dtype,
                                 "steps": args.steps, "repeats": args.repeats,
                                 "rows": rows}, indent=2))
     print(f"wrote {path}")
     return 0
+
+
+def _device_name(rows: list[dict]) -> str:
+    """The GPU the libraries ran on, from nvidia-smi (CUDA), or nothing."""
+    import subprocess
+
+    target = rows[0]["target"]
+    if target != "cuda":
+        return f"target {target}; " if target != "cpu" else ""
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        smi = "GPU unknown"
+    return f"target cuda on {smi}; "
 
 
 if __name__ == "__main__":
