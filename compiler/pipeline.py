@@ -117,15 +117,16 @@ def _fed_back_state(program, graph_options, model_path: str, progress: Progress)
 def run_frontend(model_path: str, progress: Progress,
                  graph_options: GraphOptions | None = None, *,
                  fixed_window: str = "auto", check_sizes=None,
-                 streams: int = 1) -> tuple[StepProgram, str]:
-    """load -> streamify -> import; returns the program and the MLIR text."""
+                 streams: int = 1, join_products: bool = True) -> tuple[StepProgram, str]:
+    """load -> streamify -> import; returns the program and the MLIR text.
+    ``join_products``: see lower/matvec_sums.py."""
     program = load_and_streamify(model_path, progress, graph_options,
                                  fixed_window=fixed_window, check_sizes=check_sizes,
                                  streams=streams)
     with progress.stage("import"):
         from .lower.mlir_import import import_program
 
-        return program, import_program(program)
+        return program, import_program(program, join_products=join_products)
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -240,7 +241,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         program, mlir_text = run_frontend(
             model_path, progress, options.graph_options, fixed_window=options.fixed_window,
             streams=options.streams, check_sizes=lambda program, loaded: sizes.check_step(
-                program, loaded, options.limits, target, progress.note))
+                program, loaded, options.limits, target, progress.note),
+            join_products=target.join_products)
         temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,

@@ -94,6 +94,8 @@ def test_cuda_target_flags_and_arch_choice():
     flags = target.iree_flags(Path("k.o"))
     assert "--iree-hal-target-backends=cuda" in flags and "--iree-cuda-target=sm_80" in flags
     assert "--iree-execution-model=inline-dynamic" in flags
+    # the joined products of a cell cost two driver copies a step on a GPU
+    assert not target.join_products and make_target("cpu").join_products
     assert make_target("cuda", cpu="sm_86").iree_flags(Path("k.o")).count(
         "--iree-cuda-target=sm_86") == 1
     with pytest.raises(TfaotError, match="sm_90 is rejected by iree-compile 3.13.*use sm_80"):

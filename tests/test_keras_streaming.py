@@ -69,3 +69,47 @@ def test_module_shape():
     names = [s.name for s in program.signature.states]
     first, second = (layer.name for layer in model.layers[:2])
     assert names == [f"{first}/h", f"{first}/c", f"{second}/h", f"{second}/c"]
+
+
+def _dots(mlir_text: str) -> list[tuple[int, int]]:
+    """(rows, columns) of each constant-matrix matvec ``dot(W, v)``."""
+    return [(int(n), int(k)) for n, k in re.findall(
+        r"stablehlo\.dot %\S+, %\S+ : \(tensor<(\d+)x(\d+)xf32>, tensor<\d+x1xf32>\)",
+        mlir_text)]
+
+
+def test_a_cells_two_products_become_one_matvec():
+    """``W . x + U . h`` is one product of ``[W U]`` and ``[x; h]``
+    (lower/matvec_sums.py): a SimpleRNN(16) over 8 features has one 16 x 24
+    matvec and the head; the step still matches Keras."""
+    import keras
+
+    keras.utils.set_random_seed(4)
+    model = keras.Sequential([keras.Input((None, 8)), keras.layers.SimpleRNN(16),
+                              keras.layers.Dense(2)])
+    program = streamify_keras(model, "rnn.keras", "keras")
+    mlir_text = import_program(program)
+    assert sorted(_dots(mlir_text)) == [(2, 16), (16, 24)]
+    module = compile_with_iree(mlir_text)
+    x = np.random.default_rng(3).normal(size=(1, STEPS, 8)).astype(np.float32)
+    want = np.stack([model(x[:, :t + 1]).numpy()[0] for t in range(STEPS)])
+    assert float(np.abs(run_steps(module, x)[:, 0] - want).max()) <= TOL
+
+
+def test_a_product_used_twice_is_not_joined():
+    """``a = W . x``, ``b = U . x``, ``(a + b) * a``: a is needed alone, so
+    the sum stays two products."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 4))
+    a = L.Dense(6, use_bias=False)(x)
+    b = L.Dense(6, use_bias=False)(x)
+    model = keras.Model(x, L.Multiply()([L.Add()([a, b]), a]))
+    program = streamify_keras(model, "two.keras", "keras")
+    mlir_text = import_program(program)
+    assert sorted(_dots(mlir_text)) == [(6, 4), (6, 4)]
+    module = compile_with_iree(mlir_text)
+    xs = np.random.default_rng(3).normal(size=(1, STEPS, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_steps(module, xs)[:, 0], model(xs).numpy()[0], atol=TOL)

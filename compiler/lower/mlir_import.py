@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from .dilated_conv import fold_dilated_convs
+from .matvec_sums import merge_matvec_sums
 from ..dtypes import dtype
 from ..errors import TfaotError, first_line
 from ..program import StateInfo, StepProgram, TensorInfo
@@ -30,15 +31,17 @@ ALLOWED_DIALECTS = {"builtin", "func", "stablehlo", "ml_program"}
 PURE_STEP = "pure_step"
 
 
-def import_program(program: StepProgram, *, matvec_layout: bool = True) -> str:
+def import_program(program: StepProgram, *, matvec_layout: bool = True,
+                   join_products: bool = True) -> str:
     """Return the MLIR text of the streaming module for ``program``.
 
     ``matvec_layout=False`` keeps the weights in TensorFlow's layout (for
-    benchmarks that compare against it).
+    benchmarks that compare against it). ``join_products``: a sum of two
+    constant-matrix products as one (lower/matvec_sums.py).
     """
     tf_text, _ = fold_dilated_convs(_to_tf_dialect(program))
     hlo_text = unpack_bool_constants(_lower_to_stablehlo(tf_text, program.source))
-    return _wrap(hlo_text, program, matvec_layout)
+    return _wrap(hlo_text, program, matvec_layout, join_products)
 
 
 def _to_tf_dialect(program: StepProgram) -> str:
@@ -209,7 +212,8 @@ def _shorten(text: str, limit: int = 600) -> str:
 # wrapper
 
 
-def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool) -> str:
+def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
+          join_products: bool) -> str:
     from iree.compiler import ir
 
     with ir.Context() as ctx:
@@ -223,6 +227,8 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool) -> str:
         pure = _single_func(module)
         if matvec_layout:
             use_matvec_layout(pure)
+        if join_products:
+            merge_matvec_sums(pure)
         pure.attributes["sym_name"] = ir.StringAttr.get(PURE_STEP)
         pure.attributes["sym_visibility"] = ir.StringAttr.get("private")
         body = _strip_module(module.operation.get_asm(enable_debug_info=False))
