@@ -52,9 +52,9 @@ TFRT_INTERNAL void tfrt_backend_discard(tfrt_runtime *rt);
 #ifdef TFRT_DEVICE_MEMORY
 /* A backend whose arena is device memory the host cannot touch (CUDA)
  * defines TFRT_DEVICE_MEMORY: the core flags arena buffers TFRT_FLAG_DEVICE
- * and moves their bytes through these, after tfrt_backend_sync.  Pointers
- * are the core's (arena base + offset); any of them may also be host memory
- * (a constant, a caller's buffer), which is copied as it is. */
+ * and moves their bytes through these.  Pointers are the core's (arena base
+ * + offset); any of them may also be host memory (a constant, a caller's
+ * buffer), which is copied as it is. */
 /* `bytes` at `src` to host memory `dst`: also the generated code's reads of
  * a step's outputs and of the state. */
 TFRT_INTERNAL int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *src,
@@ -68,7 +68,17 @@ TFRT_INTERNAL int tfrt_backend_copy(tfrt_runtime *rt, uint8_t *dst, const uint8_
 /* `count` elements of `width` bytes (1, 2, 4, 8), each `value`, little-endian. */
 TFRT_INTERNAL int tfrt_backend_fill(tfrt_runtime *rt, uint8_t *dst, size_t count,
                                     uint64_t value, uint32_t width);
+/* These order themselves after the dispatches before them (a read waits for
+ * them): the generated code need not wait before a vm.buffer.* op. */
+static inline int tfrt_backend_before_buffer_op(tfrt_runtime *rt) {
+  (void)rt;
+  return TFRT_OK;
+}
 #else
+/* The host touches buffer contents itself: dispatches issued so far first. */
+static inline int tfrt_backend_before_buffer_op(tfrt_runtime *rt) {
+  return tfrt_backend_sync(rt);
+}
 /* Host memory: the generated code's reads of outputs and state are copies. */
 static inline int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *src,
                                     size_t bytes) {

@@ -20,10 +20,11 @@
  * vm.buffer.* operations and the generated code's reads of outputs and state
  * come here (tfrt_backend_read/write/copy/fill), which use the copy engine.
  * (Managed memory, which the host may touch, cost about 38 us per copy of a
- * step's input or output on an H100: 76 of a 104 us LSTM(512) step.)  The
- * generated code synchronizes before every host access (tfrt_backend_sync).
- * The step's input lives in caller (context) memory: such a read-only buffer
- * is copied on the stream into the staging area.
+ * step's input or output on an H100: 76 of a 104 us LSTM(512) step.)  Those
+ * copies and fills are queued on the stream like the kernels; a read back
+ * to the host, and every call before it returns, waits for the stream
+ * (tfrt_backend_sync).  The step's input lives in caller (context) memory:
+ * such a read-only buffer is copied on the stream into the staging area.
  *
  * Ordering: launches on one stream run in order, so the host program's
  * dispatches need no barriers. */
@@ -237,16 +238,16 @@ static tfrt_cu_deviceptr tfrt_cu_address(const tfrt_backend *be, const uint8_t *
   return be->memory + (size_t)(p - be->mapped);
 }
 
-/* Device operations the host asks for run on the context's stream, after
- * its kernels, and are waited for: the caller may reuse its memory at once. */
-static int tfrt_cu_finish(tfrt_backend *be) {
-  TFRT_CU_CHECK(be, CU(be, cuStreamSynchronize)((tfrt_cu_stream)be->stream));
-  return TFRT_OK;
-}
+/* Copies and memsets into device memory are queued on the context's
+ * stream, after the kernels before them and before those after them, so the
+ * generated code does not wait before them (tfrt_backend_before_buffer_op).
+ * The host memory they read is the call's (a constant, the caller's input,
+ * a local), and every call waits for its stream before it returns; from
+ * pageable memory the driver has taken the bytes when the call returns. */
+static void tfrt_cu_queued(tfrt_backend *be) { be->pending = 1; }
 
-/* Device bytes to host memory; host bytes (a constant, a caller's buffer) are
- * copied as they are.  The stream is idle (tfrt_backend_sync came first), so
- * the synchronous copy sees every kernel's results. */
+/* Device bytes to host memory, once the stream has done what came before;
+ * host bytes (a constant, a caller's buffer) are copied as they are. */
 TFRT_INTERNAL int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *src,
                                     size_t bytes) {
   tfrt_backend *be = &rt->backend;
@@ -255,7 +256,8 @@ TFRT_INTERNAL int tfrt_backend_read(tfrt_runtime *rt, void *dst, const uint8_t *
     return TFRT_OK;
   }
   if (bytes == 0) return TFRT_OK;
-  int status = tfrt_cu_make_current(be);
+  int status = tfrt_backend_sync(rt);
+  if (status == TFRT_OK) status = tfrt_cu_make_current(be);
   if (status != TFRT_OK) return status;
   TFRT_CU_CHECK(be, CU(be, cuMemcpyDtoH_v2)(dst, tfrt_cu_address(be, src), bytes));
   return TFRT_OK;
@@ -269,7 +271,8 @@ TFRT_INTERNAL int tfrt_backend_write(tfrt_runtime *rt, uint8_t *dst, const void 
   if (status != TFRT_OK) return status;
   TFRT_CU_CHECK(be, CU(be, cuMemcpyHtoDAsync_v2)(tfrt_cu_address(be, dst), src, bytes,
                                                  (tfrt_cu_stream)be->stream));
-  return tfrt_cu_finish(be);
+  tfrt_cu_queued(be);
+  return TFRT_OK;
 }
 
 /* vm.buffer.copy with either side (or both) in device memory. */
@@ -285,7 +288,8 @@ TFRT_INTERNAL int tfrt_backend_copy(tfrt_runtime *rt, uint8_t *dst, const uint8_
   TFRT_CU_CHECK(be, CU(be, cuMemcpyDtoDAsync_v2)(tfrt_cu_address(be, dst),
                                                  tfrt_cu_address(be, src), bytes,
                                                  (tfrt_cu_stream)be->stream));
-  return tfrt_cu_finish(be);
+  tfrt_cu_queued(be);
+  return TFRT_OK;
 }
 
 /* vm.buffer.fill: `count` elements of `width` bytes (1, 2, 4 or 8). */
@@ -310,8 +314,12 @@ TFRT_INTERNAL int tfrt_backend_fill(tfrt_runtime *rt, uint8_t *dst, size_t count
   } else {
     for (size_t i = 0; i < count; ++i)  /* 64-bit patterns: rare, element by element */
       TFRT_CU_CHECK(be, CU(be, cuMemcpyHtoDAsync_v2)(at + i * 8u, &value, 8u, stream));
+    /* (&value is this function's: wait before it goes) */
+    tfrt_cu_queued(be);
+    return tfrt_backend_sync(rt);
   }
-  return tfrt_cu_finish(be);
+  tfrt_cu_queued(be);
+  return TFRT_OK;
 }
 
 /* Launched kernels cannot be recalled: wait for them, so the staging area

@@ -138,19 +138,20 @@ class FunctionEmitter:
         name = op.name
         self.module.ops_used[name] = self.module.ops_used.get(name, 0) + 1
         rule = VM_RULES.get(name)
-        if self.module.host_sync and _touches_host_memory(name):
-            # Asynchronous backends: finish the dispatches issued so far first.
+        if self.module.host_sync and name == "vm.return":
+            # Asynchronous backends: the caller reads the results.
             self.line("TFRT_TRY(tfrt_backend_sync(rt));")
+        elif self.module.host_sync and _touches_buffer_contents(name):
+            # The dispatches issued so far first, where the host touches the
+            # bytes itself (Vulkan); CUDA queues the op after them.
+            self.line("TFRT_TRY(tfrt_backend_before_buffer_op(rt));")
         if rule is None:
             raise self.error(op, f"no C emit rule for VM op '{name}'; tfaot supports the VM "
                              "subset listed in docs/notes/iree-notes.md section 1.2")
         rule(self, op)
 
 
-def _touches_host_memory(op_name: str) -> bool:
-    """Ops after which the host reads or writes buffer contents: vm.buffer.*
-    data ops, and returning (the caller reads the results)."""
-    if op_name == "vm.return":
-        return True
+def _touches_buffer_contents(op_name: str) -> bool:
+    """vm.buffer.* ops that read or write buffer contents."""
     return op_name.startswith("vm.buffer.") and op_name not in ("vm.buffer.length",
                                                                  "vm.buffer.alloc")
