@@ -224,20 +224,25 @@ def main(argv=None) -> int:
     return 0
 
 
-def _device_name(rows: list[dict]) -> str:
-    """The GPU the libraries ran on, from nvidia-smi (CUDA), or nothing."""
+def gpu_name() -> str | None:
+    """The NVIDIA GPU and driver, from nvidia-smi, or None without one."""
     import subprocess
 
-    target = rows[0]["target"]
-    if target != "cuda":
-        return f"target {target}; " if target != "cpu" else ""
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
                               "--format=csv,noheader"], capture_output=True, text=True,
                              timeout=30).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
-        smi = "GPU unknown"
-    return f"target cuda on {smi}; "
+        return None
+    return smi or None
+
+
+def _device_name(rows: list[dict]) -> str:
+    """The GPU the libraries ran on (CUDA), or nothing."""
+    target = rows[0]["target"]
+    if target != "cuda":
+        return f"target {target}; " if target != "cpu" else ""
+    return f"target cuda on {gpu_name() or 'GPU unknown'}; "
 
 
 if __name__ == "__main__":

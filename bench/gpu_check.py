@@ -41,6 +41,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_streaming import _cpu_name  # noqa: E402
+from bench_streams import gpu_name  # noqa: E402
+
 REPO = HERE.parent
 STREAM_MODELS = "lstm512,gru256,2xlstm128"
 STREAM_COUNTS = "1,4,8,16,32"
@@ -57,7 +61,6 @@ def _keras_models():
     import keras
     from keras import layers as L
 
-    sys.path.insert(0, str(HERE))
     from bench_streaming import ds_cnn
 
     def seeded(make):
@@ -174,19 +177,8 @@ def _run(cmd: list, env: dict, timeout: float = 300) -> dict:
 
 
 def _info() -> dict:
-    smi = shutil.which("nvidia-smi")
-    gpu = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total",
-                          "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip() if smi else None
-    return {"gpu": gpu, "python": platform.python_version(), "numpy": np.__version__,
+    return {"gpu": gpu_name(), "python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpu": _cpu_name()}
-
-
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def _verify_all(root: Path, env: dict) -> list[dict]:

@@ -309,15 +309,17 @@ def _graph_options(args):
 def check_arguments(args) -> None:
     """Values argparse accepts but no command can use: refused before any work."""
     if args.command == "verify":
-        _check_verify_numbers(args)
+        _check_verify_arguments(args)
     if hasattr(args, "inputs"):
         _check_graph_flags(args)
 
 
-def _check_verify_numbers(args) -> None:
+def _check_verify_arguments(args) -> None:
     if len(args.paths) > 2:
         raise TfaotError(f"verify takes MODEL and DIR; got {len(args.paths)} paths")
     args.model, args.dir = ([None] + args.paths)[-2:]
+    if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
+        raise TfaotError(f"--tol {args.tol}: must be a finite number, 0 or more")
     if args.case is not None:
         given = [f for f, v in (("MODEL", args.model), ("--steps", args.steps),
                                 ("--seed", args.seed), ("--save-case", args.save_case))
@@ -334,8 +336,6 @@ def _check_verify_numbers(args) -> None:
         raise TfaotError("--steps must be at least 1")
     if args.seed < 0:
         raise TfaotError(f"--seed {args.seed}: must be 0 or more")
-    if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
-        raise TfaotError(f"--tol {args.tol}: must be a finite number, 0 or more")
 
 
 def _check_graph_flags(args) -> None:

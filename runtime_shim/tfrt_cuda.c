@@ -279,8 +279,7 @@ TFRT_INTERNAL int tfrt_backend_write(tfrt_runtime *rt, uint8_t *dst, const void 
 TFRT_INTERNAL int tfrt_backend_copy(tfrt_runtime *rt, uint8_t *dst, const uint8_t *src,
                                     size_t bytes) {
   tfrt_backend *be = &rt->backend;
-  int dst_device = tfrt_cu_on_device(be, dst, bytes);
-  if (!dst_device) return tfrt_backend_read(rt, dst, src, bytes);
+  if (!tfrt_cu_on_device(be, dst, bytes)) return tfrt_backend_read(rt, dst, src, bytes);
   if (!tfrt_cu_on_device(be, src, bytes)) return tfrt_backend_write(rt, dst, src, bytes);
   if (bytes == 0) return TFRT_OK;
   int status = tfrt_cu_make_current(be);

@@ -102,6 +102,8 @@ def test_bad_cases_and_options_are_one_line_errors(built, tmp_path, capsys):
                              str(built / "a3")], "--case runs a saved case; MODEL belong")
     _one_line_error(capsys, ["verify", "--case", str(case), str(built / "a3"), "--seed", "2"],
                     "--seed belong to making one")
+    _one_line_error(capsys, ["verify", "--case", str(case), str(built / "a3"), "--tol", "-1"],
+                    "--tol -1.0: must be a finite number")
     _one_line_error(capsys, ["verify", str(built / "a3")],
                     "verify needs MODEL and DIR (or --case FILE DIR)")
     _one_line_error(capsys, ["verify", str(built / "a.keras"), str(built / "a1"),
