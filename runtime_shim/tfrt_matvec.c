@@ -243,13 +243,95 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
     float x0_, x1_;                                                                        \
     TFRT_MATVEC_M_PAIR(L, wj, x + j);                                                      \
   }
+
+/* 16 lanes at a time over four input elements a pass: the 16 sums in
+ * s0-s15, the inputs in s16-s17 and the weights through the 14 scratch
+ * registers s18-s31, each input pair's 32 weights in three runs of
+ * back-to-back loads (a run's first load costs 2 cycles, the others 1).
+ * Per multiply-add the same load, multiply and add as 8 lanes, in the same
+ * order (the same sums, bit for bit), with half the input loads, runs and
+ * loop passes. The whole loop is one asm statement: 16 sums as operands
+ * exceed gcc's 30 (a "+" operand counts twice); volatile, since its result
+ * is in memory (a[]), not in its outputs. */
+#define TFRT_M_LD(t, off) "vldr s" #t ", [%[wp], #" off "]\n\t"
+#define TFRT_M_MAC(a, t, x) "vmul.f32 s" #t ", s" #t ", s" #x "\n\tvadd.f32 s" #a ", s" #a ", s" #t "\n\t"
+/* Inputs j and j + 1 at byte XO of xp, their weights at byte W of wp
+ * (W a string ending in "+"): 14 + 14 + 4 loads. */
+#define TFRT_M16_PAIR(L, W, XO)                                                            \
+  "vldr s16, [%[xp], #" XO "]\n\tvldr s17, [%[xp], #" XO "+4]\n\t"                       \
+  TFRT_M_LD(18, W "0") TFRT_M_LD(19, W "4") TFRT_M_LD(20, W "8") TFRT_M_LD(21, W "12")     \
+  TFRT_M_LD(22, W "16") TFRT_M_LD(23, W "20") TFRT_M_LD(24, W "24") TFRT_M_LD(25, W "28")  \
+  TFRT_M_LD(26, W "32") TFRT_M_LD(27, W "36") TFRT_M_LD(28, W "40") TFRT_M_LD(29, W "44")  \
+  TFRT_M_LD(30, W "48") TFRT_M_LD(31, W "52")                                              \
+  TFRT_M_MAC(0, 18, 16) TFRT_M_MAC(1, 19, 16) TFRT_M_MAC(2, 20, 16) TFRT_M_MAC(3, 21, 16)  \
+  TFRT_M_MAC(4, 22, 16) TFRT_M_MAC(5, 23, 16) TFRT_M_MAC(6, 24, 16) TFRT_M_MAC(7, 25, 16)  \
+  TFRT_M_MAC(8, 26, 16) TFRT_M_MAC(9, 27, 16) TFRT_M_MAC(10, 28, 16)                       \
+  TFRT_M_MAC(11, 29, 16) TFRT_M_MAC(12, 30, 16) TFRT_M_MAC(13, 31, 16)                     \
+  TFRT_M_LD(18, W "56") TFRT_M_LD(19, W "60") TFRT_M_LD(20, W "4*" #L "+0")                \
+  TFRT_M_LD(21, W "4*" #L "+4") TFRT_M_LD(22, W "4*" #L "+8") TFRT_M_LD(23, W "4*" #L "+12") \
+  TFRT_M_LD(24, W "4*" #L "+16") TFRT_M_LD(25, W "4*" #L "+20")                            \
+  TFRT_M_LD(26, W "4*" #L "+24") TFRT_M_LD(27, W "4*" #L "+28")                            \
+  TFRT_M_LD(28, W "4*" #L "+32") TFRT_M_LD(29, W "4*" #L "+36")                            \
+  TFRT_M_LD(30, W "4*" #L "+40") TFRT_M_LD(31, W "4*" #L "+44")                            \
+  TFRT_M_MAC(14, 18, 16) TFRT_M_MAC(15, 19, 16) TFRT_M_MAC(0, 20, 17) TFRT_M_MAC(1, 21, 17) \
+  TFRT_M_MAC(2, 22, 17) TFRT_M_MAC(3, 23, 17) TFRT_M_MAC(4, 24, 17) TFRT_M_MAC(5, 25, 17)  \
+  TFRT_M_MAC(6, 26, 17) TFRT_M_MAC(7, 27, 17) TFRT_M_MAC(8, 28, 17) TFRT_M_MAC(9, 29, 17)  \
+  TFRT_M_MAC(10, 30, 17) TFRT_M_MAC(11, 31, 17)                                            \
+  TFRT_M_LD(18, W "4*" #L "+48") TFRT_M_LD(19, W "4*" #L "+52")                            \
+  TFRT_M_LD(20, W "4*" #L "+56") TFRT_M_LD(21, W "4*" #L "+60")                            \
+  TFRT_M_MAC(12, 18, 17) TFRT_M_MAC(13, 19, 17) TFRT_M_MAC(14, 20, 17) TFRT_M_MAC(15, 21, 17)
+
+/* 16 lanes of a tile of L over all k inputs into y (at most `lanes`): the
+ * sums start at zero in the asm and are stored straight to y where all 16
+ * lanes are wanted and no input is left over (a zeroed array and a copy
+ * per call cost 6% of a GRU(64)'s matvec). */
+#define TFRT_MATVEC_M16_OF(L)                                                              \
+  static void tfrt_matvec_m16_##L(const tfrt_weight *wt, const float *x, float *y,         \
+                                  size_t k, size_t lanes) {                                \
+    float a[16];                                                                           \
+    const size_t quads = k / 4;                                                            \
+    float *const sums = lanes >= 16 && quads * 4 == k ? y : a;                             \
+    const tfrt_weight *wp = wt;                                                            \
+    const float *xp = x;                                                                   \
+    size_t left = quads;                                                                   \
+    __asm__ volatile(                                                                      \
+        "vmov s0, s1, %[zero], %[zero]\n\tvmov s2, s3, %[zero], %[zero]\n\t"              \
+        "vmov s4, s5, %[zero], %[zero]\n\tvmov s6, s7, %[zero], %[zero]\n\t"              \
+        "vmov s8, s9, %[zero], %[zero]\n\tvmov s10, s11, %[zero], %[zero]\n\t"            \
+        "vmov s12, s13, %[zero], %[zero]\n\tvmov s14, s15, %[zero], %[zero]\n\t"          \
+        "cmp %[left], #0\n\tbeq 2f\n"                                                      \
+        "1:\n\t" TFRT_M16_PAIR(L, "", "0") TFRT_M16_PAIR(L, "8*" #L "+", "8")              \
+        "add %[wp], %[wp], #16*" #L "\n\t"                                                 \
+        "adds %[xp], #16\n\t"                                                              \
+        "subs %[left], #1\n\t"                                                             \
+        "bne 1b\n"                                                                         \
+        "2:\n\t"                                                                           \
+        "vstmia %[sums], {s0-s15}"                                                         \
+        : [wp] "+r"(wp), [xp] "+r"(xp), [left] "+r"(left)                                  \
+        : [sums] "r"(sums), [zero] "r"(0)                                                  \
+        : "cc", "memory", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9",      \
+          "s10", "s11", "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20",     \
+          "s21", "s22", "s23", "s24", "s25", "s26", "s27", "s28", "s29", "s30", "s31");    \
+    if (sums == y) return;                                                                 \
+    for (size_t j = quads * 4; j < k; j++, wp += L)                                        \
+      for (size_t i = 0; i < 16; i++) a[i] += wp[i] * x[j];                                \
+    for (size_t i = 0; i < 16 && i < lanes; i++) y[i] = a[i];                              \
+  }
+#define TFRT_MATVEC_M16(L, wt, x, y, k, lanes, l)                                          \
+  for (; (l) + 8 < (lanes); (l) += 16)                                                     \
+    tfrt_matvec_m16_##L((wt) + (l), x, (y) + (l), k, (lanes) - (l))
 #else
 #define TFRT_MATVEC_M_PAIRS(L)
+#define TFRT_MATVEC_M16_OF(L)
+#define TFRT_MATVEC_M16(L, wt, x, y, k, lanes, l)
 #endif
 #define TFRT_MATVEC_TILE_OF_M(L)                                                      \
+  TFRT_MATVEC_M16_OF(L)                                                               \
   static void tfrt_matvec_tile_##L(const tfrt_weight *wt, const float *x, float *y,   \
                                    size_t k, size_t lanes) {                          \
-    for (size_t l = 0; l < lanes; l += 8) {                                           \
+    size_t l = 0;                                                                     \
+    TFRT_MATVEC_M16(L, wt, x, y, k, lanes, l);                                        \
+    for (; l < lanes; l += 8) {                                                       \
       float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;           \
       const tfrt_weight *wj = wt + l;                                                 \
       size_t j = 0;                                                                   \
@@ -375,6 +457,28 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 
 /* Groups of 4 inputs per block (one scale). */
 #define TFRT_I8_GROUPS (TFRT_I8_BLOCK / 4)
+
+/* 32-bit Arm with the DSP extension and no Helium (Cortex-M4/M7/M33): the
+ * input is quantized to int16 instead, one scale per chunk, and stored as
+ * the pairs SMLAD multiplies (tfrt_i8_quantize). SMLAD multiplies 16-bit
+ * halves whether the input has 8 bits or 16, so the wider input costs
+ * nothing there, and with one scale per chunk the int32 sums run over the
+ * whole chunk: no f32 conversion and scaling per block of 16 (30 of the
+ * 106 instructions per 64 multiply-adds before). The int16 input has
+ * finer steps than int8 blocks wherever a block's largest |x| is over
+ * 1/256 of the chunk's. Sums: 128 inputs x 127 x 32767 < 2^31. */
+#if defined(__ARM_FEATURE_DSP) && !defined(__aarch64__) && \
+    !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2))
+#define TFRT_I8_WIDE 1
+#define TFRT_I8_WIDE_MAX 32767.0f
+typedef uint32_t tfrt_i8_in; /* inputs 4g, 4g+2 and then 4g+1, 4g+3 */
+#define TFRT_I8_IN_LEN (TFRT_I8_CHUNK / 2)
+#define TFRT_I8_SCALES 1
+#else
+typedef int8_t tfrt_i8_in;
+#define TFRT_I8_IN_LEN TFRT_I8_CHUNK
+#define TFRT_I8_SCALES (TFRT_I8_CHUNK / TFRT_I8_BLOCK)
+#endif
 
 /* The T lanes of one tile over `groups` groups of 4 inputs: out[l] = sum
  * over blocks of block_scale[b] * (the block's int32 sum of lane l's
@@ -656,7 +760,7 @@ static inline uint32_t tfrt_sxtb16_ror8(uint32_t v) {
   return r;
 }
 
-static inline uint32_t tfrt_word(const int8_t *p) {
+TFRT_UNUSED static inline uint32_t tfrt_word(const int8_t *p) {
   uint32_t v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
@@ -698,17 +802,9 @@ static inline uint32_t tfrt_word(const int8_t *p) {
             : "memory");                                                                 \
   } while (0)
 
-/* f + a * scale as a VMUL and a VADD (1 + 1 cycles on the M4) where gcc
- * contracts it to a VMLA (3 cycles, the same rounding: the M4's VMLA is not
- * fused): the asm hides the product from the contraction. */
-static inline float tfrt_dsp_add_scaled(float f, int32_t a, float scale) {
-  float product = (float)a * scale;
-  __asm__("" : "+t"(product));
-  return f + product;
-}
-
+#ifdef TFRT_I8_WIDE
 /* The input's words widened once per tile: per group, bytes 0 and 2, then
- * 1 and 3. */
+ * 1 and 3 (the int8 convolution's input). */
 static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *widened) {
   for (size_t h = 0; h < groups; h++) {
     const uint32_t v = tfrt_word(xq + 4 * h);
@@ -717,70 +813,17 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
   }
 }
 
-/* Four lanes at a time over all blocks: the int32 sums of a block in core
- * registers, the lanes' f32 totals in FPU registers (no memory traffic per
- * block). A whole block's four groups are straight-line code; a part block
- * at the end has a loop of its own (the loop over a block's groups with its
- * count checked after each group took 2.46 estimated M4 cycles a
- * multiply-add on an LSTM(64)'s matrices, this 2.24). */
+/* Four lanes at a time over all groups of the int16 input pairs xw (one
+ * scale for the chunk), their int32 sums in core registers, four groups a
+ * pass in straight-line code: 1.6 estimated M4 cycles a multiply-add on an
+ * LSTM(64)'s matrices, where int8 blocks with a scale each took 2.2. */
 static inline __attribute__((always_inline)) void tfrt_i8_tile_dsp(
-    const int8_t *wt, const int8_t *xq, const float *block_scale, size_t groups, float *out,
+    const int8_t *wt, const uint32_t *xw, const float *scale, size_t groups, float *out,
     const size_t T) {
-  uint32_t widened[TFRT_I8_CHUNK / 2];
-  tfrt_i8_widen(xq, groups, widened);
-  const size_t blocks = groups / TFRT_I8_GROUPS, rest = groups % TFRT_I8_GROUPS;
-  for (size_t l = 0; l < T; l += 4) {
-    float f0 = 0, f1 = 0, f2 = 0, f3 = 0;
-    const int8_t *p = wt + l * 4;
-    const uint32_t *x = widened;
-    const float *scale = block_scale;
-    for (size_t b = 0; b < blocks; b++, scale++) {
-      int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      f0 = tfrt_dsp_add_scaled(f0, a0, *scale);
-      f1 = tfrt_dsp_add_scaled(f1, a1, *scale);
-      f2 = tfrt_dsp_add_scaled(f2, a2, *scale);
-      f3 = tfrt_dsp_add_scaled(f3, a3, *scale);
-    }
-    if (rest) {
-      int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      for (size_t h = 0; h < rest; h++) TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      f0 = tfrt_dsp_add_scaled(f0, a0, *scale);
-      f1 = tfrt_dsp_add_scaled(f1, a1, *scale);
-      f2 = tfrt_dsp_add_scaled(f2, a2, *scale);
-      f3 = tfrt_dsp_add_scaled(f3, a3, *scale);
-    }
-    out[l] = f0;
-    out[l + 1] = f1;
-    out[l + 2] = f2;
-    out[l + 3] = f3;
-  }
-}
-
-/* Not inlined: inlined into the int8 convolution, gcc kept the tile's sums
- * in FPU registers and moved them around every smlad (DS-CNN's streamed
- * int8 step: 581k -> 460k estimated M4 cycles). */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_dsp_32(const int8_t *wt, const int8_t *xq, const float *block_scale,
-                                size_t groups, float *out) {
-  tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 32);
-}
-
-/* The int32 sums of four lanes at a time over all groups, without block
- * scales (the int8 convolution's image has one scale), as f32 (exact below
- * 2^24). */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
-  enum { T = TFRT_MATVEC_TILE };
-  uint32_t widened[TFRT_I8_CHUNK / 2];
-  tfrt_i8_widen(xq, groups, widened);
   for (size_t l = 0; l < T; l += 4) {
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     const int8_t *p = wt + l * 4;
-    const uint32_t *x = widened;
+    const uint32_t *x = xw;
     size_t h = 0;
     for (; h + 4 <= groups; h += 4) {
       TFRT_I8_DSP_GROUP(p, x, 4 * T);
@@ -789,13 +832,38 @@ static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t group
       TFRT_I8_DSP_GROUP(p, x, 4 * T);
     }
     for (; h < groups; h++) TFRT_I8_DSP_GROUP(p, x, 4 * T);
-    out[l] = (float)a0;
-    out[l + 1] = (float)a1;
-    out[l + 2] = (float)a2;
-    out[l + 3] = (float)a3;
+    out[l] = (float)a0 * *scale;
+    out[l + 1] = (float)a1 * *scale;
+    out[l + 2] = (float)a2 * *scale;
+    out[l + 3] = (float)a3 * *scale;
   }
 }
-#ifndef TFRT_I8_MVE
+
+/* Not inlined: inlined into the int8 convolution, gcc kept the tile's sums
+ * in FPU registers and moved them around every smlad (DS-CNN's streamed
+ * int8 step: 581k -> 460k estimated M4 cycles). */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_tile_dsp_32(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
+                                size_t groups, float *out) {
+  tfrt_i8_tile_dsp(wt, xw, scale, groups, out, 32);
+}
+
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_tile_dsp_16(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
+                                size_t groups, float *out) {
+  tfrt_i8_tile_dsp(wt, xw, scale, groups, out, 16);
+}
+
+/* The int32 sums of four lanes at a time over all groups of int8 inputs
+ * (the int8 convolution's image, one scale), as f32 (exact below 2^24):
+ * the tile with the inputs widened here and a scale of 1. */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
+  uint32_t widened[TFRT_I8_CHUNK / 2];
+  const float one = 1.0f;
+  tfrt_i8_widen(xq, groups, widened);
+  tfrt_i8_tile_dsp(wt, widened, &one, groups, out, TFRT_MATVEC_TILE);
+}
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_dsp_32
 #endif
 
@@ -865,11 +933,6 @@ TFRT_UNUSED static inline void tfrt_i8_widen_pair(uint32_t a, uint32_t b, uint32
   widened[3] = tfrt_sxtb16_ror8(b);
 }
 
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_dsp_16(const int8_t *wt, const int8_t *xq, const float *block_scale,
-                                size_t groups, float *out) {
-  tfrt_i8_tile_dsp(wt, xq, block_scale, groups, out, 16);
-}
 #ifdef TFRT_I8_MVE
 #include <arm_mve.h>
 /* Helium (Cortex-M55/M85) has no 4-way int8 dot product: VMULLB and VMULLT
@@ -972,6 +1035,7 @@ static float tfrt_i8_absmax(const float *x, size_t n) {
 /* Quantizes count inputs (0 up to padded, a multiple of TFRT_I8_BLOCK) one
  * block at a time: xq = round(x / scale) with scale = max|x| / 127 of the
  * block, in block_scale. */
+#ifndef TFRT_I8_WIDE
 TFRT_UNUSED
 static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t *xq,
                              float *block_scale) {
@@ -989,6 +1053,29 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t
     for (size_t i = n; i < TFRT_I8_BLOCK; i++) xq[first + i] = 0;
   }
 }
+#else
+/* The same for the DSP path (TFRT_I8_WIDE): xq = round(x / scale) in
+ * int16 with one scale for all count inputs (max|x| / 32767, in
+ * block_scale[0]), stored per group of 4 as SMLAD's pairs: inputs 0 and 2
+ * in one word, 1 and 3 in the next (the halves SXTB16 makes of a weight
+ * word and of it rotated by 8). */
+TFRT_UNUSED
+static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32_t *xw,
+                             float *block_scale) {
+  const float top = tfrt_i8_absmax(x, count);
+  const float inv = top > 0 ? TFRT_I8_WIDE_MAX / top : 0.0f;
+  block_scale[0] = top / TFRT_I8_WIDE_MAX;
+  for (size_t g = 0; 4 * g < padded; g++) {
+    uint32_t q[4];
+    for (size_t i = 0; i < 4; i++) {
+      const float v = 4 * g + i < count ? x[4 * g + i] * inv : 0.0f;
+      q[i] = (uint32_t)(int32_t)(v + (v < 0 ? -0.5f : 0.5f));
+    }
+    xw[2 * g] = (q[0] & 0xFFFFu) | q[2] << 16;
+    xw[2 * g + 1] = (q[1] & 0xFFFFu) | q[3] << 16;
+  }
+}
+#endif
 
 /* The layout of an int8 blob of n rows and k inputs (see above). */
 struct tfrt_i8_blob {
@@ -1031,8 +1118,8 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
     return;
   }
   const int backwards = n * k >= 4 * TFRT_MATVEC_BACK_AND_FORTH && tfrt_walk_backwards(w);
-  int8_t xq[TFRT_I8_CHUNK];
-  float block_scale[TFRT_I8_CHUNK / TFRT_I8_BLOCK], out[TFRT_MATVEC_TILE];
+  tfrt_i8_in xq[TFRT_I8_IN_LEN];
+  float block_scale[TFRT_I8_SCALES], out[TFRT_MATVEC_TILE];
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
     const size_t blocks = (chunk + TFRT_I8_BLOCK - 1) / TFRT_I8_BLOCK;
@@ -1119,8 +1206,8 @@ static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
  * weights stay in L1, so they come from memory once per pass for all of
  * them (AVX-512 VNNI: registers, four streams at once). */
 static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, const size_t *good,
-                              size_t count, const int8_t (*xq)[TFRT_I8_CHUNK],
-                              const float (*block_scale)[TFRT_I8_CHUNK / TFRT_I8_BLOCK],
+                              size_t count, const tfrt_i8_in (*xq)[TFRT_I8_IN_LEN],
+                              const float (*block_scale)[TFRT_I8_SCALES],
                               float *out) {
   size_t i = 0;
 #ifdef TFRT_I8_AVX512
@@ -1158,8 +1245,8 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   y += y_offset;
   const struct tfrt_i8_blob b = tfrt_i8_blob_of(w, n, k);
   const size_t T = b.T, tiles = b.tiles, k4 = b.k4;
-  int8_t xq[TFRT_I8_STREAMS][TFRT_I8_CHUNK];
-  float block_scale[TFRT_I8_STREAMS][TFRT_I8_CHUNK / TFRT_I8_BLOCK];
+  tfrt_i8_in xq[TFRT_I8_STREAMS][TFRT_I8_IN_LEN];
+  float block_scale[TFRT_I8_STREAMS][TFRT_I8_SCALES];
   float out[TFRT_I8_STREAMS * TFRT_MATVEC_TILE];
   size_t good[TFRT_I8_STREAMS]; /* this pass's streams with finite inputs */
   for (size_t s0 = 0; s0 < streams; s0 += TFRT_I8_STREAMS) {
@@ -1184,8 +1271,8 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
       for (size_t i = 0; i < tiles; i++) {
         const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
         tfrt_i8_tile_rows(b.wq + (tile * k4 + k0) * T, T, chunk, good, count,
-                          (const int8_t (*)[TFRT_I8_CHUNK])xq,
-                          (const float (*)[TFRT_I8_CHUNK / TFRT_I8_BLOCK])block_scale, out);
+                          (const tfrt_i8_in (*)[TFRT_I8_IN_LEN])xq,
+                          (const float (*)[TFRT_I8_SCALES])block_scale, out);
         for (size_t j = 0; j < count; j++)
           tfrt_i8_tile_out(&b, out + good[j] * TFRT_MATVEC_TILE, t, n - t < T ? n - t : T, k0,
                            ys + good[j] * n);

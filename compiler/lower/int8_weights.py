@@ -1,9 +1,10 @@
 """The arithmetic of the int8 kernels (--weights-dtype=int8), in numpy.
 
 The build quantizes weights here (``quantize_int8``: symmetric, one scale
-per output row); ``int8_matvec`` and ``int8_conv`` compute what the C
-kernels (runtime_shim/tfrt_matvec.c) compute with them, with exact int32
-sums, for the tests to compare the kernels against.
+per output row); ``int8_matvec`` (``int8_matvec_dsp`` on Arm's DSP
+extension) and ``int8_conv`` compute what the C kernels
+(runtime_shim/tfrt_matvec.c) compute with them, with exact int32 sums, for
+the tests to compare the kernels against.
 """
 from __future__ import annotations
 
@@ -45,6 +46,31 @@ def int8_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
         xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
         sums = q[:, first:first + INT8_BLOCK].astype(np.int64) @ xq
         total += sums * float(top / np.float32(127))
+    return (total * scale.astype(np.float64)).astype(np.float32)
+
+
+#: Inputs per pass of the int8 kernel on 32-bit Arm with the DSP extension
+#: (TFRT_I8_CHUNK there), and the int16 input's largest magnitude.
+DSP_CHUNK = 128
+DSP_INPUT_MAX = 32767
+
+
+def int8_matvec_dsp(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``int8_matvec`` as the Cortex-M4/M7/M33 kernel computes it
+    (TFRT_I8_WIDE): each chunk of DSP_CHUNK inputs rounded to int16 with one
+    scale (max|x_chunk| / 32767, in f32), exact sums per chunk, scaled back
+    (float64 here)."""
+    q, scale = quantize_int8(w)
+    x = np.asarray(x, np.float32)
+    total = np.zeros(len(q))
+    for first in range(0, len(x), DSP_CHUNK):
+        chunk = x[first:first + DSP_CHUNK]
+        top = np.float32(np.max(np.abs(chunk)))
+        inv = np.float32(DSP_INPUT_MAX) / top if top > 0 else np.float32(0)
+        v = chunk * inv
+        xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
+        sums = q[:, first:first + DSP_CHUNK].astype(np.int64) @ xq
+        total += sums * float(top / np.float32(DSP_INPUT_MAX))
     return (total * scale.astype(np.float64)).astype(np.float32)
 
 
