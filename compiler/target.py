@@ -460,10 +460,12 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     return target
 
 
-#: Bare metal: smaller matrices stay IREE's (its dispatch costs less on a
-#: tiny model: SimpleRNN(16) 5.9k vs 6.2k estimated M4 cycles); depthwise
-#: filters, a few weights per channel, go to their kernel whatever their size.
-MCU_KERNEL_MIN_WEIGHTS = 1024
+#: Bare metal: smaller matrices stay IREE's (a 2 x 16 one: 179 estimated M4
+#: cycles, where the kernel's 8-lane group would take ~450); from 256
+#: weights the kernel wins (SimpleRNN(16)'s 16 x 24 matrix: its step 4.3k ->
+#: 4.0k). Depthwise filters, a few weights per channel, go to their kernel
+#: whatever their size.
+MCU_KERNEL_MIN_WEIGHTS = 256
 #: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
 #: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); int8 builds

@@ -242,7 +242,7 @@ def test_aarch64_under_qemu(keras_case, tmp_path):
     pytest.param("cortex-m4", r"vmul.f32\ts16, s16, s\d+", marks=pytest.mark.slow),
     ("cortex-m55", r"vfma.f32\tq\d+, q\d+, r\d+")])
 def test_cortex_m_kernel(keras_case, cpu, instruction, tmp_path):
-    """Bare metal takes the kernel for matrices of 1024 weights or more; asked
+    """Bare metal takes the kernel for matrices of 256 weights or more; asked
     for (--matvec=tfaot: every matrix), it builds and matches TensorFlow
     under qemu-system-arm, on an M4 (scalar FPU path) and an M55 (Helium)."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")

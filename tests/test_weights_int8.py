@@ -503,10 +503,11 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
 
 def test_bare_metal_arm_takes_the_kernels_that_win_there():
     """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
-    default, for matrices of 1024 weights or more, and the depthwise one;
-    int8 builds the int8 convolution too; not the f32 convolution (the
-    desktop convolution kernel is slower on a Cortex-M: bench_mcu.py);
-    --matvec=tfaot asks for all of them; soft-float f32 stays IREE's."""
+    default, for f32 matrices of 256 weights or more (int8: 1024), and the
+    depthwise one; int8 builds the int8 convolution too; not the f32
+    convolution (the desktop convolution kernel is slower on a Cortex-M:
+    bench_mcu.py); --matvec=tfaot asks for all of them; soft-float f32 stays
+    IREE's."""
     toolchains.require("arm-none-eabi-gcc")
     from tfaot.target import MCU_KERNEL_MIN_WEIGHTS, make_target
 
