@@ -23,6 +23,7 @@ import numpy as np
 
 from .dilated_conv import fold_dilated_convs
 from .matvec_sums import merge_matvec_sums
+from .sliced_constants import slice_constant_operands
 from ..dtypes import dtype
 from ..errors import TfaotError, first_line
 from ..program import StateInfo, StepProgram, TensorInfo
@@ -229,6 +230,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
             use_matvec_layout(pure)
         if join_products:
             merge_matvec_sums(pure)
+        slice_constant_operands(pure)
         pure.attributes["sym_name"] = ir.StringAttr.get(PURE_STEP)
         pure.attributes["sym_visibility"] = ir.StringAttr.get("private")
         body = _strip_module(module.operation.get_asm(enable_debug_info=False))
