@@ -125,12 +125,12 @@ def cpu_flag(arch: str, cpu: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_macros(cc: str, flag: str) -> frozenset[str]:
-    """The macros C compiler ``cc`` predefines with ``flag`` (none if it
-    refuses the flag or is missing: LLVM, and so IREE, knows CPUs an older
+def compiler_macros(cc: str, *flags: str) -> frozenset[str]:
+    """The macros C compiler ``cc`` predefines with ``flags`` (none if it
+    refuses a flag or is missing: LLVM, and so IREE, knows CPUs an older
     gcc does not)."""
     try:
-        proc = subprocess.run([cc, flag, "-dM", "-E", "-x", "c", os.devnull],
+        proc = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull],
                               capture_output=True, text=True)
     except OSError:
         return frozenset()
@@ -451,6 +451,8 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
                      weights_dtype=weights_dtype)
     if matvec is None and _mcu_matvec_kernel(target):
         kinds = MCU_INT8_KERNEL_KINDS if weights_dtype == "int8" else MCU_KERNEL_KINDS
+        if not _mcu_conv_kernel(target):
+            kinds = tuple(kind for kind in kinds if kind != "conv")
         target = replace(target, matvec="tfaot", kernel_kinds=kinds,
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
@@ -468,12 +470,13 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
 MCU_KERNEL_MIN_WEIGHTS = 256
 #: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
-#: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); int8 builds
-#: also the int8 convolution (its DSP path: DS-CNN's streamed step 696k ->
-#: 438k with both, flash 112 -> 61 KB). The f32 convolution kernel stays
-#: IREE's: its desktop blocks keep their sums in memory there.
-MCU_KERNEL_KINDS = ("matvec", "dwconv")
-MCU_INT8_KERNEL_KINDS = ("matvec", "dwconv", "qconv")
+#: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); the f32
+#: convolution's Cortex-M block on a scalar FPU (_mcu_conv_kernel: DS-CNN's
+#: streamed step 518k -> 384k, its 10x4 first layer 154k -> ~39k); int8
+#: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
+#: 696k -> 438k with both, flash 112 -> 61 KB).
+MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")
+MCU_INT8_KERNEL_KINDS = ("matvec", "conv", "dwconv", "qconv")
 
 
 def _mcu_matvec_kernel(target: Target) -> bool:
@@ -481,8 +484,8 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     with an FPU (f32: its Cortex-M path keeps 8 sums in registers, 3.9
     estimated M4 cycles per multiply-add against 4.9 for IREE's kernel,
     LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
-    (the DSP path), when the Arm toolchain is installed. Convolutions stay
-    IREE's: the desktop convolution kernels are slower there."""
+    (the DSP path), when the Arm toolchain is installed. Which kernels it
+    takes: MCU_KERNEL_KINDS (and _mcu_conv_kernel)."""
     # Cortex-M triples are thumb*; an Arm-state core may have NEON, where the
     # desktop tiles apply and were not measured against IREE's
     if not (target.bare_metal_arm and target.arch.startswith("thumb")):
@@ -493,6 +496,20 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     if not (target.hard_float or target.weights_dtype == "int8"):
         return False
     return target.toolchain() is not None
+
+
+def _mcu_conv_kernel(target: Target) -> bool:
+    """Whether bare metal takes the f32 convolution kernel: its Cortex-M
+    block keeps 2 positions x 8 lanes of sums in a scalar FPU's registers
+    (a hard-float CPU the C compiler knows to have an FPU). Not with Helium
+    (Cortex-M55, M85), whose C blocks keep theirs in memory where IREE's
+    convolutions are vectorised (DS-CNN's streamed step on an M55: 496k
+    instructions against IREE's 195k)."""
+    if not target.hard_float:
+        return False
+    toolchain = target.toolchain()
+    macros = compiler_macros(toolchain.cc, f"-mcpu={target.cpu}", "-mfloat-abi=hard")
+    return "__ARM_FP" in macros and "__ARM_FEATURE_MVE" not in macros
 
 
 def _check_weights_dtype(target: Target) -> None:

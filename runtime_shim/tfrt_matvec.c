@@ -299,13 +299,23 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
         "vmov s4, s5, %[zero], %[zero]\n\tvmov s6, s7, %[zero], %[zero]\n\t"              \
         "vmov s8, s9, %[zero], %[zero]\n\tvmov s10, s11, %[zero], %[zero]\n\t"            \
         "vmov s12, s13, %[zero], %[zero]\n\tvmov s14, s15, %[zero], %[zero]\n\t"          \
-        "cmp %[left], #0\n\tbeq 2f\n"                                                      \
-        "1:\n\t" TFRT_M16_PAIR(L, "", "0") TFRT_M16_PAIR(L, "8*" #L "+", "8")              \
-        "add %[wp], %[wp], #16*" #L "\n\t"                                                 \
-        "adds %[xp], #16\n\t"                                                              \
+        /* two quads a pass; an odd count enters the first pass half way, at \
+         * its second quad, with the pointers one quad back (left: passes,  \
+         * C: the count was even) */                                         \
+        "adds %[left], %[left], #1\n\t"                                                    \
+        "lsrs %[left], %[left], #1\n\t"                                                    \
+        "beq 3f\n\t"                                                                       \
+        "bcs 2f\n\t"                                                                       \
+        "sub %[wp], %[wp], #16*" #L "\n\t"                                                 \
+        "subs %[xp], #16\n\t"                                                              \
+        "b 4f\n"                                                                           \
+        "2:\n\t" TFRT_M16_PAIR(L, "", "0") TFRT_M16_PAIR(L, "8*" #L "+", "8")              \
+        "4:\n\t" TFRT_M16_PAIR(L, "16*" #L "+", "16") TFRT_M16_PAIR(L, "24*" #L "+", "24") \
+        "add %[wp], %[wp], #32*" #L "\n\t"                                                 \
+        "adds %[xp], #32\n\t"                                                              \
         "subs %[left], #1\n\t"                                                             \
-        "bne 1b\n"                                                                         \
-        "2:\n\t"                                                                           \
+        "bne 2b\n"                                                                         \
+        "3:\n\t"                                                                           \
         "vstmia %[sums], {s0-s15}"                                                         \
         : [wp] "+r"(wp), [xp] "+r"(xp), [left] "+r"(left)                                  \
         : [sums] "r"(sums), [zero] "r"(0)                                                  \
@@ -767,17 +777,23 @@ TFRT_UNUSED static inline uint32_t tfrt_word(const int8_t *p) {
 }
 
 /* Four lanes' products with one group of 4 inputs: the group's widened
- * input pair and the lanes' weights loaded with LDRD, then eight SXTB16 and
- * eight SMLAD: 25 cycles for 16 products. Both pointers advance in the
- * asm (wp by `step` bytes to the next group's weights). One asm statement:
- * with C (a word load, and SXTB16 and SMLAD as one-instruction asm) unrolled
- * over a block, gcc hoisted every weight load of the block to its start and
- * spilled them to the stack, and kept a pointer per group. */
+ * input pair (LDRD) and the four lanes' weight words (LDR) loaded back to
+ * back, then eight SXTB16 and eight SMLAD: 23 cycles for 16 products (a
+ * load right after a load costs 1 on the M4; two LDRDs of weights between
+ * the arithmetic took 25). Both pointers advance in the asm (wp by `step`
+ * bytes to the next group's weights, the other words read behind it). One
+ * asm statement: with C (a word load, and SXTB16 and SMLAD as
+ * one-instruction asm) unrolled over a block, gcc hoisted every weight
+ * load of the block to its start and spilled them to the stack, and kept a
+ * pointer per group. */
 #define TFRT_I8_DSP_GROUP(wptr, xptr, step)                                                  \
   do {                                                                                   \
-    uint32_t w0_, w1_, t_, even_, odd_;                                                  \
+    uint32_t w0_, w1_, w2_, w3_, t_, even_, odd_;                                        \
     __asm__("ldrd %[even], %[odd], [%[xp]], #8\n\t"                                      \
-            "ldrd %[w0], %[w1], [%[wp]], #8\n\t"                                         \
+            "ldr %[w0], [%[wp]], %[next]\n\t"                                            \
+            "ldr %[w1], [%[wp], %[back1]]\n\t"                                           \
+            "ldr %[w2], [%[wp], %[back2]]\n\t"                                           \
+            "ldr %[w3], [%[wp], %[back3]]\n\t"                                           \
             "sxtb16 %[t], %[w0]\n\t"                                                     \
             "smlad %[a0], %[t], %[even], %[a0]\n\t"                                      \
             "sxtb16 %[t], %[w0], ror #8\n\t"                                             \
@@ -786,19 +802,19 @@ TFRT_UNUSED static inline uint32_t tfrt_word(const int8_t *p) {
             "smlad %[a1], %[t], %[even], %[a1]\n\t"                                      \
             "sxtb16 %[t], %[w1], ror #8\n\t"                                             \
             "smlad %[a1], %[t], %[odd], %[a1]\n\t"                                       \
-            "ldrd %[w0], %[w1], [%[wp]], %[next]\n\t"                                    \
-            "sxtb16 %[t], %[w0]\n\t"                                                     \
+            "sxtb16 %[t], %[w2]\n\t"                                                     \
             "smlad %[a2], %[t], %[even], %[a2]\n\t"                                      \
-            "sxtb16 %[t], %[w0], ror #8\n\t"                                             \
+            "sxtb16 %[t], %[w2], ror #8\n\t"                                             \
             "smlad %[a2], %[t], %[odd], %[a2]\n\t"                                       \
-            "sxtb16 %[t], %[w1]\n\t"                                                     \
+            "sxtb16 %[t], %[w3]\n\t"                                                     \
             "smlad %[a3], %[t], %[even], %[a3]\n\t"                                      \
-            "sxtb16 %[t], %[w1], ror #8\n\t"                                             \
+            "sxtb16 %[t], %[w3], ror #8\n\t"                                             \
             "smlad %[a3], %[t], %[odd], %[a3]"                                           \
             : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3), [wp] "+r"(wptr), \
-              [xp] "+r"(xptr), [w0] "=&r"(w0_), [w1] "=&r"(w1_), [t] "=&r"(t_),            \
-              [even] "=&r"(even_), [odd] "=&r"(odd_)                                     \
-            : [next] "I"((step) - 8)                                                     \
+              [xp] "+r"(xptr), [w0] "=&r"(w0_), [w1] "=&r"(w1_), [w2] "=&r"(w2_),        \
+              [w3] "=&r"(w3_), [t] "=&r"(t_), [even] "=&r"(even_), [odd] "=&r"(odd_)     \
+            : [next] "n"(step), [back1] "n"(4 - (step)), [back2] "n"(8 - (step)),        \
+              [back3] "n"(12 - (step))                                                   \
             : "memory");                                                                 \
   } while (0)
 
@@ -1060,9 +1076,8 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, int8_t
  * in one word, 1 and 3 in the next (the halves SXTB16 makes of a weight
  * word and of it rotated by 8). */
 TFRT_UNUSED
-static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32_t *xw,
-                             float *block_scale) {
-  const float top = tfrt_i8_absmax(x, count);
+static void tfrt_i8_quantize_top(const float *x, size_t count, size_t padded, uint32_t *xw,
+                                 float *block_scale, float top) {
   const float inv = top > 0 ? TFRT_I8_WIDE_MAX / top : 0.0f;
   block_scale[0] = top / TFRT_I8_WIDE_MAX;
   for (size_t g = 0; 4 * g < padded; g++) {
@@ -1074,6 +1089,12 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32
     xw[2 * g] = (q[0] & 0xFFFFu) | q[2] << 16;
     xw[2 * g + 1] = (q[1] & 0xFFFFu) | q[3] << 16;
   }
+}
+
+TFRT_UNUSED
+static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32_t *xw,
+                             float *block_scale) {
+  tfrt_i8_quantize_top(x, count, padded, xw, block_scale, tfrt_i8_absmax(x, count));
 }
 #endif
 
@@ -1123,8 +1144,13 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
     const size_t blocks = (chunk + TFRT_I8_BLOCK - 1) / TFRT_I8_BLOCK;
-    tfrt_i8_quantize(x + k0, k - k0 < chunk ? k - k0 : chunk, blocks * TFRT_I8_BLOCK, xq,
-                     block_scale);
+#ifdef TFRT_I8_WIDE
+    if (chunk == k4) /* one chunk: its max|x| is the one found above */
+      tfrt_i8_quantize_top(x, k, blocks * TFRT_I8_BLOCK, xq, block_scale, bad);
+    else
+#endif
+      tfrt_i8_quantize(x + k0, k - k0 < chunk ? k - k0 : chunk, blocks * TFRT_I8_BLOCK, xq,
+                       block_scale);
     for (size_t i = 0; i < tiles; i++) {
       const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
       const int8_t *wt = b.wq + (tile * k4 + k0) * T;
@@ -1408,6 +1434,64 @@ struct tfrt_conv {
 #define TFRT_CONV_BLOCK_OF(P) TFRT_CONV_BLOCK_FN(P)
 TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL)
 
+/* 32-bit Arm with a scalar FPU (Cortex-M4F/M7/M33), f32 weights: a block
+ * of 2 positions times 8 of a tile's lanes, its 16 sums, the 8 weights of
+ * an input and the 2 positions' inputs in the FPU's 32 registers: each
+ * weight loaded serves both positions (per input 10 loads, 16 multiplies
+ * and 16 adds: 47 estimated M4 cycles for 16 multiply-adds with the loop).
+ * The C blocks above keep P x 32 sums in memory there, and IREE's code for
+ * a convolution of one input channel (a keyword spotter's first layer)
+ * reloads its operands for every multiply-add: DS-CNN's 10 x 4 first layer
+ * 154k -> 39k cycles a streamed step (bench/bench_mcu.py). */
+#if defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON) && \
+    !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)) && \
+    !defined(TFRT_MATVEC_BF16) && !defined(TFRT_MATVEC_F16) && defined(TFRT_CONV_FN)
+#define TFRT_CONV_CORTEX_M 1
+#define TFRT_M8X2_LANE(l) s0##l += w##l * u, s1##l += w##l * v;
+#define TFRT_M8X2_STORE(l)                                                                  \
+  if (l < lanes) {                                                                          \
+    y0[l] = tfrt_clamp_m(lo, hi, s0##l);                                                    \
+    y1[l] = tfrt_clamp_m(lo, hi, s1##l);                                                    \
+  }
+
+static inline float tfrt_clamp_m(float lo, float hi, float v) {
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
+}
+
+/* Positions p0 and p0 + 1 (p0 twice at the end) times lanes t..t+7; w
+ * points at lane t of its packed tile (rows TFRT_MATVEC_TILE apart). */
+static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const float *x, float *y,
+                           size_t p0, size_t t) {
+  enum { T = TFRT_MATVEC_TILE };
+  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const size_t p1 = p0 + 1 < positions ? p0 + 1 : p0;
+  const float *a0 = x + ((p0 / g->ow) * g->sh * g->iw + (p0 % g->ow) * g->sw) * g->c;
+  const float *a1 = x + ((p1 / g->ow) * g->sh * g->iw + (p1 % g->ow) * g->sw) * g->c;
+  const float *bias = g->post + 2 + t; /* the sums start at the bias */
+  float s00 = bias[0], s01 = bias[1], s02 = bias[2], s03 = bias[3], s04 = bias[4],
+        s05 = bias[5], s06 = bias[6], s07 = bias[7];
+  float s10 = s00, s11 = s01, s12 = s02, s13 = s03, s14 = s04, s15 = s05, s16 = s06,
+        s17 = s07;
+  for (size_t r = 0; r < runs; r++) {
+    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
+    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    const float *x0 = a0 + skip, *x1 = a1 + skip, *wl = w + r * run * T;
+    for (size_t e = 0; e < run; e++, wl += T) {
+      const float w0 = wl[0], w1 = wl[1], w2 = wl[2], w3 = wl[3], w4 = wl[4], w5 = wl[5],
+                  w6 = wl[6], w7 = wl[7], u = x0[e], v = x1[e];
+      TFRT_M8X2_LANE(0) TFRT_M8X2_LANE(1) TFRT_M8X2_LANE(2) TFRT_M8X2_LANE(3)
+      TFRT_M8X2_LANE(4) TFRT_M8X2_LANE(5) TFRT_M8X2_LANE(6) TFRT_M8X2_LANE(7)
+    }
+  }
+  const size_t lanes = g->n - t < 8 ? g->n - t : 8;
+  const float lo = g->post[0], hi = g->post[1]; /* (read once: y might alias post) */
+  float *y0 = y + p0 * g->n + t, *y1 = y + p1 * g->n + t;
+  TFRT_M8X2_STORE(0) TFRT_M8X2_STORE(1) TFRT_M8X2_STORE(2) TFRT_M8X2_STORE(3)
+  TFRT_M8X2_STORE(4) TFRT_M8X2_STORE(5) TFRT_M8X2_STORE(6) TFRT_M8X2_STORE(7)
+}
+#endif
+
 /* x86-64 with AVX2 and FMA but not AVX-512 (AMD Zen 1-3, Intel before
  * Skylake-X), f32 weights: a block of 6 positions times 16 of a tile's 32
  * lanes, written with intrinsics. That is 12 accumulators, 2 weight vectors
@@ -1678,6 +1762,11 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
       tfrt_conv_avx512(&g, w, x, y, t);
       continue;
     }
+#endif
+#ifdef TFRT_CONV_CORTEX_M
+    for (; p0 < g.positions; p0 += 2)
+      for (size_t h = 0; h < TFRT_MATVEC_TILE && t + h < n; h += 8)
+        tfrt_conv_m8x2(&g, w + h, x, y, p0, t + h);
 #endif
 #ifdef TFRT_AVX2_F32
     for (; p0 + TFRT_CONV_TAIL < g.positions; p0 += 6)

@@ -132,10 +132,11 @@ def test_target_defaults_and_flags():
         assert matvec_flags(unknown, "gcc") == ["-O3"]
     assert make_target("cpu", "aarch64-linux-gnu", "generic").matvec_kernel == "tfaot"
     m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4")
-    # bare-metal Arm with an FPU: the matvec and depthwise kernels (when the
-    # toolchain is there)
+    # bare-metal Arm with an FPU: the matvec, convolution and depthwise
+    # kernels (when the toolchain is there)
     assert (m4.matvec_kernel, m4.kernel_kinds) == (
-        ("tfaot", ("matvec", "dwconv")) if shutil.which("arm-none-eabi-gcc") else ("iree", None))
+        ("tfaot", ("matvec", "conv", "dwconv")) if shutil.which("arm-none-eabi-gcc")
+        else ("iree", None))
     assert make_target("cpu", "thumbv7em-none-eabi", "cortex-m4").matvec_kernel == "iree"
     assert make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4",
                        matvec="tfaot").matvec_kernel == "tfaot"

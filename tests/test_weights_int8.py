@@ -175,12 +175,14 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
     vmul + vadd; Helium: 16 lanes as 4 vectors) under qemu-system-arm against
     float64 numpy, f32 rounding apart; row counts that leave 8- and 16-lane
     groups and tiles part empty, k with and without inputs past a multiple
-    of 4."""
+    of 4, an odd number of groups of 4 (60, 12: the 16-lane loop's half
+    first pass)."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     rng = np.random.default_rng(6)
     cases = [((rng.standard_normal((n, k)) * 0.3).astype(np.float32),
               rng.standard_normal(k).astype(np.float32))
-             for n, k in [(12, 40), (16, 7), (33, 5), (80, 25), (256, 104), (20, 1)]]
+             for n, k in [(12, 40), (16, 7), (33, 5), (80, 25), (256, 104), (20, 1),
+                          (40, 60), (24, 12)]]
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, "f32"))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_FN=m_kernel"])
     code = toolchains.disassembly(image, cpu)
@@ -503,19 +505,22 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
 
 def test_bare_metal_arm_takes_the_kernels_that_win_there():
     """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
-    default, for f32 matrices of 256 weights or more (int8: 1024), and the
-    depthwise one; int8 builds the int8 convolution too; not the f32
-    convolution (the desktop convolution kernel is slower on a Cortex-M:
-    bench_mcu.py); --matvec=tfaot asks for all of them; soft-float f32 stays
-    IREE's."""
+    default, for f32 matrices of 256 weights or more (int8: 1024), the f32
+    convolution (its scalar-FPU block; with Helium IREE's convolutions are
+    faster: bench_mcu.py) and the depthwise one; int8 builds the int8
+    convolution too; --matvec=tfaot asks for all of them; soft-float f32
+    stays IREE's."""
     toolchains.require("arm-none-eabi-gcc")
     from tfaot.target import MCU_KERNEL_MIN_WEIGHTS, make_target
 
     m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
-    for dtype, kinds in (("f32", ("matvec", "dwconv")), ("int8", ("matvec", "dwconv", "qconv"))):
+    for dtype, kinds in (("f32", ("matvec", "conv", "dwconv")),
+                         ("int8", ("matvec", "conv", "dwconv", "qconv"))):
         t = make_target("cpu", **m4, weights_dtype=dtype)
         assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == (
             "tfaot", kinds, MCU_KERNEL_MIN_WEIGHTS)
+    m55 = make_target("cpu", "thumbv8.1m.main-none-eabihf", "cortex-m55")
+    assert m55.kernel_kinds == ("matvec", "dwconv")
     t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
     assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
     assert make_target("cpu", **m4, matvec="iree").matvec_kernel == "iree"
@@ -523,6 +528,9 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
     soft = {"triple": "thumbv7em-none-eabi", "cpu": "cortex-m4"}
     assert make_target("cpu", **soft).matvec_kernel == "iree"
     assert make_target("cpu", **soft, weights_dtype="int8").matvec_kernel == "tfaot"
+    # (its f32 convolutions: IREE's, the kernel's block needs the FPU)
+    assert make_target("cpu", **soft, weights_dtype="int8").kernel_kinds == (
+        "matvec", "dwconv", "qconv")
 
 
 def test_rewrite_keeps_the_kinds_asked_for():
