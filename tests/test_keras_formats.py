@@ -6,6 +6,7 @@ import pytest
 
 import keras_models
 from reference import compile_with_iree, run_steps
+from tfaot.errors import TfaotError
 from tfaot.frontend.load import load_model
 from tfaot.lower.mlir_import import import_program
 from tfaot.streamify_keras import streamify_keras
@@ -49,3 +50,28 @@ def test_format_detected_from_content(tmp_path):
     renamed = tmp_path / "m.bin"
     (tmp_path / "m.keras").rename(renamed)
     assert load_model(renamed).format == "keras"
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_keras_suffix_on_another_kind_of_file(tmp_path, suffix):
+    """A .keras or .h5 file that is neither a zip archive nor HDF5 is named
+    as such (it was taken for a GraphDef)."""
+    path = tmp_path / f"m{suffix}"
+    path.write_bytes(b"not a model at all\n" * 4)
+    with pytest.raises(TfaotError, match=rf"m\{suffix}: not a Keras \{suffix} file"):
+        load_model(path)
+
+
+def test_unknown_custom_layer_is_named(tmp_path):
+    """Keras names an unregistered class deep in its message; the error
+    names it (not only Keras' generic first line)."""
+    import keras
+
+    class Doubler(keras.layers.Layer):  # not registered: the file holds its config only
+        def call(self, x):
+            return x * 2.0
+
+    x = keras.Input((None, 3))
+    keras.Model(x, Doubler(name="double_it")(x)).save(tmp_path / "custom.keras")
+    with pytest.raises(TfaotError, match="the class 'Doubler', which Keras does not know"):
+        load_model(tmp_path / "custom.keras")

@@ -126,3 +126,30 @@ def test_probe_tells_frame_local_last_and_mixing_layers_apart():
     mean = keras.layers.Lambda(lambda t: t.mean(axis=1) if isinstance(t, np.ndarray)
                                else keras.ops.mean(t, axis=1))
     assert time_locality(mean, (x,), {}, Streamed) == MIXED
+
+
+def test_layer_that_raises_is_refused_with_its_error(tmp_path):
+    """A Lambda whose code fails on the probe's frames (a name its module
+    no longer has) is refused with that error, naming the layer (it was
+    "not a per-time-step layer")."""
+    import keras
+
+    from tfaot.errors import TfaotError
+    from tfaot.streamify_keras.probe import ProbeFailed, time_locality
+    from tfaot.streamify_keras.replay import SEQ, Seq, Streamed
+
+    # (a lambda: Keras saves its code, where a named function is saved by name)
+    broken = lambda t: undefined_name * t  # noqa: E731, F821 (the layer's bug)
+    x = Streamed(np.zeros((1, 2, F), np.float32), SEQ, Seq(2, 0, -1))
+    with pytest.raises(ProbeFailed, match="NameError"):
+        time_locality(keras.layers.Lambda(broken), (x,), {}, Streamed)
+    def model():
+        inputs = keras.Input((None, F))
+        return keras.Model(inputs, keras.layers.Lambda(broken, output_shape=(None, F),
+                                                       name="broken")(inputs))
+
+    path = _save(tmp_path, "broken", model)
+    with _unsafe_scope(), pytest.raises(TfaotError) as err:
+        build_model(str(path), BuildOptions(out_dir=tmp_path / "broken"), Progress(False))
+    assert "layer 'broken' (Lambda) fails when run on 5 random frames" in str(err.value)
+    assert "NameError" in str(err.value)

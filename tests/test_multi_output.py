@@ -141,6 +141,53 @@ def test_one_output_model_keeps_the_flat_signature(tmp_path):
     assert isinstance(lib.step(np.zeros(lib.input_shape, np.float32)), np.ndarray)
 
 
+@pytest.mark.parametrize("named", [1, 2])
+def test_named_outputs_in_a_dict(tmp_path, named):
+    """A model whose outputs are a dict (Keras orders them by name): one or
+    two of them, built, verified against TensorFlow and stepped."""
+    import keras
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((None, 5))
+    h = keras.layers.GRU(6, return_sequences=True)(x)
+    heads = {"logits": keras.layers.Dense(3, name="logits")(h),
+             "gate": keras.layers.Dense(1, activation="sigmoid", name="gate")(h)}
+    model = keras.Model(x, dict(list(heads.items())[:named]))
+    path = tmp_path / "named.keras"
+    model.save(path)
+    _build(path, tmp_path / "lib")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path),
+                           str(tmp_path / "lib"), "--steps", "100"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok") == named, proc.stdout
+    lib = harness.load(tmp_path / "lib")
+    xs = np.random.default_rng(1).normal(size=(1, 30, 5)).astype(np.float32)
+    want = keras.tree.flatten(model(xs))  # by name: "gate" before "logits"
+    got = [lib.step(xs[:, t]) for t in range(30)]
+    got = [np.stack(got)[:, 0]] if named == 1 else [np.stack([y[i] for y in got])[:, 0]
+                                                    for i in range(named)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w)[0], rtol=0, atol=1e-5)
+
+
+def test_last_output_reshaped_to_one_row(tmp_path):
+    """A last output reshaped to (1, n) keeps no time axis: verify compares
+    each step with the model on the prefix (it took the 1 for time)."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 4))
+    model = keras.Model(x, keras.layers.Reshape((1, 6))(keras.layers.LSTM(6)(x)))
+    path = tmp_path / "last.keras"
+    model.save(path)
+    _build(path, tmp_path / "lib")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path),
+                           str(tmp_path / "lib"), "--steps", "100"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
 def _two_output_graph():
     """A frozen TF graph with two outputs (Identity:0, Identity_1:0) over one input "x"."""
     import tensorflow as tf

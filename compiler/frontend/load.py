@@ -8,6 +8,7 @@ frozen graph already cut to the chosen inputs and outputs.
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,11 @@ def detect_format(path: Path) -> str:
         return "keras"
     if head == HDF5_MAGIC:
         return "h5"
+    suffix = path.suffix.lower()
+    if suffix in (".keras", ".h5", ".hdf5"):
+        kind = "a zip archive" if suffix == ".keras" else "an HDF5 file"
+        raise TfaotError(f"{path}: not a Keras {suffix} file: it is not {kind} (its first "
+                         "bytes say so); the file is damaged or of another kind")
     # Anything else is taken as a GraphDef (binary or text); its loader
     # reports a precise error if it is neither.
     return "graphdef"
@@ -116,7 +122,18 @@ def _load_keras(path: Path, fmt: str):
                 "loads, and Keras refuses that by default; if you trust the file, rerun "
                 "with --allow-lambda (from Python: keras.config."
                 "enable_unsafe_deserialization())") from None
+        unknown = _UNKNOWN_CLASS.search(str(e))
+        if unknown:  # Keras names it deep in its message, after a generic first line
+            raise TfaotError(
+                f"{path}: cannot load the Keras model: it uses the {unknown[1]} '{unknown[2]}', "
+                "which Keras does not know: a custom class, whose code a saved model does "
+                "not hold; tfaot builds models of Keras' own layers (and Lambda layers, with "
+                "--allow-lambda)") from None
         raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
+
+
+#: Keras' words for a class or function that no registered code defines
+_UNKNOWN_CLASS = re.compile(r"Could not locate (class|function) '([^']+)'")
 
 
 def _load_h5(path: Path):

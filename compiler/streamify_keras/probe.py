@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import first_line
+
 #: Frames of the probe sequence: enough that "the last frame" and "each
 #: frame" differ from any fixed offset or window a layer might use.
 PROBE_FRAMES = 5
@@ -23,7 +25,8 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
     """PER_STEP when every output frame of ``op`` depends on its own input
     frame only, LAST_FRAME when its output has no time axis and equals its
     output on the input's last frame alone, MIXED when it ran and neither
-    holds, None when the probe cannot run.
+    holds, None when the probe cannot run; ProbeFailed when the layer raised
+    on the probe's frames.
 
     ``streamed_type`` is the replay's value class: every such value in
     ``args`` must be a sequence chunk of fully known shape (LAST_FRAME takes
@@ -66,8 +69,12 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
             return MIXED
         last = run(slice(PROBE_FRAMES - 1, PROBE_FRAMES))
         return LAST_FRAME if _same(whole[0], last[0]) else MIXED
-    except Exception:  # the layer does not run on such frames: refused as before
-        return None
+    except Exception as e:  # the layer does not run on such frames: its error says why
+        raise ProbeFailed(f"{type(e).__name__}: {first_line(e)}") from None
+
+
+class ProbeFailed(Exception):
+    """The layer raised when run on the probe's frames (its message: why)."""
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

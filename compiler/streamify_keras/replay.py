@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
-from .probe import LAST_FRAME, MIXED, PER_STEP, time_locality
+from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 
 SEQ, VEC = "seq", "vec"
 STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
@@ -194,6 +194,10 @@ class Replay:
         else:
             x = self._input(x_t, True if streamed is None else streamed[0])
         y = self._run(model, x)
+        if isinstance(y, dict):  # named outputs: in model.outputs' order
+            import keras
+
+            y = keras.tree.flatten(y)
         if all_outputs:
             return list(y) if isinstance(y, (list, tuple)) else [y]
         if isinstance(y, (list, tuple)):
@@ -344,7 +348,12 @@ class Replay:
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
             self._check_all_sequences(op, args)
         # (else a Lambda or a user's layer: the probe finds how it treats time)
-        locality = PER_STEP if known else time_locality(op, args, kwargs, Streamed)
+        try:
+            locality = PER_STEP if known else time_locality(op, args, kwargs, Streamed)
+        except ProbeFailed as e:  # (a fixed window falls back to recomputing it)
+            raise NotIncremental(op, f"fails when run on {PROBE_FRAMES} random frames of the "
+                                     f"sequence ({e}), so how it treats time is unknown and it "
+                                     "cannot run on a streamed sequence") from None
         if locality == PER_STEP:
             args, kwargs, seq = self._align(op, args, kwargs)
             self.row(op, "per-step")

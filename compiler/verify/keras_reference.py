@@ -63,8 +63,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
             if end > fixed:
                 break
             args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
-        ys = call(args)
-        ys = list(ys) if isinstance(ys, (list, tuple)) else [ys]
+        ys = tf.nest.flatten(call(args))  # (a dict of named outputs: by name)
         for want, y, shape in zip(wants, ys, step_outputs):
             y = np.asarray(y)
             if y.ndim == len(shape) + 1:  # the output keeps the time axis
@@ -72,6 +71,16 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
             elif fixed is None or end == fixed:
                 want[m] = y
     return wants
+
+
+def _output(y) -> np.ndarray:
+    """A model call's output as an array: Keras returns a model's one named
+    output in a dict (output_heads makes a model per output)."""
+    if isinstance(y, (dict, list, tuple)):
+        import tensorflow as tf
+
+        y = tf.nest.flatten(y)[0]
+    return np.asarray(y)
 
 
 def _pad_time(x: np.ndarray, length: int) -> np.ndarray:
@@ -186,7 +195,7 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
 
     if stream is not None:
         if stream.mode == "stateless":
-            return np.stack([np.asarray(model(x)) for x in xs])
+            return np.stack([_output(model(x)) for x in xs])
         p = stream.frames_per_step
         frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
         frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
@@ -195,11 +204,12 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
     if streaming is None:
         streaming = is_streaming(model)
     if not streaming:
-        return np.stack([np.asarray(model(x)) for x in xs])
+        return np.stack([_output(model(x)) for x in xs])
     return keras_sequence_reference(model, np.swapaxes(xs, 0, 1))
 
 
-def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
+def keras_sequence_reference(model, x: np.ndarray,
+                             step_output: tuple[int, ...] | None = None) -> np.ndarray:
     """What step t must return: Keras on the whole sequence x[:, :t+1].
 
     For a return_sequences output that is full[:, t]. For a last-output
@@ -212,20 +222,22 @@ def keras_sequence_reference(model, x: np.ndarray) -> np.ndarray:
     fixed = fixed_time_length(model)
     if fixed is not None:
         return _fixed_time_reference(model, x, fixed)
-    full = np.asarray(model(x))
+    full = _output(model(x))
     out_shape = tuple(model.outputs[0].shape)
-    if full.ndim == 3 or (len(out_shape) >= 3 and out_shape[1] is None):  # keeps time
+    keeps_time = (_has_time(model, full, step_output) if step_output is not None else
+                  full.ndim == 3 or (len(out_shape) >= 3 and out_shape[1] is None))
+    if keeps_time:  # (a last output reshaped to (1, n) does not: the step's shape says)
         return np.stack([full[:, t] for t in range(x.shape[1])])
     steps = x.shape[1]
     try:
-        twin = np.asarray(_sequence_twin(model)(x))
+        twin = _output(_sequence_twin(model)(x))
         per_step = np.stack([twin[:, t] for t in range(steps)])
     except Exception:  # a layer after the recurrent one needs 2-D input
         per_step = None
     for t in sorted({0, 9 % steps, steps // 2, steps - 1}):
-        prefix = np.asarray(model(x[:, : t + 1]))
+        prefix = _output(model(x[:, : t + 1]))
         if per_step is None or np.abs(per_step[t] - prefix).max() > 1e-6:
-            return np.stack([np.asarray(model(x[:, : s + 1])) for s in range(steps)])
+            return np.stack([_output(model(x[:, : s + 1])) for s in range(steps)])
     return per_step
 
 
@@ -246,7 +258,7 @@ def keras_stream_reference(model, frames: np.ndarray, stream,
     if stream.mode == "window":
         return _window_reference(model, frames, stream, steps)
     if p == 1 and stream.first_valid_step == 0:
-        return keras_sequence_reference(model, frames)
+        return keras_sequence_reference(model, frames, step_output)
     return _prefix_reference(model, frames, stream, steps, step_output)
 
 
@@ -255,7 +267,7 @@ def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
     valid = [m for m in range(steps) if (m + 1) * p - d - w >= 0]
     windows = np.stack([frames[0, (m + 1) * p - d - w:(m + 1) * p - d] for m in valid])
     batch = 1 if model.inputs[0].shape[0] is not None else 64
-    outs = np.concatenate([np.asarray(model(windows[i:i + batch]))
+    outs = np.concatenate([_output(model(windows[i:i + batch]))
                            for i in range(0, len(windows), batch)])
     want = undefined_steps((steps, 1, *outs.shape[1:]))
     want[valid] = outs[:, None]
@@ -270,15 +282,15 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
     fixed = fixed_time_length(model)
 
     def prefix_call(m):
-        y = np.asarray(model(frames[:, :(m + 1) * p]))
+        y = _output(model(frames[:, :(m + 1) * p]))
         return y[:, -1] if _has_time(model, y, step_output) else y
 
     checkable = [m for m in range(first, steps) if fixed is None or (m + 1) * p == fixed]
     want = None
     try:
         twin = _sequence_twin(model, open_time=fixed is not None)
-        seq = np.asarray(twin(frames))
-        prev = np.asarray(twin(frames[:, :-p]))
+        seq = _output(twin(frames))
+        prev = _output(twin(frames[:, :-p]))
         rate = seq.shape[1] - prev.shape[1]
         want = undefined_steps((steps, *seq.shape[:1], *seq.shape[2:]))
         for m in range(first, steps):
@@ -308,9 +320,9 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
 
 
 def _twin_matches(model, twin, frames, step_output) -> bool:
-    y = np.asarray(model(frames))
+    y = _output(model(frames))
     y = y[:, -1] if _has_time(model, y, step_output) else y
-    return np.abs(np.asarray(twin(frames))[:, -1] - y).max() <= 1e-6
+    return np.abs(_output(twin(frames))[:, -1] - y).max() <= 1e-6
 
 
 def _has_time(model, y, step_output) -> bool:
@@ -334,12 +346,12 @@ def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
     """
     steps = x.shape[1]
     x_model = _pad_time(x, length) if steps < length else x[:, :length]
-    full = np.asarray(model(x_model))
+    full = _output(model(x_model))
     sequence_output = full.ndim == 3 and full.shape[1] == length
     if sequence_output and steps <= length:
         return np.stack([full[:, t] for t in range(steps)])
     try:
-        twin = np.asarray(_sequence_twin(model, open_time=True)(
+        twin = _output(_sequence_twin(model, open_time=True)(
             x if steps >= length else x_model))
     except Exception:
         twin = None
