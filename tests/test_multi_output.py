@@ -143,15 +143,16 @@ def test_one_output_model_keeps_the_flat_signature(tmp_path):
 
 @pytest.mark.parametrize("named", [1, 2])
 def test_named_outputs_in_a_dict(tmp_path, named):
-    """A model whose outputs are a dict (Keras orders them by name): one or
-    two of them, built, verified against TensorFlow and stepped."""
+    """A model whose outputs are a dict (Keras orders them by key): one or
+    two of them, built, verified against TensorFlow and stepped; the
+    fields take the keys' names (not the layers')."""
     import keras
 
     keras.utils.set_random_seed(4)
     x = keras.Input((None, 5))
     h = keras.layers.GRU(6, return_sequences=True)(x)
-    heads = {"logits": keras.layers.Dense(3, name="logits")(h),
-             "gate": keras.layers.Dense(1, activation="sigmoid", name="gate")(h)}
+    heads = {"logits": keras.layers.Dense(3, name="dense_a")(h),
+             "gate": keras.layers.Dense(1, activation="sigmoid", name="dense_b")(h)}
     model = keras.Model(x, dict(list(heads.items())[:named]))
     path = tmp_path / "named.keras"
     model.save(path)
@@ -162,6 +163,8 @@ def test_named_outputs_in_a_dict(tmp_path, named):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("ok") == named, proc.stdout
     lib = harness.load(tmp_path / "lib")
+    if named == 2:  # the outputs named by their keys, in Keras' order
+        assert [name for name, _, _ in lib.output_specs] == ["gate", "logits"]
     xs = np.random.default_rng(1).normal(size=(1, 30, 5)).astype(np.float32)
     want = keras.tree.flatten(model(xs))  # by name: "gate" before "logits"
     got = [lib.step(xs[:, t]) for t in range(30)]

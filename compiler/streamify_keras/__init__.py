@@ -280,17 +280,31 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     return StepProgram(source, fmt, signature, concrete, report, plan["stream"], owner=model)
 
 
+def _output_keys(model) -> list[str] | None:
+    """The keys of a model's dict of named outputs, in ``model.outputs``'
+    order (Keras flattens the dict by key), else None."""
+    import keras
+
+    struct = getattr(model, "_outputs_struct", None)  # (Keras 3's Functional)
+    if not isinstance(struct, dict) or not all(isinstance(k, str) for k in struct):
+        return None
+    keys = keras.tree.flatten({key: key for key in struct})
+    return keys if len(keys) == len(model.outputs) else None
+
+
 def _output_specs(model, values) -> tuple[TensorInfo, ...]:
     """The step outputs: "y_t" for a one-output model; else one per model
-    output, named after the Keras output tensor ("y_t" + index if unnamed)."""
+    output, named after its key in a dict of named outputs, or the Keras
+    output tensor ("y_t" + index if unnamed)."""
     values = list(values)
     if len(values) == 1:
         return (TensorInfo("y_t", "float32", tuple(int(d) for d in values[0].shape)),)
     specs, seen = [], set()
+    keys = _output_keys(model)
     for i, v in enumerate(values):
         tensor = model.outputs[i] if i < len(model.outputs) else None
         history = getattr(tensor, "_keras_history", None)
-        name = getattr(history[0], "name", None) if history else None
+        name = keys[i] if keys else getattr(history[0], "name", None) if history else None
         name = name or f"y_t{i}"
         if name in seen:
             name = f"{name}_{i}"
