@@ -29,6 +29,14 @@ def _build(path, out, *extra):
     assert proc.returncode == 0, proc.stderr
 
 
+def _verify(path, out, steps: int = 100) -> str:
+    """``tfaot verify`` of the library in ``out``; its output, once it passed."""
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
+                           "--steps", str(steps)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 @pytest.fixture(scope="module")
 def two_heads(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("two_heads")
@@ -61,11 +69,9 @@ def test_two_heads_stream_through_the_so(two_heads):
 
 def test_two_heads_verify_reports_each_output(two_heads):
     _, path, out = two_heads
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
-                           "--steps", "100"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if "max abs error" in line]
-    assert len(lines) == 2, proc.stdout
+    stdout = _verify(path, out)
+    lines = [line for line in stdout.splitlines() if "max abs error" in line]
+    assert len(lines) == 2, stdout
     assert lines[0].startswith("keyword:") and lines[1].startswith("vad:")
     assert all("over 100 steps" in line and line.endswith("ok") for line in lines)
 
@@ -157,11 +163,8 @@ def test_named_outputs_in_a_dict(tmp_path, named):
     path = tmp_path / "named.keras"
     model.save(path)
     _build(path, tmp_path / "lib")
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path),
-                           str(tmp_path / "lib"), "--steps", "100"], capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("ok") == named, proc.stdout
+    stdout = _verify(path, tmp_path / "lib")
+    assert stdout.count("ok") == named, stdout
     lib = harness.load(tmp_path / "lib")
     if named == 2:  # the outputs named by their keys, in Keras' order
         assert [name for name, _, _ in lib.output_specs] == ["gate", "logits"]
@@ -185,10 +188,7 @@ def test_last_output_reshaped_to_one_row(tmp_path):
     path = tmp_path / "last.keras"
     model.save(path)
     _build(path, tmp_path / "lib")
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path),
-                           str(tmp_path / "lib"), "--steps", "100"], capture_output=True,
-                          text=True)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+    assert "ok" in _verify(path, tmp_path / "lib")
 
 
 def _two_output_graph():

@@ -35,18 +35,7 @@ def int8_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     inputs rounded to int8 with its own scale (max|x_block| / 127, in f32 as
     the kernel), exact int32 sums per block, scaled back (float64 here, so
     the C kernel's f32 scaling differs by rounding only)."""
-    q, scale = quantize_int8(w)
-    x = np.asarray(x, np.float32)
-    total = np.zeros(len(q))
-    for first in range(0, len(x), INT8_BLOCK):
-        block = x[first:first + INT8_BLOCK]
-        top = np.float32(np.max(np.abs(block)))
-        inv = np.float32(127) / top if top > 0 else np.float32(0)
-        v = block * inv
-        xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
-        sums = q[:, first:first + INT8_BLOCK].astype(np.int64) @ xq
-        total += sums * float(top / np.float32(127))
-    return (total * scale.astype(np.float64)).astype(np.float32)
+    return _blockwise_matvec(w, x, INT8_BLOCK, 127)
 
 
 #: Inputs per pass of the int8 kernel on 32-bit Arm with the DSP extension
@@ -60,17 +49,24 @@ def int8_matvec_dsp(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     (TFRT_I8_WIDE): each chunk of DSP_CHUNK inputs rounded to int16 with one
     scale (max|x_chunk| / 32767, in f32), exact sums per chunk, scaled back
     (float64 here)."""
+    return _blockwise_matvec(w, x, DSP_CHUNK, DSP_INPUT_MAX)
+
+
+def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int) -> np.ndarray:
+    """``W x`` with W's rows in int8 (quantize_int8) and each ``block`` of x
+    rounded (half away from zero) to integers of magnitude up to ``top_q``
+    with one scale, max|x_block| / top_q in f32; exact integer sums."""
     q, scale = quantize_int8(w)
     x = np.asarray(x, np.float32)
     total = np.zeros(len(q))
-    for first in range(0, len(x), DSP_CHUNK):
-        chunk = x[first:first + DSP_CHUNK]
-        top = np.float32(np.max(np.abs(chunk)))
-        inv = np.float32(DSP_INPUT_MAX) / top if top > 0 else np.float32(0)
-        v = chunk * inv
+    for first in range(0, len(x), block):
+        part = x[first:first + block]
+        top = np.float32(np.max(np.abs(part)))
+        inv = np.float32(top_q) / top if top > 0 else np.float32(0)
+        v = part * inv
         xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
-        sums = q[:, first:first + DSP_CHUNK].astype(np.int64) @ xq
-        total += sums * float(top / np.float32(DSP_INPUT_MAX))
+        sums = q[:, first:first + block].astype(np.int64) @ xq
+        total += sums * float(top / np.float32(top_q))
     return (total * scale.astype(np.float64)).astype(np.float32)
 
 

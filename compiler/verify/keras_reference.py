@@ -234,11 +234,33 @@ def keras_sequence_reference(model, x: np.ndarray,
         per_step = np.stack([twin[:, t] for t in range(steps)])
     except Exception:  # a layer after the recurrent one needs 2-D input
         per_step = None
+    call = _any_length_call(model)
     for t in sorted({0, 9 % steps, steps // 2, steps - 1}):
-        prefix = _output(model(x[:, : t + 1]))
+        prefix = call(x[:, : t + 1])
         if per_step is None or np.abs(per_step[t] - prefix).max() > 1e-6:
-            return np.stack([_output(model(x[:, : s + 1])) for s in range(steps)])
+            return np.stack([call(x[:, : s + 1]) for s in range(steps)])
     return per_step
+
+
+def _any_length_call(model):
+    """``model`` on inputs of any time length, as an array, traced once with
+    a relaxed shape: an eager Keras call per prefix took minutes for 200
+    steps (a ConvLSTM2D, an LSTM returning its state); a model that cannot
+    be traced so is called eagerly."""
+    import tensorflow as tf
+
+    traced = tf.function(lambda v: model(v, training=False), reduce_retracing=True)
+
+    def call(v):
+        nonlocal traced
+        if traced is not None:
+            try:
+                return _output(traced(v))
+            except Exception:  # noqa: BLE001 - a layer that needs static shapes
+                traced = None
+        return _output(model(v))
+
+    return call
 
 
 def keras_stream_reference(model, frames: np.ndarray, stream,
@@ -281,8 +303,10 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
     p, first = stream.frames_per_step, stream.first_valid_step
     fixed = fixed_time_length(model)
 
+    call = _any_length_call(model)
+
     def prefix_call(m):
-        y = _output(model(frames[:, :(m + 1) * p]))
+        y = call(frames[:, :(m + 1) * p])
         return y[:, -1] if _has_time(model, y, step_output) else y
 
     checkable = [m for m in range(first, steps) if fixed is None or (m + 1) * p == fixed]
