@@ -97,3 +97,23 @@ def test_tally_tells_non_finite_values_apart():
     assert tally.mismatch.startswith("at step 2 ")
     result = tally.result("y", 1.0)
     assert not result.ok and "FAIL" in result.describe()
+
+
+def test_tally_notes_an_output_that_never_changes():
+    """TensorFlow's output the same at every step (an untrained model, batch
+    norm zeroing everything): the check passes but says little, and says so."""
+    constant = ErrorTally()
+    for t in range(5):
+        constant.add(f"step {t}", [0.2, 0.2], [0.2, 0.2])
+    result = constant.result("y", 1e-5)
+    assert result.ok and result.constant
+    first, note = result.describe().splitlines()
+    assert first.endswith(": ok") and "the same at every one of these 5 steps" in note
+    varying = ErrorTally()
+    for t in range(5):
+        varying.add(f"step {t}", [0.2, t], [0.2, t])
+    assert not varying.result("y", 1e-5).constant
+    assert "note" not in varying.result("y", 1e-5).describe()
+    single = ErrorTally()
+    single.add("step 0", [1.0], [1.0])
+    assert not single.result("y", 1e-5).constant  # one step: nothing to tell

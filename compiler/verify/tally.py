@@ -21,6 +21,8 @@ class VerifyResult:
     # not finite there, and the library agrees), and the first of them.
     nonfinite_steps: int = 0
     first_nonfinite: str | None = None
+    # TensorFlow's output was the same at every step compared
+    constant: bool = False
 
     @property
     def ok(self) -> bool:
@@ -35,6 +37,11 @@ class VerifyResult:
         if self.nonfinite_steps:
             line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
                      f"of them, first at {self.first_nonfinite})")
+        if self.constant:
+            line += (f"\n  note: TensorFlow's {self.output} is the same at every one of these "
+                     f"{self.steps} {self.unit}, whatever the input, so this check says "
+                     "little (an untrained model? batch norm statistics that zero "
+                     "everything?)")
         return line
 
 
@@ -54,12 +61,18 @@ class ErrorTally:
         self.mismatch: str | None = None
         self.nonfinite_steps = 0
         self.first_nonfinite: str | None = None
+        self.first_want: np.ndarray | None = None
+        self.varies = False  # TensorFlow's output changed from step to step
 
     def add(self, where: str, got, want) -> None:
         """Compares one step's output; ``where`` names the step in messages."""
         got = np.asarray(got, np.float64).ravel()
         want = np.asarray(want, np.float64).ravel()
         self.steps += 1
+        if self.first_want is None:
+            self.first_want = want
+        elif not self.varies:
+            self.varies = not np.array_equal(want, self.first_want, equal_nan=True)
         finite = np.isfinite(got) & np.isfinite(want)
         if finite.any():
             self.max_abs_error = max(self.max_abs_error,
@@ -78,4 +91,5 @@ class ErrorTally:
                unit: str = "steps") -> VerifyResult:
         return VerifyResult(output, self.steps if steps is None else steps,
                             self.max_abs_error, tol, unit, self.mismatch,
-                            self.nonfinite_steps, self.first_nonfinite)
+                            self.nonfinite_steps, self.first_nonfinite,
+                            constant=self.steps > 1 and not self.varies)
