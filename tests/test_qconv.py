@@ -421,10 +421,10 @@ def test_int8_model_weighs_less(bn_int8):
 
 
 def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
-    """A bare-metal Cortex-M4 int8 build takes the depthwise and int8
-    convolution kernels by itself (the f32 convolution stays IREE's); linked
-    into an image run by qemu-system-arm, its DSP path gives the host int8
-    build's outputs."""
+    """A bare-metal Cortex-M4 int8 build takes the depthwise, int8 and
+    (for the convolution too small for int8 weights) f32 convolution kernels
+    by itself; linked into an image run by qemu-system-arm, its DSP path
+    gives the host int8 build's outputs."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     from tfaot import harness
     from tfaot.pipeline import BuildOptions, Progress, build_model
@@ -433,7 +433,7 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
         out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
         weights_dtype="int8", fixed_window="whole"), Progress(enabled=False)).path
     manifest = json.loads((out / "bn.json").read_text())
-    assert manifest["micro_kernels"] == ["dwconv", "qconv"], manifest["micro_kernels"]
+    assert manifest["micro_kernels"] == ["conv", "dwconv", "qconv"], manifest["micro_kernels"]
     host = harness.load(bn_int8 / "whole")
     xs = np.random.default_rng(4).standard_normal((12, *host.input_shape)).astype(np.float32)
     image, ys = toolchains.run_cortex_m_image(out, "bn", xs, tmp_path)
