@@ -450,10 +450,7 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
                      external_weights=external_weights, matvec=matvec,
                      weights_dtype=weights_dtype)
     if matvec is None and _mcu_matvec_kernel(target):
-        kinds = MCU_INT8_KERNEL_KINDS if weights_dtype == "int8" else MCU_KERNEL_KINDS
-        if not _mcu_conv_kernel(target):
-            kinds = tuple(kind for kind in kinds if kind != "conv")
-        target = replace(target, matvec="tfaot", kernel_kinds=kinds,
+        target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
@@ -471,7 +468,7 @@ MCU_KERNEL_MIN_WEIGHTS = 256
 #: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
 #: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); the f32
-#: convolution's Cortex-M block on a scalar FPU (_mcu_conv_kernel: DS-CNN's
+#: convolution's Cortex-M block on a scalar FPU (_mcu_kernel_kinds: DS-CNN's
 #: streamed step 518k -> 384k, its 10x4 first layer 154k -> ~39k); int8
 #: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
 #: 696k -> 438k with both, flash 112 -> 61 KB).
@@ -485,7 +482,7 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     estimated M4 cycles per multiply-add against 4.9 for IREE's kernel,
     LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
     (the DSP path), when the Arm toolchain is installed. Which kernels it
-    takes: MCU_KERNEL_KINDS (and _mcu_conv_kernel)."""
+    takes: _mcu_kernel_kinds."""
     # Cortex-M triples are thumb*; an Arm-state core may have NEON, where the
     # desktop tiles apply and were not measured against IREE's
     if not (target.bare_metal_arm and target.arch.startswith("thumb")):
@@ -498,18 +495,20 @@ def _mcu_matvec_kernel(target: Target) -> bool:
     return target.toolchain() is not None
 
 
-def _mcu_conv_kernel(target: Target) -> bool:
-    """Whether bare metal takes the f32 convolution kernel: its Cortex-M
-    block keeps 2 positions x 8 lanes of sums in a scalar FPU's registers
-    (a hard-float CPU the C compiler knows to have an FPU). Not with Helium
-    (Cortex-M55, M85), whose C blocks keep theirs in memory where IREE's
-    convolutions are vectorised (DS-CNN's streamed step on an M55: 496k
-    instructions against IREE's 195k)."""
-    if not target.hard_float:
-        return False
-    toolchain = target.toolchain()
-    macros = compiler_macros(toolchain.cc, f"-mcpu={target.cpu}", "-mfloat-abi=hard")
-    return "__ARM_FP" in macros and "__ARM_FEATURE_MVE" not in macros
+def _mcu_kernel_kinds(target: Target) -> tuple[str, ...]:
+    """The kernels a bare-metal build takes by default (MCU_KERNEL_KINDS),
+    the f32 convolution only where its Cortex-M block keeps 2 positions x 8
+    lanes of sums in a scalar FPU's registers (a hard-float CPU the C
+    compiler knows to have an FPU). Not with Helium (Cortex-M55, M85), whose
+    C blocks keep theirs in memory where IREE's convolutions are vectorised
+    (DS-CNN's streamed step on an M55: 496k instructions against IREE's
+    195k)."""
+    kinds = MCU_INT8_KERNEL_KINDS if target.weights_dtype == "int8" else MCU_KERNEL_KINDS
+    macros = (compiler_macros(target.toolchain().cc, f"-mcpu={target.cpu}", "-mfloat-abi=hard")
+              if target.hard_float else frozenset())
+    if "__ARM_FP" in macros and "__ARM_FEATURE_MVE" not in macros:
+        return kinds
+    return tuple(kind for kind in kinds if kind != "conv")
 
 
 def _check_weights_dtype(target: Target) -> None:

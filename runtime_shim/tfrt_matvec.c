@@ -1322,11 +1322,24 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
  * start their sums at the bias and clamp only on the sides that have a
  * bound (an epilogue at every store cost 5% of a 64-channel pointwise
  * layer). A NaN stays NaN. */
-TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) {
-  v += post[2 + o];
-  v = v < post[0] ? post[0] : v;
-  return v > post[1] ? post[1] : v;
+TFRT_UNUSED static inline float tfrt_clamp_to(float lo, float hi, float v) {
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
 }
+
+TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) {
+  return tfrt_clamp_to(post[0], post[1], v + post[2 + o]);
+}
+
+/* A convolution's geometry g (struct tfrt_conv or tfrt_qconv: c, kw, iw,
+ * ow, sh, sw, dh, dw): where run r of a patch starts, counted from the
+ * patch's first input (a whole filter row when dw == 1, else one tap's
+ * channels), and where output position p's patch starts in the image. */
+#define TFRT_RUN_START(g, r)                                                            \
+  ((((g)->dw == 1 ? (r) : (r) / (g)->kw) * (g)->dh * (g)->iw +                          \
+    ((g)->dw == 1 ? 0 : (r) % (g)->kw) * (g)->dw) * (g)->c)
+#define TFRT_PATCH_START(g, p) \
+  ((((p) / (g)->ow) * (g)->sh * (g)->iw + ((p) % (g)->ow) * (g)->sw) * (g)->c)
 #endif
 #if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32)) && \
     (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
@@ -1396,12 +1409,11 @@ struct tfrt_conv {
     const float *at[P]; /* first input of each position's window */                 \
     for (size_t q = 0; q < P; q++) {                                                 \
       const size_t p = p0 + q < positions ? p0 + q : positions - 1;                 \
-      at[q] = x + ((p / g->ow) * g->sh * g->iw + (p % g->ow) * g->sw) * g->c;       \
+      at[q] = x + TFRT_PATCH_START(g, p);                                           \
     }                                                                                \
     float acc[P][T] = {{0}};                                                         \
     for (size_t r = 0; r < runs; r++, w += run * T) {                                \
-      const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;  \
-      const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;                   \
+      const size_t skip = TFRT_RUN_START(g, r);                                      \
       for (size_t e = 0; e < run; e++) {                                             \
         const tfrt_weight *wl = w + e * T;                                           \
         for (size_t q = 0; q < P; q++) {                                             \
@@ -1452,14 +1464,9 @@ TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL)
 #define TFRT_M8X2_LANE(l) s0##l += w##l * u, s1##l += w##l * v;
 #define TFRT_M8X2_STORE(l)                                                                  \
   if (l < lanes) {                                                                          \
-    y0[l] = tfrt_clamp_m(lo, hi, s0##l);                                                    \
-    y1[l] = tfrt_clamp_m(lo, hi, s1##l);                                                    \
+    y0[l] = tfrt_clamp_to(lo, hi, s0##l);                                                   \
+    y1[l] = tfrt_clamp_to(lo, hi, s1##l);                                                   \
   }
-
-static inline float tfrt_clamp_m(float lo, float hi, float v) {
-  v = v < lo ? lo : v;
-  return v > hi ? hi : v;
-}
 
 /* Positions p0 and p0 + 1 (p0 twice at the end) times lanes t..t+7; w
  * points at lane t of its packed tile (rows TFRT_MATVEC_TILE apart). */
@@ -1468,16 +1475,14 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
   enum { T = TFRT_MATVEC_TILE };
   const size_t runs = g->runs, run = g->run, positions = g->positions;
   const size_t p1 = p0 + 1 < positions ? p0 + 1 : p0;
-  const float *a0 = x + ((p0 / g->ow) * g->sh * g->iw + (p0 % g->ow) * g->sw) * g->c;
-  const float *a1 = x + ((p1 / g->ow) * g->sh * g->iw + (p1 % g->ow) * g->sw) * g->c;
+  const float *a0 = x + TFRT_PATCH_START(g, p0), *a1 = x + TFRT_PATCH_START(g, p1);
   const float *bias = g->post + 2 + t; /* the sums start at the bias */
   float s00 = bias[0], s01 = bias[1], s02 = bias[2], s03 = bias[3], s04 = bias[4],
         s05 = bias[5], s06 = bias[6], s07 = bias[7];
   float s10 = s00, s11 = s01, s12 = s02, s13 = s03, s14 = s04, s15 = s05, s16 = s06,
         s17 = s07;
   for (size_t r = 0; r < runs; r++) {
-    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = a0 + skip, *x1 = a1 + skip, *wl = w + r * run * T;
     for (size_t e = 0; e < run; e++, wl += T) {
       const float w0 = wl[0], w1 = wl[1], w2 = wl[2], w3 = wl[3], w4 = wl[4], w5 = wl[5],
@@ -1540,7 +1545,7 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
   const float *at[6];
   for (size_t q = 0; q < 6; q++) {
     const size_t p = p0 + q < positions ? p0 + q : positions - 1;
-    at[q] = x + ((p / g->ow) * g->sh * g->iw + (p % g->ow) * g->sw) * g->c;
+    at[q] = x + TFRT_PATCH_START(g, p);
   }
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   /* the sums start at the bias (post is padded to whole tiles) */
@@ -1548,8 +1553,7 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
          c10 = c00, c11 = c01, c20 = c00, c21 = c01, c30 = c00, c31 = c01, c40 = c00, c41 = c01,
          c50 = c00, c51 = c01;
   for (size_t r = 0; r < runs; r++, w += run * T) {
-    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
                 *x3 = at[3] + skip, *x4 = at[4] + skip, *x5 = at[5] + skip;
     for (size_t e = 0; e < run; e++) {
@@ -1614,8 +1618,7 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++) a0[q] = bias0, a1[q] = bias1;
   for (size_t r = 0; r < g->runs; r++) {
-    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    const size_t skip = TFRT_RUN_START(g, r);
     for (size_t e = 0; e < g->run; e++, w += T) {
       const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16);
   TFRT_UNROLL
@@ -1667,8 +1670,7 @@ static void tfrt_conv512_wide(const struct tfrt_conv *g, const float *w, const f
     for (size_t v = 0; v < 4; v++) acc[q][v] = _mm512_loadu_ps(g->post + 2 + t + 16 * v);
   const float *w2 = w + g->runs * g->run * T; /* the second tile */
   for (size_t r = 0; r < g->runs; r++) {
-    const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-    const size_t skip = (i * g->dh * g->iw + j * g->dw) * g->c;
+    const size_t skip = TFRT_RUN_START(g, r);
     for (size_t e = 0; e < g->run; e++, w += T, w2 += T) {
       const __m512 wv[4] = {_mm512_loadu_ps(w), _mm512_loadu_ps(w + 16), _mm512_loadu_ps(w2),
                             _mm512_loadu_ps(w2 + 16)};

@@ -39,15 +39,10 @@ struct tfrt_qconv {
 };
 
 /* Where run r of a patch starts, from its first input. */
-static size_t tfrt_q_run(const struct tfrt_qconv *g, size_t r) {
-  const size_t i = g->dw == 1 ? r : r / g->kw, j = g->dw == 1 ? 0 : r % g->kw;
-  return (i * g->dh * g->iw + j * g->dw) * g->c;
-}
+static size_t tfrt_q_run(const struct tfrt_qconv *g, size_t r) { return TFRT_RUN_START(g, r); }
 
 /* Where the patch of output position p starts. */
-static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) {
-  return ((p / g->ow) * g->sh * g->iw + (p % g->ow) * g->sw) * g->c;
-}
+static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) { return TFRT_PATCH_START(g, p); }
 
 /* Where a block's sums go: rows positions' outputs from y (n apart), lanes
  * from lane t of the tile whose scales and weight sums start at t. */

@@ -28,7 +28,7 @@ def slice_constant_operands(func_op) -> int:
         if op.operation.name not in _ELEMENTWISE or not _has_constant_operand(op):
             continue
         users = [use.owner for use in op.results[0].uses]
-        if len(users) < 2 or any(_name(user) != "stablehlo.slice" for user in users):
+        if len(users) < 2 or any(user.operation.name != "stablehlo.slice" for user in users):
             continue  # one user: IREE fuses the op into it already
         for user in users:
             _slice_first(op, user)
@@ -37,14 +37,10 @@ def slice_constant_operands(func_op) -> int:
     return count
 
 
-def _name(op) -> str:
-    return op.operation.name if hasattr(op, "operation") else op.name
-
-
 def _has_constant_operand(op) -> bool:
     from iree.compiler import ir
 
-    return any(isinstance(v.owner, ir.OpView) and _name(v.owner) == "stablehlo.constant"
+    return any(isinstance(v.owner, ir.OpView) and v.owner.operation.name == "stablehlo.constant"
                for v in op.operands)
 
 

@@ -48,8 +48,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
     wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
     import tensorflow as tf
 
-    # Traced once for any length (eager Keras calls are ~15x slower).
-    call = tf.function(lambda args: model(args, training=False), reduce_retracing=True)
+    call = _traced(model)
     for m in range(stream.first_valid_step, steps):
         end = (m + 1) * p
         if stream.mode == "window":
@@ -223,11 +222,8 @@ def keras_sequence_reference(model, x: np.ndarray,
     if fixed is not None:
         return _fixed_time_reference(model, x, fixed)
     full = _output(model(x))
-    out_shape = tuple(model.outputs[0].shape)
-    keeps_time = (_has_time(model, full, step_output) if step_output is not None else
-                  full.ndim == 3 or (len(out_shape) >= 3 and out_shape[1] is None))
-    if keeps_time:  # (a last output reshaped to (1, n) does not: the step's shape says)
-        return np.stack([full[:, t] for t in range(x.shape[1])])
+    if _has_time(model, full, step_output):  # (the step's shape says: a last output
+        return np.stack([full[:, t] for t in range(x.shape[1])])  # reshaped to (1, n) not)
     steps = x.shape[1]
     try:
         twin = _output(_sequence_twin(model)(x))
@@ -242,14 +238,19 @@ def keras_sequence_reference(model, x: np.ndarray,
     return per_step
 
 
-def _any_length_call(model):
-    """``model`` on inputs of any time length, as an array, traced once with
-    a relaxed shape: an eager Keras call per prefix took minutes for 200
-    steps (a ConvLSTM2D, an LSTM returning its state); a model that cannot
-    be traced so is called eagerly."""
+def _traced(model):
+    """``model`` traced once for inputs of any time length (a relaxed
+    shape): eager Keras calls are ~15x slower, and one per prefix took
+    minutes for 200 steps (a ConvLSTM2D, an LSTM returning its state)."""
     import tensorflow as tf
 
-    traced = tf.function(lambda v: model(v, training=False), reduce_retracing=True)
+    return tf.function(lambda args: model(args, training=False), reduce_retracing=True)
+
+
+def _any_length_call(model):
+    """``model`` (``_traced``) on an input of any time length, as an array;
+    a model that cannot be traced so is called eagerly."""
+    traced = _traced(model)
 
     def call(v):
         nonlocal traced
