@@ -469,7 +469,7 @@ MCU_KERNEL_MIN_WEIGHTS = 256
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
 #: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); the f32
 #: convolution's Cortex-M block on a scalar FPU (_mcu_kernel_kinds: DS-CNN's
-#: streamed step 518k -> 384k, its 10x4 first layer 154k -> ~39k); int8
+#: streamed step 518k -> 384k, its convolutions 357k -> 247k); int8
 #: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
 #: 696k -> 438k with both, flash 112 -> 61 KB).
 MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")

@@ -1455,8 +1455,9 @@ TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL)
  * and 16 adds: 47 estimated M4 cycles for 16 multiply-adds with the loop).
  * The C blocks above keep P x 32 sums in memory there, and IREE's code for
  * a convolution of one input channel (a keyword spotter's first layer)
- * reloads its operands for every multiply-add: DS-CNN's 10 x 4 first layer
- * 154k -> 39k cycles a streamed step (bench/bench_mcu.py). */
+ * reloads its operands for every multiply-add: DS-CNN's five convolutions
+ * (IREE's 10 x 4 first layer alone 154k) 357k -> 247k cycles a streamed
+ * step (bench/bench_mcu.py). */
 #if defined(__arm__) && defined(__ARM_FP) && !defined(__ARM_NEON) && \
     !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)) && \
     !defined(TFRT_MATVEC_BF16) && !defined(TFRT_MATVEC_F16) && defined(TFRT_CONV_FN)
