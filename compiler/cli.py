@@ -164,8 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matvec", choices=["tfaot", "iree"], default=None,
                    help="who computes constant-weight matrix-vector products and "
                         "convolutions (also depthwise): tfaot's own micro-kernels with weights "
-                        "packed at build time in read-only data (default on Linux triples), "
-                        "or IREE's generated kernels (default on bare metal)")
+                        "packed at build time in read-only data (default on Linux triples, "
+                        "and on Cortex-M with an FPU or with --weights-dtype=int8: there for "
+                        "matrices of 256 weights or more, depthwise and, with a scalar FPU, "
+                        "other convolutions), or IREE's generated kernels (the default "
+                        "elsewhere)")
     p.add_argument("--weights-dtype", choices=["f32", "f16", "bf16", "int8"], default="f32",
                    help="how tfaot's micro-kernels store their weights: f32 (default), "
                         "f16/bf16 at half width (half the weight bytes, faster on models "

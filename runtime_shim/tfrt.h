@@ -57,7 +57,11 @@ extern "C" {
 #define TFRT_ELEMENT_TYPE_I32 0x10000020u
 #define TFRT_ELEMENT_TYPE_I1 0x13000008u
 
+/* A generated model defines its own (the most dimensions its views have):
+ * each view holds TFRT_MAX_RANK int64 dimensions. */
+#ifndef TFRT_MAX_RANK
 #define TFRT_MAX_RANK 8
+#endif
 #define TFRT_ALIGNMENT 64
 
 typedef enum tfrt_kind {

@@ -205,7 +205,7 @@ TFRT_INTERNAL int tfrt_view_assert(const tfrt_view *view, int32_t element_type, 
                                    uint32_t rank, const int64_t *shape) {
   if (!view) return TFRT_STATUS_NULL_REF;
   if (view->element_type != (uint32_t)element_type || view->encoding != (uint32_t)encoding ||
-      view->rank != rank)
+      view->rank != rank || rank > TFRT_MAX_RANK)
     return TFRT_STATUS_INVALID_ARGUMENT;
   for (uint32_t i = 0; i < rank; ++i)
     if (view->shape[i] != shape[i]) return TFRT_STATUS_INVALID_ARGUMENT;

@@ -146,10 +146,16 @@ def test_unknown_architecture_is_an_error():
 
 
 def test_layout_rules_against_gcc(tmp_path):
-    """Padding, nested unions, _Alignas, #define'd array sizes, typedefs."""
+    """Padding, nested unions, anonymous members, _Alignas, #define'd array
+    sizes (a later #define of a name wins, as a generated model's
+    TFRT_MAX_RANK over tfrt.h's default), typedefs."""
     text = """#include <stdint.h>
 #include <stddef.h>
 #define N 3u
+#ifndef M
+#define M 40u
+#endif
+#undef M
 #define M (N * 2u + 1u)
 typedef struct inner { uint8_t c; double d; uint16_t s[N]; } inner;
 typedef float elem_t;
@@ -159,6 +165,10 @@ struct outer {
   inner in[M];
   union { _Alignas(32) uint8_t a[5]; int64_t b; } u;
   elem_t e[N];
+  union {
+    struct { uint8_t k; double kd[M]; };
+    struct { uint16_t h[N]; };
+  };
   size_t n;
   _Alignas(16) uint8_t tail[7];
 };
@@ -181,3 +191,15 @@ def test_unsupported_field_forms_are_errors():
         c_layout.struct_layout(["struct s { missing_t x; };"], "struct s", c_layout.LP64)
     with pytest.raises(TfaotError, match="uses 'K', which is not a #define"):
         c_layout.struct_layout(["struct s { int x[K]; };"], "struct s", c_layout.LP64)
+
+
+def test_views_hold_the_programs_most_dimensions(tmp_path_factory):
+    """A view's shape array is as long as the program's longest, not tfrt.h's
+    default of 8 (64 bytes a view on every target): the model defines
+    TFRT_MAX_RANK before the runtime's headers, and the layout uses it."""
+    out, manifest = _built("host", tmp_path_factory)
+    src = (out / "src" / f"{MODEL}.c").read_text()
+    found = re.search(r"#define TFRT_MAX_RANK (\d+)\n(?:.*\n)*?#include", src)
+    assert found, "TFRT_MAX_RANK is not defined before the includes"
+    tensors = [*manifest["inputs"], *manifest["outputs"], *manifest.get("state", [])]
+    assert int(found.group(1)) == max(len(t["shape"]) for t in tensors) < 8

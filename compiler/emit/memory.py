@@ -37,9 +37,11 @@ _Store = tuple[str, "tuple[int, int] | None", int, int]
 
 
 def plan_memory(module: VMModule) -> None:
-    """Fills ``pools``, ``view_count`` and ``executable_count`` of the program."""
+    """Fills ``pools``, ``view_count``, ``view_rank`` and ``executable_count``
+    of the program."""
     per_function: list[dict[int, int]] = []
     view_need = 1
+    view_rank = 1
     exe_sites = 0
     # global -> each store into it: (function, allocation site or None, the
     # site's weight, size class or -1 when unknown); a site is (block, op) by
@@ -76,6 +78,8 @@ def plan_memory(module: VMModule) -> None:
                         alloc_site[r] = ((bi, oi), weight)
                 elif callee == "hal_inline.buffer_view.create":
                     views += weight
+                    # operands: buffer, offset, length, element type, encoding, dims...
+                    view_rank = max(view_rank, len(op.operands) - 5)
                 elif callee == "hal_loader.executable.load":
                     exe_sites += weight
                 elif op.name == "vm.call" and callee == "hal_inline.buffer.storage":
@@ -117,6 +121,7 @@ def plan_memory(module: VMModule) -> None:
     prog = module.prog
     prog.pools = sorted((cls, n) for cls, n in need.items() if n > 0)
     prog.view_count = view_need
+    prog.view_rank = view_rank
     prog.executable_count = max(1, exe_sites)
 
 

@@ -167,6 +167,7 @@ class VMProgram:
     containers: list[tuple[str, Rodata]] = field(default_factory=list)
     pools: list[tuple[int, int]] = field(default_factory=list)         # (size, count)
     view_count: int = 1
+    view_rank: int = 1      # the most dimensions of a view the program creates
     executable_count: int = 1
     ops_used: dict[str, int] = field(default_factory=dict)
 

@@ -183,6 +183,8 @@ class ApiModel:
             out_type=f"{name}_output_t" if len(self.outputs) == 1 else f"{name}_outputs",
             out_count=f"{name.upper()}_OUTPUT_SIZE" if len(self.outputs) == 1 else "1",
             ctx_size=ctx_size, ctx_align=CTX_ALIGN, arena_bytes=vm.arena_bytes,
+            max_rank=max([vm.view_rank, *(len(t["shape"]) for t in
+                                          (*self.inputs, *self.outputs, *self.states))]),
             libraries=[{"name": self.library_name, "symbol": self.query_symbol}]
             if target.has_kernel_object else [],
             **self._gpu_values,

@@ -6,7 +6,8 @@ compiler is not installed. The size is a function of the target's data model
 (pointer, ``size_t``, ``long`` and 64-bit scalar sizes and alignments) and of
 the struct definitions, which are kept in a simple form on purpose (see
 runtime_shim/tfrt.h): every field is ``[_Alignas(N)] [const] type [*...] name
-[[N]...];`` or a nested anonymous ``struct``/``union``; no bit-fields.
+[[N]...];`` or a nested ``struct``/``union`` without a tag (named or an
+anonymous member); no bit-fields.
 
 ``struct_size(texts, "struct NAME_ctx", data_model(triple))`` parses the
 headers and the generated source (in include order), evaluates the array
@@ -275,6 +276,8 @@ class _Parser:
         if toks[i] in ("struct", "union") and toks[i + 1] == "{":
             agg, i = self._aggregate(toks, i)
             base: object = agg
+            if toks[i] == ";":  # an anonymous member (C11): its fields are the outer's
+                return [_Field(agg, False, [], alignas, "")], i + 1
         elif toks[i] in ("struct", "union"):
             base = f"{toks[i]} {toks[i + 1]}"
             i += 2
