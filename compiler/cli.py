@@ -213,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     p.add_argument("--tol", type=float, default=None,
                    help="max abs error allowed (default: 1e-5; 1e-3 for a library built with "
-                        "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; with --case: "
+                        "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; each times "
+                        "TensorFlow's largest |output| where that is over 1; with --case: "
                         "the saved case's)")
     p.add_argument("--save-case", metavar="FILE", default=None,
                    help="write the inputs and TensorFlow's outputs to FILE (.npz) instead of "

@@ -11,6 +11,17 @@ class TfaotError(Exception):
     """A user-facing error: the message is complete and printed as is."""
 
 
+class DroppedConstant(TfaotError):
+    """iree-compile's inline execution model lost a constant the program
+    needs (a dispatch binding or a copy's source is a null buffer): a bug
+    of the pinned compiler that the build can sometimes route around.
+    ``where``: the binding or copy that lost it."""
+
+    def __init__(self, message: str, where: str = ""):
+        super().__init__(message)
+        self.where = where
+
+
 #: The longest cause line kept after a first line that ends with ":" (Keras
 #: puts whole weight arrays in some).
 CAUSE_CHARS = 240

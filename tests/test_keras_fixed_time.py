@@ -76,3 +76,30 @@ def test_library_beyond_t_matches_open_time_twin(built, name):
     assert np.abs(at_t - (np.swapaxes(full, 0, 1) if full.ndim == 3 else full)).max() <= 1e-6
     got = harness.load(out).step_n(np.swapaxes(x, 0, 1))
     assert np.abs(got - want).max() <= 1e-5
+
+
+def test_reshape_to_fixed_time_and_minus_one(tmp_path):
+    """A CRNN with a fixed window writes Reshape((T', -1)) after its
+    convolution (T' the convolution's output length): the -1 is one step's
+    features, not a mix of time and features. 100 windows through the .so,
+    each from a reset context, against the model on the same windows."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((20, 8))
+    h = layers.Reshape((20, 8, 1))(x)
+    h = layers.Conv2D(4, (3, 3), activation="relu")(h)  # (18, 6, 4)
+    h = layers.Reshape((18, -1))(h)
+    model = keras.Model(x, layers.GRU(8)(h))
+    path = tmp_path / "crnn.keras"
+    model.save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    lib = harness.load(tmp_path / "out")
+    windows = np.random.default_rng(5).normal(size=(100, 20, 8)).astype(np.float32)
+    got = []
+    for window in windows:
+        lib.reset()
+        got.append(lib.step_n(window[:, None, :])[-1])
+    want = model.predict(windows, verbose=0)
+    assert np.abs(np.reshape(got, want.shape) - want).max() <= 1e-5

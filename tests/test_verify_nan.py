@@ -117,3 +117,36 @@ def test_tally_notes_an_output_that_never_changes():
     single = ErrorTally()
     single.add("step 0", [1.0], [1.0])
     assert not single.result("y", 1e-5).constant  # one step: nothing to tell
+
+
+def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
+    """A head that outputs thousands differs from TensorFlow by f32 rounding
+    of thousands (over 1e-5): the default tolerance is scaled by the largest
+    |output|; an explicit --tol is taken as it is."""
+    import re
+
+    import keras
+
+    from tfaot.verify.case import Case, Checks
+    from tfaot.verify.compare import output_scale
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, 8)), keras.layers.GRU(16, return_sequences=True),
+                              keras.layers.Dense(4), keras.layers.Rescaling(3000.0)])
+    model.save(tmp_path / "big.keras")
+    assert main(["build", str(tmp_path / "big.keras"), "-o", str(tmp_path / "out"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "big.keras"), str(tmp_path / "out")]) == 0
+    line = capsys.readouterr().out.strip()
+    tol = float(re.search(r"\(tolerance (\S+)\)", line).group(1))
+    assert tol > 1e-5 * 100 and line.endswith(": ok"), line
+    assert main(["verify", str(tmp_path / "big.keras"), str(tmp_path / "out"),
+                 "--tol", "1e-5"]) in (0, 1)
+    assert "(tolerance 1e-05)" in capsys.readouterr().out
+    small = Checks()
+    small.add(0, 0, -1, [0.5, -0.25, np.nan])
+    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1.0
+    small.add(0, 1, -1, [-40.0, np.inf])
+    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 40.0
+    small.add(0, 2, -1, [1234.5])
+    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1300.0

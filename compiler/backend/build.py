@@ -7,12 +7,14 @@ frontend has produced MLIR and a ``ProgramSignature``. It writes only into
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from . import compile as compile_mod
 from .. import emit as emit_mod
 from ..lower import input_ranges
 from .. import package as package_mod
+from ..errors import DroppedConstant
 from ..lower import weight_globals
 from ..names import check_name
 from ..program import ProgramSignature, StreamInfo
@@ -38,6 +40,32 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
     target = target or make_target("cpu", triple, cpu)
     workdir = Path(workdir)
     id_ranges = _id_ranges(mlir_text, signature, progress)
+    try:
+        compiled, vm = _compile_and_emit(mlir_text, workdir, name, target, stage)
+    except DroppedConstant as e:
+        # Weight packing hoists the weights' layout changes into __init; where
+        # iree-compile then loses one (a transposed convolution's filter in a
+        # U-Net), the same program without packing keeps every weight inline.
+        if target.weight_packing:
+            raise DroppedConstant(f"{e} With --pack-weights; --no-pack-weights may avoid it.",
+                                  e.where) from None
+        if not target.for_weights(compile_mod.constant_bytes(mlir_text)).pack_weights:
+            raise
+        warn = getattr(progress, "warn", None)
+        if warn is not None:
+            warn(f"iree-compile lost a weight that packing moved to init ({e.where}: its "
+                 "dropped-constant bug, docs/notes/iree-notes.md 1.4); building again "
+                 "without weight packing, as --no-pack-weights")
+        target = replace(target, weight_packing=False)
+        compiled, vm = _compile_and_emit(mlir_text, workdir, name, target, stage)
+    with stage("package"):
+        return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
+                                   workdir=workdir / "package", stream=stream,
+                                   id_ranges=id_ranges)
+
+
+def _compile_and_emit(mlir_text: str, workdir: Path, name: str, target: Target, stage):
+    """iree-compile's VM program and kernels, and the C host program emitted from them."""
     with stage("compile", f"iree-compile, {target.describe()}"):
         compiled = compile_mod.compile_module(mlir_text, workdir / "compile", name=name,
                                               target=target)
@@ -45,10 +73,7 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
         vm = emit_mod.translate(
             compiled.vm_asm, prefix=name, host_sync=target.is_gpu,
             external_rodata=weight_globals.is_weights_rodata if target.external_weights else None)
-    with stage("package"):
-        return package_mod.package(vm, signature, compiled, Path(out_dir), name=name,
-                                   workdir=workdir / "package", stream=stream,
-                                   id_ranges=id_ranges)
+    return compiled, vm
 
 
 def _id_ranges(mlir_text: str, signature: ProgramSignature, progress) -> dict[int, dict]:

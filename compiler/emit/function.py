@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TfaotError
+from ..errors import DroppedConstant, TfaotError
 from .c_types import c_ident, ctype_of, is_ref, ops_template
 from .program import FunctionInfo, VMModule
 from .vm_rules import VM_RULES
@@ -45,13 +45,15 @@ class FunctionEmitter:
         return TfaotError(
             f"emit: {message} (op '{op.name}' in function @{self.info.vm_name}, {location(op)})")
 
-    def null_constant_error(self, op, what: str) -> TfaotError:
-        return TfaotError(
-            f"emit: {what} in @{self.info.vm_name} is a null buffer ({location(op)}). This is the "
-            "iree-compile inline-dynamic dropped-constant bug (iree-notes 1.4): a constant that "
-            "needs its own buffer (e.g. storing a plain constant into a state global, or "
+    def null_constant_error(self, op, what: str) -> DroppedConstant:
+        return DroppedConstant(
+            f"emit: {what} in @{self.info.vm_name} is a null buffer ({location(op)}). This is "
+            "iree-compile's inline-dynamic dropped-constant bug (docs/notes/iree-notes.md, 1.4): "
+            "a constant that needs its own buffer (e.g. storing a plain constant into a state "
+            "global, or "
             "returning a constant) is lost. Route the constant through a computation, e.g. "
-            "'state = state * 0 + constant', or give the global that initial value instead.")
+            "'state = state * 0 + constant', or give the global that initial value instead.",
+            where=f"{what} in @{self.info.vm_name}")
 
     # -- name table --------------------------------------------------------------
     def declare(self, value) -> str:

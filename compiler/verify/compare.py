@@ -70,8 +70,30 @@ def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
     lib_dir = lib.dir
     graph_options = build_cut(lib, graph_options)
     loaded = load_model(model_path, graph_options)
-    if tol is None:
-        tol = default_tolerance(lib, loaded.keras_model)
+    if tol is not None:
+        return _make_case(loaded, lib, rng, steps, tol, model_path, lib_dir)
+    case = _make_case(loaded, lib, rng, steps, default_tolerance(lib, loaded.keras_model),
+                      model_path, lib_dir)
+    case.tolerance *= output_scale(case)
+    return case
+
+
+def output_scale(case: Case) -> float:
+    """The default tolerance is for outputs of magnitude up to 1; an f32 or
+    half-width rounding error grows with the values, so it is scaled by
+    TensorFlow's largest |output| where that is larger (a regression head
+    giving hundreds is within f32's rounding at 1e-5 x its size)."""
+    values = (np.abs(np.asarray(v, np.float64)) for c in case.checks for v in c.values)
+    largest = max((float(np.max(a, initial=0.0, where=np.isfinite(a))) for a in values),
+                  default=0.0)
+    if largest <= 1.0:
+        return 1.0
+    digits = 10.0 ** (np.floor(np.log10(largest)) - 1)  # two significant digits, up
+    return float(np.ceil(largest / digits) * digits)
+
+
+def _make_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) -> Case:
+    """The case for ``make_case``, with tolerance ``tol``."""
     if lib.streams > 1:
         return _streams_case(loaded, lib, rng, steps, tol, model_path, lib_dir)
     if loaded.keras_model is None:
