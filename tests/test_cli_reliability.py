@@ -232,3 +232,12 @@ def test_import_output_must_be_a_file_in_an_existing_folder(tmp_path, model_file
     assert "is a folder" in line
     line = one_error_line(tfaot("import", model_file, "-o", tmp_path / "no" / "m.mlir"))
     assert f"{tmp_path / 'no'} does not exist" in line
+
+
+def test_verify_of_a_folder_that_is_not_a_build(tmp_path, model_file):
+    missing = tmp_path / "nothere"
+    line = one_error_line(tfaot("verify", model_file, missing))
+    assert str(missing) in line and "no such folder" in line
+    (tmp_path / "empty").mkdir()
+    line = one_error_line(tfaot("verify", model_file, tmp_path / "empty"))
+    assert "not a folder tfaot build wrote" in line and "name=" not in line

@@ -213,3 +213,48 @@ def test_python_function_is_rejected_with_the_reason(kind):
     assert ("py_cell" if kind == "in_loop" else "py_double") in msg, msg
     assert "Python function" in msg and "cannot be compiled" in msg, msg
     assert "tf.py_function" in msg and "tf.numpy_function" in msg, msg
+
+
+def test_loop_reading_its_input_by_slicing_names_the_slice():
+    """x[:, t] inside a while loop (a hand-written tf.function RNN): the
+    error names the slice and the form tfaot streams, not just the counter."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        T = tf.shape(x)[1]
+
+        def body(t, h, ta):
+            h = tf.tanh(h + x[:, t])
+            return t + 1, h, ta.write(t, h)
+
+        _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
+                                 [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
+        tf.identity(ta.stack(), name="y")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path("slice.pb"), "graphdef")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(loaded)
+    msg = str(e.value)
+    assert "StridedSlice" in msg and "x[:, t]" in msg and "TensorArray" in msg, msg
+
+
+def test_an_op_of_unknown_time_behaviour_is_named_as_unsupported():
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        tf.identity(tf.raw_ops.Bucketize(input=x, boundaries=[0.0, 1.0], name="levels"),
+                    name="y")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path("b.pb"), "graphdef")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(loaded)
+    msg = str(e.value)
+    assert "levels" in msg and "Bucketize" in msg and "does not know how it treats" in msg, msg

@@ -235,3 +235,23 @@ def test_padding_after_last_frame_is_refused():
 
     m = keras.Sequential([K._open(), L.ZeroPadding1D((1, 2), name="zp"), L.GRU(3)])
     _expect(m, "'zp'", "after the last frame")
+
+
+def test_verify_reference_of_time_distributed_after_a_time_convolution(tmp_path, capsys):
+    """Traced for an open time axis, Keras 3's TimeDistributed after a
+    'valid' convolution over time returns one frame where eager Keras
+    returns all: verify's reference must not take that trace (it reported a
+    right library as 3.8 off)."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(6)
+    x = keras.Input((None, 6, 1))
+    h = layers.Conv2D(2, (3, 1))(x)  # two frames of delay
+    model = keras.Model(x, layers.TimeDistributed(layers.Flatten())(h))
+    path = tmp_path / "td.keras"
+    model.save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q", "--stream"]) == 0
+    assert main(["verify", str(path), str(tmp_path / "out"), "--steps", "120"]) == 0
+    assert re.fullmatch(r"y_t: max abs error \S+ over 118 steps \(tolerance \S+\): ok",
+                        capsys.readouterr().out.strip())

@@ -131,7 +131,30 @@ def classify(loop: Loop) -> None:
                 v.detail.setdefault("compared", []).append(c)
                 v.detail["mode"] = "step counter"  # shown by inspect
                 continue
+            sliced = _slice_at(c, body, forward)
+            if sliced is not None:
+                raise Fail(f"loop '{loop.name}': node '{sliced}' (op {body[sliced].op}) "
+                           "indexes a tensor with the loop counter (x[:, t]); tfaot streams "
+                           "a loop's input read from a TensorArray or TensorList at the "
+                           "counter (tf.TensorArray(...).unstack(x) then .read(t), as "
+                           "tf.scan, dynamic_rnn and Keras RNN layers do)")
             raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}, "
                        f"initially '{v.operand}') is used by node '{c}' "
                        f"(op {op}); a stream keeps a step counter only for comparisons "
                        "with a bound (sequence_length), not as a value")
+
+
+#: Ops that index a tensor by a computed position (x[:, t], tf.gather).
+_INDEXING = ("StridedSlice", "Slice", "GatherV2")
+
+
+def _slice_at(node: str, body: dict, forward, hops: int = 3) -> str | None:
+    """The indexing op the counter's use ``node`` feeds (itself, or within
+    ``hops`` consumers: t + 1 and a Pack of the bounds come first), if any."""
+    frontier = [node]
+    for _ in range(hops):
+        for name in frontier:
+            if body[name].op in _INDEXING:
+                return name
+        frontier = [c for name in frontier for c, _ in forward(f"{name}:0")]
+    return None

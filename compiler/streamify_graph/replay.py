@@ -472,7 +472,9 @@ class Emitter:
                 else:
                     raise Fail(f"loop '{loop.name}': loop variable {v.index} is read as the "
                                f"input sequence but its operand '{v.operand}' is not a "
-                               f"sequence of the input ({m})")
+                               f"sequence of the input ({m}); where a front end (framing, "
+                               "tf.signal.stft) makes it from the whole input, build from "
+                               "the front end's output: --inputs NODE, its last node")
                 for r in v.detail["reads"]:
                     replace_reads[r] = v_t
                 read_meta = self.list_frames.get(m.key, read_meta)

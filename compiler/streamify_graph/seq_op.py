@@ -106,8 +106,9 @@ class SeqOp:
                           f"{self.k0} may be")
 
     def unsupported(self):
-        self.fail(f"op {self.op} on a time-dependent tensor is not supported (input "
-                  f"'{self.ins[self.k0]}' has its time axis at {self.a}); it may mix time steps")
+        self.fail(f"op {self.op} on a time-dependent tensor is not supported: tfaot does not "
+                  f"know how it treats the time axis (input '{self.ins[self.k0]}' has it at "
+                  f"{self.a}), so it cannot tell whether it mixes time steps")
 
 
 # Ops that may sit between SpaceToBatchND and BatchToSpaceND (a dilated conv).

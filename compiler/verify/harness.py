@@ -415,11 +415,18 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
 
 
 def _read_manifest(lib_dir: Path, name: str | None) -> dict:
+    if not lib_dir.is_dir():
+        raise TfaotError(f"{lib_dir}: no such folder; give the folder tfaot build wrote "
+                         "(its -o)")
     if name is None:
         manifests = sorted(lib_dir.glob("*.json"))
-        if len(manifests) != 1:
-            raise TfaotError(f"{lib_dir}: expected one model manifest (*.json), found "
-                             f"{len(manifests)}; pass name=")
+        if not manifests:
+            raise TfaotError(f"{lib_dir}: not a folder tfaot build wrote (no NAME.json "
+                             "manifest in it)")
+        if len(manifests) > 1:
+            raise TfaotError(f"{lib_dir}: holds {len(manifests)} manifests "
+                             f"({', '.join(m.name for m in manifests)}); which library is "
+                             "meant? (harness.load(DIR, name=NAME))")
         path = manifests[0]
     else:
         path = lib_dir / f"{name}.json"

@@ -249,19 +249,36 @@ def _traced(model):
 
 def _any_length_call(model):
     """``model`` (``_traced``) on an input of any time length, as an array;
-    a model that cannot be traced so is called eagerly."""
-    traced = _traced(model)
+    a model that cannot be traced so is called eagerly. Each new trace's
+    first result is checked against an eager call: traced for an open time
+    axis, Keras 3's TimeDistributed after a convolution over time returned
+    one frame where eager Keras returns all."""
+    traced, traces = _traced(model), 0
 
     def call(v):
-        nonlocal traced
+        nonlocal traced, traces
         if traced is not None:
             try:
-                return _output(traced(v))
+                got = _output(traced(v))
             except Exception:  # noqa: BLE001 - a layer that needs static shapes
                 traced = None
+            else:
+                if traced.experimental_get_tracing_count() == traces:
+                    return got
+                traces = traced.experimental_get_tracing_count()
+                eager = _output(model(v))
+                if _same(got, eager):
+                    return got
+                traced = None
+                return eager
         return _output(model(v))
 
     return call
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same shape and values to float rounding (NaN where the other has NaN)."""
+    return a.shape == b.shape and np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def keras_stream_reference(model, frames: np.ndarray, stream,
