@@ -78,7 +78,7 @@ def test_library_beyond_t_matches_open_time_twin(built, name):
     assert np.abs(got - want).max() <= 1e-5
 
 
-def test_reshape_to_fixed_time_and_minus_one(tmp_path):
+def test_reshape_to_fixed_time_and_minus_one(tmp_path, capsys):
     """A CRNN with a fixed window writes Reshape((T', -1)) after its
     convolution (T' the convolution's output length): the -1 is one step's
     features, not a mix of time and features. 100 windows through the .so,
@@ -103,3 +103,7 @@ def test_reshape_to_fixed_time_and_minus_one(tmp_path):
         got.append(lib.step_n(window[:, None, :])[-1])
     want = model.predict(windows, verbose=0)
     assert np.abs(np.reshape(got, want.shape) - want).max() <= 1e-5
+    # verify's open-time twin reshapes to (-1, 24): every step with an
+    # output is compared, not only the 20th
+    assert main(["verify", str(path), str(tmp_path / "out")]) == 0
+    assert re.fullmatch(LINE.format(18), capsys.readouterr().out.strip().splitlines()[-1])

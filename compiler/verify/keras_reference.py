@@ -438,6 +438,8 @@ def _sequence_twin(model, open_time: bool = False):
         config = layer.get_config()
         if isinstance(layer, k.layers.RNN):
             config["return_sequences"] = True
+        if open_time and isinstance(layer, k.layers.Reshape):
+            config["target_shape"] = _open_time_target(layer)
         return layer.__class__.from_config(config)
 
     if isinstance(model, k.Sequential) and _has_layers_after_last_output(model, k):
@@ -449,6 +451,19 @@ def _sequence_twin(model, open_time: bool = False):
     twin = k.models.clone_model(model, clone_function=clone, **kwargs)
     twin.set_weights(model.get_weights())
     return twin
+
+
+def _open_time_target(layer) -> tuple:
+    """A Reshape's target for any time length: Reshape((T, -1)) of a
+    fixed-length model keeps T frames of one step's features each."""
+    target = tuple(layer.target_shape)
+    try:
+        time, out = layer.input.shape[1], tuple(layer.output.shape)
+    except (AttributeError, ValueError):  # a layer called more than once
+        return target
+    if time is None or target[0] != time or None in out[2:]:
+        return target
+    return (-1, *out[2:])
 
 
 def _has_layers_after_last_output(model, k) -> bool:
