@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sm_86, sm_89 or sm_120; the driver compiles sm_80 PTX for newer "
                         "GPUs (sm_90, sm_100) at load")
     p.add_argument("--keep-temps", action="store_true",
-                   help="keep every stage's artifacts (MLIR, VM program, kernels) in DIR/temps")
+                   help="keep every stage's artifacts (MLIR, VM program, kernels) in DIR/temps "
+                        "(of a build that fails past the frontend: in DIR.failed-temps)")
     p.add_argument("--weights", choices=["embedded", "file"], default="embedded",
                    help="where the weights live: embedded (default) in the library's "
                         "read-only data (flash on a microcontroller), or file: a "

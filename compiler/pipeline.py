@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import output_dir, sizes
+from .errors import TfaotError
 from .frontend.load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
@@ -255,7 +256,27 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()
+    except TfaotError as e:
+        kept = _keep_failed_temps(temps, out.path) if options.keep_temps else None
+        out.discard()
+        if kept is None:
+            raise
+        raise TfaotError(f"{e} (--keep-temps: the stages' files are in {kept})") from e
     except BaseException:
         out.discard()
         raise
     return BuiltLibrary(out_path, manifest)
+
+
+def _keep_failed_temps(temps: Path, out: Path) -> Path | None:
+    """A failed build's intermediate files, moved beside the output folder
+    (which a failed build never creates) for a bug report: OUT.failed-temps."""
+    if not temps.is_dir():
+        return None
+    kept = out.with_name(f"{out.name}.failed-temps")
+    shutil.rmtree(kept, ignore_errors=True)
+    try:
+        temps.rename(kept)
+    except OSError:
+        return None
+    return kept

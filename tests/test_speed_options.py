@@ -111,7 +111,8 @@ def _transposed_conv_model(path):
 def test_packing_that_loses_a_weight_builds_again_without(tmp_path):
     """The default build notices the lost weight, says so and builds without
     packing: right outputs over 100 images through the .so; --pack-weights
-    asked for explicitly is a one-line error that names the way out."""
+    asked for explicitly is a one-line error that names the way out (with
+    --keep-temps, its stages' files are kept beside the output folder)."""
     from tfaot import harness
     from tfaot.errors import TfaotError
     from tfaot.pipeline import BuildOptions, Progress, build_model
@@ -130,7 +131,10 @@ def test_packing_that_loses_a_weight_builds_again_without(tmp_path):
     ys = harness.load(out).step_n(xs)
     ref = model.predict(xs.reshape(100, 8, 8, 8), verbose=0)
     np.testing.assert_allclose(ys.reshape(ref.shape), ref, rtol=0, atol=1e-5)
-    with pytest.raises(TfaotError, match="null buffer.*--no-pack-weights may avoid it"):
-        build_model(str(path), BuildOptions(out_dir=tmp_path / "packed", pack_weights=True),
-                    Progress(enabled=False))
-    assert not (tmp_path / "packed").exists()
+    with pytest.raises(TfaotError, match="null buffer.*--no-pack-weights may avoid it.*"
+                                         "--keep-temps: the stages' files are in "):
+        build_model(str(path), BuildOptions(out_dir=tmp_path / "packed", pack_weights=True,
+                                            keep_temps=True), Progress(enabled=False))
+    assert not (tmp_path / "packed").exists()  # a failed build makes no output folder
+    kept = tmp_path / "packed.failed-temps"
+    assert (kept / "upsampler.mlir").is_file() and (kept / "compile" / "iree-compile.cmd").is_file()
