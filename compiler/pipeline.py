@@ -274,6 +274,8 @@ def _keep_failed_temps(temps: Path, out: Path) -> Path | None:
     if not temps.is_dir():
         return None
     kept = out.with_name(f"{out.name}.failed-temps")
+    if kept.exists() and not any(kept.glob("*.mlir")):
+        return None  # not an earlier failed build's: not ours to replace
     shutil.rmtree(kept, ignore_errors=True)
     try:
         temps.rename(kept)

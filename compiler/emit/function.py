@@ -50,9 +50,9 @@ class FunctionEmitter:
             f"emit: {what} in @{self.info.vm_name} is a null buffer ({location(op)}). This is "
             "iree-compile's inline-dynamic dropped-constant bug (docs/notes/iree-notes.md, 1.4): "
             "a constant that needs its own buffer (e.g. storing a plain constant into a state "
-            "global, or "
-            "returning a constant) is lost. Route the constant through a computation, e.g. "
-            "'state = state * 0 + constant', or give the global that initial value instead.",
+            "global, or returning a constant) is lost. Route the constant through a "
+            "computation, e.g. 'state = state * 0 + constant', or give the global that initial "
+            "value instead.",
             where=f"{what} in @{self.info.vm_name}")
 
     # -- name table --------------------------------------------------------------
