@@ -92,8 +92,10 @@ def test_two_inputs_become_two_step_inputs():
                                                                        ("b", (1, 3))]
 
 
-def test_loop_counter_used_in_the_math_is_rejected():
-    """A body that uses the time index as a value would need a step counter."""
+def _loop_graph_error(name: str, step) -> str:
+    """The streaming error of a graph whose while loop over x (1, T, 3) sets
+    h = step(t, h, x, read) each frame (``read(t)``: frame t from a
+    TensorArray) and stacks the h's as y."""
     import tensorflow as tf
 
     from tfaot.frontend.load_graph import graph_def_to_loaded
@@ -107,17 +109,26 @@ def test_loop_counter_used_in_the_math_is_rejected():
         ta_in = tf.TensorArray(tf.float32, size=T).unstack(xs)
 
         def body(t, h, ta):
-            pos = tf.cast(t, tf.float32, name="position")
-            h = tf.tanh(h + ta_in.read(t) * pos)
+            h = step(t, h, x, ta_in.read)
             return t + 1, h, ta.write(t, h)
 
         _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
                                  [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
         tf.identity(ta.stack(), name="y")
-    loaded = graph_def_to_loaded(g.as_graph_def(), Path("pos.pb"), "graphdef")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path(name), "graphdef")
     with pytest.raises(TfaotError) as e:
         streamify_graph(loaded)
-    msg = str(e.value)
+    return str(e.value)
+
+
+def test_loop_counter_used_in_the_math_is_rejected():
+    """A body that uses the time index as a value would need a step counter."""
+    import tensorflow as tf
+
+    def step(t, h, x, read):
+        return tf.tanh(h + read(t) * tf.cast(t, tf.float32, name="position"))
+
+    msg = _loop_graph_error("pos.pb", step)
     assert "pos.pb" in msg and "position" in msg and "counter" in msg, msg
 
 
@@ -220,25 +231,7 @@ def test_loop_reading_its_input_by_slicing_names_the_slice():
     error names the slice and the form tfaot streams, not just the counter."""
     import tensorflow as tf
 
-    from tfaot.frontend.load_graph import graph_def_to_loaded
-    from tfaot.streamify_graph import streamify_graph
-
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
-        T = tf.shape(x)[1]
-
-        def body(t, h, ta):
-            h = tf.tanh(h + x[:, t])
-            return t + 1, h, ta.write(t, h)
-
-        _, _, ta = tf.while_loop(lambda t, *_: t < T, body,
-                                 [0, tf.zeros((1, 3)), tf.TensorArray(tf.float32, size=T)])
-        tf.identity(ta.stack(), name="y")
-    loaded = graph_def_to_loaded(g.as_graph_def(), Path("slice.pb"), "graphdef")
-    with pytest.raises(TfaotError) as e:
-        streamify_graph(loaded)
-    msg = str(e.value)
+    msg = _loop_graph_error("slice.pb", lambda t, h, x, read: tf.tanh(h + x[:, t]))
     assert "StridedSlice" in msg and "x[:, t]" in msg and "TensorArray" in msg, msg
 
 

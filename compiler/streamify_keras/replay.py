@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
+from .reshape_target import layer_time_length, per_step_target
 
 SEQ, VEC = "seq", "vec"
 STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
@@ -468,7 +469,7 @@ class Replay:
 
         target = tuple(op.target_shape)
         per_step = tuple(int(d) for d in x.value.shape[2:])
-        rest = _per_step_target(target, x.seq.length or _time_length(op), per_step)
+        rest = per_step_target(target, x.seq.length or layer_time_length(op), per_step)
         if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
             if x.seq.length is not None and -1 not in target and \
                     int(np.prod(target)) == x.seq.length * int(np.prod(per_step)):
@@ -675,27 +676,3 @@ def _unwrap(structure):
 
     return tree.map_structure(
         lambda v: v.value if isinstance(v, Streamed) else v, structure)
-
-
-def _per_step_target(target: tuple, length: int | None, per_step: tuple) -> tuple:
-    """A Reshape target's per-step dimensions: with the fixed time length
-    first, a -1 among the rest is what one step's features leave
-    (``Reshape((T, -1))`` after a convolution, as CRNNs write it)."""
-    rest = target[1:]
-    if length is None or target[0] != length or rest.count(-1) != 1:
-        return rest
-    known = int(np.prod([d for d in rest if d != -1]))
-    size = int(np.prod(per_step))
-    if known <= 0 or size % known:
-        return rest
-    return tuple(size // known if d == -1 else d for d in rest)
-
-
-def _time_length(layer) -> int | None:
-    """The fixed time length of the layer's input in the model, None if open
-    or not known (a layer called more than once)."""
-    try:
-        shape = layer.input.shape
-    except (AttributeError, ValueError):
-        return None
-    return shape[1] if len(shape) > 2 and isinstance(shape[1], int) else None

@@ -456,14 +456,17 @@ def _sequence_twin(model, open_time: bool = False):
 def _open_time_target(layer) -> tuple:
     """A Reshape's target for any time length: Reshape((T, -1)) of a
     fixed-length model keeps T frames of one step's features each."""
+    from ..streamify_keras.reshape_target import layer_time_length, per_step_target
+
     target = tuple(layer.target_shape)
-    try:
-        time, out = layer.input.shape[1], tuple(layer.output.shape)
-    except (AttributeError, ValueError):  # a layer called more than once
+    time = layer_time_length(layer)
+    if time is None or target[0] != time:
         return target
-    if time is None or target[0] != time or None in out[2:]:
+    per_step = tuple(layer.input.shape[2:])
+    if None in per_step:
         return target
-    return (-1, *out[2:])
+    rest = per_step_target(target, time, per_step)
+    return target if -1 in rest else (-1, *rest)
 
 
 def _has_layers_after_last_output(model, k) -> bool:
