@@ -130,6 +130,8 @@ VARIANTS = {
     "default": {},  # f32; the matvec micro-kernel's Cortex-M path for matrices >= 1024
     "iree": {"matvec": "iree"},  # f32, IREE's kernels only (the default before)
     "int8": {"weights_dtype": "int8"},  # the matvec micro-kernel's DSP path
+    # the same with tanh and logistic computed, not looked up in a table
+    "int8-exact": {"weights_dtype": "int8", "activations": "exact"},
     # one whole-window inference per step (models in WHOLE_WINDOW only): the
     # unit of TFLM's DS-CNN rows
     "whole": {"fixed_window": "whole"},

@@ -184,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "convolutions keep f32 weights); needs tfaot's kernels "
                         "(--matvec=tfaot, the default on Linux triples; bare-metal int8 "
                         "builds take them by themselves)")
+    p.add_argument("--activations", choices=["exact", "table"], default=None,
+                   help="tanh and sigmoid (LSTM/GRU gates, Dense and Conv activations): "
+                        "exact (to float32 rounding) or table: looked up in a 2 KiB table "
+                        "and interpolated, within 1.1e-4, in half the cycles on a core "
+                        "without vector units (default: table for int8 builds on "
+                        "bare-metal Arm where a matrix took int8 weights, which alone move "
+                        "the outputs by 1e-3 and more; exact elsewhere)")
     p.add_argument("--streams", type=int, default=1, metavar="N",
                    help="independent streams per context (default 1): NAME_step takes N "
                         "frames, one per stream (stream-major), and writes N outputs; "
@@ -438,7 +445,7 @@ def cmd_build(args) -> int:
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
-                           fixed_window=args.fixed_window, streams=args.streams,
+                           activations=args.activations, fixed_window=args.fixed_window, streams=args.streams,
                            graph_options=_graph_options(args), limits=_size_limits(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)

@@ -153,6 +153,7 @@ class BuildOptions:
     weights: str = "embedded"  # or "file": a NAME.weights sidecar (Target.external_weights)
     matvec: str | None = None  # "tfaot" or "iree"; default: the target's (Target.matvec_kernel)
     weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
+    activations: str | None = None  # "exact" or "table"; default: the target's
     force: bool = False  # replace an output folder that holds files tfaot did not write
     # fixed-window models without recurrence: "stream" (a sliding window),
     # "whole" (one whole inference per step) or "auto" (by the input's rank)
@@ -231,7 +232,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     target = make_target(options.target, options.triple, options.cpu,
                          weight_packing=options.pack_weights,
                          external_weights=options.weights == "file",
-                         matvec=options.matvec, weights_dtype=options.weights_dtype)
+                         matvec=options.matvec, weights_dtype=options.weights_dtype,
+                         activations=options.activations)
     target = replace(target, streams=options.streams)
     detect_format(Path(model_path))
     sizes.check_model_files(model_path, options.limits, target)

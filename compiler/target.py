@@ -186,6 +186,9 @@ class Target:
     # stored at half width, or "int8" for int8 matvecs (compiler/lower/microkernel.py;
     # needs matvec_kernel "tfaot").
     weights_dtype: str = "f32"
+    # --activations: "exact" or "table" (tanh and logistic looked up,
+    # lower/activations.py); None: the target's default (activation_tables).
+    activations: str | None = None
     # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
     # all. Bare-metal Arm with an FPU takes the matvec kernel only, for
     # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
@@ -216,6 +219,17 @@ class Target:
         """tanh and logistic as tfaot writes them out (lower/activations.py):
         cheaper than IREE's where there are no vector units to fill."""
         return self.bare_metal_arm
+
+    @property
+    def activation_tables(self) -> bool:
+        """tanh and logistic looked up in a table (lower/activations.py):
+        --activations=table, or by default those of int8 builds for
+        bare-metal Arm, within 1.1e-4 where the int8 weights move the
+        outputs by 1e-3 and more, in half the cycles (lower_for_target
+        makes them exact again when no weight took int8)."""
+        if self.activations is not None:
+            return self.activations == "table"
+        return self.expand_activations and self.weights_dtype == "int8"
 
     @property
     def join_products(self) -> bool:
@@ -434,7 +448,8 @@ class Target:
 
 def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
                 weight_packing: bool | None = None, external_weights: bool = False,
-                matvec: str | None = None, weights_dtype: str = "f32") -> Target:
+                matvec: str | None = None, weights_dtype: str = "f32",
+                activations: str | None = None) -> Target:
     """Validates the command line's choices before any slow stage runs."""
     if external_weights and weight_packing:
         raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
@@ -446,9 +461,12 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     if weights_dtype not in WEIGHTS_DTYPES:
         raise TfaotError(f"--weights-dtype={weights_dtype} is not supported; supported: "
                          f"{', '.join(WEIGHTS_DTYPES)}")
+    if activations not in (None, "exact", "table"):
+        raise TfaotError(f"--activations={activations} is not supported; supported: "
+                         "exact, table")
     target = replace(_make_target(kind, triple, cpu, weight_packing),
                      external_weights=external_weights, matvec=matvec,
-                     weights_dtype=weights_dtype)
+                     weights_dtype=weights_dtype, activations=activations)
     if matvec is None and _mcu_matvec_kernel(target):
         target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)

@@ -92,3 +92,114 @@ def test_bare_metal_arm_takes_it():
     assert make_target("cpu", "thumbv8m.main-none-eabihf", "cortex-m33").expand_activations
     assert not make_target("cpu", "x86_64-unknown-linux-gnu", "generic").expand_activations
     assert not make_target("cpu", "aarch64-linux-gnu", "generic").expand_activations
+
+
+@pytest.fixture(scope="module")
+def tables():
+    text, count = activations.expand(MODULE, tables=True)
+    assert count == 2 and "stablehlo.gather" in text and "stablehlo.divide" not in text
+    return compile_with_iree(text, cpu="generic")
+
+
+@pytest.mark.parametrize("name, exact, max_abs", [
+    ("logistic", lambda x: 1 / (1 + np.exp(-x)), 5.4e-5),
+    ("tanh", np.tanh, 1.1e-4),
+])
+def test_tables_within_their_bound(tables, name, exact, max_abs):
+    """The table (--activations=table) over the same values, infinities
+    included: within the bound the CLI's help states, and no closer than a
+    table can be (the tables are what runs)."""
+    x = _inputs()
+    with np.errstate(over="ignore"):
+        want = exact(x.astype(np.float64))
+    err = np.abs(getattr(tables, name)(x).to_host().astype(np.float64) - want)
+    assert max_abs / 2 < err.max() <= max_abs, x[np.argmax(err)]
+
+
+def test_tables_keep_nan(tables):
+    x = np.zeros(N, np.float32)
+    x[::3] = np.nan
+    for name in ("logistic", "tanh"):
+        got = getattr(tables, name)(x).to_host()
+        assert np.isnan(got[::3]).all() and not np.isnan(got[1::3]).any(), name
+
+
+def test_tables_on_any_shape():
+    """A rank-2 and a rank-0 tensor: the gather's index vector is the last
+    dimension of the index tensor it is given."""
+    text = """    %1 = stablehlo.tanh %0 : tensor<1x64xf32>
+    %2 = stablehlo.logistic %1 : tensor<f32>
+"""
+    out, count = activations.expand(text, tables=True)
+    assert count == 2
+    assert "index_vector_dim = 2" in out and "(tensor<256xf32>, tensor<1x64x1xi32>)" in out
+    assert "index_vector_dim = 0" in out and "(tensor<256xf32>, tensor<1xi32>)" in out
+
+
+def test_who_takes_the_tables():
+    """int8 builds for bare-metal Arm by default, anything with
+    --activations=table, nothing with --activations=exact."""
+    m4 = ("cpu", "thumbv7em-none-eabihf", "cortex-m4")
+    assert make_target(*m4, weights_dtype="int8").activation_tables
+    assert not make_target(*m4).activation_tables
+    assert not make_target(*m4, weights_dtype="int8", activations="exact").activation_tables
+    assert make_target(*m4, activations="table").activation_tables
+    host = ("cpu", "x86_64-unknown-linux-gnu", "generic")
+    assert not make_target(*host, weights_dtype="int8").activation_tables
+    assert make_target(*host, activations="table").activation_tables
+
+
+def test_table_build_through_the_so(tmp_path):
+    """`tfaot build --activations=table` of an LSTM and a GRU for the host:
+    the manifest says so, 150 steps through the .so stay within verify's
+    default tolerance for such a library of TensorFlow, and differ from an
+    exact build (the tables ran)."""
+    import keras
+
+    from tfaot import cli, harness
+    from tfaot.verify.compare import default_tolerance
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input((None, 12), batch_size=1),
+                              keras.layers.LSTM(32, return_sequences=True),
+                              keras.layers.GRU(24, return_sequences=True),
+                              keras.layers.Dense(4, activation="sigmoid")])
+    path = tmp_path / "gates.keras"
+    model.save(path)
+    xs = np.random.default_rng(0).standard_normal((150, 1, 12)).astype(np.float32)
+    ref = model.predict(xs.reshape(1, 150, 12), verbose=0)[0]
+    ys = {}
+    for choice in ("table", "exact"):
+        out = tmp_path / choice
+        assert cli.main(["build", str(path), "-o", str(out), "-q", f"--activations={choice}"]) == 0
+        lib = harness.load(out)
+        assert lib.manifest["activations"] == choice
+        ys[choice] = lib.step_n(xs).reshape(ref.shape)
+    tol = default_tolerance(lib, model)
+    assert tol == 1e-5
+    table_error = float(np.max(np.abs(ys["table"] - ref)))
+    assert 1e-6 < table_error <= default_tolerance(harness.load(tmp_path / "table"), model)
+    np.testing.assert_allclose(ys["exact"], ref, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("rows, tables", [(2, False), (64, True)])
+def test_int8_default_needs_int8_weights(rows, tables):
+    """An int8 M4 build takes the tables only where a matrix took int8
+    weights: with none (2 x 16 stays IREE's f32), its outputs are f32's and
+    so are its activations."""
+    from tfaot.lower.passes import lower_for_target
+
+    w = np.random.default_rng(0).standard_normal((rows, 16)).astype("<f4")
+    text = f"""module {{
+  func.func @f(%x: tensor<16x1xf32>) -> tensor<{rows}x1xf32> {{
+    %w = stablehlo.constant dense<"0x{w.tobytes().hex().upper()}"> : tensor<{rows}x16xf32>
+    %y = stablehlo.dot %w, %x : (tensor<{rows}x16xf32>, tensor<16x1xf32>) -> tensor<{rows}x1xf32>
+    %z = stablehlo.tanh %y : tensor<{rows}x1xf32>
+    return %z : tensor<{rows}x1xf32>
+  }}
+}}
+"""
+    target = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8")
+    lowered, decided = lower_for_target(text, "m", target)
+    assert decided.activation_tables == tables
+    assert ("stablehlo.gather" in lowered) == tables and "stablehlo.tanh" not in lowered

@@ -454,17 +454,14 @@ def test_cortex_m_image_matches_the_host_build(case, cpu, instruction, tmp_path)
     qemu-system-arm. The M55's Helium kernel gives the host int8 build's
     outputs; the M4's DSP kernel, whose inputs have 16 bits where the
     host's have 8, is at least as close to TensorFlow as the host build
-    (its own arithmetic: test_cortex_m_kernel_matches_the_arithmetic)."""
+    (its own arithmetic: test_cortex_m_kernel_matches_the_arithmetic).
+    Both with exact activations; the M4's default, tables, stays within
+    3e-4 of them."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     from tfaot import harness
-    from tfaot.pipeline import BuildOptions, Progress, build_model
 
-    out = build_model(str(case["path"]), BuildOptions(
-        out_dir=tmp_path / "lib", triple=toolchains.CORTEX_M[cpu].triple, cpu=cpu,
-        weights_dtype="int8"), Progress(enabled=False)).path
-    manifest = json.loads((out / "q8.json").read_text())
-    assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"
     xs = case["xs"]
+    out = _cortex_m_build(case, cpu, tmp_path / "lib", activations="exact")
     image, ys = toolchains.run_cortex_m_image(out, "q8", xs, tmp_path, cpu)
     assert instruction in toolchains.disassembly(image, cpu)
     host = harness.load(case["built"]["int8"].path).step_n(xs).reshape(STEPS, -1)
@@ -474,7 +471,25 @@ def test_cortex_m_image_matches_the_host_build(case, cpu, instruction, tmp_path)
         error, host_error = np.abs(ys - case["ref"]), np.abs(host - case["ref"])
         assert error.max() <= host_error.max() and error.mean() <= host_error.mean()
         np.testing.assert_allclose(ys, host, rtol=0, atol=5e-3)
+        tables = _cortex_m_build(case, cpu, tmp_path / "tables", activations=None)
+        assert json.loads((tables / "q8.json").read_text())["activations"] == "table"
+        (tmp_path / "run").mkdir()
+        _, table_ys = toolchains.run_cortex_m_image(tables, "q8", xs, tmp_path / "run", cpu)
+        np.testing.assert_allclose(table_ys, ys, rtol=0, atol=3e-4)
+        assert 0 < float(np.max(np.abs(table_ys - ys)))  # the tables were used
     assert float(np.max(np.abs(ys - case["ref"]))) < 2e-2
+
+
+def _cortex_m_build(case, cpu: str, out_dir, activations: str | None):
+    """The case's model as an int8 library for ``cpu``: its folder."""
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    out = build_model(str(case["path"]), BuildOptions(
+        out_dir=out_dir, triple=toolchains.CORTEX_M[cpu].triple, cpu=cpu,
+        weights_dtype="int8", activations=activations), Progress(enabled=False)).path
+    manifest = json.loads((out / "q8.json").read_text())
+    assert manifest["micro_kernels"] == ["matvec"] and manifest["weights_dtype"] == "int8"
+    return out
 
 
 @pytest.mark.parametrize("cc,flags", [

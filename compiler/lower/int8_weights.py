@@ -48,14 +48,16 @@ def int8_matvec_dsp(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """``int8_matvec`` as the Cortex-M4/M7/M33 kernel computes it
     (TFRT_I8_WIDE): each chunk of DSP_CHUNK inputs rounded to int16 with one
     scale (max|x_chunk| / 32767, in f32), exact sums per chunk, scaled back
-    (float64 here)."""
-    return _blockwise_matvec(w, x, DSP_CHUNK, DSP_INPUT_MAX)
+    (float64 here). Its inputs round half to even (tfrt_i8_round16)."""
+    return _blockwise_matvec(w, x, DSP_CHUNK, DSP_INPUT_MAX, ties_to_even=True)
 
 
-def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int) -> np.ndarray:
+def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int,
+                      ties_to_even: bool = False) -> np.ndarray:
     """``W x`` with W's rows in int8 (quantize_int8) and each ``block`` of x
-    rounded (half away from zero) to integers of magnitude up to ``top_q``
-    with one scale, max|x_block| / top_q in f32; exact integer sums."""
+    rounded (half away from zero, or to even) to integers of magnitude up
+    to ``top_q`` with one scale, max|x_block| / top_q in f32; exact integer
+    sums."""
     q, scale = quantize_int8(w)
     x = np.asarray(x, np.float32)
     total = np.zeros(len(q))
@@ -64,7 +66,10 @@ def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int) -> n
         top = np.float32(np.max(np.abs(part)))
         inv = np.float32(top_q) / top if top > 0 else np.float32(0)
         v = part * inv
-        xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
+        if ties_to_even:
+            xq = np.rint(v).astype(np.int64)
+        else:
+            xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
         sums = q[:, first:first + block].astype(np.int64) @ xq
         total += sums * float(top / np.float32(top_q))
     return (total * scale.astype(np.float64)).astype(np.float32)

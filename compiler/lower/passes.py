@@ -12,7 +12,8 @@ the Target decides which of these rewrites the module gets:
    (GPU targets and --weights=file): after the kernels' rewrite, which
    needs them as constants.
 4. ``activations``: tanh and logistic written out as one exponential and
-   one division (Target.expand_activations: Cortex-M).
+   one division (Target.expand_activations: Cortex-M), or looked up in a
+   table (Target.activation_tables: int8 builds there, or --activations).
 5. ``split_matvec_reductions``: with IREE's packed weights, shorter FMA
    chains (Target.pack_weights).
 
@@ -45,10 +46,15 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             weights_as_globals=target.weights_as_globals)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
+    if target.activations is None and target.weights_dtype == "int8" and not any(
+            microkernel.kernel_dtype(kind, "int8") == "int8"
+            for kind in microkernel.kernel_symbols(mlir_text, name, "int8")):
+        # no weight took int8, so the outputs are f32's: so are the activations
+        target = replace(target, activations="exact")
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
-    if target.expand_activations:
-        mlir_text, _ = activations.expand(mlir_text)
+    if target.activation_tables or target.expand_activations:
+        mlir_text, _ = activations.expand(mlir_text, tables=target.activation_tables)
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap.

@@ -91,6 +91,7 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "micro_kernels": sorted(compiled.kernel_symbols),
         # how the micro-kernels' packed weights are stored (--weights-dtype)
         **_weights_dtype(target, compiled.kernel_symbols),
+        "activations": "table" if target.activation_tables else "exact",
         "compiler_version": compiled.compiler_version,
         **_signature_json(api, sig),
         "stream": stream.to_json(),
