@@ -154,6 +154,26 @@ TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int6
   return TFRT_STATUS_OUT_OF_MEMORY;
 }
 
+/* hal_inline.buffer.allocate where the memory plan says which pool fits
+ * best: a block of that pool when one is free (the plan counts on it), the
+ * search above otherwise. Inlined: the search's loop was 40 of a
+ * SimpleRNN(16) step's 3.9k estimated M4 cycles per allocation. */
+__attribute__((always_inline)) static inline int tfrt_buffer_allocate_from(
+    tfrt_runtime *rt, uint32_t pool, int32_t alignment, int64_t size, tfrt_buffer **out) {
+  tfrt_arena *a = &rt->arena;
+  tfrt_buffer *b = a->free_heads[pool];
+  if (!b || size < 0 || (uint64_t)size > a->pools[pool].size || alignment > TFRT_ALIGNMENT)
+    return tfrt_buffer_allocate(rt, alignment, size, out);
+  a->free_heads[pool] = b->next_free;
+  b->next_free = NULL;
+  b->hdr.refs = 1;
+  b->length = (size_t)size;
+  a->bytes_in_use += a->pools[pool].size;
+  if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
+  *out = b;
+  return TFRT_OK;
+}
+
 /* hal_inline.buffer.allocate of `size` bytes in a block of `block` bytes or
  * more: the memory plan's (compiler/emit/memory.py: a state global's first
  * buffer takes the size class of its later ones); its length stays `size`,
@@ -239,8 +259,10 @@ TFRT_INTERNAL int tfrt_range_ok(const tfrt_buffer *b, int64_t offset, int64_t le
          (uint64_t)length <= b->length - (uint64_t)offset;
 }
 
-/* vm.buffer.copy: byte offsets and length. */
-TFRT_INTERNAL int tfrt_buffer_copy(tfrt_runtime *rt, tfrt_buffer *src, int64_t src_offset,
+/* vm.buffer.copy: byte offsets and length. Inlined: the program's lengths
+ * are constants, so a small copy becomes a few loads and stores (a
+ * SimpleRNN(16) step copies 32 and 64 bytes). */
+__attribute__((always_inline)) static inline int tfrt_buffer_copy(tfrt_runtime *rt, tfrt_buffer *src, int64_t src_offset,
                                    tfrt_buffer *dst, int64_t dst_offset, int64_t length) {
   (void)rt;
   if (!src || !dst) return TFRT_STATUS_NULL_REF;
@@ -250,7 +272,15 @@ TFRT_INTERNAL int tfrt_buffer_copy(tfrt_runtime *rt, tfrt_buffer *src, int64_t s
   if (TFRT_ON_DEVICE(src) || TFRT_ON_DEVICE(dst))
     return TFRT_DEVICE_CALL(tfrt_backend_copy(rt, dst->data + dst_offset,
                                               src->data + src_offset, (size_t)length));
-  if (length) memmove(dst->data + dst_offset, src->data + src_offset, (size_t)length);
+  uint8_t *to = dst->data + dst_offset;
+  const uint8_t *from = src->data + src_offset;
+  /* memcpy where the ranges are apart, which they nearly always are: C
+   * libraries tune it (newlib's Cortex-M memcpy moves words where its
+   * memmove moved bytes; a streamed DS-CNN step copies 40 KB) */
+  if (to + length <= from || from + length <= to)
+    memcpy(to, from, (size_t)length);
+  else
+    memmove(to, from, (size_t)length);
   return TFRT_OK;
 }
 

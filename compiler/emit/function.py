@@ -107,6 +107,14 @@ class FunctionEmitter:
         (emit/memory.py), or None: a block of its own size."""
         return self.module.alloc_sizes.get((self.info.vm_name, self._cur_block, self._cur_op))
 
+    def pool_of(self, size: int | None) -> int | None:
+        """The arena pool (emit/memory.py) whose blocks fit an allocation of
+        ``size`` bytes best, or None (no constant size, or no such pool)."""
+        if size is None:
+            return None
+        fits = [i for i, (block, _) in enumerate(self.module.prog.pools) if block >= size]
+        return fits[0] if fits else None
+
     def assign_ref(self, op, target: str) -> None:
         """Before redefining a ref local inside a loop, drop its old value."""
         if self._cur_block in self.loop_blocks:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .c_types import ops_template
-from .vmir import defining_op, is_null_const, rodata_sym
+from .vmir import const_int, defining_op, is_null_const, rodata_sym
 
 # rule(fe, op, groups); fe: the function.FunctionEmitter calling it (passed
 # in, not imported: the emitter imports the rules)
@@ -38,7 +38,13 @@ def _buffer_allocate(fe, op, groups):
     fe.assign_ref(op, r1)
     block = fe.planned_block()
     if block is None:
-        fe.line(f"TFRT_TRY(tfrt_buffer_allocate(rt, {fe.val(align)}, {fe.val(size)}, &{r0}));")
+        pool = fe.pool_of(const_int(size))
+        if pool is None:
+            fe.line(f"TFRT_TRY(tfrt_buffer_allocate(rt, {fe.val(align)}, {fe.val(size)}, "
+                    f"&{r0}));")
+        else:
+            fe.line(f"TFRT_TRY(tfrt_buffer_allocate_from(rt, {pool}u, {fe.val(align)}, "
+                    f"{fe.val(size)}, &{r0}));")
     else:
         fe.line(f"TFRT_TRY(tfrt_buffer_allocate_in(rt, {fe.val(align)}, {fe.val(size)}, "
                 f"INT64_C({block}), &{r0}));")
