@@ -281,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         with _sigterm_raises():
             check_arguments(args)
             if getattr(args, "allow_lambda", False):
+                from .frontend.tfenv import quiet_tensorflow
+
+                quiet_tensorflow()  # (keras imports TensorFlow, which is noisy)
                 import keras
 
                 keras.config.enable_unsafe_deserialization()

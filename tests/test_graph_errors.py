@@ -251,3 +251,27 @@ def test_an_op_of_unknown_time_behaviour_is_named_as_unsupported():
         streamify_graph(loaded)
     msg = str(e.value)
     assert "levels" in msg and "Bucketize" in msg and "does not know how it treats" in msg, msg
+
+
+@pytest.mark.parametrize("length", [40, 64])
+def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, length):
+    """An MFCC front end's DCT is an RFFT of 40 points, which iree-compile
+    failed on deep inside; the load now names the node and says what to do.
+    A power-of-two FFT passes (IREE compiles those)."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import load_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, 10, length), name="x")
+        tf.abs(tf.signal.rfft(x, fft_length=[length], name="spectrum"), name="y")
+    path = tmp_path / "fft.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    if length == 64:
+        assert load_graph(path).graph_def is not None
+        return
+    with pytest.raises(TfaotError) as e:
+        load_graph(path)
+    msg = str(e.value)
+    assert "'spectrum' (RFFT)" in msg and "length 40" in msg and "--inputs" in msg, msg

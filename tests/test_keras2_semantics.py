@@ -128,7 +128,8 @@ def test_verify_compares_with_keras2(keras2_build, tmp_path, capsys):
 
 
 def test_keras2_keras_archive(tmp_path):
-    """tf_keras also writes .keras archives (metadata.json keras_version 2.x)."""
+    """tf_keras also writes .keras archives (metadata.json keras_version 2.x),
+    which name ThresholdedReLU's module (keras.layers, where Keras 3 has none)."""
     import tf_keras
 
     from tfaot.verify import keras_reference_model
@@ -137,6 +138,7 @@ def test_keras2_keras_archive(tmp_path):
     k2_model = tf_keras.Sequential([
         tf_keras.Input((None, 4), batch_size=1),
         tf_keras.layers.GRU(5, recurrent_activation="hard_sigmoid", return_sequences=True),
+        tf_keras.layers.ThresholdedReLU(theta=0.1),
         tf_keras.layers.Dense(2, activation="hard_sigmoid")])
     k2_model.set_weights([w * 2 for w in k2_model.get_weights()])
     path = tmp_path / "k2.keras"

@@ -107,3 +107,41 @@ def test_reshape_to_fixed_time_and_minus_one(tmp_path, capsys):
     # output is compared, not only the 20th
     assert main(["verify", str(path), str(tmp_path / "out")]) == 0
     assert re.fullmatch(LINE.format(18), capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _squeeze_excite(layers, x):
+    h = layers.Conv1D(6, 3, activation="relu")(x)
+    scale = layers.Dense(6, activation="sigmoid")(
+        layers.GlobalAveragePooling1D(keepdims=True)(h))
+    return layers.GlobalAveragePooling1D()(layers.Multiply()([h, scale]))
+
+
+def _softmax_over_time(layers, x):
+    h = layers.Dense(5)(x)
+    return layers.Flatten()(layers.Softmax(axis=1)(h))
+
+
+def _norm_over_time(layers, x):
+    return layers.LayerNormalization(axis=1)(layers.GRU(6, return_sequences=True)(x))
+
+
+@pytest.mark.parametrize("body, how", [(_squeeze_excite, "recomputing the whole window"),
+                                       (_softmax_over_time, "recomputing the whole window"),
+                                       (_norm_over_time, "one whole inference per step")])
+def test_fixed_window_layers_across_time_fall_back(tmp_path, capsys, body, how):
+    """Layers that work across the time axis (a squeeze-and-excitation
+    block's pooled scale, a softmax or a normalization over time) in models
+    of a fixed window: built as the window recomputed, or one whole
+    inference a step where time reaches the output, and checked by verify
+    against TensorFlow; before, the build refused them."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((12, 4))
+    path = tmp_path / "m.keras"
+    keras.Model(x, body(layers, x)).save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "out")]) == 0
+    assert how in capsys.readouterr().err
+    assert main(["verify", str(path), str(tmp_path / "out"), "--steps", "120"]) == 0
+    assert capsys.readouterr().out.strip().endswith("ok")

@@ -79,9 +79,13 @@ def test_cli_needs_allow_lambda_then_streams_the_last_frame(tmp_path):
     assert refused.returncode == 1, refused.stderr
     assert "Lambda layer" in refused.stderr and "--allow-lambda" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "no").exists()
-    run([*cli, "build", path, "-o", tmp_path / "out", "--allow-lambda", "-q"])
+    built = run([*cli, "build", path, "-o", tmp_path / "out", "--allow-lambda", "-q"])
     checked = run([*cli, "verify", path, tmp_path / "out", "--allow-lambda", "--steps", "120"])
     assert "ok" in checked.stdout
+    # --allow-lambda loads Keras, and so TensorFlow, as quietly as the rest
+    for proc in (built, checked):
+        assert not any(word in proc.stderr for word in ("absl", "cuda", "cpu_feature_guard")), \
+            proc.stderr
 
 
 @pytest.mark.parametrize("name,builder", [("per_step", _per_step),

@@ -133,8 +133,10 @@ def test_init_state_buffer_takes_the_steps_size_class(built):
     _, _, out = built("ds_cnn")
     text = (out / "src" / "ds_cnn.c").read_text()
     bodies = re.split(r"\n(?=static int ds_cnn_vm_\w+\(struct ds_cnn_ctx \*ctx[^;]*\{)", text)
-    # the block each allocation takes: its size, or the plan's (allocate_in's 4th argument)
-    pattern = r"tfrt_buffer_allocate(?:_in)?\(rt, INT32_C\(64\), INT64_C\((\d+)\)(?:, INT64_C\((\d+)\))?"
+    # the block each allocation takes: its size, or the plan's (allocate_in's 4th
+    # argument); allocate_from names its pool first
+    pattern = (r"tfrt_buffer_allocate(?:_in|_from)?\(rt, (?:\d+u, )?INT32_C\(64\), "
+               r"INT64_C\((\d+)\)(?:, INT64_C\((\d+)\))?")
     sizes = {re.match(r"static int ds_cnn_vm_(\w+)", b).group(1):
              {int(block or size) for size, block in re.findall(pattern, b)}
              for b in bodies if b.startswith("static int ds_cnn_vm_")}

@@ -93,6 +93,75 @@ def test_found_pairs_stream_through_the_library(step_graph, tmp_path, capsys):
     assert f"over {STEPS} steps" in capsys.readouterr().out
 
 
+def _step_module(path) -> callable:
+    """One tanh-RNN step as a SavedModel signature (a tf.Module): the state
+    goes in as 'previous_state_h' and out as 'new_state_h'; returns the
+    signature, to step it as its caller does."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(41)
+    w, u, v = (tf.constant(rng.normal(size=s).astype(np.float32) * 0.5)
+               for s in ((4, 6), (6, 6), (6, 2)))
+
+    class Step(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec((1, 4), tf.float32, name="x"),
+                                      tf.TensorSpec((1, 6), tf.float32,
+                                                    name="previous_state_h")])
+        def step(self, x, previous_state_h):
+            h = tf.tanh(x @ w + previous_state_h @ u)
+            return {"y": h @ v, "new_state_h": h}
+
+    module = Step()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    return module.step
+
+
+def test_saved_model_signature_with_its_state_as_io(tmp_path, capsys):
+    """A SavedModel's signature keys name the state pair, its tensors are
+    StatefulPartitionedCall's: the library and `tfaot verify` both pair
+    them by key."""
+    path = tmp_path / "step_sm"
+    step = _step_module(path)
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    assert "keeps output 'new_state_h' as the state fed to input 'previous_state_h'" in \
+        capsys.readouterr().err
+    xs = np.random.default_rng(1).normal(size=(STEPS, 1, 4)).astype(np.float32)
+    h, want = np.zeros((1, 6), np.float32), []
+    for x in xs:
+        result = step(x=x, previous_state_h=h)
+        h = result["new_state_h"].numpy()
+        want.append(result["y"].numpy())
+    err = float(np.abs(harness.load(out).step_n(xs) - np.stack(want)).max())
+    assert err <= 1e-5, err
+    assert main(["verify", str(path), str(out), "--steps", str(STEPS)]) == 0
+    assert "y: max abs error" in capsys.readouterr().out
+
+
+def test_saved_model_with_variable_state_is_refused_clearly(tmp_path, capsys):
+    """The same step keeping its state in a tf.Variable: one line that says
+    so and names the form tfaot takes, no TensorFlow internals, no folder."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        def __init__(self):
+            self.h = tf.Variable(tf.zeros((1, 6)), trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 4), tf.float32)])
+        def step(self, x):
+            h = tf.tanh(tf.tile(x, [1, 2])[:, :6] + self.h)
+            self.h.assign(h)
+            return {"y": h}
+
+    module = Step()
+    path = tmp_path / "variable_state"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    assert main(["build", str(path), "-o", str(tmp_path / "lib")]) == 1
+    err = capsys.readouterr().err
+    assert "keeps state in a tf.Variable" in err and "--state IN=OUT" in err, err
+    assert "resource" not in err and not (tmp_path / "lib").exists()
+
+
 def test_explicit_pairs_and_errors(step_graph, tmp_path, capsys):
     out = tmp_path / "one"
     assert main(["build", str(step_graph), "-o", str(out),

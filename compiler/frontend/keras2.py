@@ -233,6 +233,9 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                 node = {**node, "module": "keras.src.models.functional"}
             if node["class_name"] in OP_LAYERS and "inbound_nodes" in node:
                 node = {**node, "inbound_nodes": [_op_node(n) for n in node["inbound_nodes"]]}
+            if node["class_name"] == "ThresholdedReLU":
+                # a .keras archive names keras.layers, where Keras 3 has none
+                node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
             if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
                 # the same slope, under its Keras 3 name (avoids a warning)
                 node = {**node, "config": {

@@ -71,6 +71,7 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
         graph_def, text = read_graph_def(path)
         loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
         loaded.details["text_format"] = text
+    _check_fft_lengths(loaded.graph_def, path)
     if time_axis is not None:
         if not loaded.inputs:
             raise TfaotError(f"{path}: --time-axis given but the graph has no input")
@@ -81,6 +82,33 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
                              f"'{inp.name}' of shape {_fmt_shape(inp.shape)}")
         inp.time_axis = time_axis % rank if rank else time_axis
     return loaded
+
+
+#: TensorFlow's real FFTs; their second input is fft_length.
+_REAL_FFT_OPS = {"RFFT", "IRFFT", "RFFT2D", "IRFFT2D", "RFFT3D", "IRFFT3D"}
+
+
+def _check_fft_lengths(graph_def, path: Path) -> None:
+    """IREE lowers an FFT of a power-of-two length only (a tf.signal.stft
+    of 40 samples failed inside iree-compile): say so before any stage
+    runs, naming the node, and how to do without it."""
+    from tensorflow.python.framework import tensor_util
+
+    nodes = {n.name: n for n in graph_def.node}
+    for node in graph_def.node:
+        if node.op not in _REAL_FFT_OPS or len(node.input) < 2:
+            continue
+        length = nodes.get(node.input[1].split(":")[0].lstrip("^"))
+        if length is None or length.op != "Const":
+            continue
+        bad = [int(n) for n in tensor_util.MakeNdarray(length.attr["value"].tensor).ravel()
+               if n < 1 or n & (n - 1)]
+        if bad:
+            raise TfaotError(
+                f"{path}: node '{node.name}' ({node.op}) is an FFT of length {bad[0]}, and IREE "
+                "compiles FFTs of power-of-two lengths only: cut the front end off with "
+                "--inputs at the tensor the network starts from (the firmware computes the "
+                "features), or give the frames a power-of-two FFT length")
 
 
 def read_graph_def(path: Path):

@@ -94,11 +94,19 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
         res = sig(**dict(zip(in_keys, xs)))
         return [res[k] for k in out_keys]
 
+    cf = None
     try:
         cf = tf.function(call).get_concrete_function(
             *[tf.TensorSpec(shape, kw_specs[k].dtype, name=k) for k, shape in zip(in_keys, shapes)])
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:
+        assigned = _assigned_variables(cf) if cf is not None else []
+        if assigned:
+            raise TfaotError(
+                f"{path}: signature '{key}' keeps state in a tf.Variable (node '{assigned[0]}' "
+                f"assigns one), which tfaot cannot hoist; export the step with its state as "
+                f"an input and an output instead (e.g. previous_state_h -> new_state_h: "
+                f"pairs named so are found, others are given with --state IN=OUT)") from None
         raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
                          f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
     gd = frozen.graph.as_graph_def()
@@ -114,6 +122,19 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
         loaded.outputs = outs
         loaded.output_names = out_keys
     return loaded
+
+
+#: Ops that write a resource variable.
+_ASSIGN_OPS = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+               "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceStridedSliceAssign"}
+
+
+def _assigned_variables(concrete) -> list[str]:
+    """The nodes of ``concrete`` (a traced signature call, its functions
+    included) that assign a variable."""
+    graph_def = concrete.graph.as_graph_def()
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return [n.name for n in nodes if n.op in _ASSIGN_OPS]
 
 
 def _override(input_specs, index: int, key: str):

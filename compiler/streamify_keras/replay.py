@@ -448,15 +448,20 @@ class Replay:
         axes = getattr(op, attr)
         axes = axes if isinstance(axes, (list, tuple)) else [axes]
         for axis in axes:
-            if axis is not None and axis % rank in (0, 1):
-                raise layer_error(op, f"works along axis {axis}, the "
-                                      f"{'batch' if axis % rank == 0 else 'time'} axis")
+            if axis is not None and axis % rank == 0:
+                raise layer_error(op, f"works along axis {axis}, the batch axis")
+            if axis is not None and axis % rank == 1:
+                # (a fixed window falls back to one whole inference per step)
+                raise NotIncremental(op, f"works along axis {axis}, the time axis")
 
     def _check_all_sequences(self, op, args) -> None:
         metas = {s.meta for s in _leaves(args) if isinstance(s, Streamed)}
         if len(metas) > 1:
-            raise layer_error(op, "combines a sequence with a value that has no "
-                                  "time axis; tfaot cannot tell how they align")
+            # e.g. a squeeze-and-excitation block: the sequence times its
+            # own pooled mean (a fixed window falls back, as above)
+            raise NotIncremental(op, "combines a sequence with a value that is not per time "
+                                     "step (it has no time axis, or one pooled over the "
+                                     "sequence); tfaot cannot tell how they align")
 
     def _reshape(self, op, x: Streamed) -> Streamed:
         """Reshape the features of each step; the time axis must stay first.

@@ -260,7 +260,8 @@ def feedback_reference(graph, lib, xs: list[np.ndarray]) -> list[np.ndarray]:
     pairs = {node(a): node(b) for a, b in lib.manifest["state_feedback"]}
     run = _session_runner(graph, None)
     in_names = [i.name for i in graph.inputs]
-    out_names = [node(o) for o in graph.outputs]
+    # the names the manifest uses: a SavedModel's signature keys, a graph's nodes
+    out_names = [node(o) for o in graph.output_names]
     lib_inputs = [i["name"] for i in lib.manifest["inputs"]]
     lib_outputs = [o["name"] for o in lib.manifest["outputs"]]
     shapes = {i.name: i.shape for i in graph.inputs}
