@@ -194,7 +194,7 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
 
     if stream is not None:
         if stream.mode == "stateless":
-            return np.stack([_output(model(x)) for x in xs])
+            return _each_input(model, xs)
         p = stream.frames_per_step
         frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
         frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
@@ -203,8 +203,16 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
     if streaming is None:
         streaming = is_streaming(model)
     if not streaming:
-        return np.stack([_output(model(x)) for x in xs])
+        return _each_input(model, xs)
     return keras_sequence_reference(model, np.swapaxes(xs, 0, 1))
+
+
+def _each_input(model, xs: np.ndarray) -> np.ndarray:
+    """The model on each of ``xs`` (one whole input each), traced once: a
+    Bidirectional tagger's eager calls took 0.66 s each (200 steps: 2 minutes
+    of `tfaot verify`)."""
+    call = _any_length_call(model)
+    return np.stack([call(x) for x in xs])
 
 
 def keras_sequence_reference(model, x: np.ndarray,
@@ -307,8 +315,8 @@ def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
     valid = [m for m in range(steps) if (m + 1) * p - d - w >= 0]
     windows = np.stack([frames[0, (m + 1) * p - d - w:(m + 1) * p - d] for m in valid])
     batch = 1 if model.inputs[0].shape[0] is not None else 64
-    outs = np.concatenate([_output(model(windows[i:i + batch]))
-                           for i in range(0, len(windows), batch)])
+    call = _any_length_call(model)
+    outs = np.concatenate([call(windows[i:i + batch]) for i in range(0, len(windows), batch)])
     want = undefined_steps((steps, 1, *outs.shape[1:]))
     want[valid] = outs[:, None]
     return want
