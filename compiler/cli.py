@@ -448,7 +448,8 @@ def cmd_build(args) -> int:
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
-                           activations=args.activations, fixed_window=args.fixed_window, streams=args.streams,
+                           activations=args.activations, fixed_window=args.fixed_window,
+                           streams=args.streams,
                            graph_options=_graph_options(args), limits=_size_limits(args))
     progress = Progress(enabled=not args.quiet)
     built = build_model(args.model, options, progress)

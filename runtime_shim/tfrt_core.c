@@ -262,8 +262,9 @@ TFRT_INTERNAL int tfrt_range_ok(const tfrt_buffer *b, int64_t offset, int64_t le
 /* vm.buffer.copy: byte offsets and length. Inlined: the program's lengths
  * are constants, so a small copy becomes a few loads and stores (a
  * SimpleRNN(16) step copies 32 and 64 bytes). */
-__attribute__((always_inline)) static inline int tfrt_buffer_copy(tfrt_runtime *rt, tfrt_buffer *src, int64_t src_offset,
-                                   tfrt_buffer *dst, int64_t dst_offset, int64_t length) {
+__attribute__((always_inline)) static inline int tfrt_buffer_copy(
+    tfrt_runtime *rt, tfrt_buffer *src, int64_t src_offset, tfrt_buffer *dst,
+    int64_t dst_offset, int64_t length) {
   (void)rt;
   if (!src || !dst) return TFRT_STATUS_NULL_REF;
   if (dst->hdr.flags & TFRT_FLAG_READONLY) return TFRT_STATUS_INVALID_ARGUMENT;
@@ -276,8 +277,10 @@ __attribute__((always_inline)) static inline int tfrt_buffer_copy(tfrt_runtime *
   const uint8_t *from = src->data + src_offset;
   /* memcpy where the ranges are apart, which they nearly always are: C
    * libraries tune it (newlib's Cortex-M memcpy moves words where its
-   * memmove moved bytes; a streamed DS-CNN step copies 40 KB) */
-  if (to + length <= from || from + length <= to)
+   * memmove moved bytes; a streamed DS-CNN step copies 40 KB). Compared as
+   * integers: < between pointers into different buffers is undefined. */
+  const uintptr_t a = (uintptr_t)to, b = (uintptr_t)from, n = (uintptr_t)length;
+  if (a + n <= b || b + n <= a)
     memcpy(to, from, (size_t)length);
   else
     memmove(to, from, (size_t)length);

@@ -337,6 +337,20 @@ def _input_dependent(nodes, order, input_names) -> set[str]:
 
 
 def _find_slicer(nodes, order, dep, const_value) -> Slicer:
+    """The slices of the sequence into time steps: of the candidates, the
+    one whose source comes first (nearest the input): an unrolled LSTM
+    cell's split of its gates into four comes after the x[:, t] slices
+    that feed it, and is no time axis."""
+    position = {u: i for i, u in enumerate(order)}
+    candidates = _slicer_candidates(nodes, order, dep, const_value)
+    if not candidates:
+        raise NotUnrolled("no per-step slices of the input (Unpack, Split or StridedSlice "
+                          "along time) were found")
+    return min(candidates, key=lambda s: position.get(parse_tensor(s.source)[0], -1))
+
+
+def _slicer_candidates(nodes, order, dep, const_value) -> list[Slicer]:
+    found: list[Slicer] = []
     strided: dict[tuple[str, int], dict[int, str]] = {}
     for u in order:
         n = nodes[u]
@@ -344,14 +358,14 @@ def _find_slicer(nodes, order, dep, const_value) -> Slicer:
             continue
         if n.op == "Unpack" and n.attr["num"].i >= MIN_STEPS:
             N = n.attr["num"].i
-            return Slicer(u, [u], tname(n.input[0]), n.attr["axis"].i, [f"{u}:{k}" for k in
-                                                                      range(N)], True)
+            found.append(Slicer(u, [u], tname(n.input[0]), n.attr["axis"].i,
+                                [f"{u}:{k}" for k in range(N)], True))
         if n.op == "Split" and n.attr["num_split"].i >= MIN_STEPS:
             N = n.attr["num_split"].i
             axis = const_value(tname(n.input[0]))
             if axis is not None:
-                return Slicer(u, [u], tname(n.input[1]), int(axis),
-                              [f"{u}:{k}" for k in range(N)], False)
+                found.append(Slicer(u, [u], tname(n.input[1]), int(axis),
+                                    [f"{u}:{k}" for k in range(N)], False))
         if n.op == "StridedSlice":
             sm = n.attr["shrink_axis_mask"].i
             if sm == 0 or sm & (sm - 1) or n.attr["ellipsis_mask"].i or n.attr["new_axis_mask"].i:
@@ -365,9 +379,8 @@ def _find_slicer(nodes, order, dep, const_value) -> Slicer:
         N = len(by_k)
         if N >= MIN_STEPS and sorted(by_k) == list(range(N)):
             ns = [by_k[k] for k in range(N)]
-            return Slicer(ns[0], ns, src, d, [f"{x}:0" for x in ns], True)
-    raise NotUnrolled("no per-step slices of the input (Unpack, Split or StridedSlice "
-                      "along time) were found")
+            found.append(Slicer(ns[0], ns, src, d, [f"{x}:0" for x in ns], True))
+    return found
 
 
 _IGNORED_ATTRS = {"_class", "_output_shapes"}
