@@ -132,6 +132,21 @@ TFRT_INTERNAL void tfrt_view_wrap(tfrt_view *v, tfrt_buffer *b, uint32_t element
 
 /* ---- hal_inline.* ------------------------------------------------------------ */
 
+/* Takes the head of pool p's free list (not empty) as a buffer of `size`
+ * bytes (size fits the pool's blocks). */
+__attribute__((always_inline)) static inline tfrt_buffer *tfrt_buffer_take(tfrt_arena *a,
+                                                                           uint32_t p,
+                                                                           int64_t size) {
+  tfrt_buffer *b = a->free_heads[p];
+  a->free_heads[p] = b->next_free;
+  b->next_free = NULL;
+  b->hdr.refs = 1;
+  b->length = (size_t)size;
+  a->bytes_in_use += a->pools[p].size;
+  if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
+  return b;
+}
+
 /* hal_inline.buffer.allocate(alignment, size) -> (!hal.buffer, !vm.buffer).
  * Takes the smallest free block whose size class fits. */
 TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int64_t size,
@@ -141,14 +156,7 @@ TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int6
   if (size < 0 || alignment > TFRT_ALIGNMENT) return TFRT_STATUS_INVALID_ARGUMENT;
   for (uint32_t p = 0; p < a->pool_count; ++p) {
     if (a->pools[p].size < (uint64_t)size || !a->free_heads[p]) continue;
-    tfrt_buffer *b = a->free_heads[p];
-    a->free_heads[p] = b->next_free;
-    b->next_free = NULL;
-    b->hdr.refs = 1;
-    b->length = (size_t)size;
-    a->bytes_in_use += a->pools[p].size;
-    if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
-    *out = b;
+    *out = tfrt_buffer_take(a, p, size);
     return TFRT_OK;
   }
   return TFRT_STATUS_OUT_OF_MEMORY;
@@ -161,16 +169,10 @@ TFRT_INTERNAL int tfrt_buffer_allocate(tfrt_runtime *rt, int32_t alignment, int6
 __attribute__((always_inline)) static inline int tfrt_buffer_allocate_from(
     tfrt_runtime *rt, uint32_t pool, int32_t alignment, int64_t size, tfrt_buffer **out) {
   tfrt_arena *a = &rt->arena;
-  tfrt_buffer *b = a->free_heads[pool];
-  if (!b || size < 0 || (uint64_t)size > a->pools[pool].size || alignment > TFRT_ALIGNMENT)
+  if (!a->free_heads[pool] || size < 0 || (uint64_t)size > a->pools[pool].size ||
+      alignment > TFRT_ALIGNMENT)
     return tfrt_buffer_allocate(rt, alignment, size, out);
-  a->free_heads[pool] = b->next_free;
-  b->next_free = NULL;
-  b->hdr.refs = 1;
-  b->length = (size_t)size;
-  a->bytes_in_use += a->pools[pool].size;
-  if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
-  *out = b;
+  *out = tfrt_buffer_take(a, pool, size);
   return TFRT_OK;
 }
 

@@ -71,23 +71,37 @@ def _f32(value: float) -> str:
     return "0x%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
 
 
+class _Writer:
+    """The lines of one expansion: each op's result named ``prefix`` + a
+    counter; ``ftype`` the activation's f32 tensor type."""
+
+    def __init__(self, prefix: str, ftype: str):
+        self.prefix, self.ftype = prefix, ftype
+        self.lines: list[str] = []
+        self._names = itertools.count()
+
+    def op(self, text: str) -> str:
+        name = f"{self.prefix}{next(self._names)}"
+        self.lines.append(f"{name} = {text}")
+        return name
+
+    def const(self, value: float) -> str:
+        return self.op(f"stablehlo.constant dense<{_f32(value)}> : {self.ftype}")
+
+    def binary(self, kind: str, a: str, b: str) -> str:
+        return self.op(f"stablehlo.{kind} {a}, {b} : {self.ftype}")
+
+    def finish(self, result: str, match: re.Match) -> list[str]:
+        """The lines, the last one defining ``match``'s result name."""
+        self.lines[-1] = self.lines[-1].replace(result, match["result"], 1)
+        return self.lines
+
+
 def _expansion(match: re.Match, prefix: str) -> list[str]:
     ftype = match["type"]
     itype = ftype[:-len("f32>")] + "i32>"
-    lines: list[str] = []
-    names = itertools.count()
-
-    def op(text: str) -> str:
-        name = f"{prefix}{next(names)}"
-        lines.append(f"{name} = {text}")
-        return name
-
-    def const(value: float) -> str:
-        return op(f"stablehlo.constant dense<{_f32(value)}> : {ftype}")
-
-    def binary(kind: str, a: str, b: str) -> str:
-        return op(f"stablehlo.{kind} {a}, {b} : {ftype}")
-
+    w = _Writer(prefix, ftype)
+    op, const, binary = w.op, w.const, w.binary
     x = match["operand"]
     scale = const(-1.0 if match["op"] == "logistic" else 2.0)
     z = _clamp(op, binary("multiply", x, scale), const(-_CLAMP), const(_CLAMP), ftype)
@@ -116,8 +130,7 @@ def _expansion(match: re.Match, prefix: str) -> list[str]:
     else:
         em1 = binary("add", binary("multiply", m, power), binary("subtract", power, one))
         result = binary("divide", em1, binary("add", em1, const(2.0)))
-    lines[-1] = lines[-1].replace(result, match["result"], 1)
-    return lines
+    return w.finish(result, match)
 
 
 #: The table: logistic on [-_TABLE_RANGE, _TABLE_RANGE] as _TABLE_SEGMENTS
@@ -163,19 +176,8 @@ def _table_expansion(match: re.Match, prefix: str) -> list[str]:
     shape = ftype[len("tensor<"):-len("f32>")]
     itype, index_type = f"tensor<{shape}i32>", f"tensor<{shape}1xi32>"
     table_type = f"tensor<{_TABLE_SEGMENTS}xf32>"
-    lines: list[str] = []
-    names = itertools.count()
-
-    def op(text: str) -> str:
-        name = f"{prefix}{next(names)}"
-        lines.append(f"{name} = {text}")
-        return name
-
-    def const(value: float) -> str:
-        return op(f"stablehlo.constant dense<{_f32(value)}> : {ftype}")
-
-    def binary(kind: str, a: str, b: str) -> str:
-        return op(f"stablehlo.{kind} {a}, {b} : {ftype}")
+    w = _Writer(prefix, ftype)
+    op, const, binary = w.op, w.const, w.binary
 
     def lookup(table: bytes, index: str) -> str:
         values = op(f'stablehlo.constant dense<"0x{table.hex().upper()}"> : {table_type}')
@@ -200,8 +202,7 @@ def _table_expansion(match: re.Match, prefix: str) -> list[str]:
                                                            lookup(slopes, index)))
     if match["op"] == "tanh":
         result = binary("subtract", binary("multiply", result, const(2.0)), const(1.0))
-    lines[-1] = lines[-1].replace(result, match["result"], 1)
-    return lines
+    return w.finish(result, match)
 
 
 def _clamp(op, value: str, low: str, high: str, ftype: str) -> str:
