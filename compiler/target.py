@@ -125,17 +125,25 @@ def cpu_flag(arch: str, cpu: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def compiler_macros(cc: str, *flags: str) -> frozenset[str]:
-    """The macros C compiler ``cc`` predefines with ``flags`` (none if it
-    refuses a flag or is missing: LLVM, and so IREE, knows CPUs an older
-    gcc does not)."""
+def compiler_macro_values(cc: str, *flags: str) -> dict[str, str]:
+    """The macros C compiler ``cc`` predefines with ``flags``, with their
+    values (none if it refuses a flag or is missing: LLVM, and so IREE,
+    knows CPUs an older gcc does not)."""
     try:
         proc = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull],
                               capture_output=True, text=True)
     except OSError:
-        return frozenset()
-    return frozenset(line.split()[1] for line in proc.stdout.splitlines()
-                     if proc.returncode == 0 and line.startswith("#define "))
+        return {}
+    if proc.returncode != 0:
+        return {}
+    return {fields[1]: fields[2] if len(fields) > 2 else ""
+            for fields in (line.split(maxsplit=2) for line in proc.stdout.splitlines())
+            if len(fields) > 1 and fields[0] == "#define"}
+
+
+def compiler_macros(cc: str, *flags: str) -> frozenset[str]:
+    """The names of the macros ``cc`` predefines with ``flags``."""
+    return frozenset(compiler_macro_values(cc, *flags))
 
 
 def host_cpu_flags() -> set[str]:
@@ -288,6 +296,22 @@ class Target:
             return self.int8_convolutions
         toolchain = self.toolchain() if self.cpu not in ("host", "generic", "") else None
         return int8_dot_products(self.arch, self.cpu, toolchain.cc if toolchain else None)
+
+    @property
+    def int8_paired_rows(self) -> bool:
+        """Whether the int8 matvec's weights are packed with paired lanes
+        (microkernel.pack_int8): 32-bit Arm with the DSP extension and no
+        Helium floating point (Cortex-M4/M7/M33), where the C compiler takes
+        the kernel's DSP path (tfrt_matvec.c TFRT_I8_PAIRED, which checks
+        that both agree)."""
+        if not self.arch.startswith(("arm", "thumb")):
+            return False
+        toolchain = self.toolchain()
+        if toolchain is None:
+            return False
+        macros = compiler_macro_values(toolchain.cc, *self.c_flags())
+        mve = macros.get("__ARM_FEATURE_MVE", "0")
+        return "__ARM_FEATURE_DSP" in macros and not (mve.isdigit() and int(mve) & 2)
 
     @property
     def matvec_kernel(self) -> str:

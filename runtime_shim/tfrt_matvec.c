@@ -483,10 +483,20 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
     !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2))
 #define TFRT_I8_WIDE 1
 #define TFRT_I8_WIDE_MAX 32767.0f
-typedef uint32_t tfrt_i8_in; /* inputs 4g, 4g+2 and then 4g+1, 4g+3 */
-#define TFRT_I8_IN_LEN (TFRT_I8_CHUNK / 2)
+/* The int16 inputs in pairs (2i, 2i+1), then the sum of the chunk's
+ * inputs, as int32 bits, in the last word (tfrt_i8_tile_pairs needs it). */
+typedef uint32_t tfrt_i8_in;
+#define TFRT_I8_IN_LEN (TFRT_I8_CHUNK / 2 + 1)
 #define TFRT_I8_SCALES 1
-#else
+/* The matvec's blob pairs its lanes on these CPUs (tfrt_i8_tile_pairs);
+ * the build packs it so where Target.int8_paired_rows says so, and tells
+ * this file with -DTFRT_I8_PAIRED_BLOB: they must agree. */
+#define TFRT_I8_PAIRED 1
+#endif
+#if defined(TFRT_I8_PAIRED_BLOB) && (TFRT_I8_PAIRED_BLOB + 0) != defined(TFRT_I8_PAIRED)
+#error "the int8 weights were packed for another CPU than this one (paired lanes: Target.int8_paired_rows and TFRT_I8_PAIRED disagree)"
+#endif
+#ifndef TFRT_I8_WIDE
 typedef int8_t tfrt_i8_in;
 #define TFRT_I8_IN_LEN TFRT_I8_CHUNK
 #define TFRT_I8_SCALES (TFRT_I8_CHUNK / TFRT_I8_BLOCK)
@@ -831,19 +841,122 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
   }
 }
 
-/* Four lanes at a time over all groups of the int16 input pairs xw (one
- * scale for the chunk), their int32 sums in core registers, four groups a
- * pass in straight-line code: 1.6 estimated M4 cycles a multiply-add on an
- * LSTM(64)'s matrices, where int8 blocks with a scale each took 2.2.
+/* The matvec's tile (paired lanes). Its blob pairs lanes 2m and 2m+1
+ * (pack_int8 with paired rows): per group of 4 inputs, two words
+ * [e0 ^ 0x80, o0, e1 ^ 0x80, o1] and the same of inputs 2 and 3, where e
+ * are lane 2m's weights (offset by 128 to unsigned bytes) and o lane
+ * 2m+1's. SMLAD of such a word as it is with the input pair (x0, x1)
+ * multiplies its halves, e + 256 o as 16-bit numbers: the even lane's
+ * products plus 256 times the odd lane's, in one sum. SXTB16 of the word
+ * rotated by 8 gives the odd lane's weights for a sum of its own, and the
+ * even lane's sum is then the first minus 256 times the second, minus 128
+ * times the sum of the inputs (the offset's share). So 4 products take 3
+ * instructions, where widening each lane's weights took 4: 19 estimated M4
+ * cycles per group of 4 inputs and 4 lanes, from 23. The first sum wraps
+ * (256 times the odd lane's is up to 2^37); the difference, modulo 2^32,
+ * is exact, as the even lane's sum plus its offset's (< 255 * 32767 *
+ * 128) fits in 32 bits. One asm statement, as TFRT_I8_DSP_GROUP. */
+#define TFRT_I8_PAIRS_GROUP(wptr, xptr, step)                                            \
+  do {                                                                                   \
+    uint32_t wa_, wb_, wc_, wd_, x01_, x23_;                                             \
+    __asm__("ldrd %[x01], %[x23], [%[xp]], #8\n\t"                                       \
+            "ldr %[wa], [%[wp]], %[next]\n\t"                                            \
+            "ldr %[wb], [%[wp], %[back1]]\n\t"                                           \
+            "ldr %[wc], [%[wp], %[back2]]\n\t"                                           \
+            "ldr %[wd], [%[wp], %[back3]]\n\t"                                           \
+            "smlad %[m0], %[wa], %[x01], %[m0]\n\t"                                      \
+            "sxtb16 %[wa], %[wa], ror #8\n\t"                                            \
+            "smlad %[o0], %[wa], %[x01], %[o0]\n\t"                                      \
+            "smlad %[m0], %[wb], %[x23], %[m0]\n\t"                                      \
+            "sxtb16 %[wb], %[wb], ror #8\n\t"                                            \
+            "smlad %[o0], %[wb], %[x23], %[o0]\n\t"                                      \
+            "smlad %[m1], %[wc], %[x01], %[m1]\n\t"                                      \
+            "sxtb16 %[wc], %[wc], ror #8\n\t"                                            \
+            "smlad %[o1], %[wc], %[x01], %[o1]\n\t"                                      \
+            "smlad %[m1], %[wd], %[x23], %[m1]\n\t"                                      \
+            "sxtb16 %[wd], %[wd], ror #8\n\t"                                            \
+            "smlad %[o1], %[wd], %[x23], %[o1]"                                          \
+            : [m0] "+r"(m0), [o0] "+r"(o0), [m1] "+r"(m1), [o1] "+r"(o1),                \
+              [wp] "+r"(wptr), [xp] "+r"(xptr), [wa] "=&r"(wa_), [wb] "=&r"(wb_),        \
+              [wc] "=&r"(wc_), [wd] "=&r"(wd_), [x01] "=&r"(x01_), [x23] "=&r"(x23_)     \
+            : [next] "n"(step), [back1] "n"(4 - (step)), [back2] "n"(8 - (step)),        \
+              [back3] "n"(12 - (step))                                                   \
+            : "memory");                                                                 \
+  } while (0)
+
+/* Four lanes (two pairs) at a time over all groups of the int16 input
+ * pairs xw (tfrt_i8_quantize_top: one scale, and the inputs' sum in the
+ * last word), the sums in core registers, four groups a pass.
  * row_scale (or NULL): the lanes' own scales, applied here too, so that a
  * matrix of one chunk writes its outputs without a second pass. */
-static inline __attribute__((always_inline)) void tfrt_i8_tile_dsp(
+static inline __attribute__((always_inline)) void tfrt_i8_tile_pairs(
     const int8_t *wt, const uint32_t *xw, const float *scale, const float *row_scale,
     size_t groups, float *out, const size_t T) {
+  int32_t input_sum;
+  __builtin_memcpy(&input_sum, xw + TFRT_I8_IN_LEN - 1, sizeof input_sum);
+  const uint32_t offset = 128u * (uint32_t)input_sum;
+  const float chunk_scale = *scale; /* once: out might alias it for all gcc knows */
+  for (size_t l = 0; l < T; l += 4) {
+    uint32_t m0 = 0, o0 = 0, m1 = 0, o1 = 0;
+    const int8_t *p = wt + l * 4;
+    const uint32_t *x = xw;
+    size_t h = 0;
+    for (; h + 4 <= groups; h += 4) {
+      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+    }
+    for (; h < groups; h++) TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+    /* the even lanes' sums, modulo 2^32 and so exactly (see above) */
+    const int32_t e0 = (int32_t)(m0 - (o0 << 8) - offset);
+    const int32_t e1 = (int32_t)(m1 - (o1 << 8) - offset);
+    const float *lane = row_scale ? row_scale + l : NULL;
+    out[l] = (float)e0 * (lane ? chunk_scale * lane[0] : chunk_scale);
+    out[l + 1] = (float)(int32_t)o0 * (lane ? chunk_scale * lane[1] : chunk_scale);
+    out[l + 2] = (float)e1 * (lane ? chunk_scale * lane[2] : chunk_scale);
+    out[l + 3] = (float)(int32_t)o1 * (lane ? chunk_scale * lane[3] : chunk_scale);
+  }
+}
+
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_tile_pairs_32(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
+                                  size_t groups, float *out) {
+  tfrt_i8_tile_pairs(wt, xw, scale, NULL, groups, out, 32);
+}
+
+/* A full 32-lane tile of a one-chunk matrix straight into its outputs:
+ * the separate pass that scaled the tile's sums by the rows' scales was
+ * 1.3k of an int8 LSTM(64)'s 67k estimated M4 cycles. */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_tile_rows_pairs_32(const int8_t *wt, const tfrt_i8_in *xw,
+                                       const float *scale, const float *row_scale,
+                                       size_t groups, float *y) {
+  tfrt_i8_tile_pairs(wt, xw, scale, row_scale, groups, y, 32);
+}
+#define TFRT_I8_TILE_ROWS_32 tfrt_i8_tile_rows_pairs_32
+
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_tile_pairs_16(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
+                                  size_t groups, float *out) {
+  tfrt_i8_tile_pairs(wt, xw, scale, NULL, groups, out, 16);
+}
+
+/* The int32 sums of a 32-lane tile over all groups of int8 inputs (the
+ * int8 convolution's image, whose blob, pack_qconv, keeps its lanes
+ * apart), as f32 (exact below 2^24): the inputs widened here, four lanes
+ * at a time. Not inlined: inlined into the int8 convolution, gcc kept the
+ * tile's sums in FPU registers and moved them around every smlad (DS-CNN's
+ * streamed int8 step: 581k -> 460k estimated M4 cycles). */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
+  enum { T = TFRT_MATVEC_TILE };
+  uint32_t widened[TFRT_I8_CHUNK / 2];
+  tfrt_i8_widen(xq, groups, widened);
   for (size_t l = 0; l < T; l += 4) {
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     const int8_t *p = wt + l * 4;
-    const uint32_t *x = xw;
+    const uint32_t *x = widened;
     size_t h = 0;
     for (; h + 4 <= groups; h += 4) {
       TFRT_I8_DSP_GROUP(p, x, 4 * T);
@@ -852,48 +965,8 @@ static inline __attribute__((always_inline)) void tfrt_i8_tile_dsp(
       TFRT_I8_DSP_GROUP(p, x, 4 * T);
     }
     for (; h < groups; h++) TFRT_I8_DSP_GROUP(p, x, 4 * T);
-    const float *lane = row_scale ? row_scale + l : NULL;
-    out[l] = (float)a0 * (lane ? *scale * lane[0] : *scale);
-    out[l + 1] = (float)a1 * (lane ? *scale * lane[1] : *scale);
-    out[l + 2] = (float)a2 * (lane ? *scale * lane[2] : *scale);
-    out[l + 3] = (float)a3 * (lane ? *scale * lane[3] : *scale);
+    out[l] = (float)a0, out[l + 1] = (float)a1, out[l + 2] = (float)a2, out[l + 3] = (float)a3;
   }
-}
-
-/* Not inlined: inlined into the int8 convolution, gcc kept the tile's sums
- * in FPU registers and moved them around every smlad (DS-CNN's streamed
- * int8 step: 581k -> 460k estimated M4 cycles). */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_dsp_32(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
-                                size_t groups, float *out) {
-  tfrt_i8_tile_dsp(wt, xw, scale, NULL, groups, out, 32);
-}
-
-/* A full 32-lane tile of a one-chunk matrix straight into its outputs:
- * the separate pass that scaled the tile's sums by the rows' scales was
- * 1.3k of an int8 LSTM(64)'s 67k estimated M4 cycles. */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_rows_dsp_32(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
-                                     const float *row_scale, size_t groups, float *y) {
-  tfrt_i8_tile_dsp(wt, xw, scale, row_scale, groups, y, 32);
-}
-#define TFRT_I8_TILE_ROWS_32 tfrt_i8_tile_rows_dsp_32
-
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_dsp_16(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
-                                size_t groups, float *out) {
-  tfrt_i8_tile_dsp(wt, xw, scale, NULL, groups, out, 16);
-}
-
-/* The int32 sums of four lanes at a time over all groups of int8 inputs
- * (the int8 convolution's image, one scale), as f32 (exact below 2^24):
- * the tile with the inputs widened here and a scale of 1. */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t groups, float *out) {
-  uint32_t widened[TFRT_I8_CHUNK / 2];
-  const float one = 1.0f;
-  tfrt_i8_widen(xq, groups, widened);
-  tfrt_i8_tile_dsp(wt, widened, &one, NULL, groups, out, TFRT_MATVEC_TILE);
 }
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_dsp_32
 #endif
@@ -1034,8 +1107,8 @@ static void tfrt_i8_sums_mve_32(const int8_t *wt, const int8_t *xq, size_t group
 }
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_mve_32
 #else
-#define TFRT_I8_TILE_32 tfrt_i8_tile_dsp_32
-#define TFRT_I8_TILE_16 tfrt_i8_tile_dsp_16
+#define TFRT_I8_TILE_32 tfrt_i8_tile_pairs_32
+#define TFRT_I8_TILE_16 tfrt_i8_tile_pairs_16
 #endif
 #else
 #define TFRT_I8_TILE_32 tfrt_i8_tile_32
@@ -1098,29 +1171,36 @@ static inline uint32_t tfrt_i8_round16(float v) {
   return bits;
 }
 
+/* The float whose bits tfrt_i8_round16 adds to: 1.5 * 2^23. */
+#define TFRT_I8_ROUND_BIAS 0x4B400000u
+
 /* The same for the DSP path (TFRT_I8_WIDE): xq = round(x / scale) in
  * int16 with one scale for all count inputs (max|x| / 32767, in
- * block_scale[0]), stored per group of 4 as SMLAD's pairs: inputs 0 and 2
- * in one word, 1 and 3 in the next (the halves SXTB16 makes of a weight
- * word and of it rotated by 8; each word one PKHBT). */
+ * block_scale[0]), stored in pairs, inputs 2i and 2i+1 in word i (zeros
+ * up to padded), and their sum in xw's last word (tfrt_i8_tile_pairs). The
+ * sum comes from the rounded floats' bits, 1.5 * 2^23 plus the integer
+ * each: their total less count times the bias. */
 TFRT_UNUSED
 static void tfrt_i8_quantize_top(const float *x, size_t count, size_t padded, uint32_t *xw,
                                  float *block_scale, float top) {
   const float inv = top > 0 ? TFRT_I8_WIDE_MAX / top : 0.0f;
   block_scale[0] = top / TFRT_I8_WIDE_MAX;
-  size_t g = 0;
-  for (; 4 * g + 4 <= count; g++) {
-    const float *v = x + 4 * g;
-    xw[2 * g] = (tfrt_i8_round16(v[0] * inv) & 0xFFFFu) | tfrt_i8_round16(v[2] * inv) << 16;
-    xw[2 * g + 1] = (tfrt_i8_round16(v[1] * inv) & 0xFFFFu) | tfrt_i8_round16(v[3] * inv) << 16;
+  uint32_t biased_sum = 0;
+  size_t i = 0;
+  for (; i + 2 <= count; i += 2) {
+    const uint32_t a = tfrt_i8_round16(x[i] * inv), b = tfrt_i8_round16(x[i + 1] * inv);
+    xw[i / 2] = (a & 0xFFFFu) | b << 16;
+    biased_sum += a + b;
   }
-  for (; 4 * g < padded; g++) {  /* the last inputs, then zeros */
-    uint32_t q[4];
-    for (size_t i = 0; i < 4; i++)
-      q[i] = 4 * g + i < count ? tfrt_i8_round16(x[4 * g + i] * inv) : 0u;
-    xw[2 * g] = (q[0] & 0xFFFFu) | q[2] << 16;
-    xw[2 * g + 1] = (q[1] & 0xFFFFu) | q[3] << 16;
+  if (i < count) {  /* an odd count: the last input, then a zero */
+    const uint32_t a = tfrt_i8_round16(x[i] * inv);
+    xw[i / 2] = a & 0xFFFFu;
+    biased_sum += a;
+    i += 2;
   }
+  for (; i < padded; i += 2) xw[i / 2] = 0;
+  const int32_t sum = (int32_t)(biased_sum - (uint32_t)count * TFRT_I8_ROUND_BIAS);
+  __builtin_memcpy(xw + TFRT_I8_IN_LEN - 1, &sum, sizeof sum);
 }
 
 TFRT_UNUSED

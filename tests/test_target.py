@@ -69,3 +69,22 @@ def test_pointer_size(triple, pointer):
 def test_bad_choices_are_refused(kind, triple, cpu, message):
     with pytest.raises(TfaotError, match=message):
         make_target(kind, triple, cpu)
+
+
+@pytest.mark.parametrize("triple, cpu, paired", [
+    ("thumbv7em-none-eabihf", "cortex-m4", True),  # DSP extension: SMLAD
+    ("thumbv7em-none-eabihf", "cortex-m7", True),
+    ("thumbv8m.main-none-eabihf", "cortex-m33", True),
+    ("thumbv8.1m.main-none-eabihf", "cortex-m55", False),  # Helium's own tile
+    ("thumbv6m-none-eabi", "generic", False),  # no DSP extension
+])
+def test_int8_blob_pairs_lanes_where_the_kernel_takes_its_dsp_path(triple, cpu, paired):
+    import toolchains
+
+    toolchains.require("arm-none-eabi-gcc")  # the answer comes from its predefined macros
+    assert make_target("cpu", triple, cpu).int8_paired_rows is paired
+
+
+def test_hosts_keep_the_int8_blob_of_lanes_apart():
+    assert make_target().int8_paired_rows is False
+    assert make_target("cpu", CROSS).int8_paired_rows is False

@@ -121,14 +121,14 @@ def _c_array(ctype: str, name: str, values) -> str:
     return f"static const _Alignas(64) {ctype} {name}[] = {{{body}}};\n"
 
 
-def _cases_header(cases, dtype: str = "int8") -> str:
+def _cases_header(cases, dtype: str = "int8", paired: bool = False) -> str:
     """matvec_cases.h for data/kernels/matvec_check.c: each (w, x) packed
-    for the int8 or the f32 kernel."""
+    for the int8 (with ``paired`` lanes: Arm's DSP path) or the f32 kernel."""
     ctype = {"int8": "int8_t", "f32": "float"}[dtype]
     text, table = f"#define WEIGHT_T {ctype}\n", []
     for i, (w, x) in enumerate(cases):
         if dtype == "int8":
-            values = map(str, microkernel.pack_int8(w).view(np.int8).tolist())
+            values = map(str, microkernel.pack_int8(w, paired).view(np.int8).tolist())
         else:
             values = (f"{float(v)!r}f" for v in
                       microkernel.pack(w, microkernel.matvec_tile(len(w))).ravel())
@@ -209,8 +209,10 @@ def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
     each, so the same outputs up to f32 rounding."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _kernel_cases(np.random.default_rng(4))
-    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases))
-    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel"])
+    paired = cpu != "cortex-m55"  # the DSP path's blob pairs its lanes
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, paired=paired))
+    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel",
+                                            f"-DTFRT_I8_PAIRED_BLOB={int(paired)}"])
     assert INT8_PATH[cpu] in toolchains.disassembly(image, cpu)
     model = int8_weights.int8_matvec if cpu == "cortex-m55" else int8_weights.int8_matvec_dsp
     _check_kernel_output(_run_cortex_m(cpu, image), cases, model)
@@ -288,6 +290,12 @@ def _kernel_cases(rng) -> list[tuple[np.ndarray, np.ndarray]]:
         w[n // 2] = 0
         w[0, 0] = 1e30  # an extreme weight: its row's other weights round to 0
         cases.append((w, rng.standard_normal(k).astype(np.float32)))
+    # the largest sums a chunk of 128 inputs makes: every weight and input at
+    # its largest magnitude (the DSP tile's first sum wraps past 2^31 here),
+    # rows of alternating sign
+    signs = np.where(np.arange(32) % 4 < 2, 1.0, -1.0).astype(np.float32)
+    cases.append((np.repeat(signs[:, None], 128, axis=1), np.ones(128, np.float32)))
+    cases.append((np.repeat(-signs[:, None], 128, axis=1), -np.ones(128, np.float32)))
     return cases
 
 
@@ -329,6 +337,41 @@ def test_packing():
     np.testing.assert_array_equal(data[0, 0, :20, :3], q)  # lane l, inputs 0..3
     assert not data[0, 0, :, 3].any() and not data[0, 0, 20:].any()  # zero padding
 
+
+
+def test_paired_packing():
+    """The DSP path's blob (pack_int8 with paired lanes): per group of 4
+    inputs, lanes 2m and 2m+1 interleaved byte by byte, lane 2m's weights
+    offset by 128, so that each 16-bit half is e + 128 + 256 o."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((20, 6)).astype(np.float32)
+    q, _ = int8_weights.quantize_int8(w)
+    plain, paired = microkernel.pack_int8(w), microkernel.pack_int8(w, paired=True)
+    assert len(plain) == len(paired) and (plain[:32 * 4] == paired[:32 * 4]).all()  # scales
+    data = paired[32 * 4:].reshape(2, 16, 4, 2)  # [group][lane pair][input][even, odd]
+    lanes = np.zeros((32, 8), np.int64)
+    lanes[:20, :6] = q
+    for g in range(2):
+        for m in range(16):
+            even, odd = lanes[2 * m, 4 * g:4 * g + 4], lanes[2 * m + 1, 4 * g:4 * g + 4]
+            np.testing.assert_array_equal(data[g, m, :, 0], even + 128)
+            np.testing.assert_array_equal(data[g, m, :, 1].view(np.int8), odd)
+            halves = data[g, m].astype(np.int64) @ [1, 256]  # little-endian 16-bit halves
+            np.testing.assert_array_equal(halves.astype(np.uint16).view(np.int16),
+                                          even + 128 + 256 * odd)
+
+
+def test_kernel_refuses_a_blob_packed_for_another_cpu(tmp_path):
+    """The build tells the kernel how it packed the blob; compiled for a
+    CPU whose path reads the other layout, the kernel does not compile."""
+    toolchains.require("arm-none-eabi-gcc")
+    proc = subprocess.run(
+        ["arm-none-eabi-gcc", "-std=c11", "-O2", "-mthumb", "-mcpu=cortex-m4",
+         "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-DTFRT_FREESTANDING", "-DTFRT_MATVEC_INT8",
+         "-DTFRT_MATVEC_FN=m_kernel", "-DTFRT_I8_PAIRED_BLOB=0", "-c",
+         str(shim_dir() / "tfrt_matvec.c"), "-o", str(tmp_path / "k.o")],
+        capture_output=True, text=True)
+    assert proc.returncode != 0 and "packed for another CPU" in proc.stderr, proc.stderr[-800:]
 
 # ---- through the built library -------------------------------------------------
 

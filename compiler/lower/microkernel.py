@@ -195,10 +195,13 @@ def to_half(w: np.ndarray, dtype: str) -> np.ndarray:
     return half
 
 
-def pack_int8(w: np.ndarray) -> np.ndarray:
+def pack_int8(w: np.ndarray, paired: bool = False) -> np.ndarray:
     """The int8 kernel's blob of ``W[N,K]`` (tfrt_matvec.c): the row scales
     (f32, one per packed row) then the rows as ``[ceil(N/T)][K4/4][T][4]``
-    (K4: K rounded up to 4, zero weights pad), as bytes."""
+    (K4: K rounded up to 4, zero weights pad), as bytes. ``paired``
+    (Target.int8_paired_rows: Arm's DSP extension, tfrt_i8_tile_pairs): the
+    8 bytes of lanes 2m and 2m+1 in each group of 4 inputs interleaved
+    instead, lane 2m's offset by 128 to unsigned bytes (``pair_lanes``)."""
     q, scale = quantize_int8(w)
     n, k = q.shape
     tile = matvec_tile(n)
@@ -206,10 +209,24 @@ def pack_int8(w: np.ndarray) -> np.ndarray:
     padded = np.zeros((tiles * tile, k4), np.int8)
     padded[:n, :k] = q
     packed = padded.reshape(tiles, tile, k4 // 4, 4).transpose(0, 2, 1, 3)
+    if paired:
+        packed = pair_lanes(packed)
     scales = np.zeros(tiles * tile, "<f4")
     scales[:n] = scale
     return np.concatenate([scales.view(np.uint8), np.ascontiguousarray(packed).view(np.uint8)
                            .reshape(-1)])
+
+
+def pair_lanes(packed: np.ndarray) -> np.ndarray:
+    """``[tiles][groups][T][4]`` int8 weights as the DSP tile reads them:
+    per group, lanes 2m (e) and 2m+1 (o) as ``[e0^0x80, o0, e1^0x80, o1,
+    e2^0x80, o2, e3^0x80, o3]``, so that each 16-bit half of a word is
+    ``e + 128 + 256 o`` (uint8 bytes, the same shape)."""
+    raw = packed.view(np.uint8)
+    tiles, groups, lanes, _ = raw.shape
+    pairs = raw.reshape(tiles, groups, lanes // 2, 2, 4)
+    even, odd = pairs[:, :, :, 0, :] ^ np.uint8(0x80), pairs[:, :, :, 1, :]
+    return np.stack([even, odd], axis=-1).reshape(tiles, groups, lanes, 4)
 
 
 def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
@@ -221,7 +238,8 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
-                    weights_as_globals: bool = False) -> tuple[str, int]:
+                    weights_as_globals: bool = False,
+                    int8_paired: bool = False) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -238,7 +256,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     (Target.weights_as_globals): the packed weights become mutable globals
     passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of
     constants of the kernel object, so that --weights=file moves them to its
-    sidecar.
+    sidecar. ``int8_paired`` (Target.int8_paired_rows): int8 matrices are
+    packed with paired lanes (pack_int8).
     """
     from iree.compiler import ir
 
@@ -283,7 +302,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                 sym = kernels[key]
                 weights, text = (
                     _conv_text(sym, conv, name, dtype, weights_as_globals) if conv
-                    else _matvec_text(sym, w, name, dtype, weights_as_globals, streams))
+                    else _matvec_text(sym, w, name, dtype, weights_as_globals, streams,
+                                 int8_paired))
                 if weights:
                     globals_texts.append(weights.global_text())
                     texts.append(weights.setter_text())
@@ -589,14 +609,16 @@ def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
 
 
 def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool,
-                 streams: int = 0) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
+                 streams: int = 0, int8_paired: bool = False
+                 ) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> W x`` and the executable it dispatches
     (and its weights' global with ``as_global``); with ``streams`` (int8),
     ``@sym(X) -> X . W^T`` for X of that many rows, by the matmul kernel."""
     n, k = w.shape
     xt, yt = (f"{streams}x{k}xf32", f"{streams}x{n}xf32") if streams else (f"{k}x1xf32",
                                                                             f"{n}x1xf32")
-    data = _weight_data(pack_int8(w) if dtype == "int8" else pack(w, matvec_tile(n)), dtype)
+    data = _weight_data(pack_int8(w, int8_paired) if dtype == "int8"
+                        else pack(w, matvec_tile(n)), dtype)
     weights = kernel_dispatch.weights_global(sym, data, as_global)
     kernel = kernel_symbol(name, dtype, "matmul" if streams else "matvec")
     sizes = (n, k, streams) if streams else (n, k)
