@@ -187,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--activations", choices=["exact", "table"], default=None,
                    help="tanh and sigmoid (LSTM/GRU gates, Dense and Conv activations): "
                         "exact (to float32 rounding) or table: looked up in a 2 KiB table "
-                        "and interpolated, within 1.1e-4, in half the cycles on a core "
-                        "without vector units (default: table for int8 builds on "
+                        "and interpolated, within 1.1e-4, in a third of the cycles on a "
+                        "core without vector units; an infinite input gives NaN, as in "
+                        "the int8 kernels (default: table for int8 builds on "
                         "bare-metal Arm where a matrix took int8 weights, which alone move "
                         "the outputs by 1e-3 and more; exact elsewhere)")
     p.add_argument("--streams", type=int, default=1, metavar="N",

@@ -137,16 +137,20 @@ def _expansion(match: re.Match, prefix: str) -> list[str]:
 #: straight segments. Past 12 it is within 6.2e-6 of 0 or 1; inside, a
 #: segment's line is within 5.3e-5 of it (tests/test_activations.py).
 _TABLE_RANGE = 12.0
-_TABLE_SEGMENTS = 256  # a power of two: a segment's number is masked into range
+_TABLE_SEGMENTS = 256
 #: x in table steps: segment i is centred on u = i, u from 0 to segments - 1
 _TABLE_STEP = 2 * _TABLE_RANGE / (_TABLE_SEGMENTS - 1)
+#: The bits of _ROUNDER as a float: u + _ROUNDER has those plus round(u)
+_ROUNDER_BITS = 0x4B400000
 
 
 def _segments() -> tuple[bytes, bytes]:
-    """Each segment's value at its centre and its slope per table step, as
-    f32 bytes: the chord of logistic over the segment (u from i - 1/2 to
-    i + 1/2, within the table), moved by half its largest gap to the curve
-    so that the error falls on both sides."""
+    """Each segment's line, as f32 bytes: its value at u = 0 and its slope
+    per table step. The line is the chord of logistic over the segment (u
+    from i - 1/2 to i + 1/2, within the table), moved by half its largest
+    gap to the curve so that the error falls on both sides. The two end
+    segments are flat (slope 0): they also serve every u past the table,
+    where logistic is within 6.2e-6 of their value."""
     import numpy as np
 
     def logistic(u):
@@ -156,22 +160,31 @@ def _segments() -> tuple[bytes, bytes]:
     low = np.maximum(centre - 0.5, 0)
     high = np.minimum(centre + 0.5, _TABLE_SEGMENTS - 1)
     slopes = (logistic(high) - logistic(low)) / (high - low)
+    slopes[[0, -1]] = 0.0
     u = low[:, None] + (high - low)[:, None] * np.linspace(0, 1, 257)
     gap = logistic(u) - (logistic(low)[:, None] + slopes[:, None] * (u - low[:, None]))
     values = logistic(low) + slopes * (centre - low) + (gap.max(axis=1) + gap.min(axis=1)) / 2
-    return values.astype("<f4").tobytes(), slopes.astype("<f4").tobytes()
+    # the end segments' values: halfway between logistic at their inner edge
+    # and its limit (0 or 1)
+    values[0], values[-1] = logistic(0.5) / 2, (1 + logistic(_TABLE_SEGMENTS - 1.5)) / 2
+    intercepts = values - slopes * centre
+    return intercepts.astype("<f4").tobytes(), slopes.astype("<f4").tobytes()
 
 
 def _table_expansion(match: re.Match, prefix: str) -> list[str]:
     """logistic(x) as a table lookup and one multiply-add, tanh(x) as
-    2 logistic(2x) - 1: about 25 M4 cycles where the exponential and the
+    2 logistic(2x) - 1: about 17 M4 cycles where the exponential and the
     division take 55. Within 5.3e-5 of logistic and 1.1e-4 of tanh: an
     int8 build's weights alone move its outputs ten times that and more.
 
-    The segment's number comes from the bits of u + 1.5 * 2^23 (as the
-    exponential's n does), masked to the table: no float-to-int conversion,
-    whose result for a NaN is undefined, so any input reads inside the
-    table; a NaN stays NaN through u - round(u)."""
+    x in table steps, u, is rounded by adding 1.5 * 2^23 (as the
+    exponential's n is); the segment is that sum's bits less the bias,
+    clamped to the table as an integer: no float compares (8 cycles a
+    value), and no float-to-int conversion, whose result for a NaN or an
+    infinity is undefined. The line is then intercept + slope * u. A NaN
+    stays NaN; so does an infinity (0 * inf, where the flat end segments
+    meet it), as in the int8 kernels, which give NaN for any input that is
+    not finite. Every finite x reads a segment within the table."""
     ftype = match["type"]
     shape = ftype[len("tensor<"):-len("f32>")]
     itype, index_type = f"tensor<{shape}i32>", f"tensor<{shape}1xi32>"
@@ -186,20 +199,21 @@ def _table_expansion(match: re.Match, prefix: str) -> list[str]:
                   f"index_vector_dim = {shape.count('x')}>, slice_sizes = array<i64: 1>, "
                   f"indices_are_sorted = false}} : ({table_type}, {index_type}) -> {ftype}")
 
+    def int_const(value: int) -> str:
+        return op(f"stablehlo.constant dense<{value}> : {itype}")
+
     per_step = (1.0 if match["op"] == "logistic" else 2.0) / _TABLE_STEP
     u = binary("add", binary("multiply", match["operand"], const(per_step)),
                const((_TABLE_SEGMENTS - 1) / 2))
-    u = _clamp(op, u, const(0.0), const(_TABLE_SEGMENTS - 1.0), ftype)
-    rounder = const(_ROUNDER)
-    shifted = binary("add", u, rounder)
-    bits = op(f"stablehlo.bitcast_convert {shifted} : ({ftype}) -> {itype}")
-    mask = op(f"stablehlo.constant dense<{_TABLE_SEGMENTS - 1}> : {itype}")
-    segment = op(f"stablehlo.and {bits}, {mask} : {itype}")
-    offset = binary("subtract", u, binary("subtract", shifted, rounder))
+    bits = op(f"stablehlo.bitcast_convert {binary('add', u, const(_ROUNDER))} : "
+              f"({ftype}) -> {itype}")
+    rounded = op(f"stablehlo.subtract {bits}, {int_const(_ROUNDER_BITS)} : {itype}")
+    segment = op(f"stablehlo.clamp {int_const(0)}, {rounded}, "
+                 f"{int_const(_TABLE_SEGMENTS - 1)} : {itype}")
     index = op(f"stablehlo.reshape {segment} : ({itype}) -> {index_type}")
-    values, slopes = _segments()
-    result = binary("add", lookup(values, index), binary("multiply", offset,
-                                                           lookup(slopes, index)))
+    intercepts, slopes = _segments()
+    result = binary("add", lookup(intercepts, index), binary("multiply", u,
+                                                               lookup(slopes, index)))
     if match["op"] == "tanh":
         result = binary("subtract", binary("multiply", result, const(2.0)), const(1.0))
     return w.finish(result, match)
