@@ -146,3 +146,59 @@ def test_cross_target_build_writes_sources(triple, cpu, tmp_path):
              "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2", "-c", f"{name}.c",
              "-o", tmp_path / "x.o"], cwd=out / "src", capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
+
+
+def test_refs_the_function_need_not_count_are_borrowed_or_moved():
+    """A ref argument (the caller holds it) and the load of a global that
+    the function never stores take no reference of their own; a stored
+    global's load does, and a returned local that owns one moves it to the
+    result. A function that calls another, which may store any global,
+    borrows no global."""
+    vm_asm = """module {
+  vm.module public @m {
+    vm.global.ref private mutable @kept : !vm.buffer
+    vm.global.ref private mutable @swapped : !vm.buffer
+    vm.func private @step(%arg0: !vm.buffer) -> (!vm.buffer, !vm.buffer, !vm.buffer) {
+      %k = vm.global.load.ref @kept : !vm.buffer
+      %s = vm.global.load.ref @swapped : !vm.buffer
+      vm.global.store.ref %arg0, @swapped : !vm.buffer
+      vm.return %k, %s, %arg0 : !vm.buffer, !vm.buffer, !vm.buffer
+    }
+    vm.func private @outer(%arg0: !vm.buffer) {
+      %k = vm.global.load.ref @kept : !vm.buffer
+      vm.discard.refs %arg0 : !vm.buffer
+      %r:3 = vm.call @step(%k) : (!vm.buffer) -> (!vm.buffer, !vm.buffer, !vm.buffer)
+      vm.return
+    }
+    vm.export @step
+    vm.export @outer
+  }
+}"""
+    prog = emit.translate(vm_asm, prefix="m")
+    step = prog.functions["step"].body
+    assert "v_arg0 = arg0;" in step and "v_kept = ctx->g.kept;" in step
+    assert "v_swapped = tfrt_retain(ctx->g.swapped);" in step
+    # borrowed locals are returned with a reference of the result's own
+    assert "*result0 = tfrt_retain(v_kept);" in step
+    assert "*result2 = tfrt_retain(v_arg0);" in step
+    assert "*result1 = v_swapped; v_swapped = NULL;" in step
+    exit_block = step[step.index("done:"):]
+    assert "tfrt_release(rt, v_swapped);" in exit_block
+    assert "v_kept)" not in exit_block and "v_arg0)" not in exit_block
+    outer = prog.functions["outer"].body
+    assert "v_kept = tfrt_retain(ctx->g.kept);" in outer
+    # the borrowed argument's discard drops the local, not the caller's reference
+    assert "v_arg0 = arg0;" in outer and "tfrt_release(rt, v_arg0)" not in outer
+
+
+def test_a_retain_right_before_the_release_of_its_source_is_a_move():
+    """(An allocation's buffer and its storage are one object: the storage
+    local retains it, then the VM discards the buffer local.) Not where
+    the source is borrowed: there the copy needs a reference of its own."""
+    from tfaot.emit.function import _with_borrowed_refs
+
+    lines = ["  v_b = tfrt_retain(v_a);", "  tfrt_release(rt, v_a); v_a = NULL;",
+             "  v_d = tfrt_retain(v_c);", "  tfrt_release(rt, v_c); v_c = NULL;"]
+    assert _with_borrowed_refs(lines, {"v_c"}, {}) == [
+        "  v_b = v_a; v_a = NULL;  /* moved */",
+        "  v_d = tfrt_retain(v_c);", "  v_c = NULL;"]

@@ -8,10 +8,17 @@ location.
 What the generated function relies on (runtime_shim/tfrt.h): ref-typed
 locals own one reference: results of imports and global loads are +1,
 assigning a ref local releases its old value, ``vm.discard.refs`` releases,
-and all ref locals are released when the function exits.
+and all ref locals are released when the function exits. Two exceptions
+(``borrowed_refs``), which save a count taken and given back per step: a
+ref argument, which the caller holds for the call, and the load of a
+global the function never stores (nor any function it calls), which the
+global holds, are borrowed where the local is assigned once and outside
+loops. And a retain of a local right before that local's release (the
+VM's copy of a ref, then the discard of the original) is a move.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..errors import DroppedConstant, TfaotError
@@ -36,6 +43,9 @@ class FunctionEmitter:
         self.block_index = {b: i for i, b in enumerate(self.blocks)}
         self.loop_blocks = blocks_in_cycles(self.blocks)
         self.uses: dict[str, int] = {}
+        self.global_loads: dict[str, str] = {}  # ref local -> the global it loads
+        self.stored_globals: set[str] = set()
+        self.calls_functions = False
         self._tmp = 0
         self._cur_block = 0
         self._cur_op = 0
@@ -115,6 +125,12 @@ class FunctionEmitter:
         fits = [i for i, (block, _) in enumerate(self.module.prog.pools) if block >= size]
         return fits[0] if fits else None
 
+    def note_global_load(self, local: str, global_field: str) -> None:
+        """``local`` is a load of ``global_field`` (outside loops: a candidate
+        for borrowing, borrowed_refs)."""
+        if self._cur_block not in self.loop_blocks:
+            self.global_loads[local] = global_field
+
     def assign_ref(self, op, target: str) -> None:
         """Before redefining a ref local inside a loop, drop its old value."""
         if self._cur_block in self.loop_blocks:
@@ -139,10 +155,29 @@ class FunctionEmitter:
                 self._cur_op = oi
                 self.emit_op(op)
         unused = [n for n in self.decls if n not in self.ref_locals and not self.uses.get(n)]
+        param_refs = [n for n, t in params if is_ref(t)]
+        borrowed = self.borrowed_refs(param_refs)
+        lines = _with_borrowed_refs(self.lines, borrowed, self.global_loads)
+        owned = [n for n in self.ref_locals if n not in borrowed]
         return ops_template().function_body(
-            list(self.decls.items()), [(n, is_ref(t)) for n, t in params],
-            [is_ref(t) for t in self.info.result_types], self.lines, unused, self.ref_locals,
+            list(self.decls.items()), [(n, is_ref(t), n in borrowed) for n, t in params],
+            [is_ref(t) for t in self.info.result_types], lines, unused, owned,
             self.module.host_sync)
+
+    def borrowed_refs(self, param_refs: list[str]) -> set[str]:
+        """The ref locals that need no reference of their own (module
+        docstring): ref arguments never assigned in the body, and loads of
+        a global this function does not store (and calls no function that
+        might) assigned only there."""
+        assigned: dict[str, int] = {}
+        for line in self.lines:
+            for name in _ASSIGNED.findall(line):
+                assigned[name] = assigned.get(name, 0) + 1
+        borrowed = {n for n in param_refs if not assigned.get(n)}
+        if not self.calls_functions:
+            borrowed |= {n for n, g in self.global_loads.items()
+                         if g not in self.stored_globals and assigned.get(n) == 1}
+        return borrowed
 
     def emit_op(self, op) -> None:
         name = op.name
@@ -159,6 +194,73 @@ class FunctionEmitter:
             raise self.error(op, f"no C emit rule for VM op '{name}'; tfaot supports the VM "
                              "subset listed in docs/notes/iree-notes.md section 1.2")
         rule(self, op)
+
+
+#: A C local assigned a value (not the NULL a release leaves), at the start
+#: of a statement.
+_ASSIGNED = re.compile(r"(?:^|[;{]\s*)\s*(v_\w+) = (?!NULL;)")
+#: A ref local's release as vm.discard.refs (and a loop's reassignment) emit it.
+_RELEASE = re.compile(r"^(\s*)tfrt_release\(rt, (v_\w+)\); (v_\w+) = NULL;$")
+_RETAIN = re.compile(r"^(\s*)(v_\w+) = tfrt_retain\((v_\w+)\);$")
+
+
+def _with_borrowed_refs(lines: list[str], borrowed: set[str],
+                        global_loads: dict[str, str]) -> list[str]:
+    """``lines`` with the borrowed locals taking no reference (their global
+    load a plain read, their release a plain NULL), and each retain of an
+    owned local right before its release a move, as is a result's retain
+    right before the exit (``goto done``), which releases the local, where
+    no other result of that return is the same local."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        results = _return_moves(lines, i, borrowed)
+        if results:
+            out += results
+            i += len(results)
+            continue
+        load = _RETAIN_GLOBAL.match(line)
+        release = _RELEASE.match(line)
+        retain = _RETAIN.match(line)
+        after = _RELEASE.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if load and load[2] in borrowed and global_loads.get(load[2]) == load[3]:
+            out.append(f"{load[1]}{load[2]} = ctx->g.{load[3]};  /* borrowed */")
+        elif release and release[2] == release[3] and release[2] in borrowed:
+            out.append(f"{release[1]}{release[2]} = NULL;")
+        elif (retain and after and after[2] == after[3] == retain[3]
+              and retain[3] not in borrowed):
+            out.append(f"{retain[1]}{retain[2]} = {retain[3]}; {retain[3]} = NULL;  /* moved */")
+            i += 1
+        else:
+            out.append(line)
+        i += 1
+    return out
+
+
+_RETAIN_GLOBAL = re.compile(r"^(\s*)(v_\w+) = tfrt_retain\(ctx->g\.(\w+)\);$")
+_RESULT = re.compile(r"^(\s*)(\*result\d+) = (?:tfrt_retain\((v_\w+)\)|.*);$")
+
+
+def _return_moves(lines: list[str], i: int, borrowed: set[str]) -> list[str]:
+    """If a return's result lines start at ``i`` (then ``goto done;``):
+    those lines with each owned local returned once moved, not retained;
+    else []."""
+    end = i
+    while end < len(lines) and _RESULT.match(lines[end]):
+        end += 1
+    if end == i or end >= len(lines) or lines[end].strip() != "goto done;":
+        return []
+    matches = [_RESULT.match(line) for line in lines[i:end]]
+    returned = [m[3] for m in matches if m[3]]
+    out = []
+    for line, m in zip(lines[i:end], matches):
+        local = m[3]
+        if local and local not in borrowed and returned.count(local) == 1:
+            out.append(f"{m[1]}{m[2]} = {local}; {local} = NULL;  /* moved */")
+        else:
+            out.append(line)
+    return out
 
 
 def _touches_buffer_contents(op_name: str) -> bool:

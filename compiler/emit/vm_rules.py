@@ -156,11 +156,13 @@ def _global_load_ref(fe, op):
     g = _global_field(fe, op)
     r = fe.result(op)
     fe.assign_ref(op, r)
+    fe.note_global_load(r, g)
     fe.line(f"{r} = tfrt_retain(ctx->g.{g});")
 
 
 def _global_store_ref(fe, op):
     g = _global_field(fe, op)
+    fe.stored_globals.add(g)
     v = fe.val(op.operands[0])
     fe.block(ops_template().global_store_ref(g, v))
 
@@ -329,6 +331,7 @@ def _call_variadic(fe, op):
 
 
 def _internal_call(fe, op, callee):
+    fe.calls_functions = True  # which may store into any global
     target = fe.module.functions[callee]
     args = [fe.val(v) for v in op.operands]
     outs = []
