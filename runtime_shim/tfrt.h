@@ -122,9 +122,6 @@ typedef struct tfrt_arena {
   tfrt_view *view_slots;
   uint32_t view_count;
   tfrt_view *free_views;
-  /* diagnostics: high-water mark of arena bytes in use */
-  size_t bytes_in_use;
-  size_t bytes_high_water;
 } tfrt_arena;
 
 /* Defined by tfrt_backend.h: the core's tfrt_arena plus the backend's state. */

@@ -39,7 +39,6 @@ __attribute__((noinline)) TFRT_INTERNAL void tfrt_free_object(tfrt_runtime *rt, 
     tfrt_buffer *b = (tfrt_buffer *)obj;
     b->next_free = a->free_heads[b->pool];
     a->free_heads[b->pool] = b;
-    a->bytes_in_use -= a->pools[b->pool].size;
   } else if (obj->kind == TFRT_KIND_VIEW) {
     tfrt_view *v = (tfrt_view *)obj;
     tfrt_buffer *b = v->buffer;
@@ -98,8 +97,6 @@ TFRT_INTERNAL int tfrt_runtime_init(tfrt_runtime *rt) {
     v->next_free = a->free_views;
     a->free_views = v;
   }
-  a->bytes_in_use = 0;
-  a->bytes_high_water = 0;
   return TFRT_OK;
 }
 
@@ -142,8 +139,6 @@ __attribute__((always_inline)) static inline tfrt_buffer *tfrt_buffer_take(tfrt_
   b->next_free = NULL;
   b->hdr.refs = 1;
   b->length = (size_t)size;
-  a->bytes_in_use += a->pools[p].size;
-  if (a->bytes_in_use > a->bytes_high_water) a->bytes_high_water = a->bytes_in_use;
   return b;
 }
 

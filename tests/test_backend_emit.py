@@ -202,3 +202,31 @@ def test_a_retain_right_before_the_release_of_its_source_is_a_move():
     assert _with_borrowed_refs(lines, {"v_c"}, {}) == [
         "  v_b = v_a; v_a = NULL;  /* moved */",
         "  v_d = tfrt_retain(v_c);", "  v_c = NULL;"]
+
+
+def test_the_one_return_releases_only_what_its_locals_still_hold():
+    """A straight-line function's return releases the locals that hold a
+    reference there (not the one discarded before) and returns; the shared
+    exit, which failures reach from anywhere, still releases every local."""
+    vm_asm = """module {
+  vm.module public @m {
+    vm.global.ref private mutable @a : !vm.buffer
+    vm.global.ref private mutable @b : !vm.buffer
+    vm.func private @step(%arg0: !vm.buffer) {
+      %x = vm.global.load.ref @a : !vm.buffer
+      %y = vm.global.load.ref @b : !vm.buffer
+      vm.global.store.ref %arg0, @a : !vm.buffer
+      vm.global.store.ref %arg0, @b : !vm.buffer
+      vm.discard.refs %y : !vm.buffer
+      vm.return
+    }
+    vm.export @step
+  }
+}"""
+    body = emit.translate(vm_asm, prefix="m").functions["step"].body
+    success, failure = body.split("done:")
+    discard = "tfrt_release(rt, v_b); v_b = NULL;"
+    tail = success[success.index(discard) + len(discard):]
+    assert "tfrt_release(rt, v_a);" in tail and "tfrt_release(rt, v_b)" not in tail
+    assert tail.rstrip().endswith("return status;") and "goto done" not in tail
+    assert "tfrt_release(rt, v_a);" in failure and "tfrt_release(rt, v_b);" in failure
