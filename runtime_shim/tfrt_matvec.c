@@ -911,11 +911,16 @@ static inline __attribute__((always_inline)) void tfrt_i8_tile_pairs(
     /* the even lanes' sums, modulo 2^32 and so exactly (see above) */
     const int32_t e0 = (int32_t)(m0 - (o0 << 8) - offset);
     const int32_t e1 = (int32_t)(m1 - (o1 << 8) - offset);
+    /* scaled in tfrt_i8_tile_out's order, (sum * chunk's) * row's: the
+     * matmul of streams takes that path, and each stream's outputs are the
+     * matvec's bit for bit */
+    const float s0 = (float)e0 * chunk_scale, s1 = (float)(int32_t)o0 * chunk_scale,
+                s2 = (float)e1 * chunk_scale, s3 = (float)(int32_t)o1 * chunk_scale;
     const float *lane = row_scale ? row_scale + l : NULL;
-    out[l] = (float)e0 * (lane ? chunk_scale * lane[0] : chunk_scale);
-    out[l + 1] = (float)(int32_t)o0 * (lane ? chunk_scale * lane[1] : chunk_scale);
-    out[l + 2] = (float)e1 * (lane ? chunk_scale * lane[2] : chunk_scale);
-    out[l + 3] = (float)(int32_t)o1 * (lane ? chunk_scale * lane[3] : chunk_scale);
+    out[l] = lane ? s0 * lane[0] : s0;
+    out[l + 1] = lane ? s1 * lane[1] : s1;
+    out[l + 2] = lane ? s2 * lane[2] : s2;
+    out[l + 3] = lane ? s3 * lane[3] : s3;
   }
 }
 

@@ -137,7 +137,8 @@ def _cases_header(cases, dtype: str = "int8", paired: bool = False) -> str:
         table.append(f"{{w{i}, x{i}, {w.shape[0]}u, {w.shape[1]}u}}")
     return (text + f"static const struct {{ const {ctype} *w; const float *x; size_t n, k; }} "
             f"cases[] = {{{', '.join(table)}}};\n"
-            f"#define MAX_ROWS {max(w.shape[0] for w, _ in cases)}\n")
+            f"#define MAX_ROWS {max(w.shape[0] for w, _ in cases)}\n"
+            f"#define MAX_K {max(w.shape[1] for w, _ in cases)}\n")
 
 
 def _cortex_m_image(cpu: str, tmp_path: Path, defines: list[str],
@@ -206,16 +207,21 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
 def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
     """The DSP (SXTB16 + SMLAD, int16 inputs) and Helium (VMULLB/VMULLT)
     paths under qemu-system-arm: the same int32 sums as numpy's model of
-    each, so the same outputs up to f32 rounding."""
+    each, so the same outputs up to f32 rounding; the matmul of several
+    streams gives each stream the matvec's outputs."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _kernel_cases(np.random.default_rng(4))
     paired = cpu != "cortex-m55"  # the DSP path's blob pairs its lanes
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, paired=paired))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel",
+                                            "-DTFRT_MATMUL_FN=m_matmul", "-DCHECK_MATMUL",
                                             f"-DTFRT_I8_PAIRED_BLOB={int(paired)}"])
     assert INT8_PATH[cpu] in toolchains.disassembly(image, cpu)
     model = int8_weights.int8_matvec if cpu == "cortex-m55" else int8_weights.int8_matvec_dsp
-    _check_kernel_output(_run_cortex_m(cpu, image), cases, model)
+    proc = _run_cortex_m(cpu, image)
+    # the matmul of three streams (--streams) gives each the matvec's outputs
+    assert "differs" not in proc.stdout + proc.stderr
+    _check_kernel_output(proc, cases, model)
 
 
 @pytest.mark.parametrize("march,instruction", [("armv8-a", "sadalp"),
