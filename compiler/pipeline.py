@@ -78,6 +78,8 @@ def load_and_streamify(model_path: str, progress: Progress,
             progress.note(f"{model_path}: {program.report['choice']}")
             for note in program.report.get("notes", []):
                 progress.note(f"{model_path}: {note}")
+            for warning in program.report.get("warnings", []):
+                progress.warn(f"{model_path}: {warning}")
         else:  # (the graph streamifier prints its own notes)
             from .streamify_graph import streamify_graph
 

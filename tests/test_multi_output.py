@@ -223,3 +223,23 @@ def test_graph_with_two_outputs(tmp_path):
                             capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert len([line for line in verify.stdout.splitlines() if "max abs error" in line]) == 2
+
+
+def test_an_output_faster_than_the_steps_is_named_in_a_warning():
+    """A head at every frame beside a branch with a time stride of 2: each
+    step takes 2 frames and returns the fast head's last frame only; the
+    build says so, naming the head. Heads at the step's rate: no warning."""
+    import keras
+
+    from tfaot.streamify_keras import streamify_keras
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 6))
+    fast = keras.layers.Dense(2, name="fast")(keras.layers.LSTM(8, return_sequences=True)(x))
+    slow = keras.layers.Conv1D(8, 2, strides=2)(x)
+    slow = keras.layers.Dense(3, name="slow")(keras.layers.GRU(6, return_sequences=True)(slow))
+    program = streamify_keras(keras.Model(x, [fast, slow]), "two_rates", "keras")
+    assert program.stream.frames_per_step == 2
+    [warning] = program.report["warnings"]
+    assert "output 'fast' has 2 frames per step" in warning and "1 of every 2" in warning
+    assert not streamify_keras(_two_heads(), "two_heads", "keras").report["warnings"]
