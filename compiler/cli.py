@@ -32,8 +32,9 @@ def _add_stream_options(p: argparse.ArgumentParser) -> None:
     how.add_argument("--whole-window", dest="fixed_window", action="store_const",
                      const="whole",
                      help="run one whole inference per step on a model with a fixed window "
-                          "and no recurrence (the default for images: inputs (batch, H, W, "
-                          "C)); e.g. a keyword spotter over 49 frames, once per 49 frames")
+                          "(the default for images without recurrence: inputs (batch, H, W, "
+                          "C)); e.g. a keyword spotter over 49 frames, once per 49 frames, "
+                          "or a recurrent model over a fixed T, its state from zero each step")
 
 
 def _size(text: str) -> int:

@@ -125,12 +125,29 @@ def _norm_over_time(layers, x):
     return layers.LayerNormalization(axis=1)(layers.GRU(6, return_sequences=True)(x))
 
 
+def _lstm_then_flatten(layers, x):
+    return layers.Dense(3)(layers.Flatten()(layers.LSTM(5, return_sequences=True)(x)))
+
+
+def _gru_then_flattening_reshape(layers, x):
+    return layers.Dense(3)(layers.Reshape((12 * 4,))(layers.GRU(4, return_sequences=True)(x)))
+
+
+def _permute_time(layers, x):
+    return layers.Dense(3)(layers.Flatten()(layers.Dense(5)(layers.Permute((2, 1))(x))))
+
+
 @pytest.mark.parametrize("body, how", [(_squeeze_excite, "recomputing the whole window"),
                                        (_softmax_over_time, "recomputing the whole window"),
-                                       (_norm_over_time, "one whole inference per step")])
+                                       (_norm_over_time, "one whole inference per step"),
+                                       (_lstm_then_flatten, "recomputing the whole window"),
+                                       (_gru_then_flattening_reshape,
+                                        "recomputing the whole window"),
+                                       (_permute_time, "recomputing the whole window")])
 def test_fixed_window_layers_across_time_fall_back(tmp_path, capsys, body, how):
     """Layers that work across the time axis (a squeeze-and-excitation
-    block's pooled scale, a softmax or a normalization over time) in models
+    block's pooled scale, a softmax or a normalization over time, a
+    recurrent layer's sequence flattened, the time axis permuted) in models
     of a fixed window: built as the window recomputed, or one whole
     inference a step where time reaches the output, and checked by verify
     against TensorFlow; before, the build refused them."""
@@ -145,3 +162,20 @@ def test_fixed_window_layers_across_time_fall_back(tmp_path, capsys, body, how):
     assert how in capsys.readouterr().err
     assert main(["verify", str(path), str(tmp_path / "out"), "--steps", "120"]) == 0
     assert capsys.readouterr().out.strip().endswith("ok")
+
+
+def test_whole_window_is_one_inference_per_step_for_recurrent_models_too():
+    """--whole-window on a recurrent model of a fixed length: one whole
+    inference per step, as asked (it streamed the recurrence regardless);
+    an open time axis has no window, and streams."""
+    import keras
+    from keras import layers
+
+    from tfaot.streamify_keras import stream_info
+
+    keras.utils.set_random_seed(4)
+    for length, mode in ((12, "stateless"), (None, "prefix")):
+        x = keras.Input((length, 4))
+        model = keras.Model(x, layers.Dense(3)(layers.LSTM(5)(x)))
+        assert stream_info(model, fixed_window="whole").mode == mode
+        assert stream_info(model).mode == "prefix"

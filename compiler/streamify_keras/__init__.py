@@ -126,7 +126,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     choice = _stream_choice(model, fixed_window)
     fixed_window, why = choice.fixed_window, choice.why
     window = fixed_window_length(model)
-    if is_streaming(model):
+    if is_streaming(model) and fixed_window != "whole":
         mode = "prefix"
     elif window is not None and fixed_window == "stream":
         mode = "window"
@@ -151,8 +151,9 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             window = window or _fixed_length(model)
             if window is None:
                 raise TfaotError(f"{reason}; give the input a fixed length "
-                                 f"(keras.Input((W, ...))) and it builds as one whole "
-                                 f"inference per step") from None
+                                 f"(keras.Input((W, ...))) and it builds as a fixed window "
+                                 f"(recomputed each step, or one whole inference per step "
+                                 f"with --whole-window)") from None
             if fixed_window != "stream":
                 raise TfaotError(str(reason)) from None
             if _time_reaches_output(model, window):
@@ -207,6 +208,8 @@ def _discover(replay: Replay, model, x_specs, streamed) -> tuple[list, list]:
 def _stream_choice(model, requested: str) -> stream_choice.Choice:
     """Stream or one inference per step, and why (``stream_choice``)."""
     if _has_recurrent_layer(model):
+        if requested == "whole" and _fixed_length(model) is not None:
+            return stream_choice.Choice("whole", "asked with --whole-window")
         return stream_choice.Choice("stream", "the model has recurrent layers")
     shape = time_input_shape(model)
     if _has_dynamic_time(model):

@@ -339,8 +339,8 @@ class Replay:
         if kind == "Reshape":
             return self._reshape(op, args[0])
         if kind == "Permute":
-            if tuple(op.dims)[0] != 1:
-                raise layer_error(op, f"moves the time axis (dims={tuple(op.dims)})")
+            if tuple(op.dims)[0] != 1:  # (a fixed window falls back to recomputing it)
+                raise NotIncremental(op, f"moves the time axis (dims={tuple(op.dims)})")
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
                               valid_from=args[0].valid_from)
@@ -476,9 +476,14 @@ class Replay:
         per_step = tuple(int(d) for d in x.value.shape[2:])
         rest = per_step_target(target, x.seq.length or layer_time_length(op), per_step)
         if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
-            if x.seq.length is not None and -1 not in target and \
-                    int(np.prod(target)) == x.seq.length * int(np.prod(per_step)):
-                return self.rules["Flatten"].step(self, op, x)
+            length = x.seq.length or layer_time_length(op)
+            if length is not None and -1 not in target and \
+                    int(np.prod(target)) == length * int(np.prod(per_step)):
+                if x.seq.length is not None:
+                    return self.rules["Flatten"].step(self, op, x)
+                # a recurrent model's fixed window: it falls back to recomputing it
+                raise NotIncremental(op, f"(target shape {target}) flattens the whole "
+                                         "sequence into features")
             raise layer_error(op, f"target shape {target} mixes the time axis "
                                   f"with the features {per_step}")
         self.row(op, "per-step")

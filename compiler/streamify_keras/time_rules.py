@@ -177,9 +177,10 @@ class WindowReduceRule:
 
     def _check(self, op, seq: Seq, mode: str) -> None:
         if mode != "window" or seq.length is None:
-            raise layer_error(op, "is not a per-time-step layer: it reduces the whole "
-                                  "sequence, whose length grows in a streaming model (give "
-                                  "the model a fixed window: input (batch, W, ...))")
+            # (a recurrent model's fixed window falls back to recomputing it;
+            # open time is refused, with what to do)
+            raise NotIncremental(op, "is not a per-time-step layer: it reduces the whole "
+                                     "sequence, whose length grows in a streaming model")
 
     def step(self, replay: Replay, op, x: Streamed) -> Streamed:
         import tensorflow as tf
