@@ -203,6 +203,13 @@ _ASSIGNED = re.compile(r"(?:^|[;{]\s*)\s*(v_\w+) = (?!NULL;)")
 #: A ref local's release as vm.discard.refs (and a loop's reassignment) emit it.
 _RELEASE = re.compile(r"^(\s*)tfrt_release\(rt, (v_\w+)\); (v_\w+) = NULL;$")
 _RETAIN = re.compile(r"^(\s*)(v_\w+) = tfrt_retain\((v_\w+)\);$")
+_RETAIN_GLOBAL = re.compile(r"^(\s*)(v_\w+) = tfrt_retain\(ctx->g\.(\w+)\);$")
+#: A return's result line: a ref local retained into it, or another value.
+_RESULT = re.compile(r"^(\s*)(\*result\d+) = (?:tfrt_retain\((v_\w+)\)|.*);$")
+#: What sets a local on the path: ``v = NULL`` (after a release or a move),
+#: or another value (an assignment, or ``&v`` handed to a call that fills it).
+_SET_NULL = re.compile(r"(?:^|[;{]\s*)\s*(v_\w+) = NULL;")
+_SET_VALUE = re.compile(r"(?:(?:^|[;{]\s*)\s*(v_\w+) = (?!NULL;))|&(v_\w+)\b")
 
 
 def _with_borrowed_refs(lines: list[str], borrowed: set[str],
@@ -239,13 +246,6 @@ def _with_borrowed_refs(lines: list[str], borrowed: set[str],
     return out
 
 
-_RETAIN_GLOBAL = re.compile(r"^(\s*)(v_\w+) = tfrt_retain\(ctx->g\.(\w+)\);$")
-#: What sets a local on the path: ``v = NULL`` (after a release or a move),
-#: or another value (an assignment, or ``&v`` handed to a call that fills it).
-_SET_NULL = re.compile(r"(?:^|[;{]\s*)\s*(v_\w+) = NULL;")
-_SET_VALUE = re.compile(r"(?:(?:^|[;{]\s*)\s*(v_\w+) = (?!NULL;))|&(v_\w+)\b")
-
-
 def _with_direct_return(lines: list[str], owned: list[str], host_sync: bool) -> list[str]:
     """A function of one block whose one return ends it: that return releases
     only the locals that may hold a reference there and returns, where the
@@ -267,7 +267,6 @@ def _with_direct_return(lines: list[str], owned: list[str], host_sync: bool) -> 
                 holding.discard(name)
     releases = [f"  tfrt_release(rt, {n});" for n in owned if n in holding]
     return lines[:-1] + releases + ["  return status;"]
-_RESULT = re.compile(r"^(\s*)(\*result\d+) = (?:tfrt_retain\((v_\w+)\)|.*);$")
 
 
 def _return_moves(lines: list[str], i: int, borrowed: set[str]) -> list[str]:
