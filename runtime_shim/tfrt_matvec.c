@@ -846,8 +846,8 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
  * [e0 ^ 0x80, o0, e1 ^ 0x80, o1] and the same of inputs 2 and 3, where e
  * are lane 2m's weights (offset by 128 to unsigned bytes) and o lane
  * 2m+1's. SMLAD of such a word as it is with the input pair (x0, x1)
- * multiplies its halves, e + 256 o as 16-bit numbers: the even lane's
- * products plus 256 times the odd lane's, in one sum. SXTB16 of the word
+ * multiplies its halves, (e + 128) + 256 o as 16-bit numbers: the even
+ * lane's products plus 256 times the odd lane's, in one sum. SXTB16 of the word
  * rotated by 8 gives the odd lane's weights for a sum of its own, and the
  * even lane's sum is then the first minus 256 times the second, minus 128
  * times the sum of the inputs (the offset's share). So 4 products take 3
