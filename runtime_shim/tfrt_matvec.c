@@ -884,6 +884,21 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
             : "memory");                                                                 \
   } while (0)
 
+/* One pass of four lanes over `groups` groups of 4 inputs: GROUP (one of
+ * the asm statements above, which advance p and x and add into the pass's
+ * sums) four groups at a time in straight-line code, then the rest. */
+#define TFRT_I8_FOUR_LANES(GROUP, p, x, groups, T)                                       \
+  do {                                                                                   \
+    size_t h_ = 0;                                                                       \
+    for (; h_ + 4 <= (groups); h_ += 4) {                                                \
+      GROUP(p, x, 4 * (T));                                                              \
+      GROUP(p, x, 4 * (T));                                                              \
+      GROUP(p, x, 4 * (T));                                                              \
+      GROUP(p, x, 4 * (T));                                                              \
+    }                                                                                    \
+    for (; h_ < (groups); h_++) GROUP(p, x, 4 * (T));                                    \
+  } while (0)
+
 /* Four lanes (two pairs) at a time over all groups of the int16 input
  * pairs xw (tfrt_i8_quantize_top: one scale, and the inputs' sum in the
  * last word), the sums in core registers, four groups a pass.
@@ -900,14 +915,7 @@ static inline __attribute__((always_inline)) void tfrt_i8_tile_pairs(
     uint32_t m0 = 0, o0 = 0, m1 = 0, o1 = 0;
     const int8_t *p = wt + l * 4;
     const uint32_t *x = xw;
-    size_t h = 0;
-    for (; h + 4 <= groups; h += 4) {
-      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
-      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
-      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
-      TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
-    }
-    for (; h < groups; h++) TFRT_I8_PAIRS_GROUP(p, x, 4 * T);
+    TFRT_I8_FOUR_LANES(TFRT_I8_PAIRS_GROUP, p, x, groups, T);
     /* the even lanes' sums, modulo 2^32 and so exactly (see above) */
     const int32_t e0 = (int32_t)(m0 - (o0 << 8) - offset);
     const int32_t e1 = (int32_t)(m1 - (o1 << 8) - offset);
@@ -962,14 +970,7 @@ static void tfrt_i8_sums_dsp_32(const int8_t *wt, const int8_t *xq, size_t group
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     const int8_t *p = wt + l * 4;
     const uint32_t *x = widened;
-    size_t h = 0;
-    for (; h + 4 <= groups; h += 4) {
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-      TFRT_I8_DSP_GROUP(p, x, 4 * T);
-    }
-    for (; h < groups; h++) TFRT_I8_DSP_GROUP(p, x, 4 * T);
+    TFRT_I8_FOUR_LANES(TFRT_I8_DSP_GROUP, p, x, groups, T);
     out[l] = (float)a0, out[l + 1] = (float)a1, out[l + 2] = (float)a2, out[l + 3] = (float)a3;
   }
 }

@@ -474,9 +474,9 @@ class Replay:
 
         target = tuple(op.target_shape)
         per_step = tuple(int(d) for d in x.value.shape[2:])
-        rest = per_step_target(target, x.seq.length or layer_time_length(op), per_step)
+        length = x.seq.length or layer_time_length(op)
+        rest = per_step_target(target, length, per_step)
         if -1 in rest or int(np.prod(rest)) != int(np.prod(per_step)):
-            length = x.seq.length or layer_time_length(op)
             if length is not None and -1 not in target and \
                     int(np.prod(target)) == length * int(np.prod(per_step)):
                 if x.seq.length is not None:
