@@ -204,14 +204,18 @@ def _warn_weights_not_in_file(manifest: dict, target, name: str, progress: Progr
 def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress,
                                streams: int = 1) -> None:
     """--weights-dtype applies to the micro-kernels' weights only (int8: to
-    the matrices of 1024 weights or more the matvec, or with several
-    streams the matmul, kernel takes); say when no weight took it."""
+    the matrices of 1024 weights or more, 256 on bare-metal Arm, the matvec,
+    or with several streams the matmul, kernel takes); say when no weight
+    took it."""
+    from .lower.microkernel import int8_min_weights
+
     asked = target.weights_dtype
     if asked != "f32" and manifest.get("weights_dtype") == "f32":
+        fewest = int8_min_weights(target.int8_min_weights)
         what = ("no matvec or convolution the micro-kernels take" if asked != "int8"
-                else f"no matrix of 1024 weights or more that the "
+                else f"no matrix of {fewest} weights or more that the "
                      f"{'matmul kernel of many streams' if streams > 1 else 'matvec kernel'} "
-                     "takes (smaller ones stay f32, as in LiteRT)")
+                     "takes (smaller ones stay f32)")
         progress.warn(f"--weights-dtype={asked}: this model has {what}; its weights stay f32")
 
 

@@ -202,6 +202,10 @@ class Target:
     # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
     kernel_kinds: tuple[str, ...] | None = None
     kernel_min_weights: int = 0
+    # int8 builds: matrices and convolutions of fewer weights keep f32;
+    # None: microkernel.INT8_MIN_WEIGHTS (LiteRT's rule). Bare-metal Arm:
+    # MCU_KERNEL_MIN_WEIGHTS (see make_target).
+    int8_min_weights: int | None = None
     # int8 builds: whether convolutions take int8 weights (the int8
     # convolution kernel); None: where the target multiplies int8 faster than
     # f32 (int8_dot_products). Tests set it to run that kernel anywhere.
@@ -494,6 +498,8 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     if matvec is None and _mcu_matvec_kernel(target):
         target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
+    if target.bare_metal_arm and target.arch.startswith("thumb"):
+        target = replace(target, int8_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
                          f"{target.triple}, and none is installed; use --matvec=iree")
@@ -505,7 +511,10 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
 #: cycles, where the kernel's 8-lane group would take ~450); from 256
 #: weights the kernel wins (SimpleRNN(16)'s 16 x 24 matrix: its step 4.3k ->
 #: 4.0k). Depthwise filters, a few weights per channel, go to their kernel
-#: whatever their size.
+#: whatever their size. int8 builds quantize from there too, not from
+#: LiteRT's 1024: on an M4 the int8 kernel is the faster one there as well
+#: (an LSTM(64)'s 12 x 64 head: 2.8k estimated cycles against IREE's f32
+#: 3.5k) and flash is what a microcontroller has least of.
 MCU_KERNEL_MIN_WEIGHTS = 256
 #: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel

@@ -841,7 +841,7 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
   }
 }
 
-/* The matvec's tile (paired lanes). Its blob pairs lanes 2m and 2m+1
+/* The matvec's passes (paired lanes). Its blob pairs lanes 2m and 2m+1
  * (pack_int8 with paired rows): per group of 4 inputs, two words
  * [e0 ^ 0x80, o0, e1 ^ 0x80, o1] and the same of inputs 2 and 3, where e
  * are lane 2m's weights (offset by 128 to unsigned bytes) and o lane
@@ -855,34 +855,135 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
  * cycles per group of 4 inputs and 4 lanes, from 23. The first sum wraps
  * (256 times the odd lane's is up to 2^37); the difference, modulo 2^32,
  * is exact, as the even lane's sum plus its offset's (< 255 * 32767 *
- * 128) fits in 32 bits. One asm statement, as TFRT_I8_DSP_GROUP. */
-#define TFRT_I8_PAIRS_GROUP(wptr, xptr, step)                                            \
-  do {                                                                                   \
-    uint32_t wa_, wb_, wc_, wd_, x01_, x23_;                                             \
-    __asm__("ldrd %[x01], %[x23], [%[xp]], #8\n\t"                                       \
-            "ldr %[wa], [%[wp]], %[next]\n\t"                                            \
-            "ldr %[wb], [%[wp], %[back1]]\n\t"                                           \
-            "ldr %[wc], [%[wp], %[back2]]\n\t"                                           \
-            "ldr %[wd], [%[wp], %[back3]]\n\t"                                           \
-            "smlad %[m0], %[wa], %[x01], %[m0]\n\t"                                      \
-            "sxtb16 %[wa], %[wa], ror #8\n\t"                                            \
-            "smlad %[o0], %[wa], %[x01], %[o0]\n\t"                                      \
-            "smlad %[m0], %[wb], %[x23], %[m0]\n\t"                                      \
-            "sxtb16 %[wb], %[wb], ror #8\n\t"                                            \
-            "smlad %[o0], %[wb], %[x23], %[o0]\n\t"                                      \
-            "smlad %[m1], %[wc], %[x01], %[m1]\n\t"                                      \
-            "sxtb16 %[wc], %[wc], ror #8\n\t"                                            \
-            "smlad %[o1], %[wc], %[x01], %[o1]\n\t"                                      \
-            "smlad %[m1], %[wd], %[x23], %[m1]\n\t"                                      \
-            "sxtb16 %[wd], %[wd], ror #8\n\t"                                            \
-            "smlad %[o1], %[wd], %[x23], %[o1]"                                          \
-            : [m0] "+r"(m0), [o0] "+r"(o0), [m1] "+r"(m1), [o1] "+r"(o1),                \
-              [wp] "+r"(wptr), [xp] "+r"(xptr), [wa] "=&r"(wa_), [wb] "=&r"(wb_),        \
-              [wc] "=&r"(wc_), [wd] "=&r"(wd_), [x01] "=&r"(x01_), [x23] "=&r"(x23_)     \
-            : [next] "n"(step), [back1] "n"(4 - (step)), [back2] "n"(8 - (step)),        \
-              [back3] "n"(12 - (step))                                                   \
-            : "memory");                                                                 \
-  } while (0)
+ * 128) fits in 32 bits.
+ * A pass is four lanes (two pairs), and the blob keeps each pass's groups
+ * together, 16 bytes a group ([tiles][T/4][k4/4][16]), so that a pass
+ * reads its weights in order whatever the tile's width, and the passes
+ * of all tiles are k4 * 4 bytes apart.
+ * One group as asm text (TFRT_I8_PAIRS_RUN's body): the input pair (LDRD)
+ * and the pass's four weight words loaded back to back (a load right after
+ * a load costs 1 on the M4). Every instruction has a 32-bit encoding: the
+ * jump table into the groups counts bytes. */
+#define TFRT_I8_PAIRS_GROUP(g)                                                           \
+  ".Lg%=_" #g ":\n\t"                                                                    \
+  "ldrd %[x01], %[x23], [%[xp]], #8\n\t"                                                 \
+  "ldr %[wa], [%[wp]], #16\n\t"                                                          \
+  "ldr %[wb], [%[wp], #-12]\n\t"                                                         \
+  "ldr %[wc], [%[wp], #-8]\n\t"                                                          \
+  "ldr %[wd], [%[wp], #-4]\n\t"                                                          \
+  "smlad %[m0], %[wa], %[x01], %[m0]\n\t"                                                \
+  "sxtb16 %[wa], %[wa], ror #8\n\t"                                                      \
+  "smlad %[o0], %[wa], %[x01], %[o0]\n\t"                                                \
+  "smlad %[m0], %[wb], %[x23], %[m0]\n\t"                                                \
+  "sxtb16 %[wb], %[wb], ror #8\n\t"                                                      \
+  "smlad %[o0], %[wb], %[x23], %[o0]\n\t"                                                \
+  "smlad %[m1], %[wc], %[x01], %[m1]\n\t"                                                \
+  "sxtb16 %[wc], %[wc], ror #8\n\t"                                                      \
+  "smlad %[o1], %[wc], %[x01], %[o1]\n\t"                                                \
+  "smlad %[m1], %[wd], %[x23], %[m1]\n\t"                                                \
+  "sxtb16 %[wd], %[wd], ror #8\n\t"                                                      \
+  "smlad %[o1], %[wd], %[x23], %[o1]\n\t"
+#define TFRT_I8_PAIRS_GROUPS8(a, b, c, d, e, f, g, h)                                    \
+  TFRT_I8_PAIRS_GROUP(a) TFRT_I8_PAIRS_GROUP(b) TFRT_I8_PAIRS_GROUP(c)                   \
+  TFRT_I8_PAIRS_GROUP(d) TFRT_I8_PAIRS_GROUP(e) TFRT_I8_PAIRS_GROUP(f)                   \
+  TFRT_I8_PAIRS_GROUP(g) TFRT_I8_PAIRS_GROUP(h)
+/* The jump table's entry for a pass of `left` groups: the group that many
+ * before the end (in halfwords from the table). */
+#define TFRT_I8_PAIRS_ENTRY(left) ".hword (.Lg%=_" #left " - .Lt%=) / 2\n\t"
+#define TFRT_I8_PAIRS_ENTRIES8(a, b, c, d, e, f, g, h)                                   \
+  TFRT_I8_PAIRS_ENTRY(a) TFRT_I8_PAIRS_ENTRY(b) TFRT_I8_PAIRS_ENTRY(c)                   \
+  TFRT_I8_PAIRS_ENTRY(d) TFRT_I8_PAIRS_ENTRY(e) TFRT_I8_PAIRS_ENTRY(f)                   \
+  TFRT_I8_PAIRS_ENTRY(g) TFRT_I8_PAIRS_ENTRY(h)
+
+/* What tfrt_i8_pairs reads at its start: the first eight words into
+ * s8-s15 with one VLDM (a VMOV between an s and a core register costs 1),
+ * the outputs' pointer into a core register. */
+struct tfrt_i8_pairs_args {
+  const int8_t *w;          /* the first pass's weights; then the next one's */
+  uint32_t stride;          /* bytes from a pass's weights to the next one's */
+  const uint32_t *xw;       /* the int16 input pairs */
+  uint32_t groups;          /* of 4 inputs, 1 to TFRT_I8_CHUNK / 4 */
+  uint32_t neg_offset;      /* -128 times the inputs' sum: the even sums' start */
+  float chunk_scale;        /* the input's scale */
+  const float *row_scale;   /* the lanes' own scales, 4 a pass */
+  const float *out_end;     /* out + 4 * passes */
+  float *out;               /* 4 outputs a pass */
+};
+
+/* The outputs of `passes` passes of four lanes each, in one asm statement
+ * (a C loop around a pass's asm kept its pointers on the stack, and the
+ * loop over groups cost a compare and a branch every four: with them, 69
+ * estimated cycles a pass besides the groups). A pass: its four sums from
+ * zero (the even ones from the offset's share), the groups straight-line,
+ * entered by a jump table (TBH on the count) at the group that leaves
+ * exactly `groups` before the end, so no loop; then its four outputs: the
+ * even lanes' sums m - 256 o (modulo 2^32 and so exact, see above) and the
+ * odd lanes' o to f32, times the chunk's scale and then the lanes' own:
+ * (sum * chunk's) * row's, tfrt_i8_tile_out's order, so that the matmul of
+ * streams gives each stream the matvec's outputs bit for bit. 13 core
+ * registers: the four sums, the two pointers, the group's six words and
+ * the outputs' pointer; 2.2 KB of code for the 32 groups of a chunk. */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_pairs(const struct tfrt_i8_pairs_args *args) {
+  const void *xp_ = args;
+  uint32_t m0_, o0_, m1_, o1_, wa_, wb_, wc_, wd_, x01_, x23_;
+  const void *wp_;
+  float *out_;
+  __asm__ volatile(
+      "vldmia %[xp], {s8-s15}\n\t"
+      "ldr %[out], [%[xp], #32]\n"
+      ".Lp%=:\n\t"
+      "vmov %[wp], s8\n\t"
+      "vmov %[wa], s9\n\t"
+      "add %[wa], %[wp], %[wa]\n\t"
+      "vmov s8, %[wa]\n\t"
+      "vmov %[xp], s10\n\t"
+      "vmov %[m0], s12\n\t"
+      "movs %[o0], #0\n\t"
+      "vmov %[m1], s12\n\t"
+      "movs %[o1], #0\n\t"
+      "vmov %[wa], s11\n\t"
+      "tbh [pc, %[wa], lsl #1]\n"
+      ".Lt%=:\n\t"
+      TFRT_I8_PAIRS_ENTRY(1) /* (no pass has 0 groups) */
+      TFRT_I8_PAIRS_ENTRIES8(1, 2, 3, 4, 5, 6, 7, 8)
+      TFRT_I8_PAIRS_ENTRIES8(9, 10, 11, 12, 13, 14, 15, 16)
+      TFRT_I8_PAIRS_ENTRIES8(17, 18, 19, 20, 21, 22, 23, 24)
+      TFRT_I8_PAIRS_ENTRIES8(25, 26, 27, 28, 29, 30, 31, 32)
+      TFRT_I8_PAIRS_GROUPS8(32, 31, 30, 29, 28, 27, 26, 25)
+      TFRT_I8_PAIRS_GROUPS8(24, 23, 22, 21, 20, 19, 18, 17)
+      TFRT_I8_PAIRS_GROUPS8(16, 15, 14, 13, 12, 11, 10, 9)
+      TFRT_I8_PAIRS_GROUPS8(8, 7, 6, 5, 4, 3, 2, 1)
+      "sub %[m0], %[m0], %[o0], lsl #8\n\t"
+      "sub %[m1], %[m1], %[o1], lsl #8\n\t"
+      "vmov s0, s1, %[m0], %[o0]\n\t"
+      "vmov s2, s3, %[m1], %[o1]\n\t"
+      "vcvt.f32.s32 s0, s0\n\t"
+      "vcvt.f32.s32 s1, s1\n\t"
+      "vcvt.f32.s32 s2, s2\n\t"
+      "vcvt.f32.s32 s3, s3\n\t"
+      "vmul.f32 s0, s0, s13\n\t"
+      "vmul.f32 s1, s1, s13\n\t"
+      "vmul.f32 s2, s2, s13\n\t"
+      "vmul.f32 s3, s3, s13\n\t"
+      "vmov %[wa], s14\n\t"
+      "vldmia %[wa]!, {s4-s7}\n\t"
+      "vmov s14, %[wa]\n\t"
+      "vmul.f32 s0, s0, s4\n\t"
+      "vmul.f32 s1, s1, s5\n\t"
+      "vmul.f32 s2, s2, s6\n\t"
+      "vmul.f32 s3, s3, s7\n\t"
+      "vstmia %[out]!, {s0-s3}\n\t"
+      "vmov %[wa], s15\n\t"
+      "cmp %[out], %[wa]\n\t"
+      "bne .Lp%="
+      : [m0] "=&r"(m0_), [o0] "=&r"(o0_), [m1] "=&r"(m1_), [o1] "=&r"(o1_), [wp] "=&r"(wp_),
+        [xp] "+&r"(xp_), [wa] "=&r"(wa_), [wb] "=&r"(wb_), [wc] "=&r"(wc_), [wd] "=&r"(wd_),
+        [x01] "=&r"(x01_), [x23] "=&r"(x23_), [out] "=&r"(out_)
+      :
+      : "cc", "memory", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10",
+        "s11", "s12", "s13", "s14", "s15");
+}
 
 /* One pass of four lanes over `groups` groups of 4 inputs: GROUP (one of
  * the asm statements above, which advance p and x and add into the pass's
@@ -898,62 +999,6 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
     }                                                                                    \
     for (; h_ < (groups); h_++) GROUP(p, x, 4 * (T));                                    \
   } while (0)
-
-/* Four lanes (two pairs) at a time over all groups of the int16 input
- * pairs xw (tfrt_i8_quantize_top: one scale, and the inputs' sum in the
- * last word), the sums in core registers, four groups a pass.
- * row_scale (or NULL): the lanes' own scales, applied here too, so that a
- * matrix of one chunk writes its outputs without a second pass. */
-static inline __attribute__((always_inline)) void tfrt_i8_tile_pairs(
-    const int8_t *wt, const uint32_t *xw, const float *scale, const float *row_scale,
-    size_t groups, float *out, const size_t T) {
-  int32_t input_sum;
-  __builtin_memcpy(&input_sum, xw + TFRT_I8_IN_LEN - 1, sizeof input_sum);
-  const uint32_t offset = 128u * (uint32_t)input_sum;
-  const float chunk_scale = *scale; /* once: out might alias it for all gcc knows */
-  for (size_t l = 0; l < T; l += 4) {
-    uint32_t m0 = 0, o0 = 0, m1 = 0, o1 = 0;
-    const int8_t *p = wt + l * 4;
-    const uint32_t *x = xw;
-    TFRT_I8_FOUR_LANES(TFRT_I8_PAIRS_GROUP, p, x, groups, T);
-    /* the even lanes' sums, modulo 2^32 and so exactly (see above) */
-    const int32_t e0 = (int32_t)(m0 - (o0 << 8) - offset);
-    const int32_t e1 = (int32_t)(m1 - (o1 << 8) - offset);
-    /* scaled in tfrt_i8_tile_out's order, (sum * chunk's) * row's: the
-     * matmul of streams takes that path, and each stream's outputs are the
-     * matvec's bit for bit */
-    const float s0 = (float)e0 * chunk_scale, s1 = (float)(int32_t)o0 * chunk_scale,
-                s2 = (float)e1 * chunk_scale, s3 = (float)(int32_t)o1 * chunk_scale;
-    const float *lane = row_scale ? row_scale + l : NULL;
-    out[l] = lane ? s0 * lane[0] : s0;
-    out[l + 1] = lane ? s1 * lane[1] : s1;
-    out[l + 2] = lane ? s2 * lane[2] : s2;
-    out[l + 3] = lane ? s3 * lane[3] : s3;
-  }
-}
-
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_pairs_32(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
-                                  size_t groups, float *out) {
-  tfrt_i8_tile_pairs(wt, xw, scale, NULL, groups, out, 32);
-}
-
-/* A full 32-lane tile of a one-chunk matrix straight into its outputs:
- * the separate pass that scaled the tile's sums by the rows' scales was
- * 1.3k of an int8 LSTM(64)'s 67k estimated M4 cycles. */
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_rows_pairs_32(const int8_t *wt, const tfrt_i8_in *xw,
-                                       const float *scale, const float *row_scale,
-                                       size_t groups, float *y) {
-  tfrt_i8_tile_pairs(wt, xw, scale, row_scale, groups, y, 32);
-}
-#define TFRT_I8_TILE_ROWS_32 tfrt_i8_tile_rows_pairs_32
-
-TFRT_UNUSED __attribute__((noinline))
-static void tfrt_i8_tile_pairs_16(const int8_t *wt, const tfrt_i8_in *xw, const float *scale,
-                                  size_t groups, float *out) {
-  tfrt_i8_tile_pairs(wt, xw, scale, NULL, groups, out, 16);
-}
 
 /* The int32 sums of a 32-lane tile over all groups of int8 inputs (the
  * int8 convolution's image, whose blob, pack_qconv, keeps its lanes
@@ -1112,9 +1157,6 @@ static void tfrt_i8_sums_mve_32(const int8_t *wt, const int8_t *xq, size_t group
   }
 }
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_mve_32
-#else
-#define TFRT_I8_TILE_32 tfrt_i8_tile_pairs_32
-#define TFRT_I8_TILE_16 tfrt_i8_tile_pairs_16
 #endif
 #else
 #define TFRT_I8_TILE_32 tfrt_i8_tile_32
@@ -1228,7 +1270,7 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32
 struct tfrt_i8_blob {
   size_t T, tiles, k4;
   const float *row_scale; /* one per packed row */
-  const int8_t *wq;       /* [tiles][k4/4][T][4] */
+  const int8_t *wq;       /* [tiles][k4/4][T][4]; paired: [tiles][T/4][k4/4][16] */
 };
 
 TFRT_UNUSED
@@ -1250,6 +1292,56 @@ static void tfrt_i8_tile_out(const struct tfrt_i8_blob *b, const float *out, siz
     y[t + l] = k0 ? y[t + l] + part : part;
   }
 }
+
+#ifdef TFRT_I8_PAIRED
+/* The rows [first, first + rows) of a blob (rows: a multiple of 4) over the
+ * chunk of inputs at k0 (`groups` groups of 4, quantized in xw with
+ * `scale`) into out: (sum * scale) * row scale. */
+static void tfrt_i8_pairs_rows(const struct tfrt_i8_blob *b, size_t k0, size_t groups,
+                               const uint32_t *xw, float scale, size_t first, size_t rows,
+                               float *out) {
+  int32_t input_sum;
+  __builtin_memcpy(&input_sum, xw + TFRT_I8_IN_LEN - 1, sizeof input_sum);
+  const struct tfrt_i8_pairs_args args = {
+      b->wq + first * b->k4 + 4 * k0, (uint32_t)(4 * b->k4), xw, (uint32_t)groups,
+      0u - 128u * (uint32_t)input_sum, scale, b->row_scale + first, out + rows, out};
+  tfrt_i8_pairs(&args);
+}
+
+/* The tile at row t of a chunk of paired-lane inputs (tfrt_i8_pairs_rows)
+ * into y, `lanes` of its rows: the first chunk sets y, the next ones add
+ * (tfrt_i8_tile_out's arithmetic: the rows' scales are applied already). */
+TFRT_UNUSED
+static void tfrt_i8_pairs_tile(const struct tfrt_i8_blob *b, size_t k0, size_t groups,
+                               const uint32_t *xw, float scale, size_t t, size_t lanes,
+                               float *y) {
+  float out[TFRT_MATVEC_TILE];
+  tfrt_i8_pairs_rows(b, k0, groups, xw, scale, t, b->T, out);
+  for (size_t l = 0; l < lanes; l++) y[t + l] = k0 ? y[t + l] + out[l] : out[l];
+}
+
+/* The matvec on the paired-lane blob (quantized input pairs xw of the chunk
+ * at k0): a matrix of one chunk has all its full tiles written straight
+ * into y by one call, the rest tile by tile. */
+TFRT_UNUSED
+static void tfrt_i8_pairs_chunk(const struct tfrt_i8_blob *b, size_t n, size_t k0,
+                                size_t chunk, const uint32_t *xw, float scale, int backwards,
+                                float *y) {
+  const size_t T = b->T, groups = chunk / 4;
+  size_t tiles = b->tiles;
+  if (chunk == b->k4 && !backwards) {
+    const size_t full = n / T * T;
+    if (full) tfrt_i8_pairs_rows(b, 0, groups, xw, scale, 0, full, y);
+    if (full == n) return;
+    tfrt_i8_pairs_tile(b, 0, groups, xw, scale, full, n - full, y);
+    return;
+  }
+  for (size_t i = 0; i < tiles; i++) {
+    const size_t t = (backwards ? tiles - 1 - i : i) * T;
+    tfrt_i8_pairs_tile(b, k0, groups, xw, scale, t, n - t < T ? n - t : T, y);
+  }
+}
+#endif
 
 #ifdef TFRT_MATVEC_FN
 void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
@@ -1277,21 +1369,20 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 #endif
       tfrt_i8_quantize(x + k0, k - k0 < chunk ? k - k0 : chunk, blocks * TFRT_I8_BLOCK, xq,
                        block_scale);
+#ifdef TFRT_I8_PAIRED
+    (void)out, (void)T, (void)tiles;
+    tfrt_i8_pairs_chunk(&b, n, k0, chunk, xq, block_scale[0], backwards, y);
+#else
     for (size_t i = 0; i < tiles; i++) {
       const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
       const int8_t *wt = b.wq + (tile * k4 + k0) * T;
-#ifdef TFRT_I8_TILE_ROWS_32
-      if (T == TFRT_MATVEC_TILE && chunk == k4 && n - t >= T) {
-        TFRT_I8_TILE_ROWS_32(wt, xq, block_scale, b.row_scale + t, chunk / 4, y + t);
-        continue;
-      }
-#endif
       if (T == TFRT_MATVEC_TILE)
         TFRT_I8_TILE_32(wt, xq, block_scale, chunk / 4, out);
       else
         TFRT_I8_TILE_16(wt, xq, block_scale, chunk / 4, out);
       tfrt_i8_tile_out(&b, out, t, n - t < T ? n - t : T, k0, y);
     }
+#endif
   }
 }
 #endif
@@ -1358,6 +1449,7 @@ static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
 }
 #endif
 
+#ifndef TFRT_I8_PAIRED
 /* The output tile at t (T lanes) of the streams `good` (count of them: the
  * rows of xq with finite inputs, each chunk inputs with its block scales)
  * from the packed weights wt: while the streams take turns, the tile's
@@ -1389,6 +1481,7 @@ static void tfrt_i8_tile_rows(const int8_t *wt, size_t T, size_t chunk, const si
       TFRT_I8_TILE_16(wt, xq[r], block_scale[r], chunk / 4, out + r * TFRT_MATVEC_TILE);
   }
 }
+#endif
 
 /* y[s] = W x[s] for each of `streams` input rows (x is [streams][k], y
  * [streams][n]: an N-stream step's X[N,K] . W): the int8 blob of
@@ -1428,12 +1521,19 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
                          blocks * TFRT_I8_BLOCK, xq[good[i]], block_scale[good[i]]);
       for (size_t i = 0; i < tiles; i++) {
         const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
+#ifdef TFRT_I8_PAIRED
+        (void)out;
+        for (size_t j = 0; j < count; j++)
+          tfrt_i8_pairs_tile(&b, k0, chunk / 4, xq[good[j]], block_scale[good[j]][0], t,
+                             n - t < T ? n - t : T, ys + good[j] * n);
+#else
         tfrt_i8_tile_rows(b.wq + (tile * k4 + k0) * T, T, chunk, good, count,
                           (const tfrt_i8_in (*)[TFRT_I8_IN_LEN])xq,
                           (const float (*)[TFRT_I8_SCALES])block_scale, out);
         for (size_t j = 0; j < count; j++)
           tfrt_i8_tile_out(&b, out + good[j] * TFRT_MATVEC_TILE, t, n - t < T ? n - t : T, k0,
                            ys + good[j] * n);
+#endif
       }
     }
   }

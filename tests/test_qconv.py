@@ -360,6 +360,21 @@ def test_manifest_scheme_says_what_the_convolutions_got():
     without = replace(host, int8_convolutions=False)
     scheme = _weights_dtype(without, {"matvec": "m", "conv": "c"})["weights_scheme"]
     assert "no int8 dot product" in scheme
+    assert "of 1024 weights or more" in scheme and "block of 16 inputs" in scheme
+
+
+def test_manifest_scheme_says_what_a_cortex_m4_quantizes():
+    """Bare-metal Arm quantizes matrices and convolutions from 256 weights,
+    and the DSP path's input to int16 per chunk of 128."""
+    toolchains.require("arm-none-eabi-gcc")
+    from tfaot.package.library import _weights_dtype
+    from tfaot.target import make_target
+
+    m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8")
+    scheme = _weights_dtype(m4, {"matvec": "m", "qconv": "q"})["weights_scheme"]
+    assert "matvec (and the matmul of many streams) of 256 weights or more" in scheme
+    assert "to int16, one scale per chunk of 128 inputs" in scheme
+    assert "convolutions of 256 weights or more" in scheme
 
 
 @pytest.fixture(scope="module")
@@ -424,14 +439,22 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     """A bare-metal Cortex-M4 int8 build takes the depthwise, int8 and
     (for the convolution too small for int8 weights) f32 convolution kernels
     by itself; linked into an image run by qemu-system-arm, its DSP path
-    gives the host int8 build's outputs."""
+    gives the host int8 build's outputs. (Built with the host's int8
+    threshold: bare metal also quantizes the model's smaller Dense head,
+    Target.int8_min_weights, where the host keeps it f32.)"""
+    from dataclasses import replace
+
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
-    from tfaot import harness
+    from tfaot import harness, target
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
-    out = build_model(str(bn_int8 / "bn.keras"), BuildOptions(
-        out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
-        weights_dtype="int8", fixed_window="whole"), Progress(enabled=False)).path
+    make_target = target.make_target
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target, "make_target", lambda *args, **kwargs: replace(
+            make_target(*args, **kwargs), int8_min_weights=None))
+        out = build_model(str(bn_int8 / "bn.keras"), BuildOptions(
+            out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
+            weights_dtype="int8", fixed_window="whole"), Progress(enabled=False)).path
     manifest = json.loads((out / "bn.json").read_text())
     assert manifest["micro_kernels"] == ["conv", "dwconv", "qconv"], manifest["micro_kernels"]
     host = harness.load(bn_int8 / "whole")

@@ -37,8 +37,11 @@ from util import x86_isa_flags
 STEPS = 120
 #: (n, k): one small tile, a 16-row tile with a row to spare, a last tile
 #: of 1 row, odd k, an LSTM's [4u, in+u], and k over the kernel's input chunk
-#: (128 on a Cortex-M, 512 freestanding, 2048 hosted), also with a 16-row tile
-SHAPES = [(12, 40), (16, 7), (33, 5), (80, 25), (512, 168), (96, 1030), (40, 2100), (16, 2100)]
+#: (128 on a Cortex-M, 512 freestanding, 2048 hosted), also with a 16-row
+#: tile; groups of 4 inputs (k rounded up to 4) of every count modulo 4 (the
+#: DSP tile's loop is entered by groups % 4) and a single group
+SHAPES = [(12, 40), (16, 7), (33, 5), (80, 25), (512, 168), (96, 1030), (40, 2100), (16, 2100),
+          (64, 17), (32, 3), (48, 16), (40, 9)]
 
 
 def _has_avx2() -> bool:
@@ -348,21 +351,24 @@ def test_packing():
 def test_paired_packing():
     """The DSP path's blob (pack_int8 with paired lanes): per group of 4
     inputs, lanes 2m and 2m+1 interleaved byte by byte, lane 2m's weights
-    offset by 128, so that each 16-bit half is e + 128 + 256 o."""
+    offset by 128, so that each 16-bit half is e + 128 + 256 o; a pass's
+    (four lanes') groups together."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((20, 6)).astype(np.float32)
     q, _ = int8_weights.quantize_int8(w)
     plain, paired = microkernel.pack_int8(w), microkernel.pack_int8(w, paired=True)
     assert len(plain) == len(paired) and (plain[:32 * 4] == paired[:32 * 4]).all()  # scales
-    data = paired[32 * 4:].reshape(2, 16, 4, 2)  # [group][lane pair][input][even, odd]
+    # [pass][group][pair in the pass][input][even, odd]
+    data = paired[32 * 4:].reshape(8, 2, 2, 4, 2)
     lanes = np.zeros((32, 8), np.int64)
     lanes[:20, :6] = q
     for g in range(2):
         for m in range(16):
             even, odd = lanes[2 * m, 4 * g:4 * g + 4], lanes[2 * m + 1, 4 * g:4 * g + 4]
-            np.testing.assert_array_equal(data[g, m, :, 0], even + 128)
-            np.testing.assert_array_equal(data[g, m, :, 1].view(np.int8), odd)
-            halves = data[g, m].astype(np.int64) @ [1, 256]  # little-endian 16-bit halves
+            pair = data[m // 2, g, m % 2]
+            np.testing.assert_array_equal(pair[:, 0], even + 128)
+            np.testing.assert_array_equal(pair[:, 1].view(np.int8), odd)
+            halves = pair.astype(np.int64) @ [1, 256]  # little-endian 16-bit halves
             np.testing.assert_array_equal(halves.astype(np.uint16).view(np.int16),
                                           even + 128 + 256 * odd)
 
@@ -569,7 +575,8 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
 
 def test_bare_metal_arm_takes_the_kernels_that_win_there():
     """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
-    default, for f32 matrices of 256 weights or more (int8: 1024), the f32
+    default, for matrices of 256 weights or more (int8 too, where hosted
+    targets quantize from LiteRT's 1024, also with --matvec=tfaot), the f32
     convolution (its scalar-FPU block; with Helium IREE's convolutions are
     faster: bench_mcu.py) and the depthwise one; int8 builds the int8
     convolution too; --matvec=tfaot asks for all of them; soft-float f32
@@ -583,10 +590,14 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
         t = make_target("cpu", **m4, weights_dtype=dtype)
         assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == (
             "tfaot", kinds, MCU_KERNEL_MIN_WEIGHTS)
+        assert t.int8_min_weights == MCU_KERNEL_MIN_WEIGHTS
     m55 = make_target("cpu", "thumbv8.1m.main-none-eabihf", "cortex-m55")
     assert m55.kernel_kinds == ("matvec", "dwconv")
     t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
     assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
+    assert t.int8_min_weights == MCU_KERNEL_MIN_WEIGHTS
+    host = make_target("cpu", weights_dtype="int8")
+    assert microkernel.int8_min_weights(host.int8_min_weights) == microkernel.INT8_MIN_WEIGHTS
     assert make_target("cpu", **m4, matvec="iree").matvec_kernel == "iree"
     assert make_target("cpu", **m4, external_weights=True).matvec_kernel == "iree"
     soft = {"triple": "thumbv7em-none-eabi", "cpu": "cortex-m4"}

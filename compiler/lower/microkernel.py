@@ -89,8 +89,15 @@ MIN_WEIGHTS = 0
 #: LiteRT's dynamic-range quantization leaves tensors under 1024 elements:
 #: quantizing them saves a few hundred bytes and costs accuracy and time
 #: (SimpleRNN(16): error vs TF 2.6e-2 instead of 5e-7, step 0.32 us
-#: instead of 0.14, bench_litert.py).
+#: instead of 0.14, bench_litert.py). Bare-metal Arm quantizes from fewer
+#: (Target.int8_min_weights).
 INT8_MIN_WEIGHTS = 1024
+
+
+def int8_min_weights(asked: int | None) -> int:
+    """The fewest weights a matrix (or convolution) of an int8 build takes
+    int8 with: Target.int8_min_weights, else INT8_MIN_WEIGHTS."""
+    return INT8_MIN_WEIGHTS if asked is None else asked
 
 
 #: int8 builds leave convolutions whose patches are made of shorter runs
@@ -199,9 +206,11 @@ def pack_int8(w: np.ndarray, paired: bool = False) -> np.ndarray:
     """The int8 kernel's blob of ``W[N,K]`` (tfrt_matvec.c): the row scales
     (f32, one per packed row) then the rows as ``[ceil(N/T)][K4/4][T][4]``
     (K4: K rounded up to 4, zero weights pad), as bytes. ``paired``
-    (Target.int8_paired_rows: Arm's DSP extension, tfrt_i8_tile_pairs): the
+    (Target.int8_paired_rows: Arm's DSP extension, tfrt_i8_pairs): the
     8 bytes of lanes 2m and 2m+1 in each group of 4 inputs interleaved
-    instead, lane 2m's offset by 128 to unsigned bytes (``pair_lanes``)."""
+    instead, lane 2m's offset by 128 to unsigned bytes (``pair_lanes``), and
+    each pass's groups together: ``[ceil(N/T)][T/4][K4/4][16]``, a pass
+    being four lanes (two pairs) over all inputs."""
     q, scale = quantize_int8(w)
     n, k = q.shape
     tile = matvec_tile(n)
@@ -210,7 +219,7 @@ def pack_int8(w: np.ndarray, paired: bool = False) -> np.ndarray:
     padded[:n, :k] = q
     packed = padded.reshape(tiles, tile, k4 // 4, 4).transpose(0, 2, 1, 3)
     if paired:
-        packed = pair_lanes(packed)
+        packed = pair_lanes(packed).reshape(tiles, k4 // 4, tile // 4, 16).transpose(0, 2, 1, 3)
     scales = np.zeros(tiles * tile, "<f4")
     scales[:n] = scale
     return np.concatenate([scales.view(np.uint8), np.ascontiguousarray(packed).view(np.uint8)
@@ -238,8 +247,8 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
-                    weights_as_globals: bool = False,
-                    int8_paired: bool = False) -> tuple[str, int]:
+                    weights_as_globals: bool = False, int8_paired: bool = False,
+                    int8_min: int | None = None) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -251,7 +260,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     Identical weights (and geometry) share one packed copy, stored as
     ``dtype`` ("f32", "f16", "bf16" or "int8": Target.weights_dtype; int8
     takes matvecs, and the matrix products of several streams, of
-    INT8_MIN_WEIGHTS or more). ``kinds``: the kernels to
+    ``int8_min`` weights or more: int8_min_weights). ``kinds``: the kernels to
     use (Target.kernel_kinds); other ops stay IREE's. ``weights_as_globals``
     (Target.weights_as_globals): the packed weights become mutable globals
     passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of
@@ -276,7 +285,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         count = 0
         ops = function_ops(module)
         constant = _constant_values(ops)
-        matvec_min = max(min_weights, INT8_MIN_WEIGHTS) if dtype == "int8" else min_weights
+        matvec_min = (max(min_weights, int8_min_weights(int8_min)) if dtype == "int8"
+                      else min_weights)
         for op in ops:
             if _input_is_constant(op, constant):
                 continue

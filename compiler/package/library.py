@@ -137,15 +137,19 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
 
 
-#: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py).
-INT8_SCHEME = ("matvec (and the matmul of many streams): int8 weights, symmetric, one f32 "
-               "scale per output row; input quantized to int8 per call (symmetric, one scale "
-               "per block of 16 inputs; per stream); int32 sums per block. ")
+#: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py,
+#: runtime_shim/tfrt_matvec.c): its matvecs, with the input as the target's
+#: kernel quantizes it (int16 on Arm's DSP path, Target.int8_paired_rows)...
+INT8_SCHEME = ("matvec (and the matmul of many streams) of {fewest} weights or more: int8 "
+               "weights, symmetric, one f32 scale per output row; input quantized per call "
+               "{input} (symmetric; per stream). ")
+INT8_INPUT = "to int8, one scale per block of 16 inputs; int32 sums per block"
+INT16_INPUT = "to int16, one scale per chunk of 128 inputs; int32 sums per chunk"
 #: ... and of its convolutions, with the int8 convolution kernel or without.
-INT8_CONV_SCHEME = ("convolutions of 1024 weights or more (qconv): int8 weights, one scale "
-                    "per output channel; image quantized to int8 per call (symmetric, one "
-                    "scale); int32 sums per patch. depthwise and smaller convolutions: f32 "
-                    "weights")
+INT8_CONV_SCHEME = ("convolutions of {fewest} weights or more (qconv): int8 weights, one "
+                    "scale per output channel; image quantized to int8 per call (symmetric, "
+                    "one scale); int32 sums per patch. depthwise and smaller convolutions: "
+                    "f32 weights")
 F32_CONV_SCHEME = ("convolutions: f32 weights (this target has no int8 dot product "
                    "instructions tfaot uses)")
 NO_CONV_SCHEME = "no convolution has int8 weights"
@@ -154,14 +158,17 @@ NO_CONV_SCHEME = "no convolution has int8 weights"
 def _weights_dtype(target, kernels: dict[str, str]) -> dict[str, str]:
     """The manifest's ``weights_dtype`` (and for int8 its scheme): what the
     kernels this build calls store, f32 when none does otherwise."""
-    from ..lower.microkernel import kernel_dtype
+    from ..lower.microkernel import int8_min_weights, kernel_dtype
 
     requested = target.weights_dtype
     stored = {kernel_dtype(kind, requested) for kind in kernels} - {"f32"}
     if not stored:
         return {"weights_dtype": "f32"}
     if requested == "int8":
+        fewest = int8_min_weights(target.int8_min_weights)
         convs = (INT8_CONV_SCHEME if "qconv" in kernels else
                  NO_CONV_SCHEME if target.conv_int8 else F32_CONV_SCHEME)
-        return {"weights_dtype": "int8", "weights_scheme": INT8_SCHEME + convs}
+        matvecs = INT8_SCHEME.format(
+            fewest=fewest, input=INT16_INPUT if target.int8_paired_rows else INT8_INPUT)
+        return {"weights_dtype": "int8", "weights_scheme": matvecs + convs.format(fewest=fewest)}
     return {"weights_dtype": requested}
