@@ -24,7 +24,10 @@ Not modelled: flash wait states, bus contention, IT folding, dual issue
 is subtracted.
 
 Reported per model and variant: instructions and estimated cycles per step
-(median over the steps), cycles per multiply-accumulate, the library's
+(median over the steps), cycles per multiply-accumulate, the runtime's
+instructions in a step (the host program and the runtime shim: what is
+not the kernel object's nor the C library's memcpy/memset; the copies'
+own are in the JSON, copy_insns) with the step's dispatches, the library's
 flash (code + weights, the manifest's footprint), RAM (the context) and the
 stack the step used (painted and measured), and the max abs error of the
 outputs against TensorFlow running the Keras model over the same steps.
@@ -230,27 +233,56 @@ def measure(image: Path, plugin: Path, steps: int, outputs: int,
     return {"insns": float(np.median(per_step[:, 0])), "cycles": float(np.median(per_step[:, 1])),
             "init_insns": int(init[0]), "init_cycles": int(init[1]), "stack_bytes": stack,
             "arena_bytes": word.get("arena"), "objects_bytes": word.get("objects"),
-            "ys": ys, "profile": _profile(lines, nm)}
+            "ys": ys, **_profile(lines, nm)}
 
 
-def _profile(lines: list[str], nm: list[str]) -> dict[str, int]:
-    """Estimated cycles of one step by function (the plugin's "tb" lines,
-    each block attributed to the text symbol at or before its address)."""
+def _profile(lines: list[str], nm: list[str]) -> dict[str, dict[str, int]]:
+    """Estimated cycles ("profile") and instructions ("profile_insns") of one
+    step by function (the plugin's "tb" lines, each block attributed to the
+    text symbol at or before its address)."""
     import bisect
 
     symbols = sorted((int(f[0], 16), f[2]) for f in (ln.split() for ln in nm)
                      if len(f) == 3 and f[1] in "tTW")
     starts = [a for a, _ in symbols]
     cycles: dict[str, int] = {}
+    insns: dict[str, int] = {}
     for ln in lines:
         if not ln.startswith("tb "):
             continue
-        addr, execs, _, cost = (int(v, 16) if i == 0 else int(v)
-                                for i, v in enumerate(ln.split()[1:]))
+        addr, execs, count, cost = (int(v, 16) if i == 0 else int(v)
+                                    for i, v in enumerate(ln.split()[1:]))
         i = bisect.bisect_right(starts, addr) - 1
         name = symbols[i][1] if i >= 0 else "?"
         cycles[name] = cycles.get(name, 0) + execs * cost
-    return dict(sorted(cycles.items(), key=lambda kv: -kv[1]))
+        insns[name] = insns.get(name, 0) + execs * count
+    return {"profile": dict(sorted(cycles.items(), key=lambda kv: -kv[1])),
+            "profile_insns": dict(sorted(insns.items(), key=lambda kv: -kv[1]))}
+
+
+#: the C library's byte movers: the model's copies (its concatenations,
+#: ring buffers, the step's input), wherever they are called from
+COPY_FUNCTIONS = {"memcpy", "memmove", "memset", "__aeabi_memcpy", "__aeabi_memmove",
+                  "__aeabi_memset", "__aeabi_memclr"}
+
+
+def runtime_cost(lib: Path, name: str, profile_insns: dict[str, int]) -> dict[str, int]:
+    """What a step spends besides the model's arithmetic: the runtime's
+    instructions (the host program and the runtime shim: every function
+    outside the kernel object NAME_kernels.o, which holds IREE's dispatches
+    and tfaot's micro-kernels, and outside the C library's byte movers), the
+    copies' (COPY_FUNCTIONS), and the dispatches of a step (the step
+    function's dispatch sites: it is straight-line code)."""
+    kernels = {f[2] for f in (ln.split() for ln in run(
+        ["arm-none-eabi-nm", lib / "src" / f"{name}_kernels.o"]).stdout.splitlines())
+        if len(f) == 3 and f[1] in "tTW"} - COPY_FUNCTIONS
+    harness = {"main", "tfaot_mark"}  # the firmware's loop and its marks
+    source = (lib / "src" / f"{name}.c").read_text()
+    body = source.split(f"static int {name}_vm_step(struct {name}_ctx *ctx")[2].split("\n}\n")[0]
+    return {"runtime_insns": sum(v for k, v in profile_insns.items()
+                                 if k not in kernels | harness | COPY_FUNCTIONS),
+            "copy_insns": sum(v for k, v in profile_insns.items() if k in COPY_FUNCTIONS),
+            "dispatches": body.count("/* dispatch ")}
 
 
 def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
@@ -286,7 +318,8 @@ def bench_model(model_name: str, variants: list[str], steps: int, plugin: Path,
         fp = built.manifest["footprint"]
         rows.append(_row(model_name, variant, macs, got, y, start, whole,
                          flash_bytes=fp["code_bytes"] + fp["weight_bytes"],
-                         weight_bytes=fp["weight_bytes"], ram_bytes=built.manifest["ctx_size"]))
+                         weight_bytes=fp["weight_bytes"], ram_bytes=built.manifest["ctx_size"],
+                         **runtime_cost(built.path, model_name, got["profile_insns"])))
     if tflm is None:
         return rows
     tflm_models = _load(MCU / "tflm_models.py")
@@ -348,7 +381,8 @@ def _row(model_name: str, variant: str, macs, got: dict, want: np.ndarray, start
            "cycles_per_mac": got["cycles"] / macs if macs and not whole else None,
            "init_cycles": got["init_cycles"], **sizes, "stack_bytes": got["stack_bytes"],
            "max_abs_error": float(np.max(np.abs(got["ys"][defined] - want[defined]))),
-           "build_s": round(time.perf_counter() - start, 1), "profile": got["profile"]}
+           "build_s": round(time.perf_counter() - start, 1), "profile": got["profile"],
+           "profile_insns": got["profile_insns"]}
     top = ", ".join(f"{k} {v}" for k, v in list(got["profile"].items())[:4])
     print(f"{model_name:8} {variant:21} {row['insns_per_step']:>9.0f} insns "
           f"{row['cycles_per_step']:>9.0f} cycles   ({top})", flush=True)
@@ -379,15 +413,19 @@ def _inputs_and_reference(model, manifest: dict, steps: int) -> tuple[np.ndarray
 
 def table(rows: list[dict]) -> str:
     head = ("| model (MACs/step) | variant | instructions/step | est. M4 cycles/step | "
-            "cycles/MAC | flash (code + weights) | RAM (context) | stack | max abs error vs TF |")
-    lines = [head, "|" + "---|" * 9]
+            "cycles/MAC | runtime instructions (dispatches) | flash (code + weights) | "
+            "RAM (context) | stack | max abs error vs TF |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         per_mac = f"{r['cycles_per_mac']:.2f}" if r["cycles_per_mac"] else "–"
         variant = r["variant"] + (" (whole window)" if r.get("step") == "whole window" else "")
+        runtime = (f"{r['runtime_insns']} ({r['dispatches']})" if "runtime_insns" in r
+                   else "–")
         lines.append(f"| {r['model']} ({r['macs'] or '–'}) | {variant} | "
                      f"{r['insns_per_step']:.0f} | {r['cycles_per_step']:.0f} | {per_mac} | "
-                     f"{r['flash_bytes'] / 1024:.1f} KB | {r['ram_bytes'] / 1024:.1f} KB | "
-                     f"{r['stack_bytes']} B | {r['max_abs_error']:.1e} |")
+                     f"{runtime} | {r['flash_bytes'] / 1024:.1f} KB | "
+                     f"{r['ram_bytes'] / 1024:.1f} KB | {r['stack_bytes']} B | "
+                     f"{r['max_abs_error']:.1e} |")
     return "\n".join(lines)
 
 
