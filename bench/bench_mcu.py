@@ -277,8 +277,13 @@ def runtime_cost(lib: Path, name: str, profile_insns: dict[str, int]) -> dict[st
         ["arm-none-eabi-nm", lib / "src" / f"{name}_kernels.o"]).stdout.splitlines())
         if len(f) == 3 and f[1] in "tTW"} - COPY_FUNCTIONS
     harness = {"main", "tfaot_mark"}  # the firmware's loop and its marks
+    import re
+
     source = (lib / "src" / f"{name}.c").read_text()
-    body = source.split(f"static int {name}_vm_step(struct {name}_ctx *ctx")[2].split("\n}\n")[0]
+    # the step's definition: the direct step (emit/direct_step.py) or the translated @step
+    head = re.search(rf"^static int {name}_vm_step(_direct)?\(struct {name}_ctx \*ctx.*\{{$",
+                     source, re.M)
+    body = source[head.end():].split("\n}\n")[0]
     return {"runtime_insns": sum(v for k, v in profile_insns.items()
                                  if k not in kernels | harness | COPY_FUNCTIONS),
             "copy_insns": sum(v for k, v in profile_insns.items() if k in COPY_FUNCTIONS),

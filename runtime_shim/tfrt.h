@@ -129,6 +129,14 @@ typedef struct tfrt_runtime tfrt_runtime;
 /* Defined by the backend header (tfrt_cpu.h: a kernel library). */
 typedef struct tfrt_executable tfrt_executable;
 
+/* One result of a direct step (NAME_vm_step_direct): where its bytes are,
+ * how many, and their element type. */
+typedef struct tfrt_result {
+  const uint8_t *data;
+  size_t length;
+  uint32_t element_type;
+} tfrt_result;
+
 /* A (buffer, offset, length) binding of a dispatch. */
 /* The executables a program loads (slots in the context) and the dispatch
  * names lookup.function resolves; filled by the generated init, the same for

@@ -25,6 +25,14 @@ struct tfrt_executable {
   uint32_t *function_ids;         /* resolved once at load, indexed by name slot */
 };
 
+/* One dispatch of a direct step (the generated NAME_vm_step_direct: @step
+ * as straight C over buffers fixed at build time), found and checked once
+ * at init (tfrt_direct_prepare): its kernel and the kernel's attributes. */
+typedef struct tfrt_direct_site {
+  tfrt_abi_dispatch_fn fn;
+  const tfrt_abi_dispatch_attrs *attrs;  /* or NULL: the library has none */
+} tfrt_direct_site;
+
 /* The CPU backend's part of a context.  The generated init fills the
  * pointers (static tables, and storage inside the context). */
 typedef struct tfrt_backend {

@@ -137,7 +137,8 @@ def test_init_state_buffer_takes_the_steps_size_class(built):
     # argument); allocate_from names its pool first
     pattern = (r"tfrt_buffer_allocate(?:_in|_from)?\(rt, (?:\d+u, )?INT32_C\(64\), "
                r"INT64_C\((\d+)\)(?:, INT64_C\((\d+)\))?")
-    sizes = {re.match(r"static int ds_cnn_vm_(\w+)", b).group(1):
+    # (the step is a direct step, ds_cnn_vm_step_direct: emit/direct_step.py)
+    sizes = {re.match(r"static int ds_cnn_vm_(\w+?)(?:_direct)?\(", b).group(1):
              {int(block or size) for size, block in re.findall(pattern, b)}
              for b in bodies if b.startswith("static int ds_cnn_vm_")}
     assert "tfrt_buffer_allocate_in(" in text

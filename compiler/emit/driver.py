@@ -1,12 +1,15 @@
 """The emit stage's entry: VM program text -> ``VMProgram`` (C bodies + facts).
 
-Passes, in order: parse; collect the module-level ops (``program``); emit
-each ``vm.func`` (``function``, with the rules of ``vm_rules`` and
-``hal_rules``); plan memory (``memory``).
+Passes, in order: parse; collect the module-level ops (``program``); plan
+the direct step (``direct_step``: @step as straight C, where it can be);
+plan memory (``memory``); emit each ``vm.func`` (``function``, with the
+rules of ``vm_rules`` and ``hal_rules``; @step as the direct step where
+planned).
 """
 from __future__ import annotations
 
 from ..errors import TfaotError
+from .direct_step import emit_direct_step, plan_direct_step
 from .function import FunctionEmitter
 from .memory import plan_memory
 from .program import VMModule, VMProgram
@@ -34,8 +37,15 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
     module = VMModule(vm_modules[0], prefix, host_sync, external_rodata)
     with context:
         module.collect()
+        step = module.prog.step
+        ops = {symbol(op.attributes["sym_name"]): op for op in module.func_ops()}
+        if step is not None:
+            module.direct_plan = plan_direct_step(module, ops[step.vm_name], step)
         plan_memory(module)  # (first: it may change the size an allocation asks for)
-        for fn_op in module.func_ops():
-            info = module.functions[symbol(fn_op.attributes["sym_name"])]
-            info.body = FunctionEmitter(module, fn_op, info).emit()
+        for vm_name, fn_op in ops.items():
+            info = module.functions[vm_name]
+            if info is step and module.direct_plan is not None:
+                info.direct = emit_direct_step(module, fn_op, info, module.direct_plan)
+            else:
+                info.body = FunctionEmitter(module, fn_op, info).emit()
     return module.prog

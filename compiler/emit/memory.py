@@ -49,8 +49,12 @@ def plan_memory(module: VMModule) -> None:
     # within one walk
     stores: dict[str, list[_Store]] = {}
     all_classes: set[int] = set()
+    step = module.prog.step
     for fn_op in module.func_ops():
         fn_name = symbol(fn_op.attributes["sym_name"])
+        # a direct step takes its temporaries from its own scratch area and
+        # creates no views: only the buffers it keeps in globals are the pools'
+        direct = module.direct_plan if step is not None and fn_name == step.vm_name else None
         blocks = list(fn_op.regions[0].blocks)
         loops = blocks_in_cycles(blocks)
         counts: dict[int, int] = {}
@@ -71,12 +75,13 @@ def plan_memory(module: VMModule) -> None:
                             f"not a constant ({location(op)}); dynamic shapes are not supported "
                             "by the CPU backend yet")
                     cls = max(_ARENA_ALIGN, -(-size // _ARENA_ALIGN) * _ARENA_ALIGN)
-                    counts[cls] = counts.get(cls, 0) + weight
+                    if direct is None or (bi, oi) in direct.pooled:
+                        counts[cls] = counts.get(cls, 0) + weight
                     all_classes.add(cls)
                     for r in op.results:
                         alloc_class[r] = cls
                         alloc_site[r] = ((bi, oi), weight)
-                elif callee == "hal_inline.buffer_view.create":
+                elif callee == "hal_inline.buffer_view.create" and direct is None:
                     views += weight
                     # operands: buffer, offset, length, element type, encoding, dims...
                     view_rank = max(view_rank, len(op.operands) - 5)

@@ -150,6 +150,8 @@ class FunctionInfo:
     prefix: str = ""
     body: str = ""
     dispatches: int = 0  # kernel dispatches in the body (where kernels may bind its buffers)
+    # @step written as a direct step instead (emit/direct_step.py): its C
+    direct: object = None
 
 
 @dataclass
@@ -232,6 +234,8 @@ class VMModule:
         # takes instead of its own (memory.py: an __init buffer that a global
         # keeps takes the class of the global's later, larger buffers)
         self.alloc_sizes: dict[tuple[str, int, int], int] = {}
+        # @step's layout as a direct step (emit/direct_step.py), or None
+        self.direct_plan = None
         self.rodata_by_sym: dict[str, Rodata] = {}
         self.rodata_by_expr: dict[str, Rodata] = {}
         self.global_by_sym: dict[str, Global] = {}

@@ -307,6 +307,17 @@ def _call(fe, op):
 
 def _call_variadic(fe, op):
     callee = symbol(op.attributes["callee"])
+    rule = HAL_CALL_RULES.get(callee)
+    if rule is None:
+        raise fe.error(op, f"no C emit rule for import '{callee}'")
+    rule(fe, op, call_groups(op))
+
+
+def call_groups(op) -> list:
+    """The operands of a ``vm.call.variadic`` by segment (a tuple segment as
+    a list of tuples); of a ``vm.call``, one group of all."""
+    if op.name != "vm.call.variadic":
+        return [list(op.operands)]
     from iree.compiler import ir
 
     sizes = [int(x) for x in ir.DenseIntElementsAttr(op.attributes["segment_sizes"])]
@@ -324,10 +335,7 @@ def _call_variadic(fe, op):
             groups.append([group[i:i + width] for i in range(0, len(group), width)])
         else:
             groups.append(group)
-    rule = HAL_CALL_RULES.get(callee)
-    if rule is None:
-        raise fe.error(op, f"no C emit rule for import '{callee}'")
-    rule(fe, op, groups)
+    return groups
 
 
 def _internal_call(fe, op, callee):
