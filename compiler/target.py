@@ -498,7 +498,7 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     if matvec is None and _mcu_matvec_kernel(target):
         target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
-    if target.bare_metal_arm and target.arch.startswith("thumb"):
+    if target.bare_metal_arm and target.arch.startswith("thumb") and target.int8_paired_rows:
         target = replace(target, int8_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
@@ -511,10 +511,13 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
 #: cycles, where the kernel's 8-lane group would take ~450); from 256
 #: weights the kernel wins (SimpleRNN(16)'s 16 x 24 matrix: its step 4.3k ->
 #: 4.0k). Depthwise filters, a few weights per channel, go to their kernel
-#: whatever their size. int8 builds quantize from there too, not from
-#: LiteRT's 1024: on an M4 the int8 kernel is the faster one there as well
-#: (an LSTM(64)'s 12 x 64 head: 2.8k estimated cycles against IREE's f32
-#: 3.5k) and flash is what a microcontroller has least of.
+#: whatever their size. int8 builds on the DSP extension (Cortex-M4, M7,
+#: M33: Target.int8_paired_rows) quantize from there too, not from LiteRT's
+#: 1024: the int8 kernel is the faster one there as well (an LSTM(64)'s
+#: 12 x 64 head: 2.8k estimated M4 cycles against IREE's f32 3.5k) and flash
+#: is what a microcontroller has least of. Not with Helium (Cortex-M55),
+#: where IREE's f32 code is vectorized: there a SimpleRNN(16)'s 16 x 24
+#: matrix in int8 took 1.8k instructions a step against f32's 1.0k.
 MCU_KERNEL_MIN_WEIGHTS = 256
 #: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
 #: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel

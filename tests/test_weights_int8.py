@@ -575,8 +575,9 @@ def test_kernel_is_warning_free(cc, flags, tmp_path):
 
 def test_bare_metal_arm_takes_the_kernels_that_win_there():
     """Bare-metal Arm with an FPU, or int8, takes the matvec micro-kernel by
-    default, for matrices of 256 weights or more (int8 too, where hosted
-    targets quantize from LiteRT's 1024, also with --matvec=tfaot), the f32
+    default, for matrices of 256 weights or more (int8 too on the DSP
+    extension, where hosted targets and Helium quantize from LiteRT's 1024,
+    also with --matvec=tfaot), the f32
     convolution (its scalar-FPU block; with Helium IREE's convolutions are
     faster: bench_mcu.py) and the depthwise one; int8 builds the int8
     convolution too; --matvec=tfaot asks for all of them; soft-float f32
@@ -593,6 +594,9 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
         assert t.int8_min_weights == MCU_KERNEL_MIN_WEIGHTS
     m55 = make_target("cpu", "thumbv8.1m.main-none-eabihf", "cortex-m55")
     assert m55.kernel_kinds == ("matvec", "dwconv")
+    # (Helium: small matrices stay f32, which IREE vectorizes there)
+    assert make_target("cpu", "thumbv8.1m.main-none-eabihf", "cortex-m55",
+                       weights_dtype="int8").int8_min_weights is None
     t = make_target("cpu", **m4, matvec="tfaot", weights_dtype="int8")
     assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == ("tfaot", None, 0)
     assert t.int8_min_weights == MCU_KERNEL_MIN_WEIGHTS
