@@ -25,7 +25,9 @@
  * offset's share on AVX-512 VNNI, below), both for tiles * 32 rows, then
  * the weights as [tiles][runs * run4 / 4][32][4] (compiler/lower/
  * int8_weights.py pack_qconv). x is the padded image [ih][iw][c] (a pad op
- * before the dispatch), y is [oh][ow][n]. */
+ * before the dispatch), y is [oh][ow][n]. y may be x (a pointwise layer's
+ * result in its image's buffer, microkernel.py): x is read once, into xq,
+ * before anything is written. */
 void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
                    float *y, size_t y_offset, const float *post, int8_t *xq, size_t xq_offset,
                    size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw, size_t oh,

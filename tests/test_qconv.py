@@ -314,6 +314,13 @@ def test_rewrite_gives_the_int8_kernel_what_it_computes_well(x_shape, f_shape, g
     assert re.findall(r"func\.call @(m_\w+)\(", text) == [f"m_{kernel}"], text[-3000:]
     if kernel == "qconv_int8":  # its scratch: the int8 image and the slack
         assert f"tensor<{int(np.prod(x_shape)) + int8_weights.QCONV_SLACK}xi8>" in text
+    # a pointwise int8 layer's result takes its image's buffer (the kernel
+    # reads the image into its scratch before it writes): tied in the
+    # dispatch, one binding for both
+    dispatch = re.search(r"= flow\.dispatch @\w+::@\w+\((%\w+)\) : \([^)]*\) -> (.*)", text)
+    pointwise = kernel == "qconv_int8" and f_shape[:2] == [1, 1]
+    assert dispatch[2].startswith(f"({dispatch[1]}, ") == pointwise, dispatch[0]
+    assert ("%y = stream.binding.subspan %bx[" in text) == pointwise
 
 
 def test_int8_convolutions_where_the_target_has_int8_dot_products():

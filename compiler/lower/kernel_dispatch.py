@@ -29,14 +29,17 @@ def dispatch_function(sym: str, xt: str, yt: str, weights: "WeightsGlobal | None
 
 
 def dispatch_lines(sym: str, weights: "WeightsGlobal | None", x: str, xt: str, y: str,
-                    yt: str, scratch: int = 0) -> list[str]:
+                    yt: str, scratch: int = 0, in_place: bool = False) -> list[str]:
     """``y = dispatch(x)``, with the weights' global loaded and passed first
     when they are one; with ``scratch`` bytes, the dispatch has a second
     result, the kernel's scratch buffer (unused after it: IREE allocates it
-    with the step's other temporaries)."""
-    results, result_types = y, f"tensor<{yt}>"
+    with the step's other temporaries). ``in_place`` (x and y of one type):
+    y is x's buffer, tied to it, so IREE gives the result no buffer of its
+    own where x is not used after (otherwise it copies x first)."""
+    y_type = x if in_place else f"tensor<{yt}>"
+    results, result_types = y, y_type
     if scratch:
-        results, result_types = f"{y}, %scratch", f"(tensor<{yt}>, tensor<{scratch}xi8>)"
+        results, result_types = f"{y}, %scratch", f"({y_type}, tensor<{scratch}xi8>)"
     if weights is None:
         return [f"{results} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> "
                 f"{result_types}"]
@@ -92,7 +95,8 @@ def element(data: np.ndarray) -> str:
 
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
-                     post: np.ndarray | None = None, scratch: int = 0) -> str:
+                     post: np.ndarray | None = None, scratch: int = 0,
+                     in_place: bool = False) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
@@ -106,7 +110,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     binding's offset (e.g. one state inside a fused state buffer, one
     weights global among the others) into the subspan. Half-width weights
     are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
-    their dtype.
+    their dtype. ``in_place`` (dispatch_lines): x's binding is y's too.
     """
     elem = element(data)
     wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
@@ -145,6 +149,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     else:
         w_global, w_binding = "", "%bw: !stream.binding, "
         w_value = f"stream.binding.subspan %bw[%c0] : !stream.binding -> {wtype}"
+    y_binding = "" if in_place else ", %by: !stream.binding"
     return f"""
   stream.executable private @{sym}_exe {{
     stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
@@ -155,11 +160,11 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
       func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
                                   index, {post_decl}{index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
-      func.func @{sym}({w_binding}%bx: !stream.binding, %by: !stream.binding{scratch_binding}) {{
+      func.func @{sym}({w_binding}%bx: !stream.binding{y_binding}{scratch_binding}) {{
         %c0 = arith.constant 0 : index{constants}
         %w = {w_value}
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
-        %y = stream.binding.subspan %by[%c0] : !stream.binding -> memref<{yt}>
+        %y = stream.binding.subspan {"%bx" if in_place else "%by"}[%c0] : !stream.binding -> memref<{yt}>
         {metadata("w", wtype, data.ndim, elem)}
         {metadata("x", f"memref<{xt}>", x_rank)}
         {metadata("y", f"memref<{yt}>", y_rank)}{post_value}{scratch_value}
