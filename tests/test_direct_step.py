@@ -108,3 +108,19 @@ def test_direct_step_through_the_library_over_many_steps():
         want.append(y)
     np.testing.assert_allclose(lib.step_n(xs).reshape(300, 1, 4), np.stack(want), rtol=1e-6,
                                atol=1e-5)
+
+
+def test_inputs_and_outputs_of_other_types_than_the_c_api_are_refused(vm_texts):
+    """The direct step reads its inputs without the views' checks: a build
+    whose C API disagrees with the compiled step on an element type or a
+    size fails, where a translated step failed at every call."""
+    from tfaot.errors import TfaotError
+    from tfaot.package.c_api import _check_direct_step
+
+    direct = emit.translate(vm_texts["accumulator"], prefix="acc").step.direct
+    f32 = {"name": "x", "etype": 0x21000020, "bytes": 16}
+    _check_direct_step(direct, [f32], [dict(f32, name="y")])
+    with pytest.raises(TfaotError, match=r"input 'x' is element type 0x11000008, 16 bytes"):
+        _check_direct_step(direct, [dict(f32, etype=0x11000008)], [dict(f32, name="y")])
+    with pytest.raises(TfaotError, match=r"output 'y' .* 12 bytes, in the C API"):
+        _check_direct_step(direct, [f32], [dict(f32, name="y", bytes=12)])

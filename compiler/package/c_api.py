@@ -160,6 +160,8 @@ class ApiModel:
                              f"{step.result_types}; expected {len(model.inputs)} tensor(s) in "
                              f"and {len(model.outputs)} tensor(s) out")
         _check_signature_against_vm(sig, step)
+        if step.direct is not None:
+            _check_direct_step(step.direct, model.inputs, model.outputs)
         model.state_bytes, model.state_slot_bytes = state_layout(model.states)
         _check_state_functions(vm, name, len(model.states))
         return model
@@ -320,6 +322,20 @@ def _check_signature_against_vm(sig: ProgramSignature, step: emit_mod.FunctionIn
                 raise TfaotError(
                     f"package: {what} '{t.name}' is {t.dtype}{list(t.shape)} in the signature "
                     f"but tensor<{ttext}> in the compiled step function")
+
+
+def _check_direct_step(direct, inputs: list[dict], outputs: list[dict]) -> None:
+    """A direct step (emit/direct_step.py) reads its inputs and hands back its
+    outputs without the views whose checks the translated step makes at
+    every call: their element types and sizes must be the C API's, here."""
+    for what, found, tensors in (("input", direct.inputs, inputs),
+                                 ("output", direct.outputs, outputs)):
+        for (etype, nbytes), t in zip(found, tensors):
+            if etype != t["etype"] or nbytes not in (t["bytes"], -1):
+                raise TfaotError(
+                    f"package: {what} '{t['name']}' is element type 0x{t['etype']:08X}, "
+                    f"{t['bytes']} bytes, in the C API, but the compiled step's is "
+                    f"0x{etype:08X}, {nbytes} bytes (a tfaot bug: please report)")
 
 
 def _check_state_functions(vm: emit_mod.VMProgram, name: str, count: int) -> None:
