@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TfaotError
 from .function import FunctionEmitter
-from .vm_rules import BINARY_OPS, SELECT_OPS, UNARY_OPS, VM_RULES
+from .vm_rules import BINARY_OPS, SELECT_OPS, UNARY_OPS, VM_RULES, call_groups
 from .vmir import const_int, location, rodata_sym, symbol
 
 _ALIGN = 64  # kernels assume 64-byte aligned bindings (as the arena's blocks)
@@ -52,7 +52,7 @@ _OPS = ({"vm.const.i32", "vm.const.i64", "vm.const.i32.zero", "vm.const.i64.zero
          "vm.check.ne", "vm.return", "vm.call", "vm.call.variadic"}
         | {f"vm.global.{d}.{t}" for d in ("load", "store") for t in ("i32", "i64", "f32")}
         | {f"vm.buffer.fill.{t}" for t in ("i8", "i16", "i32", "i64", "f32")}
-        | set(BINARY_OPS) | set(UNARY_OPS) | set(SELECT_OPS) - {"vm.cmp.nz.ref"})
+        | (set(BINARY_OPS) | set(UNARY_OPS) | set(SELECT_OPS)) - {"vm.cmp.nz.ref"})
 
 
 class Ineligible(Exception):
@@ -111,7 +111,7 @@ def plan_direct_step(module, fn_op, info) -> DirectPlan | None:
     try:
         plan = _plan(module, fn_op)
         DirectEmitter(module, fn_op, info, plan, dry_run=True).emit_direct()
-    except Ineligible:
+    except (Ineligible, TfaotError):  # (the translated @step reports a real error)
         return None
     return plan
 
@@ -201,7 +201,7 @@ class DirectEmitter(FunctionEmitter):
         return Ineligible(f"{message} ({op.name}, {location(op)})")
 
     # -- driver ------------------------------------------------------------------
-    def emit_direct(self) -> DirectStep:
+    def emit_direct(self) -> DirectStep | None:
         args = list(self.blocks[0].arguments)
         for i, arg in enumerate(args):
             self.names[arg] = f"in{i}"
@@ -230,8 +230,6 @@ class DirectEmitter(FunctionEmitter):
         if not self.dry_run:
             self.module.ops_used[name] = self.module.ops_used.get(name, 0) + 1
         if name in ("vm.call", "vm.call.variadic"):
-            from .vm_rules import call_groups
-
             _CALL_RULES[symbol(op.attributes["callee"])](self, op, call_groups(op))
         elif name in _REF_OPS:
             _REF_OPS[name](self, op)
