@@ -860,7 +860,7 @@ static inline void tfrt_i8_widen(const int8_t *xq, size_t groups, uint32_t *wide
  * together, 16 bytes a group ([tiles][T/4][k4/4][16]), so that a pass
  * reads its weights in order whatever the tile's width, and the passes
  * of all tiles are k4 * 4 bytes apart.
- * One group as asm text (TFRT_I8_PAIRS_RUN's body): the input pair (LDRD)
+ * One group as asm text (a pass's body in tfrt_i8_pairs): the input pair (LDRD)
  * and the pass's four weight words loaded back to back (a load right after
  * a load costs 1 on the M4). Every instruction has a 32-bit encoding: the
  * jump table into the groups counts bytes. */
@@ -1328,7 +1328,7 @@ static void tfrt_i8_pairs_chunk(const struct tfrt_i8_blob *b, size_t n, size_t k
                                 size_t chunk, const uint32_t *xw, float scale, int backwards,
                                 float *y) {
   const size_t T = b->T, groups = chunk / 4;
-  size_t tiles = b->tiles;
+  const size_t tiles = b->tiles;
   if (chunk == b->k4 && !backwards) {
     const size_t full = n / T * T;
     if (full) tfrt_i8_pairs_rows(b, 0, groups, xw, scale, 0, full, y);
