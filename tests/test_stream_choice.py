@@ -124,3 +124,31 @@ def test_an_image_graph_is_one_inference_per_step_unless_a_time_axis_is_given(
     assert "one whole inference per step" in note and "image" in note, note
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_a_uint8_image_graph_is_one_inference_per_step(tmp_path, capsys):
+    """Raw pixels as uint8 (batch, H, W, C), as image SavedModels take
+    them: one inference per step (it was streamed over the rows), and the
+    step accepts its uint8 input (IREE asserts its unsigned element type on
+    the buffer view; the library asserted the signed one and every step
+    failed with a type mismatch)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.uint8, (1, 6, 6, 3), name="pixels")
+        w = tf.constant(rng.normal(size=(3, 3, 3, 4)).astype(np.float32) * 0.01)
+        h = tf.nn.conv2d(tf.cast(x, tf.float32), w, strides=1, padding="VALID")
+        tf.reduce_mean(h, axis=[1, 2], name="y")
+    path = gm.write_graph_def(g.as_graph_def(), tmp_path / "pixels.pb", text=False)
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    (note,) = _notes(capsys.readouterr().err)
+    assert "one whole inference per step" in note and "image" in note, note
+    lib = harness.load(out)
+    images = rng.integers(0, 256, size=(5, 1, 6, 6, 3)).astype(np.uint8)
+    got = lib.step_n(images)
+    with tf.compat.v1.Session(graph=g) as sess:
+        want = np.stack([sess.run("y:0", {"pixels:0": image}) for image in images])
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
