@@ -97,7 +97,11 @@ def output_heads(model, count: int) -> list:
 
 
 def random_inputs(rng, shape, dtype, high: int) -> np.ndarray:
-    """Test inputs: normal floats, or integer ids in [0, high) (token inputs)."""
+    """Test inputs: normal floats, random booleans, or integer ids in
+    [0, high) (token inputs)."""
+    if np.dtype(dtype) == np.bool_:
+        # (normal floats cast to bool are all True: the check said nothing)
+        return rng.integers(0, 2, size=shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
         return rng.integers(0, high, size=shape).astype(dtype)
     return rng.normal(size=shape).astype(dtype)
