@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..streamify_keras.time_rules import windowed_plan
+from ..streamify_keras.time_rules import same_pads_nothing, windowed_plan
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -114,6 +114,9 @@ def _windowed(s: SeqOp):
     if s.a not in spatial:
         s.fail(f"works across the time axis {s.a} (its channel axis)")
     k, stride, dil, padding = _time_params(s, spatial)
+    if s.node.attr["padding"].s == b"SAME" and not s2b and \
+            same_pads_nothing(k, stride, dil, s.frames.length):
+        padding = "valid"
     if s2b:
         if s2b[0] != "in":
             s.fail("convolves a tensor that is already space-to-batch convolved")
