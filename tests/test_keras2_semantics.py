@@ -195,3 +195,37 @@ def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
     assert main(["verify", str(path), str(out), "--steps", "150"]) == 0
     line = capsys.readouterr().out.strip()
     assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
+
+
+def _keras2_depthwise_and_separable():
+    """What Keras 2 configs write and Keras 3 refuses: DepthwiseConv1D,
+    SeparableConv1D, Conv1DTranspose (``groups``, the separable's unused
+    ``kernel_*``) and SpatialDropout1D (``trainable``, ``noise_shape``)."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(5)
+    L = tf_keras.layers
+    x = tf_keras.Input((12, 6))
+    h = L.SeparableConv1D(8, 3, activation="relu")(x)
+    h = L.SpatialDropout1D(0.2)(h)
+    h = L.DepthwiseConv1D(3, depth_multiplier=2)(h)
+    h = L.Conv1DTranspose(4, 2, strides=2)(h)
+    return tf_keras.Model(x, L.Dense(3)(L.GlobalMaxPooling1D()(h)))
+
+
+def test_keras2_depthwise_separable_and_transposed_convolutions_load(tmp_path, capsys):
+    """A Keras 2 file with a DepthwiseConv or SeparableConv (DS-CNN,
+    MobileNet) did not load at all ("Unrecognized keyword arguments passed
+    to DepthwiseConv1D: {'groups': 1}"); the library now matches Keras 2."""
+    path = tmp_path / "sep.h5"
+    _keras2_depthwise_and_separable().save(path)
+    out = tmp_path / "sep"
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "40"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")
+    from tfaot.errors import TfaotError
+
+    with pytest.raises(TfaotError, match="layer 'd' \\(DepthwiseConv2D\\) has groups=2"):
+        keras2.rewrite_config({"class_name": "DepthwiseConv2D",
+                               "config": {"name": "d", "groups": 2}})

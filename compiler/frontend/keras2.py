@@ -16,6 +16,10 @@ both; see tests/test_keras2_semantics.py):
 * ``time_major`` (recurrent layer argument): gone in Keras 3; Keras 2 files
   always write it. ``False`` is Keras 3's only layout and is dropped;
   ``True`` (input (time, batch, ...)) is refused, not silently misread.
+* Arguments Keras 3 refuses that mean nothing at their Keras 2 values
+  (``KERAS2_ONLY_ARGUMENTS``): ``groups=1`` of the depthwise, separable and
+  transposed convolutions, a separable convolution's unused ``kernel_*``,
+  a spatial dropout's ``trainable`` and ``noise_shape``: dropped.
 
 Unchanged, so nothing to do (every Keras 2 config writes its arguments
 explicitly, so changed *defaults* could not matter anyway): ``gelu``
@@ -236,6 +240,9 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
                 node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
+            if node["class_name"] in KERAS2_ONLY_ARGUMENTS:
+                node = {**node, "config": _without_keras2_arguments(
+                    node["class_name"], node["config"], layer_name)}
             if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
                 # the same slope, under its Keras 3 name (avoids a warning)
                 node = {**node, "config": {
@@ -252,6 +259,39 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
         return out
 
     return walk(config, None), changes
+
+
+_ANY = object()
+
+#: Arguments that Keras 2 configs write and Keras 3 refuses ("Unrecognized
+#: keyword arguments"), by layer: the value each must have to mean nothing
+#: (``_ANY``: means nothing whatever it is). Without this, a Keras 2 file with
+#: a DepthwiseConv2D (a DS-CNN, a MobileNet) did not load at all.
+_SEPARABLE = {"groups": 1, "kernel_initializer": _ANY,  # (Keras 2's separable
+              "kernel_regularizer": _ANY, "kernel_constraint": _ANY}  # kernels are
+# depthwise_kernel and pointwise_kernel; its "kernel" arguments are unused)
+_SPATIAL_DROPOUT = {"trainable": _ANY, "noise_shape": None}
+KERAS2_ONLY_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "DepthwiseConv1D": {"groups": 1}, "DepthwiseConv2D": {"groups": 1},
+    "Conv1DTranspose": {"groups": 1}, "Conv2DTranspose": {"groups": 1},
+    "Conv3DTranspose": {"groups": 1},
+    "SeparableConv1D": _SEPARABLE, "SeparableConv2D": _SEPARABLE,
+    # (a dropout has no weights to train; Keras 3's takes no "trainable", and
+    # its noise shape is always the spatial one)
+    "SpatialDropout1D": _SPATIAL_DROPOUT, "SpatialDropout2D": _SPATIAL_DROPOUT,
+    "SpatialDropout3D": _SPATIAL_DROPOUT,
+}
+
+
+def _without_keras2_arguments(class_name: str, config: dict, layer_name) -> dict:
+    """``config`` without the Keras 2 arguments Keras 3 refuses; one that
+    does not have its meaningless value is an error naming the layer."""
+    drop = KERAS2_ONLY_ARGUMENTS[class_name]
+    for key, value in config.items():
+        if key in drop and drop[key] is not _ANY and value != drop[key]:
+            raise TfaotError(f"layer '{layer_name}' ({class_name}) has {key}={value!r}, "
+                             "which Keras 3 (and so tfaot) does not support")
+    return {k: v for k, v in config.items() if k not in drop}
 
 
 #: Keras 2's layers for TensorFlow functions called on Keras tensors.
