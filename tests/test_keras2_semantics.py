@@ -165,7 +165,9 @@ def _keras2_op_layers():
     """TensorFlow functions called on Keras 2 tensors, as TF2 examples write
     them: Keras 2 records each as a TFOpLambda (a slice as SlicingOpLambda),
     with tensors among its keyword arguments (``a + b``), a list of them
-    as its argument (``tf.concat``) or several outputs (``tf.split``)."""
+    as its argument (``tf.concat``), several outputs (``tf.split``) or a
+    Python value first (``1.0 - x``: written as "_CONSTANT_VALUE", which
+    Keras 3 took for a layer's name)."""
     import tensorflow as tf
     import tf_keras
 
@@ -175,7 +177,7 @@ def _keras2_op_layers():
     h = tf.math.tanh(x) * 2.0 + tf.expand_dims(tf.reduce_mean(x, axis=-1), -1)
     h = tf.concat([L.Dense(4)(h), tf.nn.relu(x)], axis=-1)
     a, b = tf.split(h, 2, axis=-1)  # a layer with two outputs
-    h = L.LSTM(8, return_sequences=True)(a * tf.sigmoid(b))
+    h = L.LSTM(8, return_sequences=True)(a * (1.0 - tf.sigmoid(b)))
     return tf_keras.Model(x, tf.nn.softmax(L.Dense(3)(h[:, -1, :]), axis=-1))
 
 

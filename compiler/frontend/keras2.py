@@ -129,6 +129,8 @@ def _register():
         def get_config(self):
             return {**super().get_config(), "theta": self.theta}
 
+    import tensorflow as tf
+
     @keras.saving.register_keras_serializable(package="tfaot", name="TFOpLambda")
     class TFOpLambda(keras.layers.Layer):
         """Keras 2's record of a TensorFlow function called on a Keras tensor
@@ -144,6 +146,13 @@ def _register():
 
         def call(self, *args, **kwargs):
             kwargs.pop("name", None)  # names the TensorFlow op, not an argument
+            if CONSTANT_FIRST in kwargs:  # (see _op_node)
+                name, value, key = kwargs.pop(CONSTANT_FIRST)
+                # (a tensor of the other operand's dtype, as TensorFlow's
+                # reflected operators (__radd__) convert it)
+                value = tf.convert_to_tensor(value, dtype=args[0].dtype)
+                kwargs.update({name: value, key: args[0]})
+                args = args[1:]
             return self._call(*args, **kwargs)
 
         def get_config(self):
@@ -236,7 +245,9 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                 # (tf_keras's .keras archives name its own module, which Keras 3 cannot import)
                 node = {**node, "module": "keras.src.models.functional"}
             if node["class_name"] in OP_LAYERS and "inbound_nodes" in node:
-                node = {**node, "inbound_nodes": [_op_node(n) for n in node["inbound_nodes"]]}
+                function = node["config"].get("function")
+                node = {**node, "inbound_nodes": [_op_node(n, function)
+                                                  for n in node["inbound_nodes"]]}
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
                 node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
@@ -298,7 +309,7 @@ def _without_keras2_arguments(class_name: str, config: dict, layer_name) -> dict
 OP_LAYERS = ("TFOpLambda", "SlicingOpLambda")
 
 
-def _op_node(node):
+def _op_node(node, function=None):
     """One call of a Keras 2 op layer in Keras 3's node form.
 
     Keras 2 writes ``[name, node, tensor, kwargs]`` for a call on one
@@ -310,12 +321,45 @@ def _op_node(node):
     tensor as a reference Keras 3 resolves."""
     if not isinstance(node, list) or not node:
         return node
+    if node[0] == _CONSTANT_VALUE and function:
+        # A Python value first (``1.0 - x``: subtract(1.0, y=x)): Keras 3
+        # takes only tensors as positional arguments, and no mix of tensors
+        # and values among the keyword ones; so the (first) tensor keyword
+        # argument goes first and the call puts both back (TFOpLambda).
+        kwargs = dict(node[3]) if len(node) > 3 else {}
+        key = next((k for k, v in kwargs.items() if _is_tensor_triple(v)), None)
+        if key is None:
+            raise TfaotError(f"Keras 2 op layer calls tf.{function} on no tensor")
+        tensor = kwargs.pop(key)
+        kwargs[CONSTANT_FIRST] = [_first_parameter(function), node[2], key]
+        return {"args": [_tensor_ref(tensor)], "kwargs": _tensor_refs(kwargs)}
     if isinstance(node[0], str):  # one tensor
         first, kwargs = _tensor_ref(node), (node[3] if len(node) > 3 else {})
     else:  # a list of tensors, each entry repeating the keyword arguments
         first = [_tensor_ref(entry) for entry in node]
         kwargs = node[0][3] if len(node[0]) > 3 else {}
     return {"args": [first], "kwargs": _tensor_refs(kwargs)}
+
+
+def _first_parameter(function: str) -> str:
+    """The name of the first parameter of ``tf.<function>``."""
+    import inspect
+
+    try:
+        return next(iter(inspect.signature(_tf_function(function)).parameters))
+    except (TypeError, ValueError, StopIteration):
+        raise TfaotError(f"Keras 2 op layer calls tf.{function} with a Python value first, "
+                         "and its parameters cannot be read") from None
+
+
+#: What Keras 2 writes in place of a layer name for a call's first argument
+#: that is a Python value, not a tensor (``1.0 - x``: ``subtract(1.0, y=x)``),
+#: with the value where the tensor index would be; it was read as a layer
+#: ("Unknown layer: _CONSTANT_VALUE").
+_CONSTANT_VALUE = "_CONSTANT_VALUE"
+#: The keyword argument of such a call in Keras 3's form: [the first
+#: parameter's name, its value, the keyword of the tensor passed first].
+CONSTANT_FIRST = "tfaot_constant_first"
 
 
 def _is_tensor_triple(value) -> bool:
