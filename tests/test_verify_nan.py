@@ -178,3 +178,16 @@ def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
     assert output_scale(Case([], [small], 1e-5, "steps", {})) == 40.0
     small.add(0, 2, -1, [1234.5])
     assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1300.0
+
+
+def test_random_uint8_inputs_take_every_pixel_value():
+    """A uint8 input that indexes no table (an image's pixels) takes values
+    over 0..255 (it took 0 and 1, which a Rescaling(1/255) made almost
+    zero); token ids stay below their table's size."""
+    from tfaot.verify.keras_reference import random_inputs
+
+    rng = np.random.default_rng(0)
+    pixels = random_inputs(rng, (2000,), np.uint8, None)
+    assert pixels.dtype == np.uint8 and len(np.unique(pixels)) > 200
+    assert set(np.unique(random_inputs(rng, (200,), np.int32, None))) == {0, 1}
+    assert random_inputs(rng, (200,), np.int64, 30).max() < 30
