@@ -464,7 +464,7 @@ def _check_batch(model, batch) -> None:
 
 
 #: Step input dtypes: float features, or integer token ids (into an Embedding).
-INPUT_DTYPES = ("float32", "int32", "int64")
+INPUT_DTYPES = ("float32", "int32", "int64", "uint8")  # (uint8: an image's pixels)
 
 
 def is_streaming(model) -> bool:

@@ -111,13 +111,14 @@ def random_inputs(rng, shape, dtype, high: int | None) -> np.ndarray:
     return rng.normal(size=shape).astype(dtype)
 
 
-def embedding_rows(model) -> int:
-    """The smallest Embedding's input_dim, so random token ids stay in range."""
+def embedding_rows(model) -> int | None:
+    """The smallest Embedding's input_dim, so random token ids stay in range;
+    None without one (``random_inputs`` picks by the dtype)."""
     import keras
 
     dims = [layer.input_dim for layer in model._flatten_layers()
             if isinstance(layer, keras.layers.Embedding)]
-    return min(dims) if dims else 2
+    return min(dims) if dims else None
 
 
 def library_stream(lib, model, model_path):
