@@ -28,9 +28,12 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("int16", "i16", 0x10000010, "int16_t", 2),
     DType("int32", "i32", 0x10000020, "int32_t", 4),
     DType("int64", "i64", 0x10000040, "int64_t", 8),
-    DType("uint8", "ui8", 0x11000008, "uint8_t", 1),
-    DType("uint16", "ui16", 0x11000010, "uint16_t", 2),
-    DType("uint32", "ui32", 0x11000020, "uint32_t", 4),
+    # IREE's codes: 0x10 signless integer, 0x11 signed, 0x12 unsigned. The
+    # compiled step asserts 0x12 on an unsigned input's buffer view (a uint8
+    # image); with 0x11 every uint8 step was refused as a type mismatch.
+    DType("uint8", "ui8", 0x12000008, "uint8_t", 1),
+    DType("uint16", "ui16", 0x12000010, "uint16_t", 2),
+    DType("uint32", "ui32", 0x12000020, "uint32_t", 4),
     DType("bool", "i1", 0x13000008, "uint8_t", 1),
 )}
 

@@ -85,6 +85,7 @@ def load_and_streamify(model_path: str, progress: Progress,
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
             program = _fed_back_state(program, graph_options, model_path, progress)
+        _refuse_float64(program, model_path)
         if streams != 1:
             from .lower.streams import batch_streams
 
@@ -92,6 +93,23 @@ def load_and_streamify(model_path: str, progress: Progress,
     if check_sizes is not None:
         check_sizes(program, loaded)
     return program
+
+
+def _refuse_float64(program, model_path: str) -> None:
+    """IREE demotes every float64 to float32, so a float64 input, output or
+    state of the step reached the compiler or the package stage as float32
+    and failed there with a type mismatch that named neither; say it here,
+    before the slow stages."""
+    sig = program.signature
+    for what, tensors in (("input", sig.inputs), ("output", sig.outputs),
+                          ("state", sig.states)):
+        for t in tensors:
+            if t.dtype == "float64":
+                raise TfaotError(
+                    f"{model_path}: {what} '{t.name}' is float64, which tfaot cannot "
+                    "compile (IREE computes float64 as float32); make the model's "
+                    "inputs and outputs float32 (a Keras layer's dtype, tf.cast in a "
+                    "graph, or --inputs at a float32 tensor after a cast)")
 
 
 def _note_signature(loaded, model_path: str, progress: Progress) -> None:

@@ -7,7 +7,8 @@ The input's rank says what the model was trained on:
   with a fixed window streams as a sliding window over axis 1 (also when it
   reshapes the frames to rank 4 itself, as keyword spotters do);
 * (batch, time, H, W, C): a sequence of images; streams over axis 1;
-* (batch, H, W, C) with H and W fixed: an image; one inference per step.
+* (batch, H, W, C) with H and W fixed, float or uint8: an image; one
+  inference per step.
 
 A model with recurrent layers (or loops, or an unrolled cell) always
 streams, and so does one whose axis 1 is open: those choices are made by the
@@ -50,8 +51,11 @@ def choose(requested: str, shape, dtype: str, *, axis_given: bool = False) -> Ch
 
 
 def is_image(shape, dtype: str) -> bool:
-    """A float input (batch, H, W, C) with H and W fixed."""
-    return len(shape) == 4 and _is_float(dtype) and all(d is not None for d in shape[1:3])
+    """A float or uint8 input (batch, H, W, C) with H and W fixed (uint8:
+    raw pixels, as image SavedModels and graphs often take them; such an
+    input was streamed over its rows as a sliding window)."""
+    return (len(shape) == 4 and (_is_float(dtype) or str(dtype) == "uint8")
+            and all(d is not None for d in shape[1:3]))
 
 
 def _is_float(dtype) -> bool:

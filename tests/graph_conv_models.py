@@ -109,6 +109,7 @@ def _same_before_gru():
 MODELS = {
     "crnn": (_keras("crnn", None), "prefix", False),
     "crnn_v1cf_fixed": (_keras("crnn", 100, lower=True), "prefix", False),
+    "crnn_pool_same": (_keras("crnn_pool_same", None), "prefix", False),
     "conv_causal_dilated": (_keras("conv1d_causal_dilated_seq", None), "prefix", False),
     "conv_stride2_lstm": (_keras("conv1d_stride2_lstm_seq", None), "prefix", False),
     "pad_pool_gru": (_keras("pad_pool_gru", None, lower=True), "prefix", False),

@@ -61,6 +61,28 @@ def crnn():
     return keras.Model(x, L.Dense(3, activation="softmax")(h))
 
 
+def crnn_pool_same():
+    """A CRNN whose pooling is written MaxPooling2D((2, 2), padding='same')
+    after a convolution of stride 2 and kernel 2, also 'same': TensorFlow
+    pads no frame where the kernel is at most the stride and the length a
+    whole number of strides, so it streams as 'valid' (it was refused)."""
+    x = keras.Input((None, 10), batch_size=1)
+    h = L.Reshape((-1, 10, 1))(x)
+    h = L.Conv2D(4, (2, 3), strides=(2, 1), padding="same", activation="relu")(h)
+    h = L.MaxPooling2D((2, 2), padding="same")(h)
+    h = L.Reshape((-1, 4 * 5))(h)
+    return keras.Model(x, L.GRU(5, return_sequences=True)(h))
+
+
+def window_pool_same(window=16):
+    """A fixed window's MaxPooling1D(2, padding='same') over 14 frames (a
+    whole number of strides): streamed, not recomputed."""
+    x = keras.Input((window, F))
+    h = L.Conv1D(4, 3, activation="relu")(x)
+    h = L.MaxPooling1D(2, padding="same")(h)
+    return keras.Model(x, L.Dense(2)(L.Flatten()(h)))
+
+
 def ds_cnn(window=16):
     """DS-CNN (kws_streaming ds_cnn.py): Conv2D, then depthwise + pointwise
     blocks with BatchNorm/ReLU, valid in time (frequency padded by ZeroPadding2D),
@@ -212,6 +234,8 @@ MODELS = {
     "pad_pool_gru": (pad_pool_gru, "prefix", False),
     "grouped_conv1d_gru": (grouped_conv1d_gru, "prefix", False),
     "crnn": (crnn, "prefix", False),
+    "crnn_pool_same": (crnn_pool_same, "prefix", False),
+    "window_pool_same": (window_pool_same, "window", False),
     "ds_cnn": (ds_cnn, "window", False),
     "ds_cnn_same": (ds_cnn_same, "window", True),
     "ds_cnn_pool_all": (ds_cnn_pool_all, "window", False),

@@ -275,3 +275,43 @@ def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, length):
         load_graph(path)
     msg = str(e.value)
     assert "'spectrum' (RFFT)" in msg and "length 40" in msg and "--inputs" in msg, msg
+
+
+def test_a_saved_model_taking_strings_is_refused_at_load(tmp_path):
+    """A signature input of strings (a text model): one line naming the
+    input, as for a frozen graph's string placeholder (the SavedModel's
+    inputs skipped that check, and the probe crashed on the dtype)."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load import load_model
+
+    class Lengths(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec((None,), tf.string)])
+        def f(self, text):
+            return {"n": tf.strings.length(text)}
+
+    module = Lengths()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
+    with pytest.raises(TfaotError) as e:
+        load_model(tmp_path / "sm")
+    msg = str(e.value)
+    assert "input 'text' is a string placeholder" in msg and "numeric" in msg, msg
+
+
+def test_float64_inputs_and_outputs_are_refused_before_compiling(tmp_path, capsys):
+    """IREE computes float64 as float32: a float64 input reached the package
+    stage and failed as a type mismatch naming neither; the build now says
+    which tensor, before import."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float64, (1, 4, 3), name="reading")
+        tf.cast(tf.reduce_sum(x, axis=-1), tf.float32, name="y")
+    path = gm.write_graph_def(g.as_graph_def(), tmp_path / "f64.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "input 'reading' is float64" in err and "float32" in err, err
+    assert "import" not in err and not (tmp_path / "out").exists()

@@ -394,3 +394,38 @@ def test_fixed_t_time_distributed_unrolled(lower_control_flow):
     ref = gm.run_graph_def(gd, "x", loaded.outputs[0], x)
     ys = gm.stream(program, x)
     assert np.abs(ys[:, 0] - ref[0]).max() <= TOL
+
+
+@pytest.mark.parametrize("timesteps", [None, 20])
+def test_tf_keras_layer_normalization_and_swish_stream(timesteps):
+    """tf_keras writes LayerNormalization as a FusedBatchNorm in training
+    mode over the frames as channels, with ones and zeros as long as the
+    sequence, and swish's custom gradient as an IdentityN: both per frame.
+    The first was refused as computed from the sequence length (a fixed
+    window fell back to one whole inference per step), the second as an op
+    of unknown time behaviour; both stream now, open or as a window."""
+    import tf_keras
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    tf_keras.utils.set_random_seed(12)
+    L = tf_keras.layers
+    inp = tf_keras.Input((timesteps, 8))
+    h = L.Conv1D(8, 3, activation="swish")(inp) if timesteps else \
+        L.GRU(8, return_sequences=True)(inp)
+    h = L.Activation("swish")(L.LayerNormalization()(h))
+    model = tf_keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling1D()(h) if timesteps else h))
+    gd = _freeze_fn(lambda v: model(v), (1, timesteps, 8), False)
+    assert {"IdentityN", "FusedBatchNormV3"} <= {n.op for n in gd.node}
+    program = streamify_graph(graph_def_to_loaded(gd, __import__("pathlib").Path("ln.pb"),
+                                                  "graphdef"))
+    x = np.random.default_rng(3).standard_normal((1, 40, 8)).astype(np.float32)
+    got = _stream_all(program, x, 1)[0][:, 0]
+    if timesteps:  # step t: the window of frames t-19..t
+        assert program.stream.mode == "window" and not program.stream.recompute
+        want = np.concatenate([np.asarray(model(x[:, t - 19:t + 1])) for t in range(19, 40)])
+        got = got[19:]
+    else:
+        want = np.asarray(model(x))[0]
+    assert np.abs(got - want).max() <= TOL

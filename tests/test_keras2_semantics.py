@@ -165,7 +165,9 @@ def _keras2_op_layers():
     """TensorFlow functions called on Keras 2 tensors, as TF2 examples write
     them: Keras 2 records each as a TFOpLambda (a slice as SlicingOpLambda),
     with tensors among its keyword arguments (``a + b``), a list of them
-    as its argument (``tf.concat``) or several outputs (``tf.split``)."""
+    as its argument (``tf.concat``), several outputs (``tf.split``) or a
+    Python value first (``1.0 - x``: written as "_CONSTANT_VALUE", which
+    Keras 3 took for a layer's name)."""
     import tensorflow as tf
     import tf_keras
 
@@ -175,7 +177,7 @@ def _keras2_op_layers():
     h = tf.math.tanh(x) * 2.0 + tf.expand_dims(tf.reduce_mean(x, axis=-1), -1)
     h = tf.concat([L.Dense(4)(h), tf.nn.relu(x)], axis=-1)
     a, b = tf.split(h, 2, axis=-1)  # a layer with two outputs
-    h = L.LSTM(8, return_sequences=True)(a * tf.sigmoid(b))
+    h = L.LSTM(8, return_sequences=True)(a * (1.0 - tf.sigmoid(b)))
     return tf_keras.Model(x, tf.nn.softmax(L.Dense(3)(h[:, -1, :]), axis=-1))
 
 
@@ -195,3 +197,37 @@ def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
     assert main(["verify", str(path), str(out), "--steps", "150"]) == 0
     line = capsys.readouterr().out.strip()
     assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
+
+
+def _keras2_depthwise_and_separable():
+    """What Keras 2 configs write and Keras 3 refuses: DepthwiseConv1D,
+    SeparableConv1D, Conv1DTranspose (``groups``, the separable's unused
+    ``kernel_*``) and SpatialDropout1D (``trainable``, ``noise_shape``)."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(5)
+    L = tf_keras.layers
+    x = tf_keras.Input((12, 6))
+    h = L.SeparableConv1D(8, 3, activation="relu")(x)
+    h = L.SpatialDropout1D(0.2)(h)
+    h = L.DepthwiseConv1D(3, depth_multiplier=2)(h)
+    h = L.Conv1DTranspose(4, 2, strides=2)(h)
+    return tf_keras.Model(x, L.Dense(3)(L.GlobalMaxPooling1D()(h)))
+
+
+def test_keras2_depthwise_separable_and_transposed_convolutions_load(tmp_path, capsys):
+    """A Keras 2 file with a DepthwiseConv or SeparableConv (DS-CNN,
+    MobileNet) did not load at all ("Unrecognized keyword arguments passed
+    to DepthwiseConv1D: {'groups': 1}"); the library now matches Keras 2."""
+    path = tmp_path / "sep.h5"
+    _keras2_depthwise_and_separable().save(path)
+    out = tmp_path / "sep"
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "40"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")
+    from tfaot.errors import TfaotError
+
+    with pytest.raises(TfaotError, match="layer 'd' \\(DepthwiseConv2D\\) has groups=2"):
+        keras2.rewrite_config({"class_name": "DepthwiseConv2D",
+                               "config": {"name": "d", "groups": 2}})

@@ -191,6 +191,31 @@ def test_last_output_reshaped_to_one_row(tmp_path):
     assert "ok" in _verify(path, tmp_path / "lib")
 
 
+def test_outputs_that_are_not_float32(tmp_path):
+    """A mixed_float16 model whose head was left float16, and an argmax
+    beside it: the step gives the float16 head as float32 and the argmax as
+    int32 (keras.ops.argmax), and verify passes (the signature said float32 for every output,
+    and iree-compile failed with a result type mismatch)."""
+    import keras
+
+    keras.utils.set_random_seed(6)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = keras.Input((None, 4))
+        logits = keras.layers.Dense(3, name="logits")(
+            keras.layers.GRU(5, return_sequences=True)(x))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    model = keras.Model(x, [logits, keras.ops.argmax(logits, axis=-1)])
+    assert model.outputs[0].dtype == "float16"
+    path = tmp_path / "dtypes.keras"
+    model.save(path)
+    _build(path, tmp_path / "lib")
+    lib = harness.load(tmp_path / "lib")
+    assert [dt for _, dt, _ in lib.output_specs] == [np.float32, np.int32]
+    assert _verify(path, tmp_path / "lib", steps=50).count(": ok") == 2
+
+
 def _two_output_graph():
     """A frozen TF graph with two outputs (Identity:0, Identity_1:0) over one input "x"."""
     import tensorflow as tf

@@ -124,3 +124,54 @@ def test_an_image_graph_is_one_inference_per_step_unless_a_time_axis_is_given(
     assert "one whole inference per step" in note and "image" in note, note
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
     assert "ok" in capsys.readouterr().out
+
+
+def test_a_uint8_image_graph_is_one_inference_per_step(tmp_path, capsys):
+    """Raw pixels as uint8 (batch, H, W, C), as image SavedModels take
+    them: one inference per step (it was streamed over the rows), and the
+    step accepts its uint8 input (IREE asserts its unsigned element type on
+    the buffer view; the library asserted the signed one and every step
+    failed with a type mismatch)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.uint8, (1, 6, 6, 3), name="pixels")
+        w = tf.constant(rng.normal(size=(3, 3, 3, 4)).astype(np.float32) * 0.01)
+        h = tf.nn.conv2d(tf.cast(x, tf.float32), w, strides=1, padding="VALID")
+        tf.reduce_mean(h, axis=[1, 2], name="y")
+    path = gm.write_graph_def(g.as_graph_def(), tmp_path / "pixels.pb", text=False)
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    (note,) = _notes(capsys.readouterr().err)
+    assert "one whole inference per step" in note and "image" in note, note
+    lib = harness.load(out)
+    images = rng.integers(0, 256, size=(5, 1, 6, 6, 3)).astype(np.uint8)
+    got = lib.step_n(images)
+    with tf.compat.v1.Session(graph=g) as sess:
+        want = np.stack([sess.run("y:0", {"pixels:0": image}) for image in images])
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_keras_model_taking_uint8_pixels_builds_and_verifies(tmp_path, capsys):
+    """keras.Input(..., dtype="uint8") then Rescaling(1/255): one inference
+    per step, checked on pixels over 0..255 (the input was refused:
+    "input dtype is uint8")."""
+    import re
+
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((12, 12, 3), dtype="uint8")
+    h = L.Conv2D(4, 3, activation="relu")(L.Rescaling(1 / 255.0)(x))
+    path = tmp_path / "pixels.keras"
+    keras.Model(x, L.Dense(3)(L.GlobalAveragePooling2D()(h))).save(path)
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    (note,) = _notes(capsys.readouterr().err)
+    assert "one whole inference per step" in note and "image" in note, note
+    assert main(["verify", str(path), str(out), "--steps", "50"]) == 0
+    line = capsys.readouterr().out
+    assert re.fullmatch(r"y_t: max abs error \S+ over 50 steps \(tolerance 1e-05\): ok\n", line)

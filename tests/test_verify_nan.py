@@ -119,6 +119,34 @@ def test_tally_notes_an_output_that_never_changes():
     assert not single.result("y", 1e-5).constant  # one step: nothing to tell
 
 
+def test_tally_notes_an_output_that_varies_less_than_the_tolerance():
+    """An image model whose Rescaling(1/255) turns verify's normal inputs
+    into almost nothing: TensorFlow's output moves by less than the
+    tolerance, so a library returning a constant passes; the note says so
+    (it spoke only of outputs exactly the same at every step)."""
+    tally = ErrorTally()
+    for t in range(5):
+        tally.add(f"step {t}", [0.5, 0.1], [0.5 + 1e-6 * t, 0.1 - 2e-6 * t])
+    result = tally.result("y", 1e-5)
+    assert result.ok and result.constant and result.spread == pytest.approx(8e-6)
+    first, note = result.describe().splitlines()
+    assert "varies by at most 8e-06" in note and "ignored its input" in note, note
+    assert not tally.result("y", 1e-6).constant  # varies past a tighter tolerance
+    nan = ErrorTally()  # a NaN step does not hide how the finite steps vary
+    for want in ([0.0], [np.nan], [1.0]):
+        nan.add("step", want, want)
+    assert nan.spread() == 1.0 and not nan.result("y", 1e-5).constant
+
+
+def test_random_boolean_inputs_are_both_values():
+    """verify's samples for a bool input: True and False (normal floats cast
+    to bool were all True, so a graph's boolean input never changed)."""
+    from tfaot.verify.keras_reference import random_inputs
+
+    x = random_inputs(np.random.default_rng(0), (200,), np.bool_, 2)
+    assert x.dtype == np.bool_ and 50 < x.sum() < 150
+
+
 def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
     """A head that outputs thousands differs from TensorFlow by f32 rounding
     of thousands (over 1e-5): the default tolerance is scaled by the largest
@@ -150,3 +178,16 @@ def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
     assert output_scale(Case([], [small], 1e-5, "steps", {})) == 40.0
     small.add(0, 2, -1, [1234.5])
     assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1300.0
+
+
+def test_random_uint8_inputs_take_every_pixel_value():
+    """A uint8 input that indexes no table (an image's pixels) takes values
+    over 0..255 (it took 0 and 1, which a Rescaling(1/255) made almost
+    zero); token ids stay below their table's size."""
+    from tfaot.verify.keras_reference import random_inputs
+
+    rng = np.random.default_rng(0)
+    pixels = random_inputs(rng, (2000,), np.uint8, None)
+    assert pixels.dtype == np.uint8 and len(np.unique(pixels)) > 200
+    assert set(np.unique(random_inputs(rng, (200,), np.int32, None))) == {0, 1}
+    assert random_inputs(rng, (200,), np.int64, 30).max() < 30

@@ -131,9 +131,11 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
         if not inputs:
             raise TfaotError(f"{path}: the graph has no input: no Placeholder node found "
                              "(give one with --inputs NAME:SHAPE)")
-        non_numeric = [i for i in inputs if i.dtype in ("string", "variant", "resource")]
-        if non_numeric:
-            raise TfaotError(_front_end_message(graph_def, path, non_numeric[0]))
+    # Checked for a cut too: a SavedModel's signature inputs and --inputs
+    # come that way (a string signature input reached the probe and crashed).
+    non_numeric = [i for i in inputs if i.dtype in ("string", "variant", "resource")]
+    if non_numeric:
+        raise TfaotError(_front_end_message(graph_def, path, non_numeric[0]))
     details["feeds"] = feeds
     if cut_info:
         details["cut"] = cut_info

@@ -16,6 +16,10 @@ both; see tests/test_keras2_semantics.py):
 * ``time_major`` (recurrent layer argument): gone in Keras 3; Keras 2 files
   always write it. ``False`` is Keras 3's only layout and is dropped;
   ``True`` (input (time, batch, ...)) is refused, not silently misread.
+* Arguments Keras 3 refuses that mean nothing at their Keras 2 values
+  (``KERAS2_ONLY_ARGUMENTS``): ``groups=1`` of the depthwise, separable and
+  transposed convolutions, a separable convolution's unused ``kernel_*``,
+  a spatial dropout's ``trainable`` and ``noise_shape``: dropped.
 
 Unchanged, so nothing to do (every Keras 2 config writes its arguments
 explicitly, so changed *defaults* could not matter anyway): ``gelu``
@@ -125,6 +129,8 @@ def _register():
         def get_config(self):
             return {**super().get_config(), "theta": self.theta}
 
+    import tensorflow as tf
+
     @keras.saving.register_keras_serializable(package="tfaot", name="TFOpLambda")
     class TFOpLambda(keras.layers.Layer):
         """Keras 2's record of a TensorFlow function called on a Keras tensor
@@ -140,6 +146,13 @@ def _register():
 
         def call(self, *args, **kwargs):
             kwargs.pop("name", None)  # names the TensorFlow op, not an argument
+            if CONSTANT_FIRST in kwargs:  # (see _op_node)
+                name, value, key = kwargs.pop(CONSTANT_FIRST)
+                # (a tensor of the other operand's dtype, as TensorFlow's
+                # reflected operators (__radd__) convert it)
+                value = tf.convert_to_tensor(value, dtype=args[0].dtype)
+                kwargs.update({name: value, key: args[0]})
+                args = args[1:]
             return self._call(*args, **kwargs)
 
         def get_config(self):
@@ -232,10 +245,15 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                 # (tf_keras's .keras archives name its own module, which Keras 3 cannot import)
                 node = {**node, "module": "keras.src.models.functional"}
             if node["class_name"] in OP_LAYERS and "inbound_nodes" in node:
-                node = {**node, "inbound_nodes": [_op_node(n) for n in node["inbound_nodes"]]}
+                function = node["config"].get("function")
+                node = {**node, "inbound_nodes": [_op_node(n, function)
+                                                  for n in node["inbound_nodes"]]}
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
                 node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
+            if node["class_name"] in KERAS2_ONLY_ARGUMENTS:
+                node = {**node, "config": _without_keras2_arguments(
+                    node["class_name"], node["config"], layer_name)}
             if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
                 # the same slope, under its Keras 3 name (avoids a warning)
                 node = {**node, "config": {
@@ -254,11 +272,44 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
     return walk(config, None), changes
 
 
+_ANY = object()
+
+#: Arguments that Keras 2 configs write and Keras 3 refuses ("Unrecognized
+#: keyword arguments"), by layer: the value each must have to mean nothing
+#: (``_ANY``: means nothing whatever it is). Without this, a Keras 2 file with
+#: a DepthwiseConv2D (a DS-CNN, a MobileNet) did not load at all.
+_SEPARABLE = {"groups": 1, "kernel_initializer": _ANY,  # (Keras 2's separable
+              "kernel_regularizer": _ANY, "kernel_constraint": _ANY}  # kernels are
+# depthwise_kernel and pointwise_kernel; its "kernel" arguments are unused)
+_SPATIAL_DROPOUT = {"trainable": _ANY, "noise_shape": None}
+KERAS2_ONLY_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "DepthwiseConv1D": {"groups": 1}, "DepthwiseConv2D": {"groups": 1},
+    "Conv1DTranspose": {"groups": 1}, "Conv2DTranspose": {"groups": 1},
+    "Conv3DTranspose": {"groups": 1},
+    "SeparableConv1D": _SEPARABLE, "SeparableConv2D": _SEPARABLE,
+    # (a dropout has no weights to train; Keras 3's takes no "trainable", and
+    # its noise shape is always the spatial one)
+    "SpatialDropout1D": _SPATIAL_DROPOUT, "SpatialDropout2D": _SPATIAL_DROPOUT,
+    "SpatialDropout3D": _SPATIAL_DROPOUT,
+}
+
+
+def _without_keras2_arguments(class_name: str, config: dict, layer_name) -> dict:
+    """``config`` without the Keras 2 arguments Keras 3 refuses; one that
+    does not have its meaningless value is an error naming the layer."""
+    drop = KERAS2_ONLY_ARGUMENTS[class_name]
+    for key, value in config.items():
+        if key in drop and drop[key] is not _ANY and value != drop[key]:
+            raise TfaotError(f"layer '{layer_name}' ({class_name}) has {key}={value!r}, "
+                             "which Keras 3 (and so tfaot) does not support")
+    return {k: v for k, v in config.items() if k not in drop}
+
+
 #: Keras 2's layers for TensorFlow functions called on Keras tensors.
 OP_LAYERS = ("TFOpLambda", "SlicingOpLambda")
 
 
-def _op_node(node):
+def _op_node(node, function=None):
     """One call of a Keras 2 op layer in Keras 3's node form.
 
     Keras 2 writes ``[name, node, tensor, kwargs]`` for a call on one
@@ -270,12 +321,45 @@ def _op_node(node):
     tensor as a reference Keras 3 resolves."""
     if not isinstance(node, list) or not node:
         return node
+    if node[0] == _CONSTANT_VALUE and function:
+        # A Python value first (``1.0 - x``: subtract(1.0, y=x)): Keras 3
+        # takes only tensors as positional arguments, and no mix of tensors
+        # and values among the keyword ones; so the (first) tensor keyword
+        # argument goes first and the call puts both back (TFOpLambda).
+        kwargs = dict(node[3]) if len(node) > 3 else {}
+        key = next((k for k, v in kwargs.items() if _is_tensor_triple(v)), None)
+        if key is None:
+            raise TfaotError(f"Keras 2 op layer calls tf.{function} on no tensor")
+        tensor = kwargs.pop(key)
+        kwargs[CONSTANT_FIRST] = [_first_parameter(function), node[2], key]
+        return {"args": [_tensor_ref(tensor)], "kwargs": _tensor_refs(kwargs)}
     if isinstance(node[0], str):  # one tensor
         first, kwargs = _tensor_ref(node), (node[3] if len(node) > 3 else {})
     else:  # a list of tensors, each entry repeating the keyword arguments
         first = [_tensor_ref(entry) for entry in node]
         kwargs = node[0][3] if len(node[0]) > 3 else {}
     return {"args": [first], "kwargs": _tensor_refs(kwargs)}
+
+
+def _first_parameter(function: str) -> str:
+    """The name of the first parameter of ``tf.<function>``."""
+    import inspect
+
+    try:
+        return next(iter(inspect.signature(_tf_function(function)).parameters))
+    except (TypeError, ValueError, StopIteration):
+        raise TfaotError(f"Keras 2 op layer calls tf.{function} with a Python value first, "
+                         "and its parameters cannot be read") from None
+
+
+#: What Keras 2 writes in place of a layer name for a call's first argument
+#: that is a Python value, not a tensor (``1.0 - x``: ``subtract(1.0, y=x)``),
+#: with the value where the tensor index would be; it was read as a layer
+#: ("Unknown layer: _CONSTANT_VALUE").
+_CONSTANT_VALUE = "_CONSTANT_VALUE"
+#: The keyword argument of such a call in Keras 3's form: [the first
+#: parameter's name, its value, the keyword of the tensor passed first].
+CONSTANT_FIRST = "tfaot_constant_first"
 
 
 def _is_tensor_triple(value) -> bool:

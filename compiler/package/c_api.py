@@ -14,7 +14,7 @@ from typing import Any
 from .. import emit as emit_mod
 from .. import status as status_mod
 from ..backend.compile import CompiledModule
-from ..dtypes import BY_MLIR, dtype
+from ..dtypes import DTYPES, dtype
 from ..errors import TfaotError
 from ..program import ProgramSignature, StreamInfo, TensorInfo
 from ..resources import template_env
@@ -318,10 +318,20 @@ def _check_signature_against_vm(sig: ProgramSignature, step: emit_mod.FunctionIn
         for (_, ttext), t in zip(found, tensors):
             parts = ttext.split("x")
             shape, elem = [int(p) if p.isdigit() else -1 for p in parts[:-1]], parts[-1]
-            if shape != list(t.shape) or getattr(BY_MLIR.get(elem), "name", None) != t.dtype:
+            if shape != list(t.shape) or not _same_element(elem, t.dtype):
                 raise TfaotError(
                     f"package: {what} '{t.name}' is {t.dtype}{list(t.shape)} in the signature "
                     f"but tensor<{ttext}> in the compiled step function")
+
+
+def _same_element(elem: str, dtype_name: str) -> bool:
+    """Whether the VM's element type ``elem`` holds a ``dtype_name`` tensor.
+    IREE's integers are signless: a uint8 input (an image's pixels) is i8
+    in the compiled function, and the buffer view keeps the unsigned code."""
+    want = DTYPES.get(dtype_name)
+    if want is None:
+        return False
+    return elem == want.mlir or (want.mlir.startswith("ui") and elem == want.mlir[1:])
 
 
 def _check_direct_step(direct, inputs: list[dict], outputs: list[dict]) -> None:

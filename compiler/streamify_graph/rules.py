@@ -62,6 +62,15 @@ def _elementwise(s: SeqOp):
     s.set(outs, [seq(axis)] * len(outs))
 
 
+@rule("IdentityN")
+def _identity_n(s: SeqOp):
+    """Each output is its input: what a tf.custom_gradient function leaves in
+    a graph (tf_keras's swish, a user's own activation), around its value
+    and its inputs. It was refused as an op of unknown time behaviour."""
+    s.no_length()
+    s.set(s.emit(), list(s.metas))
+
+
 @rule("Softmax", "LogSoftmax")
 def _softmax(s: SeqOp):
     if s.a == s.rank - 1:

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..streamify_keras.time_rules import windowed_plan
+from ..streamify_keras.time_rules import same_pads_nothing, windowed_plan
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -114,6 +114,9 @@ def _windowed(s: SeqOp):
     if s.a not in spatial:
         s.fail(f"works across the time axis {s.a} (its channel axis)")
     k, stride, dil, padding = _time_params(s, spatial)
+    if s.node.attr["padding"].s == b"SAME" and not s2b and \
+            same_pads_nothing(k, stride, dil, s.frames.length):
+        padding = "valid"
     if s2b:
         if s2b[0] != "in":
             s.fail("convolves a tensor that is already space-to-batch convolved")
@@ -350,9 +353,55 @@ def _running(s: SeqOp):
 def _fused_batch_norm(s: SeqOp):
     from .meta import STATIC
 
-    s.others_static()
     channels = 1 if s.node.attr["data_format"].s.decode().startswith("NC") else s.rank - 1
+    if s.k0 == 0 and s.a == channels and s.node.attr["is_training"].b:
+        return _layer_norm_as_batch_norm(s)
+    s.others_static()
     if s.k0 != 0 or s.a == channels or s.node.attr["is_training"].b:
         s.unsupported()
     outs = s.emit()
     s.set(outs, [seq(s.a)] + [STATIC] * (len(outs) - 1))
+
+
+def _layer_norm_as_batch_norm(s: SeqOp):
+    """tf_keras's LayerNormalization as its graphs hold it: the frames
+    reshaped to the channels of a FusedBatchNorm in training mode, which
+    normalizes each channel (each frame) over its own features, with a scale
+    of ones and an offset of zeros as long as the sequence (the layer's gamma
+    and beta follow as a multiply and an add). Per frame, so it streams; the
+    ones and zeros (a Fill, or a Const where the length was fixed) are
+    remade for the step's frames (they were refused as computed from the
+    sequence length)."""
+    import tensorflow as tf
+
+    fills = {k: _uniform_value(s, k) for k in (1, 2)}  # scale, offset
+    for k, value in fills.items():
+        if value is None:
+            s.fail(f"normalizes each frame (the time axis is its channel axis) with input {k} "
+                   f"('{s.ins[k]}') not one value for every frame, which tfaot cannot stream")
+    for k in range(3, len(s.metas)):  # (training mode: empty mean and variance)
+        if s.metas[k].kind not in ("static", "static_t"):
+            s.fail(f"input {k} ('{s.ins[k]}') is time-dependent")
+    with s.em_scope():
+        frames = tf.shape(s.tensor(0))[s.a:s.a + 1]
+        outs = emit_with(s, {k: tf.fill(frames, tf.constant(v, s.tensor(k).dtype))
+                             for k, v in fills.items()})
+    # (the batch statistics, one per frame, are not a layer norm's outputs)
+    unused = Meta("dead", why="a per-frame statistic of a layer normalization")
+    s.set(outs, [seq(s.a)] + [unused] * (len(outs) - 1))
+
+
+def _uniform_value(s: SeqOp, k: int):
+    """The one value of every element of input ``k``, a Fill of a constant
+    or a constant whose elements are all equal; else None."""
+    import tensorflow as tf
+
+    from .graphdef import parse_tensor
+
+    src = s.em.g.nodes.get(parse_tensor(s.ins[k])[0])
+    if src is not None and src.op == "Fill":
+        src = s.em.g.nodes.get(parse_tensor(src.input[1])[0])
+    if src is None or src.op != "Const":
+        return None
+    value = tf.make_ndarray(src.attr["value"].tensor).ravel()
+    return value[0] if value.size and (value == value[0]).all() else None

@@ -84,7 +84,7 @@ def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
         xs, state_values = list(args[:count]), list(args[count:])
         replay = Replay(plan["mode"], state_values, rules=time_rules.RULES,
                         frames=plan["frames"], window=plan["window"], delay=plan["delay"])
-        ys = [replay.output(y, i) for i, y in enumerate(
+        ys = [_float32_output(replay.output(y, i)) for i, y in enumerate(
             replay.run_model(model, xs, all_outputs=True, streamed=plan["streamed"]))]
         return (*ys, *replay.new_values)
 
@@ -271,7 +271,7 @@ def _recompute_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
                 xs[i] = tf.cast(frames, spec.dtype)
         y = model(xs[0] if count == 1 else xs, training=False)
         ys = tuple(y) if isinstance(y, (list, tuple)) else (y,)
-        return (*ys, *new_buffers)
+        return (*(_float32_output(y) for y in ys), *new_buffers)
 
     arg_specs = [tf.TensorSpec(x.shape, x.dtype, name="x_t" if i == 0 else f"x_t{i}")
                  for i, x in enumerate(x_specs)]
@@ -304,13 +304,30 @@ def _output_keys(model) -> list[str] | None:
     return keys if len(keys) == len(model.outputs) else None
 
 
+def _float32_output(y):
+    """A step output as the C API gives it: floats as float32 (a
+    mixed_float16 model's float16 head, a float64 layer; IREE computes
+    float64 as float32 anyway), integers and booleans (an argmax) as they
+    are. The signature said float32 for every output, and any other dtype
+    failed in iree-compile with a result type mismatch."""
+    import tensorflow as tf
+
+    return tf.cast(y, tf.float32) if y.dtype.is_floating and y.dtype != tf.float32 else y
+
+
+def _output_dtype(value) -> str:
+    """The step output's dtype name (see ``_float32_output``)."""
+    return "float32" if value.dtype.is_floating else value.dtype.name
+
+
 def _output_specs(model, values) -> tuple[TensorInfo, ...]:
     """The step outputs: "y_t" for a one-output model; else one per model
     output, named after its key in a dict of named outputs, or the Keras
     output tensor ("y_t" + index if unnamed)."""
     values = list(values)
     if len(values) == 1:
-        return (TensorInfo("y_t", "float32", tuple(int(d) for d in values[0].shape)),)
+        return (TensorInfo("y_t", _output_dtype(values[0]),
+                           tuple(int(d) for d in values[0].shape)),)
     specs, seen = [], set()
     keys = _output_keys(model)
     for i, v in enumerate(values):
@@ -321,7 +338,7 @@ def _output_specs(model, values) -> tuple[TensorInfo, ...]:
         if name in seen:
             name = f"{name}_{i}"
         seen.add(name)
-        specs.append(TensorInfo(name, "float32", tuple(int(d) for d in v.shape)))
+        specs.append(TensorInfo(name, _output_dtype(v), tuple(int(d) for d in v.shape)))
     return tuple(specs)
 
 
@@ -447,7 +464,7 @@ def _check_batch(model, batch) -> None:
 
 
 #: Step input dtypes: float features, or integer token ids (into an Embedding).
-INPUT_DTYPES = ("float32", "int32", "int64")
+INPUT_DTYPES = ("float32", "int32", "int64", "uint8")  # (uint8: an image's pixels)
 
 
 def is_streaming(model) -> bool:

@@ -49,6 +49,8 @@ class WindowedRule:
         """The buffer this layer needs for an input chunk ``seq`` and the
         output's ``Seq``; raises NeedFrames / NotIncremental."""
         k, s, dil, padding = self.params(op)
+        if padding == "same" and same_pads_nothing(k, s, dil, seq.length):
+            padding = "valid"
         return windowed_plan(k, s, dil, padding, seq, mode,
                              lambda why: NotIncremental(op, why))
 
@@ -121,6 +123,18 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
             "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
             "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
             "k": k, "stride": s, "dilation": dil, "unstrided": unstrided}
+
+
+def same_pads_nothing(k: int, s: int, dil: int, length: int | None) -> bool:
+    """Whether ``same`` padding in time adds no frame: TensorFlow pads
+    ``(ceil(T/s) - 1) * s + eff - T`` frames, none when the kernel's reach
+    is at most the stride (``MaxPooling1D(2, padding='same')``) and the
+    length is a multiple of the stride. A stream's steps end on whole strides
+    (``NeedFrames``), and a fixed window must be such a multiple; then the
+    layer is a ``valid`` one (it was refused, or fell back to recomputing
+    the window)."""
+    eff = dil * (k - 1) + 1
+    return s > 1 and eff <= s and (length is None or length % s == 0)
 
 
 def _one_output(length: int | None, eff: int, s: int, padding: str) -> bool:

@@ -25,9 +25,10 @@ def build_cut(lib, given):
                         cut.get("state"), cut.get("signature")) if cut else given
 
 
-def token_limit(graph_def) -> int:
+def token_limit(graph_def) -> int | None:
     """The smallest table an id may index: the first dimension of every constant
-    that a Gather reads rows of (an embedding), so random ids stay in range."""
+    that a Gather reads rows of (an embedding), so random ids stay in range;
+    None without such a table (``random_inputs`` picks by the dtype)."""
     consts = {n.name: n for n in graph_def.node if n.op == "Const"}
     sizes = []
     for fn_nodes in [graph_def.node, *(f.node_def for f in graph_def.library.function)]:
@@ -37,7 +38,7 @@ def token_limit(graph_def) -> int:
                 dims = table.attr["value"].tensor.tensor_shape.dim if table else []
                 if dims:
                     sizes.append(int(dims[0].size))
-    return min(sizes) if sizes else 2
+    return min(sizes) if sizes else None
 
 
 class GraphReference:

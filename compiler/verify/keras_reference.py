@@ -96,20 +96,29 @@ def output_heads(model, count: int) -> list:
     return [k.Model(inputs, model.outputs[i]) for i in range(count)]
 
 
-def random_inputs(rng, shape, dtype, high: int) -> np.ndarray:
-    """Test inputs: normal floats, or integer ids in [0, high) (token inputs)."""
+def random_inputs(rng, shape, dtype, high: int | None) -> np.ndarray:
+    """Test inputs: normal floats, random booleans, or integer ids in
+    [0, high) (token inputs; ``high`` None: no table the ids index, so
+    uint8 pixels take all 256 values and other integers 0 and 1)."""
+    if np.dtype(dtype) == np.bool_:
+        # (normal floats cast to bool are all True: the check said nothing)
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    if high is None:
+        # (0 and 1 only made a uint8 image model's outputs almost constant)
+        high = 256 if np.dtype(dtype) == np.uint8 else 2
     if np.issubdtype(dtype, np.integer):
         return rng.integers(0, high, size=shape).astype(dtype)
     return rng.normal(size=shape).astype(dtype)
 
 
-def embedding_rows(model) -> int:
-    """The smallest Embedding's input_dim, so random token ids stay in range."""
+def embedding_rows(model) -> int | None:
+    """The smallest Embedding's input_dim, so random token ids stay in range;
+    None without one (``random_inputs`` picks by the dtype)."""
     import keras
 
     dims = [layer.input_dim for layer in model._flatten_layers()
             if isinstance(layer, keras.layers.Embedding)]
-    return min(dims) if dims else 2
+    return min(dims) if dims else None
 
 
 def library_stream(lib, model, model_path):

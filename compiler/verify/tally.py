@@ -21,8 +21,10 @@ class VerifyResult:
     # not finite there, and the library agrees), and the first of them.
     nonfinite_steps: int = 0
     first_nonfinite: str | None = None
-    # TensorFlow's output was the same at every step compared
+    # TensorFlow's output was the same at every step compared, or varied by
+    # no more than the tolerance (``spread``: by how much at most)
     constant: bool = False
+    spread: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -37,11 +39,17 @@ class VerifyResult:
         if self.nonfinite_steps:
             line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
                      f"of them, first at {self.first_nonfinite})")
-        if self.constant:
+        if self.constant and self.spread == 0:
             line += (f"\n  note: TensorFlow's {self.output} is the same at every one of these "
                      f"{self.steps} {self.unit}, whatever the input, so this check says "
                      "little (an untrained model? batch norm statistics that zero "
                      "everything?)")
+        elif self.constant:
+            line += (f"\n  note: TensorFlow's {self.output} varies by at most "
+                     f"{self.spread:.3g} over these {self.steps} {self.unit}, within the "
+                     "tolerance, so a library that ignored its input would pass too "
+                     "(inputs that the model scales to almost nothing, as a Rescaling "
+                     "of 1/255 does to verify's normal samples? an untrained model?)")
         return line
 
 
@@ -61,18 +69,22 @@ class ErrorTally:
         self.mismatch: str | None = None
         self.nonfinite_steps = 0
         self.first_nonfinite: str | None = None
-        self.first_want: np.ndarray | None = None
-        self.varies = False  # TensorFlow's output changed from step to step
+        # TensorFlow's smallest and largest value of each element so far
+        # (NaN where never finite): how much the output varies over the steps
+        self.low: np.ndarray | None = None
+        self.high: np.ndarray | None = None
 
     def add(self, where: str, got, want) -> None:
         """Compares one step's output; ``where`` names the step in messages."""
         got = np.asarray(got, np.float64).ravel()
         want = np.asarray(want, np.float64).ravel()
         self.steps += 1
-        if self.first_want is None:
-            self.first_want = want
-        elif not self.varies:
-            self.varies = not np.array_equal(want, self.first_want, equal_nan=True)
+        finite_want = np.where(np.isfinite(want), want, np.nan)
+        if self.low is None:
+            self.low, self.high = finite_want, finite_want.copy()
+        elif self.low.shape == want.shape:
+            self.low = np.fmin(self.low, finite_want)
+            self.high = np.fmax(self.high, finite_want)
         finite = np.isfinite(got) & np.isfinite(want)
         if finite.any():
             self.max_abs_error = max(self.max_abs_error,
@@ -89,7 +101,19 @@ class ErrorTally:
 
     def result(self, output: str, tol: float, steps: int | None = None,
                unit: str = "steps") -> VerifyResult:
+        spread = self.spread()
         return VerifyResult(output, self.steps if steps is None else steps,
                             self.max_abs_error, tol, unit, self.mismatch,
                             self.nonfinite_steps, self.first_nonfinite,
-                            constant=self.steps > 1 and not self.varies)
+                            constant=self.steps > 1 and spread <= tol, spread=spread)
+
+    def spread(self) -> float:
+        """How much TensorFlow's output varied over the steps at most, element
+        by element: an output that moves by no more than the tolerance cannot
+        tell a right library from one that returns a constant (an image
+        model's Rescaling(1/255) makes verify's normal inputs almost zero)."""
+        if self.low is None or self.low.size == 0:
+            return 0.0
+        diff = self.high - self.low
+        diff = diff[np.isfinite(diff)]
+        return float(diff.max()) if diff.size else 0.0
