@@ -115,6 +115,18 @@ def multi() -> ModelSpec:
     )
 
 
+def stateless() -> ModelSpec:
+    """No state (an image model's form): its @reset does nothing, so its C
+    has no exit a failure jumps to."""
+    return ModelSpec(
+        name="stateless",
+        mlir=(DATA / "stateless.mlir").read_text(),
+        signature=_sig((1, 4), (1, 4), []),
+        init_state=lambda: [],
+        step=lambda x, st: (x * np.float32(2) + np.float32(1), []),
+    )
+
+
 def ctrl() -> ModelSpec:
     z = np.zeros((1, 4), np.float32)
 
@@ -261,7 +273,7 @@ def keras_branched() -> ModelSpec:
 #: The models as the frontend would write them (with @get_state/@set_state).
 ALL = {name: _stitched(make) for name, make in
        {"accumulator": accumulator, "ginit": ginit, "multi": multi, "lstm": lstm,
-        "ctrl": ctrl}.items()}
+        "ctrl": ctrl, "stateless": stateless}.items()}
 ALL["keras_branched"] = keras_branched  # the frontend already wrote its state access
 
 

@@ -161,6 +161,7 @@ def test_refs_the_function_need_not_count_are_borrowed_or_moved():
     vm.func private @step(%arg0: !vm.buffer) -> (!vm.buffer, !vm.buffer, !vm.buffer) {
       %k = vm.global.load.ref @kept : !vm.buffer
       %s = vm.global.load.ref @swapped : !vm.buffer
+      %n = vm.buffer.length %s : !vm.buffer -> i64
       vm.global.store.ref %arg0, @swapped : !vm.buffer
       vm.return %k, %s, %arg0 : !vm.buffer, !vm.buffer, !vm.buffer
     }
@@ -207,7 +208,8 @@ def test_a_retain_right_before_the_release_of_its_source_is_a_move():
 def test_the_one_return_releases_only_what_its_locals_still_hold():
     """A straight-line function's return releases the locals that hold a
     reference there (not the one discarded before) and returns; the shared
-    exit, which failures reach from anywhere, still releases every local."""
+    exit, which failures reach from anywhere (here a buffer's length, of a
+    null buffer), still releases every local."""
     vm_asm = """module {
   vm.module public @m {
     vm.global.ref private mutable @a : !vm.buffer
@@ -215,6 +217,7 @@ def test_the_one_return_releases_only_what_its_locals_still_hold():
     vm.func private @step(%arg0: !vm.buffer) {
       %x = vm.global.load.ref @a : !vm.buffer
       %y = vm.global.load.ref @b : !vm.buffer
+      %n = vm.buffer.length %x : !vm.buffer -> i64
       vm.global.store.ref %arg0, @a : !vm.buffer
       vm.global.store.ref %arg0, @b : !vm.buffer
       vm.discard.refs %y : !vm.buffer
@@ -230,3 +233,19 @@ def test_the_one_return_releases_only_what_its_locals_still_hold():
     assert "tfrt_release(rt, v_a);" in tail and "tfrt_release(rt, v_b)" not in tail
     assert tail.rstrip().endswith("return status;") and "goto done" not in tail
     assert "tfrt_release(rt, v_a);" in failure and "tfrt_release(rt, v_b);" in failure
+
+
+def test_a_function_nothing_in_can_fail_has_no_exit_label():
+    """(A stateless model's @reset: its C has no op that jumps to the
+    shared exit, and an unused label warns at -Wall.)"""
+    vm_asm = """module {
+  vm.module public @m {
+    vm.func private @reset() {
+      vm.return
+    }
+    vm.export @reset
+  }
+}"""
+    body = emit.translate(vm_asm, prefix="m").functions["reset"].body
+    assert "done:" not in body and "goto done" not in body
+    assert body.strip().endswith("return status;")

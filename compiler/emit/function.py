@@ -160,10 +160,14 @@ class FunctionEmitter:
         lines = _with_borrowed_refs(self.lines, borrowed, self.global_loads)
         owned = [n for n in self.ref_locals if n not in borrowed]
         lines = _with_direct_return(lines, owned, self.module.host_sync)
+        # the shared exit's label, where something jumps to it (a function of
+        # no op that can fail, e.g. a stateless model's @reset, returns
+        # directly, and an unused label warns)
+        exit_used = any("goto done" in line or "TFRT_TRY(" in line for line in lines)
         return ops_template().function_body(
             list(self.decls.items()), [(n, is_ref(t), n in borrowed) for n, t in params],
             [is_ref(t) for t in self.info.result_types], lines, unused, owned,
-            self.module.host_sync)
+            self.module.host_sync, exit_used)
 
     def borrowed_refs(self, param_refs: list[str]) -> set[str]:
         """The ref locals that need no reference of their own (module
