@@ -315,3 +315,26 @@ def test_float64_inputs_and_outputs_are_refused_before_compiling(tmp_path, capsy
     err = capsys.readouterr().err
     assert "input 'reading' is float64" in err and "float32" in err, err
     assert "import" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_saved_model_taking_a_ragged_tensor_says_so(tmp_path, capsys):
+    """A ragged signature input reaches the graph as its values and row
+    splits; the probe, feeding plain tensors, fails in a ragged op: the
+    error says the model takes a ragged tensor and what to export instead
+    (it named the op's shape mismatch only)."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    class Sums(tf.Module):
+        @tf.function(input_signature=[tf.RaggedTensorSpec((None, None, 4), tf.float32, 1)])
+        def f(self, r):
+            return {"y": tf.reduce_sum(r, axis=1)}
+
+    module = Sums()
+    tf.saved_model.save(module, str(tmp_path / "sm"),
+                        signatures={"serving_default": module.f.get_concrete_function()})
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "out"), "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert "takes a ragged tensor" in err and "tf.TensorSpec" in err, err
+    assert not (tmp_path / "out").exists()

@@ -210,8 +210,15 @@ def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
             try:
                 res = sess.run(fetch, feed)
             except Exception as e:
+                text = _error_text(e)
+                # a ragged input reaches the graph as its components (values,
+                # row splits), fed here as plain tensors of the probe's shape
+                ragged = ("; the model takes a ragged tensor (a SavedModel signature passes "
+                          "its values and row splits as inputs): tfaot takes dense tensors, "
+                          "export a signature whose inputs are tf.TensorSpec"
+                          if "Ragged" in text else "")
                 raise Fail(f"running the graph on a test sequence of shape {x_shape} failed: "
-                           f"{_error_text(e)}") from None
+                           f"{text}{ragged}") from None
     shapes = {k[2:]: tuple(int(d) for d in v) for k, v in res.items() if k.startswith("s:")}
     values = {k[2:]: v for k, v in res.items() if k.startswith("v:")}
     outs = [res[f"o:{k}"] for k in range(len(loaded.outputs))]
