@@ -75,44 +75,41 @@ __attribute__((always_inline)) static inline int tfrt_bind(const tfrt_buffer *bu
   return TFRT_OK;
 }
 
-/* ---- direct steps -------------------------------------------------------------- */
+/* ---- dispatches ---------------------------------------------------------------- */
 
 /* The environment and workgroup every dispatch gets: all zero (one thread,
  * no imports, no local memory; workgroup (0, 0, 0) of a 1x1x1 grid). */
 TFRT_INTERNAL const tfrt_abi_environment tfrt_zero_env;
 TFRT_INTERNAL const tfrt_abi_workgroup_state tfrt_zero_workgroup;
 
-/* Finds one dispatch of a direct step: the function name_slot resolves to
- * in exe, checked against its attributes as tfrt_dispatch_bound checks at
- * every call. */
-TFRT_INTERNAL int tfrt_direct_prepare(const tfrt_executable *exe, uint32_t name_slot,
-                                      uint32_t constant_count, uint32_t binding_count,
-                                      tfrt_direct_site *site) {
-  int64_t id;
-  int status = tfrt_executable_lookup(exe, name_slot, &id);
-  if (status != TFRT_OK) return status;
-  const tfrt_abi_library_v6 *lib = exe->library;
-  if ((uint64_t)id >= lib->exports.count || binding_count > 0xFF || constant_count > 0xFFFF)
+/* Export `id` of lib as a dispatch with these counts may call it: its
+ * attributes in *attrs (NULL: the library has none). */
+TFRT_INTERNAL int tfrt_export_attrs(const tfrt_abi_library_v6 *lib, int64_t id,
+                                    uint32_t constant_count, uint32_t binding_count,
+                                    const tfrt_abi_dispatch_attrs **attrs) {
+  *attrs = NULL;
+  if (id < 0 || (uint64_t)id >= lib->exports.count || binding_count > 0xFF ||
+      constant_count > 0xFFFF)
     return TFRT_STATUS_INVALID_ARGUMENT;
-  const tfrt_abi_dispatch_attrs *attrs = lib->exports.attrs ? &lib->exports.attrs[id] : NULL;
-  if (attrs) {
-    if (attrs->local_memory_pages != 0) return TFRT_STATUS_UNIMPLEMENTED;
-    if (attrs->binding_count != binding_count || attrs->constant_count != constant_count)
+  const tfrt_abi_dispatch_attrs *a = lib->exports.attrs ? &lib->exports.attrs[id] : NULL;
+  if (a) {
+    if (a->local_memory_pages != 0) return TFRT_STATUS_UNIMPLEMENTED;
+    if (a->binding_count != binding_count || a->constant_count != constant_count)
       return TFRT_STATUS_INVALID_ARGUMENT;
   }
-  site->fn = lib->exports.ptrs[id];
-  site->attrs = attrs;
-  return site->fn ? TFRT_OK : TFRT_STATUS_NOT_FOUND;
+  *attrs = a;
+  return TFRT_OK;
 }
 
-/* Runs a prepared dispatch of a direct step over its workgroup grid (the
- * counts are constants of the step: inlined, a 1x1x1 grid is one call),
- * its dispatch state on the stack, in order on the calling thread. */
-__attribute__((always_inline, unused)) static inline int tfrt_direct_call(
-    const tfrt_direct_site *site, uint32_t count_x, uint32_t count_y, uint32_t count_z,
-    uint32_t constant_count, const uint32_t *constants, uint32_t binding_count,
-    void *const *binding_ptrs, const size_t *binding_lengths) {
-  const tfrt_abi_dispatch_attrs *attrs = site->attrs;
+/* Runs fn over a workgroup grid, in order on the calling thread with a
+ * zeroed environment; its dispatch state on the stack, every field set one
+ * by one (neither struct has holes between fields: the two memsets of a
+ * zero start were a fifth of a dispatch's cost on a Cortex-M4). Inlined
+ * where the counts are constants, a 1x1x1 grid is one call. */
+__attribute__((always_inline)) static inline int tfrt_run_grid(
+    tfrt_abi_dispatch_fn fn, const tfrt_abi_dispatch_attrs *attrs, uint32_t count_x,
+    uint32_t count_y, uint32_t count_z, uint32_t constant_count, const uint32_t *constants,
+    uint32_t binding_count, void *const *binding_ptrs, const size_t *binding_lengths) {
   tfrt_abi_dispatch_state state;
   state.workgroup_size_x = attrs ? attrs->workgroup_size_x : 1;
   state.workgroup_size_y = attrs ? attrs->workgroup_size_y : 1;
@@ -127,8 +124,8 @@ __attribute__((always_inline, unused)) static inline int tfrt_direct_call(
   state.binding_ptrs = binding_ptrs;
   state.binding_lengths = binding_lengths;
   if (count_x == 1 && count_y == 1 && count_z == 1)
-    return site->fn(&tfrt_zero_env, &state, &tfrt_zero_workgroup) == 0
-               ? TFRT_OK : TFRT_STATUS_KERNEL_FAILED;
+    return fn(&tfrt_zero_env, &state, &tfrt_zero_workgroup) == 0 ? TFRT_OK
+                                                                 : TFRT_STATUS_KERNEL_FAILED;
   tfrt_abi_workgroup_state wg = tfrt_zero_workgroup;
   for (uint32_t z = 0; z < count_z; ++z) {
     wg.workgroup_id_z = (uint16_t)z;
@@ -136,68 +133,51 @@ __attribute__((always_inline, unused)) static inline int tfrt_direct_call(
       wg.workgroup_id_y = y;
       for (uint32_t x = 0; x < count_x; ++x) {
         wg.workgroup_id_x = x;
-        if (site->fn(&tfrt_zero_env, &state, &wg) != 0) return TFRT_STATUS_KERNEL_FAILED;
+        if (fn(&tfrt_zero_env, &state, &wg) != 0) return TFRT_STATUS_KERNEL_FAILED;
       }
     }
   }
   return TFRT_OK;
 }
 
-/* Runs the workgroup grid of a dispatch whose bindings are bound, in order
- * on the calling thread with a zeroed environment. */
+/* Finds one dispatch of a direct step: the function name_slot resolves to
+ * in exe, checked once (tfrt_export_attrs), where tfrt_dispatch_bound
+ * checks at every call. */
+TFRT_INTERNAL int tfrt_direct_prepare(const tfrt_executable *exe, uint32_t name_slot,
+                                      uint32_t constant_count, uint32_t binding_count,
+                                      tfrt_direct_site *site) {
+  int64_t id;
+  int status = tfrt_executable_lookup(exe, name_slot, &id);
+  if (status == TFRT_OK)
+    status = tfrt_export_attrs(exe->library, id, constant_count, binding_count, &site->attrs);
+  if (status != TFRT_OK) return status;
+  site->fn = exe->library->exports.ptrs[id];
+  return site->fn ? TFRT_OK : TFRT_STATUS_NOT_FOUND;
+}
+
+/* Runs a prepared dispatch of a direct step (the counts are its constants). */
+__attribute__((always_inline, unused)) static inline int tfrt_direct_call(
+    const tfrt_direct_site *site, uint32_t count_x, uint32_t count_y, uint32_t count_z,
+    uint32_t constant_count, const uint32_t *constants, uint32_t binding_count,
+    void *const *binding_ptrs, const size_t *binding_lengths) {
+  return tfrt_run_grid(site->fn, site->attrs, count_x, count_y, count_z, constant_count,
+                       constants, binding_count, binding_ptrs, binding_lengths);
+}
+
+/* Runs the workgroup grid of a dispatch whose bindings are bound. */
 TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t function_id,
                                       int32_t count_x, int32_t count_y, int32_t count_z,
                                       uint32_t constant_count, const uint32_t *constants,
                                       uint32_t binding_count, void **binding_ptrs,
                                       size_t *binding_lengths) {
-  static const tfrt_abi_environment zero_env;
   if (!exe) return TFRT_STATUS_NULL_REF;
-  const tfrt_abi_library_v6 *lib = exe->library;
-  if (function_id < 0 || (uint64_t)function_id >= lib->exports.count)
-    return TFRT_STATUS_INVALID_ARGUMENT;
   if (count_x < 0 || count_y < 0 || count_z < 0 || count_z > 0xFFFF)
     return TFRT_STATUS_INVALID_ARGUMENT;
-  const tfrt_abi_dispatch_attrs *attrs =
-      lib->exports.attrs ? &lib->exports.attrs[function_id] : NULL;
-  if (attrs) {
-    if (attrs->local_memory_pages != 0) return TFRT_STATUS_UNIMPLEMENTED;
-    if (attrs->binding_count != binding_count || attrs->constant_count != constant_count)
-      return TFRT_STATUS_INVALID_ARGUMENT;
-  }
-  /* Every field set one by one (neither struct has holes between fields):
-   * the two memsets of a zero start were a fifth of this function's cost
-   * on a Cortex-M4. */
-  tfrt_abi_dispatch_state state;
-  state.workgroup_size_x = attrs ? attrs->workgroup_size_x : 1;
-  state.workgroup_size_y = attrs ? attrs->workgroup_size_y : 1;
-  state.workgroup_size_z = attrs ? attrs->workgroup_size_z : 1;
-  state.constant_count = (uint16_t)constant_count;
-  state.workgroup_count_x = (uint32_t)count_x;
-  state.workgroup_count_y = (uint32_t)count_y;
-  state.workgroup_count_z = (uint16_t)count_z;
-  state.max_concurrency = 1;
-  state.binding_count = (uint8_t)binding_count;
-  state.constants = constants;
-  state.binding_ptrs = binding_ptrs;
-  state.binding_lengths = binding_lengths;
-  tfrt_abi_workgroup_state wg;
-  wg.workgroup_id_x = 0;
-  wg.workgroup_id_y = 0;
-  wg.workgroup_id_z = 0;
-  wg.reserved = 0;
-  wg.processor_id = 0;
-  wg.local_memory = NULL;
-  wg.local_memory_size = 0;
-  const tfrt_abi_dispatch_fn fn = lib->exports.ptrs[function_id];
-  for (int32_t z = 0; z < count_z; ++z) {
-    wg.workgroup_id_z = (uint16_t)z;
-    for (int32_t y = 0; y < count_y; ++y) {
-      wg.workgroup_id_y = (uint32_t)y;
-      for (int32_t x = 0; x < count_x; ++x) {
-        wg.workgroup_id_x = (uint32_t)x;
-        if (fn(&zero_env, &state, &wg) != 0) return TFRT_STATUS_KERNEL_FAILED;
-      }
-    }
-  }
-  return TFRT_OK;
+  const tfrt_abi_dispatch_attrs *attrs;
+  const int status = tfrt_export_attrs(exe->library, function_id, constant_count,
+                                       binding_count, &attrs);
+  if (status != TFRT_OK) return status;
+  return tfrt_run_grid(exe->library->exports.ptrs[function_id], attrs, (uint32_t)count_x,
+                       (uint32_t)count_y, (uint32_t)count_z, constant_count, constants,
+                       binding_count, binding_ptrs, binding_lengths);
 }

@@ -103,6 +103,8 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         "c_flags": [*C_FLAGS, *target.c_flags()],
         "arena_bytes": api.vm.arena_bytes,
         "arena_pools": [list(p) for p in api.vm.pools],
+        # the direct step's temporaries (emit/direct_step.py), beside the arena
+        "step_scratch_bytes": api.vm.step.direct.scratch_bytes if api.vm.step.direct else 0,
         "kernel_library": api.library_name or None,
         "kernel_query_symbol": api.query_symbol if target.has_kernel_object else None,
         "link_libs": list(target.link_libs),
