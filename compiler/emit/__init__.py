@@ -14,6 +14,8 @@ Modules, in pass order:
   ``Rodata``) and the collection of module-level ops;
 * ``function``  -- the function emitter (name table, output lines, dispatch);
 * ``vm_rules``, ``hal_rules`` -- the rule tables;
+* ``direct_step`` -- @step as straight C over fixed buffers, where it can be
+  (planned before the memory plan, emitted instead of the translated @step);
 * ``memory``    -- the memory-planning pass (arena size classes, slots);
 * ``driver``    -- ``translate``, the stage's entry;
 * ``c_types``, ``vmir`` -- C types/names, and reading VM IR (attributes,

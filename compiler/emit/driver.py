@@ -41,7 +41,7 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
         ops = {symbol(op.attributes["sym_name"]): op for op in module.func_ops()}
         if step is not None:
             module.direct_plan = plan_direct_step(module, ops[step.vm_name], step)
-        plan_memory(module)  # (first: it may change the size an allocation asks for)
+        plan_memory(module)  # (before emitting: it may change the size an allocation asks for)
         for vm_name, fn_op in ops.items():
             info = module.functions[vm_name]
             if info is step and module.direct_plan is not None:
