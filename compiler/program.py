@@ -37,12 +37,17 @@ class TensorInfo:
 class InputInfo(TensorInfo):
     """A step input. ``streamed``: it has the model's time axis (each step takes
     the next frame(s)); else it has none and each step takes its whole value
-    (a conditioning vector given every step)."""
+    (a conditioning vector given every step). ``held``: such a value enters
+    the sequence itself (broadcast over its frames, into a recurrent layer):
+    the model has one value for the whole sequence, so a stream keeps it the
+    same from step to step (and verify gives it one value)."""
 
     streamed: bool = True
+    held: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {**super().to_json(), "streamed": self.streamed}
+        held = {"held": True} if self.held else {}
+        return {**super().to_json(), "streamed": self.streamed, **held}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 token or conditioning input): the typed NAME_inputs struct, the harness,
 verify, a C driver, against TensorFlow."""
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -268,3 +269,44 @@ def test_saved_model_signature_with_two_inputs(tmp_path):
                 for t in range(0, STEPS, 7))
     assert error <= 1e-5
     _verify(path, out)
+
+
+def test_a_conditioning_vector_added_to_every_frame_is_held(tmp_path):
+    """features (None, 5) + Reshape((1, 5))(Dense(cond)) -> LSTM(8): the
+    conditioning vector enters the sequence (it was refused as "combines a
+    sequence with a value that is not per time step"). It streams, the input
+    is held (one value a stream: header, manifest), the library equals
+    Keras over a sequence with one conditioning vector, and verify holds it
+    fixed. A value pooled from the sequence is still no conditioning vector."""
+    import json
+
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, 5), name="features")
+    cond = keras.Input((3,), name="cond")
+    h = keras.layers.Reshape((1, 5))(keras.layers.Dense(5)(cond))
+    y = keras.layers.Dense(2)(keras.layers.LSTM(8, return_sequences=True)(
+        keras.layers.Add()([x, h])))
+    model = keras.Model([x, cond], y)
+    path, out = tmp_path / "cond.keras", tmp_path / "lib"
+    model.save(path)
+    _build(path, out)
+    manifest = json.loads((out / "cond.json").read_text())
+    assert [i.get("held", False) for i in manifest["inputs"]] == [False, True]
+    assert "#define COND_INPUT1_HELD 1" in (out / "cond.h").read_text()
+    rng = np.random.default_rng(4)
+    xs = rng.normal(size=(1, STEPS, 5)).astype(np.float32)
+    c = rng.normal(size=(1, 3)).astype(np.float32)
+    got = harness.load(out).step_n((np.swapaxes(xs, 0, 1), np.repeat(c[None], STEPS, 0)))
+    want = np.asarray(model([tf.constant(xs), tf.constant(c)]))[0]
+    np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 2), want, rtol=0, atol=1e-5)
+    _verify(path, out)
+    # (a squeeze-and-excitation scale: the sequence times its own pooled mean)
+    pooled = keras.layers.Reshape((1, 5))(keras.layers.GlobalAveragePooling1D()(x))
+    se = keras.Model(x, keras.layers.LSTM(4)(keras.layers.Multiply()([x, pooled])))
+    se.save(tmp_path / "se.keras")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(tmp_path / "se.keras"),
+                           "-o", str(tmp_path / "se"), "-q"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "not per time step" in proc.stderr, proc.stderr

@@ -33,6 +33,7 @@ input's rank (``stream_choice``); the report's "choice" says which and why.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 
@@ -75,8 +76,10 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "auto")
 def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     import tensorflow as tf
 
-    x_specs = plan["x_specs"]
     discover = plan["replay"]
+    # a per-step input whose value went into the sequence: one value a stream
+    x_specs = [dataclasses.replace(x, held=True) if discover.broadcasts and not x.streamed else x
+               for x in plan["x_specs"]]
     states = tuple(discover.new_states)
     count = len(x_specs)
 

@@ -116,15 +116,21 @@ class Seq:
 
 
 class Streamed:
-    """A value flowing through the replayed graph, with its time meta."""
+    """A value flowing through the replayed graph, with its time meta.
+    ``constant``: a VEC computed from the model's inputs that are not
+    sequences alone (a conditioning vector), the same at every time step of
+    the model's sequence; a VEC from a sequence (a last output, a pooled
+    one) is not."""
 
-    __slots__ = ("value", "meta", "seq", "valid_from")
+    __slots__ = ("value", "meta", "seq", "valid_from", "constant")
 
-    def __init__(self, value, meta: str, seq: Seq | None = None, valid_from: int = 0):
+    def __init__(self, value, meta: str, seq: Seq | None = None, valid_from: int = 0,
+                 constant: bool = False):
         self.value = value
         self.meta = meta
         self.seq = seq
         self.valid_from = valid_from if seq is None else max(valid_from, seq.first_step)
+        self.constant = constant
 
 
 class NeedFrames(Exception):
@@ -172,6 +178,7 @@ class Replay:
         self.new_states: list[StateInfo] = []  # found while discovering
         self.new_values: list = []
         self.layer_rows: list[dict[str, Any]] = []
+        self.broadcasts = False  # a per-step input's value broadcast over the frames
         self._counter = None
 
     @property
@@ -209,7 +216,7 @@ class Replay:
         import tensorflow as tf
 
         if self.mode == "stateless" or not streamed:
-            return Streamed(x_t, VEC)
+            return Streamed(x_t, VEC, constant=True)
         value = tf.expand_dims(x_t, 1) if self.frames == 1 else x_t
         return Streamed(value, SEQ, Seq(self.frames, 0, -1 - self.delay,
                                         self.window if self.mode == "window" else None))
@@ -322,7 +329,8 @@ class Replay:
             raise NotIncremental(op, _not_streamable_reason(kind, kwargs))
         if not on_sequence:
             self.row(op, "per-step")
-            return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed))
+            return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed),
+                              constant=all(s.constant for s in streamed))
         rule = self.rules.get(kind)
         if rule is not None:
             if getattr(op, "data_format", "channels_last") != "channels_last":
@@ -398,7 +406,8 @@ class Replay:
         return Streamed(tf.reshape(y, (1, n, *y.shape[1:])), SEQ,
                         _per_step_seq(x.seq), x.valid_from)
 
-    def apply(self, op, args, kwargs, meta, seq: Seq | None = None, valid_from: int = 0):
+    def apply(self, op, args, kwargs, meta, seq: Seq | None = None, valid_from: int = 0,
+              constant: bool = False):
         import tensorflow as tf
 
         args, kwargs = _unwrap((args, kwargs))
@@ -412,8 +421,8 @@ class Replay:
         if meta == SEQ:
             seq = _per_step_seq(seq)
         if isinstance(out, (list, tuple)):
-            return [Streamed(o, meta, seq, valid_from) for o in out]
-        return Streamed(out, meta, seq, valid_from)
+            return [Streamed(o, meta, seq, valid_from, constant) for o in out]
+        return Streamed(out, meta, seq, valid_from, constant)
 
     def _align(self, op, args, kwargs):
         """Line up the frames of several sequences combined by one layer:
@@ -455,7 +464,16 @@ class Replay:
                 raise NotIncremental(op, f"works along axis {axis}, the time axis")
 
     def _check_all_sequences(self, op, args) -> None:
-        metas = {s.meta for s in _leaves(args) if isinstance(s, Streamed)}
+        leaves = [s for s in _leaves(args) if isinstance(s, Streamed)]
+        rank = max(len(s.value.shape) for s in leaves if s.meta == SEQ) if any(
+            s.meta == SEQ for s in leaves) else 0
+        # a conditioning vector with a time axis of 1 (Reshape((1, C))) is
+        # the same at every frame in the model too: it broadcasts over the
+        # step's frames as it did over the sequence
+        broadcast = [s for s in leaves if s.meta == VEC and s.constant
+                     and len(s.value.shape) == rank and int(s.value.shape[1]) == 1]
+        metas = {s.meta for s in leaves if not any(s is b for b in broadcast)}
+        self.broadcasts |= bool(broadcast) and SEQ in metas
         if len(metas) > 1:
             # e.g. a squeeze-and-excitation block: the sequence times its
             # own pooled mean (a fixed window falls back, as above)

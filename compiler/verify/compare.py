@@ -147,6 +147,9 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
     # frames, or the value a per-step input takes at each step.
     xs = [random_inputs(rng, (steps, *shape), dt, embedding_rows(model))
           for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+    # (a held input enters the sequence: the model has one value of it)
+    xs = [np.repeat(x[:1], len(x), axis=0) if held else x
+          for x, held in zip(xs, lib.input_held)]
     # The reference is the file's own framework: Keras 2 files run in
     # Keras 2 (tf_keras), not in the Keras 3 model the build used.
     reference_model = keras_reference_model(loaded)

@@ -70,6 +70,8 @@ class LibrarySpec:
         self.input_shapes = [shape for _, _, shape in self.input_specs]
         self.input_dtypes = [dt for _, dt, _ in self.input_specs]
         self.input_streamed = [bool(i.get("streamed", True)) for i in manifest["inputs"]]
+        # per-step inputs the model has one value of for the whole sequence
+        self.input_held = [bool(i.get("held", False)) for i in manifest["inputs"]]
         self._inputs_struct = _tensors_struct(self.input_specs, "Inputs") \
             if len(self.input_specs) > 1 else None
         # Every output, manifest order: (name, dtype, shape).
