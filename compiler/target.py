@@ -305,9 +305,10 @@ class Target:
     def int8_paired_rows(self) -> bool:
         """Whether the int8 matvec's weights are packed with paired lanes
         (microkernel.pack_int8): 32-bit Arm with the DSP extension and no
-        Helium floating point (Cortex-M4/M7/M33), where the C compiler takes
-        the kernel's DSP path (tfrt_matvec.c TFRT_I8_PAIRED, which checks
-        that both agree)."""
+        Helium floating point (Cortex-M4/M7/M33) and an FPU to keep words in
+        (hard or softfp ABI), where the C compiler takes the kernel's
+        paired-lane path (tfrt_matvec.c TFRT_I8_PAIRED, which checks that
+        both agree)."""
         if not self.arch.startswith(("arm", "thumb")):
             return False
         toolchain = self.toolchain()
@@ -315,7 +316,8 @@ class Target:
             return False
         macros = compiler_macro_values(toolchain.cc, *self.c_flags())
         mve = macros.get("__ARM_FEATURE_MVE", "0")
-        return "__ARM_FEATURE_DSP" in macros and not (mve.isdigit() and int(mve) & 2)
+        return ("__ARM_FEATURE_DSP" in macros and "__ARM_FP" in macros
+                and not (mve.isdigit() and int(mve) & 2))
 
     @property
     def matvec_kernel(self) -> str:
@@ -389,6 +391,13 @@ class Target:
             # Float arguments in FPU registers, as arm-none-eabi-gcc -mfloat-abi=hard
             # expects (iree-notes 5); LLVM's default for the triple is soft.
             flags.append("--iree-llvmcpu-target-float-abi=hard")
+        elif self.bare_metal_arm:
+            # A soft-float triple: the C is built -mfloat-abi=soft, for a core
+            # without an FPU or with it off. For a CPU that has one, IREE's
+            # default passes floats in its registers (the objects do not link)
+            # and uses its instructions (a usage fault where it is off).
+            flags += ["--iree-llvmcpu-target-float-abi=soft",
+                      "--iree-llvmcpu-target-cpu-features=+soft-float"]
         if self.bare_metal_arm:
             # One workgroup a dispatch: the shim runs a dispatch's workgroups
             # one after the other on the calling thread, and a microcontroller

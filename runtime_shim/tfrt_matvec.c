@@ -470,7 +470,8 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 /* Groups of 4 inputs per block (one scale). */
 #define TFRT_I8_GROUPS (TFRT_I8_BLOCK / 4)
 
-/* 32-bit Arm with the DSP extension and no Helium (Cortex-M4/M7/M33): the
+/* 32-bit Arm with the DSP extension, an FPU (tfrt_i8_pairs keeps words in
+ * its registers: not with -mfloat-abi=soft) and no Helium (Cortex-M4/M7/M33): the
  * input is quantized to int16 instead, one scale per chunk, and stored as
  * the pairs SMLAD multiplies (tfrt_i8_quantize). SMLAD multiplies 16-bit
  * halves whether the input has 8 bits or 16, so the wider input costs
@@ -479,7 +480,7 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
  * 106 instructions per 64 multiply-adds before). The int16 input has
  * finer steps than int8 blocks wherever a block's largest |x| is over
  * 1/256 of the chunk's. Sums: 128 inputs x 127 x 32767 < 2^31. */
-#if defined(__ARM_FEATURE_DSP) && !defined(__aarch64__) && \
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_FP) && !defined(__aarch64__) && \
     !(defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2))
 #define TFRT_I8_WIDE 1
 #define TFRT_I8_WIDE_MAX 32767.0f
@@ -1158,7 +1159,10 @@ static void tfrt_i8_sums_mve_32(const int8_t *wt, const int8_t *xq, size_t group
 }
 #define TFRT_I8_SUMS_32 tfrt_i8_sums_mve_32
 #endif
-#else
+#endif
+#if !defined(TFRT_I8_TILE_32) && !defined(TFRT_I8_WIDE)
+/* the portable tiles (also the DSP extension without an FPU, whose
+ * matvec has no paired-lane path) */
 #define TFRT_I8_TILE_32 tfrt_i8_tile_32
 #define TFRT_I8_TILE_16 tfrt_i8_tile_16
 TFRT_I8_TILE_OF(32)

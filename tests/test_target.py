@@ -26,7 +26,9 @@ def test_iree_flags_carry_triple_cpu_and_float_abi():
     assert "--iree-execution-model=inline-dynamic" in flags
     assert not any("cpu-features" in f for f in flags)
     soft = make_target("cpu", "thumbv7em-none-eabi", "cortex-m4").iree_flags(Path("k.o"))
-    assert not any("float-abi" in f for f in soft)
+    # no FPU instruction, floats passed in core registers: as -mfloat-abi=soft
+    assert soft[5:7] == ["--iree-llvmcpu-target-float-abi=soft",
+                         "--iree-llvmcpu-target-cpu-features=+soft-float"]
     # one workgroup a dispatch on a microcontroller; hosts keep IREE's tiles
     assert "--iree-llvmcpu-number-of-threads=1" in flags
     assert not any("number-of-threads" in f

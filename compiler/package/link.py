@@ -125,16 +125,17 @@ def _merge_shim_source(target: Target, toolchain: Toolchain, kernels: Path, sour
 #: The libm functions a kernel object may call that tfaot defines itself
 #: (runtime_shim/tfrt_libm.c), under NAME_ names.
 LIBM_SOURCE = "tfrt_libm.c"
-LIBM_SHIMS = ("floorf",)
+LIBM_SHIMS = ("floorf", "fmaximumf", "fminimumf")
 
 
 def add_libm_shims(target: Target, toolchain: Toolchain, kernels: Path, name: str,
                    workdir: Path) -> list[str]:
     """Where the kernel object calls ``floorf`` (FPUs without a round-down
-    instruction: Cortex-M4), renames the call to ``NAME_floorf`` and merges
-    tfaot's definition of it into the object; returns the functions so
-    replaced. The library then needs no libm for them, and the firmware's
-    own libm is left alone."""
+    instruction: Cortex-M4) or, without an FPU, ``fmaximumf`` or
+    ``fminimumf`` (which newlib lacks), renames the calls to ``NAME_floorf``
+    and so on and merges tfaot's definitions into the object; returns the
+    functions so replaced. The library then needs no libm for them, and the
+    firmware's own libm is left alone."""
     from ..backend.compile import undefined_symbols
 
     wanted = [f for f in LIBM_SHIMS if f in undefined_symbols(kernels, toolchain.nm)]
@@ -145,8 +146,8 @@ def add_libm_shims(target: Target, toolchain: Toolchain, kernels: Path, name: st
     run([toolchain.objcopy, *(f"--redefine-sym={f}={name}_{f}" for f in wanted), kernels,
          renamed], workdir, "renaming the kernel object's libm calls")
     merged = _merge_shim_source(target, toolchain, renamed, LIBM_SOURCE,
-                                ["-O2", f"-DTFRT_FLOORF_FN={name}_floorf"], workdir,
-                                "tfaot's floorf")
+                                ["-O2", f"-DTFRT_LIBM_PREFIX={name}_"], workdir,
+                                "tfaot's libm functions")
     shutil.copyfile(merged, kernels)
     return wanted
 
