@@ -210,7 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "       tfaot verify --case FILE DIR",
                        description="Run a random input sequence through TensorFlow on the "
                                    "original model (whole sequence) and through the built "
-                                   ".so step by step; print the max abs error per output. "
+                                   ".so step by step (a build for another machine: its .a "
+                                   "under QEMU, qemu-user for Linux triples, "
+                                   "qemu-system-arm for a Cortex-M4/M7/M33/M55); print the "
+                                   "max abs error per output. "
                                    "Exit status 1 if it is above the tolerance. To check a "
                                    "library on a machine without TensorFlow (a GPU server, "
                                    "a board), save the inputs and TensorFlow's outputs with "
@@ -521,7 +524,7 @@ def _verify_case(args) -> int:
     from .verify.case import Case, check_matches, run_case
 
     case = Case.load(Path(args.case))
-    lib = harness.load(Path(args.dir), init=False)
+    lib = harness.load_to_run(Path(args.dir))
     check_matches(case, lib, args.case)
     return _report(run_case(lib, case, args.tol))
 

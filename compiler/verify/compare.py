@@ -60,7 +60,7 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     """The library at ``lib_dir`` against TensorFlow running ``model_path``."""
     from . import harness
 
-    lib = harness.load(lib_dir, init=False)  # run_sequence inits (maybe in a child process)
+    lib = harness.load_to_run(lib_dir)  # run_sequence inits (maybe in a child process)
     case = make_case(model_path, lib, steps=steps, seed=seed, tol=tol,
                      graph_options=graph_options)
     return run_case(lib, case)

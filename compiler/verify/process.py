@@ -40,8 +40,14 @@ def run_sequence(lib, xs: list[np.ndarray]) -> list[tuple]:
     """Runs len(xs[0]) steps from a fresh init; returns each step's outputs.
 
     ``lib`` is a ``harness.Model`` (loaded with ``init=False`` for GPU
-    libraries); ``xs`` has one (steps, *input i) array per input.
+    libraries), or the ``harness.LibrarySpec`` of a library built for another
+    machine (run under QEMU: verify.emulate); ``xs`` has one (steps, *input
+    i) array per input.
     """
+    from . import emulate
+
+    if emulate.needs_emulator(lib.manifest):
+        return emulate.run_sequence(lib, xs)
     if not needs_own_process(lib.manifest):
         lib.init()
         return _step_all(lib, xs)

@@ -1,0 +1,132 @@
+"""tfaot verify of libraries built for another machine: the static library
+linked into a runner and stepped under QEMU (compiler/verify/emulate.py),
+qemu-aarch64 for an aarch64 Linux build and qemu-system-arm for Cortex-M
+builds, its outputs compared with TensorFlow running the original model.
+Also the soft-float Cortex-M builds that verify found broken: IREE's
+kernels passed floats in FPU registers (the library did not link), the
+int8 matvec's paired-lane path needs an FPU, and IREE calls fmaximumf,
+which newlib lacks."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import toolchains
+from tfaot.cli import main
+
+STEPS = 120
+
+
+@pytest.fixture(scope="module")
+def conditioned_model(tmp_path_factory):
+    """Two inputs (a sequence, and a vector added to its every frame: held)
+    and two outputs: the runner's input and output structs."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(3)
+    seq = keras.Input((None, 6), batch_size=1, name="frames")
+    cond = keras.Input((3,), batch_size=1, name="speaker")
+    x = L.Add()([seq, L.Reshape((1, 6))(L.Dense(6)(cond))])
+    h = L.GRU(24, return_sequences=True)(x)
+    model = keras.Model([seq, cond], [L.Dense(4, name="keyword")(h),
+                                      L.Dense(2, activation="tanh", name="voice")(h)])
+    path = tmp_path_factory.mktemp("conditioned") / "conditioned.keras"
+    model.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def conv_model(tmp_path_factory):
+    """A streamed convolution stack with a ReLU and max pooling over time
+    (llvm.maximum: fmaximumf without an FPU) and an LSTM of int8 size."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((None, 10), batch_size=1)
+    h = L.Conv1D(16, 3, activation="relu")(x)
+    h = L.MaxPooling1D(2)(h)
+    h = L.LSTM(32, return_sequences=True)(h)
+    path = tmp_path_factory.mktemp("conv") / "conv.keras"
+    keras.Model(x, L.Dense(3)(h)).save(path)
+    return path
+
+
+def _build(model, out, *flags):
+    assert main(["build", str(model), "-o", str(out), "-q", *map(str, flags)]) == 0
+
+
+def _verify(capsys, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["verify", *map(str, args), "--steps", str(STEPS)])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+CORTEX_M_BUILDS = {
+    # soft float: no FPU instruction may run (the runner leaves the FPU off)
+    "m4-soft-int8": ["--triple", "thumbv7em-none-eabi", "--cpu", "cortex-m4",
+                     "--weights-dtype", "int8"],
+    "m4-soft-f32": ["--triple", "thumbv7em-none-eabi", "--cpu", "cortex-m4"],
+    "m7-int8": ["--triple", "thumbv7em-none-eabihf", "--cpu", "cortex-m7",
+                "--weights-dtype", "int8"],
+    "m33-weights-file": ["--triple", "thumbv8m.main-none-eabihf", "--cpu", "cortex-m33",
+                         "--weights", "file"],
+}
+
+
+@pytest.mark.parametrize("build", list(CORTEX_M_BUILDS))
+def test_verify_steps_a_cortex_m_build_under_qemu(conv_model, build, tmp_path, capsys):
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    out = tmp_path / build
+    _build(conv_model, out, *CORTEX_M_BUILDS[build])
+    rc, stdout, stderr = _verify(capsys, conv_model, out)
+    assert rc == 0, stdout + stderr
+    assert "under qemu-system-arm (mps2-" in stderr
+    # (the first step's output is before the convolution's window is full)
+    assert re.fullmatch(r"y_t: max abs error \S+ over 11\d steps \(tolerance \S+\): ok\n",
+                        stdout), stdout
+
+
+def test_verify_steps_an_aarch64_build_with_several_inputs_and_outputs(
+        conditioned_model, tmp_path, capsys):
+    """Both outputs compared (the runner's structs as the C compiler lays
+    them out), then the same with a saved case, and a tolerance no build
+    meets fails: the outputs come back from the emulated steps."""
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    out = tmp_path / "a64"
+    _build(conditioned_model, out, "--triple", "aarch64-linux-gnu")
+    assert not (out / "libconditioned.so").exists()
+    rc, stdout, stderr = _verify(capsys, conditioned_model, out)
+    assert rc == 0, stdout + stderr
+    assert "under qemu-aarch64" in stderr
+    assert [line.split(":")[0] for line in stdout.splitlines()] == ["keyword", "voice"]
+    case = tmp_path / "case.npz"
+    rc, _, _ = _verify(capsys, conditioned_model, out, "--save-case", case)
+    assert rc == 0 and case.exists()
+    capsys.readouterr()
+    assert main(["verify", "--case", str(case), str(out)]) == 0
+    assert "keyword" in capsys.readouterr().out
+    rc, stdout, _ = _verify(capsys, conditioned_model, out, "--tol", "1e-12")
+    assert rc == 1 and stdout.count(": FAIL") == 2, stdout
+
+
+def test_a_machine_without_the_emulator_is_told_what_to_install(monkeypatch):
+    from tfaot.errors import TfaotError
+    from tfaot.target import host_triple
+    from tfaot.verify import emulate
+
+    monkeypatch.setattr(emulate.shutil, "which", lambda tool: None)
+    manifest = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
+    with pytest.raises(TfaotError) as err:
+        emulate.emulator(manifest)
+    message = str(err.value)
+    assert "arm-none-eabi-gcc and qemu-system-arm" in message
+    assert "apt-get install" in message and "--save-case" in message
+    with pytest.raises(TfaotError, match="needs aarch64-linux-gnu-gcc and qemu-aarch64"):
+        emulate.emulator({"triple": "aarch64-linux-gnu", "cpu": "generic"})
+    with pytest.raises(TfaotError, match="QEMU has no board with a cortex-m3"):
+        emulate.emulator({"triple": "thumbv7m-none-eabi", "cpu": "cortex-m3"})
+    assert not emulate.needs_emulator({"triple": host_triple(), "target": "cpu"})
