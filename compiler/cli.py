@@ -520,11 +520,11 @@ def _save_case(args) -> int:
 
 
 def _verify_case(args) -> int:
-    from .verify import harness
     from .verify.case import Case, check_matches, run_case
+    from .verify.process import load_to_run
 
     case = Case.load(Path(args.case))
-    lib = harness.load_to_run(Path(args.dir))
+    lib = load_to_run(Path(args.dir))
     check_matches(case, lib, args.case)
     return _report(run_case(lib, case, args.tol))
 

@@ -58,9 +58,9 @@ def default_tolerance(lib, keras_model) -> float:
 def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float | None,
            graph_options=None) -> list[VerifyResult]:
     """The library at ``lib_dir`` against TensorFlow running ``model_path``."""
-    from . import harness
+    from .process import load_to_run
 
-    lib = harness.load_to_run(lib_dir)  # run_sequence inits (maybe in a child process)
+    lib = load_to_run(lib_dir)  # run_sequence inits (maybe in a child process)
     case = make_case(model_path, lib, steps=steps, seed=seed, tol=tol,
                      graph_options=graph_options)
     return run_case(lib, case)

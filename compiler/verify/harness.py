@@ -416,18 +416,6 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     return model
 
 
-def load_to_run(lib_dir, *, name: str | None = None) -> LibrarySpec:
-    """A library to step from a fresh init (``process.run_sequence``): loaded,
-    not initialised, where this machine runs its code; its manifest alone
-    where it is built for another machine (then QEMU runs it: verify.emulate)."""
-    from .emulate import needs_emulator
-
-    spec = load_spec(lib_dir, name=name)
-    if needs_emulator(spec.manifest):
-        return spec
-    return load(lib_dir, name=spec.name, init=False)
-
-
 def _read_manifest(lib_dir: Path, name: str | None) -> dict:
     if not lib_dir.is_dir():
         raise TfaotError(f"{lib_dir}: no such folder; give the folder tfaot build wrote "

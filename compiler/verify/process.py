@@ -36,6 +36,19 @@ def needs_own_process(manifest: dict) -> bool:
     return manifest.get("target") in GPU_KINDS
 
 
+def load_to_run(lib_dir: Path, *, name: str | None = None):
+    """A library for ``run_sequence``: loaded, not initialised, where this
+    machine runs its code; its manifest alone (a ``harness.LibrarySpec``)
+    where it is built for another machine (QEMU runs it: verify.emulate)."""
+    from . import harness
+    from .emulate import needs_emulator
+
+    spec = harness.load_spec(lib_dir, name=name)
+    if needs_emulator(spec.manifest):
+        return spec
+    return harness.load(lib_dir, name=spec.name, init=False)
+
+
 def run_sequence(lib, xs: list[np.ndarray]) -> list[tuple]:
     """Runs len(xs[0]) steps from a fresh init; returns each step's outputs.
 
