@@ -302,22 +302,32 @@ class Target:
         return int8_dot_products(self.arch, self.cpu, toolchain.cc if toolchain else None)
 
     @property
-    def int8_paired_rows(self) -> bool:
-        """Whether the int8 matvec's weights are packed with paired lanes
-        (microkernel.pack_int8): 32-bit Arm with the DSP extension and no
-        Helium floating point (Cortex-M4/M7/M33) and an FPU to keep words in
-        (hard or softfp ABI), where the C compiler takes the kernel's
-        paired-lane path (tfrt_matvec.c TFRT_I8_PAIRED, which checks that
-        both agree)."""
+    def int8_layout(self) -> str:
+        """How the int8 matvec's weights are packed (microkernel.pack_int8):
+        "paired" on 32-bit Arm with the DSP extension, an FPU to keep words
+        in (hard or softfp ABI) and no Helium floating point
+        (Cortex-M4/M7/M33: tfrt_i8_pairs); "rows" with Helium's floating
+        point (Cortex-M55/M85: VMLADAV over a row's 16 weights of a block);
+        "lanes" elsewhere. The C compiler takes the kernel's path from the
+        same macros (tfrt_matvec.c TFRT_I8_PAIRED, TFRT_I8_ROWS), and checks
+        that both agree."""
         if not self.arch.startswith(("arm", "thumb")):
-            return False
+            return "lanes"
         toolchain = self.toolchain()
         if toolchain is None:
-            return False
+            return "lanes"
         macros = compiler_macro_values(toolchain.cc, *self.c_flags())
         mve = macros.get("__ARM_FEATURE_MVE", "0")
-        return ("__ARM_FEATURE_DSP" in macros and "__ARM_FP" in macros
-                and not (mve.isdigit() and int(mve) & 2))
+        if mve.isdigit() and int(mve) & 2:
+            return "rows"
+        if "__ARM_FEATURE_DSP" in macros and "__ARM_FP" in macros:
+            return "paired"
+        return "lanes"
+
+    @property
+    def int8_paired_rows(self) -> bool:
+        """Whether the int8 matvec pairs its lanes (``int8_layout``)."""
+        return self.int8_layout == "paired"
 
     @property
     def matvec_kernel(self) -> str:

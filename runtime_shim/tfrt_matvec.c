@@ -1144,6 +1144,53 @@ TFRT_I8_TILE_MVE(16)
 #define TFRT_I8_TILE_32 tfrt_i8_tile_mve_32
 #define TFRT_I8_TILE_16 tfrt_i8_tile_mve_16
 
+/* The matvec's blob keeps its rows as they are here ("rows":
+ * microkernel.pack_int8, Target.int8_layout), so a row's 16 weights of a
+ * block of inputs are one vector and VMLADAV sums their 16 products into
+ * one int32, as CMSIS-NN's fully connected layer does: four rows a pass
+ * share each block's input vector, and their four sums, one vector, are
+ * converted and scaled by the block's input scale together. The lanes'
+ * layout took 7 instructions per 16 products (widening multiplies and
+ * adds), this about 3. The same int32 block sums, so the same outputs. */
+#define TFRT_I8_ROWS 1
+/* Four rows' int32 sums of one block of 16 inputs x (w: the first row's
+ * weights of it), as one vector; LOAD(p) loads a row's 16 weights. */
+#define TFRT_I8_ROWS_BLOCK(w, k4, x, LOAD)                                                 \
+  vsetq_lane_s32(vmladavq_s8(LOAD((w) + 3 * (k4)), x),                                     \
+                 vsetq_lane_s32(vmladavq_s8(LOAD((w) + 2 * (k4)), x),                      \
+                                vsetq_lane_s32(vmladavq_s8(LOAD((w) + (k4)), x),           \
+                                               vdupq_n_s32(vmladavq_s8(LOAD(w), x)), 1),   \
+                                2),                                                        \
+                 3)
+
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_i8_rows_tile(const int8_t *w, size_t k4, const int8_t *xq,
+                              const float *block_scale, size_t chunk, size_t rows, float *out) {
+  const size_t full = chunk / TFRT_I8_BLOCK * TFRT_I8_BLOCK;
+  const mve_pred16_t tail = vctp8q((uint32_t)(chunk - full));
+#define TFRT_I8_ALL(p) vld1q_s8(p)
+#define TFRT_I8_TAIL(p) vldrbq_z_s8(p, tail)
+  for (size_t r = 0; r < rows; r += 4, w += 4 * k4) {
+    float32x4_t total = vdupq_n_f32(0.0f);
+    const float *scale = block_scale;
+    for (size_t i = 0; i < full; i += TFRT_I8_BLOCK, scale++) {
+      const int8x16_t x = vld1q_s8(xq + i);
+      const int32x4_t sums = TFRT_I8_ROWS_BLOCK(w + i, k4, x, TFRT_I8_ALL);
+      total = vfmaq_n_f32(total, vcvtq_f32_s32(sums), *scale);
+    }
+    if (full < chunk) {
+      /* k4 need not be a multiple of 16: the last block loads zeros past
+       * the chunk, so no weight of the next row is read */
+      const int8x16_t x = TFRT_I8_TAIL(xq + full);
+      const int32x4_t sums = TFRT_I8_ROWS_BLOCK(w + full, k4, x, TFRT_I8_TAIL);
+      total = vfmaq_n_f32(total, vcvtq_f32_s32(sums), *scale);
+    }
+#undef TFRT_I8_ALL
+#undef TFRT_I8_TAIL
+    vst1q_f32(out + r, total);
+  }
+}
+
 /* The int8 convolution's int32 sums of 32 lanes (no block scales), as f32
  * (exact below 2^24), one position at a time. Not inlined: inlined at each
  * of the convolution's call sites it added 12 KB of flash to a DS-CNN. */
@@ -1271,6 +1318,10 @@ static void tfrt_i8_quantize(const float *x, size_t count, size_t padded, uint32
 #endif
 
 /* The layout of an int8 blob of n rows and k inputs (see above). */
+#if defined(TFRT_I8_ROWS_BLOB) && (TFRT_I8_ROWS_BLOB + 0) != defined(TFRT_I8_ROWS)
+#error "the int8 weights were packed for another CPU than this one (rows: Target.int8_layout and TFRT_I8_ROWS disagree)"
+#endif
+
 struct tfrt_i8_blob {
   size_t T, tiles, k4;
   const float *row_scale; /* one per packed row */
@@ -1376,6 +1427,12 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 #ifdef TFRT_I8_PAIRED
     (void)out, (void)T, (void)tiles;
     tfrt_i8_pairs_chunk(&b, n, k0, chunk, xq, block_scale[0], backwards, y);
+#elif defined(TFRT_I8_ROWS)
+    for (size_t i = 0; i < tiles; i++) {
+      const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
+      tfrt_i8_rows_tile(b.wq + t * k4 + k0, k4, xq, block_scale, chunk, T, out);
+      tfrt_i8_tile_out(&b, out, t, n - t < T ? n - t : T, k0, y);
+    }
 #else
     for (size_t i = 0; i < tiles; i++) {
       const size_t tile = backwards ? tiles - 1 - i : i, t = tile * T;
@@ -1453,7 +1510,7 @@ static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
 }
 #endif
 
-#ifndef TFRT_I8_PAIRED
+#if !defined(TFRT_I8_PAIRED) && !defined(TFRT_I8_ROWS)
 /* The output tile at t (T lanes) of the streams `good` (count of them: the
  * rows of xq with finite inputs, each chunk inputs with its block scales)
  * from the packed weights wt: while the streams take turns, the tile's
@@ -1530,6 +1587,13 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
         for (size_t j = 0; j < count; j++)
           tfrt_i8_pairs_tile(&b, k0, chunk / 4, xq[good[j]], block_scale[good[j]][0], t,
                              n - t < T ? n - t : T, ys + good[j] * n);
+#elif defined(TFRT_I8_ROWS)
+        for (size_t j = 0; j < count; j++) {
+          float *o = out + good[j] * TFRT_MATVEC_TILE;
+          tfrt_i8_rows_tile(b.wq + t * k4 + k0, k4, xq[good[j]], block_scale[good[j]], chunk,
+                            T, o);
+          tfrt_i8_tile_out(&b, o, t, n - t < T ? n - t : T, k0, ys + good[j] * n);
+        }
 #else
         tfrt_i8_tile_rows(b.wq + (tile * k4 + k0) * T, T, chunk, good, count,
                           (const tfrt_i8_in (*)[TFRT_I8_IN_LEN])xq,

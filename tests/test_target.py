@@ -73,20 +73,23 @@ def test_bad_choices_are_refused(kind, triple, cpu, message):
         make_target(kind, triple, cpu)
 
 
-@pytest.mark.parametrize("triple, cpu, paired", [
-    ("thumbv7em-none-eabihf", "cortex-m4", True),  # DSP extension: SMLAD
-    ("thumbv7em-none-eabihf", "cortex-m7", True),
-    ("thumbv8m.main-none-eabihf", "cortex-m33", True),
-    ("thumbv8.1m.main-none-eabihf", "cortex-m55", False),  # Helium's own tile
-    ("thumbv6m-none-eabi", "generic", False),  # no DSP extension
+@pytest.mark.parametrize("triple, cpu, layout", [
+    ("thumbv7em-none-eabihf", "cortex-m4", "paired"),  # DSP extension: SMLAD
+    ("thumbv7em-none-eabihf", "cortex-m7", "paired"),
+    ("thumbv8m.main-none-eabihf", "cortex-m33", "paired"),
+    ("thumbv7em-none-eabi", "cortex-m4", "lanes"),  # no FPU to keep words in
+    ("thumbv8.1m.main-none-eabihf", "cortex-m55", "rows"),  # Helium: VMLADAV on rows
+    ("thumbv6m-none-eabi", "generic", "lanes"),  # no DSP extension
 ])
-def test_int8_blob_pairs_lanes_where_the_kernel_takes_its_dsp_path(triple, cpu, paired):
+def test_int8_blob_layout_is_the_kernels_path(triple, cpu, layout):
     import toolchains
 
     toolchains.require("arm-none-eabi-gcc")  # the answer comes from its predefined macros
-    assert make_target("cpu", triple, cpu).int8_paired_rows is paired
+    target = make_target("cpu", triple, cpu)
+    assert target.int8_layout == layout
+    assert target.int8_paired_rows is (layout == "paired")
 
 
 def test_hosts_keep_the_int8_blob_of_lanes_apart():
-    assert make_target().int8_paired_rows is False
-    assert make_target("cpu", CROSS).int8_paired_rows is False
+    assert make_target().int8_layout == "lanes"
+    assert make_target("cpu", CROSS).int8_layout == "lanes"

@@ -124,14 +124,15 @@ def _c_array(ctype: str, name: str, values) -> str:
     return f"static const _Alignas(64) {ctype} {name}[] = {{{body}}};\n"
 
 
-def _cases_header(cases, dtype: str = "int8", paired: bool = False) -> str:
+def _cases_header(cases, dtype: str = "int8", layout: str = "lanes") -> str:
     """matvec_cases.h for data/kernels/matvec_check.c: each (w, x) packed
-    for the int8 (with ``paired`` lanes: Arm's DSP path) or the f32 kernel."""
+    for the int8 (in ``layout``: "paired" for Arm's DSP path, "rows" for
+    Helium) or the f32 kernel."""
     ctype = {"int8": "int8_t", "f32": "float"}[dtype]
     text, table = f"#define WEIGHT_T {ctype}\n", []
     for i, (w, x) in enumerate(cases):
         if dtype == "int8":
-            values = map(str, microkernel.pack_int8(w, paired).view(np.int8).tolist())
+            values = map(str, microkernel.pack_int8(w, layout).view(np.int8).tolist())
         else:
             values = (f"{float(v)!r}f" for v in
                       microkernel.pack(w, microkernel.matvec_tile(len(w))).ravel())
@@ -171,6 +172,8 @@ F32_PATH = {"cortex-m4": _SCALAR_FPU, "cortex-m7": _SCALAR_FPU, "cortex-m33": _S
             "cortex-m55": (r"vfma.f32\tq\d+, q\d+, r\d+",)}
 INT8_PATH = {"cortex-m4": "smlad", "cortex-m7": "smlad", "cortex-m33": "smlad",
              "cortex-m55": "vmullb.s8"}
+#: the int8 matvec's own (Helium: VMLADAV over a row's 16 weights)
+INT8_MATVEC_PATH = {**INT8_PATH, "cortex-m55": "vmlav.s8"}
 
 
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))
@@ -208,18 +211,20 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
 
 @pytest.mark.parametrize("cpu", sorted(CORTEX_M))
 def test_cortex_m_kernel_matches_the_arithmetic(cpu, tmp_path):
-    """The DSP (SXTB16 + SMLAD, int16 inputs) and Helium (VMULLB/VMULLT)
-    paths under qemu-system-arm: the same int32 sums as numpy's model of
-    each, so the same outputs up to f32 rounding; the matmul of several
-    streams gives each stream the matvec's outputs."""
+    """The DSP (SXTB16 + SMLAD, int16 inputs) and Helium (VMLADAV on the
+    rows' blob) paths under qemu-system-arm: the same int32 sums as numpy's
+    model of each, so the same outputs up to f32 rounding; the matmul of
+    several streams gives each stream the matvec's outputs."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     cases = _kernel_cases(np.random.default_rng(4))
-    paired = cpu != "cortex-m55"  # the DSP path's blob pairs its lanes
-    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, paired=paired))
+    # the DSP path's blob pairs its lanes; Helium's keeps the rows
+    layout = "rows" if cpu == "cortex-m55" else "paired"
+    (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, layout=layout))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_INT8", "-DTFRT_MATVEC_FN=m_kernel",
                                             "-DTFRT_MATMUL_FN=m_matmul", "-DCHECK_MATMUL",
-                                            f"-DTFRT_I8_PAIRED_BLOB={int(paired)}"])
-    assert INT8_PATH[cpu] in toolchains.disassembly(image, cpu)
+                                            f"-DTFRT_I8_PAIRED_BLOB={int(layout == 'paired')}",
+                                            f"-DTFRT_I8_ROWS_BLOB={int(layout == 'rows')}"])
+    assert INT8_MATVEC_PATH[cpu] in toolchains.disassembly(image, cpu)
     model = int8_weights.int8_matvec if cpu == "cortex-m55" else int8_weights.int8_matvec_dsp
     proc = _run_cortex_m(cpu, image)
     # the matmul of three streams (--streams) gives each the matvec's outputs
@@ -356,7 +361,7 @@ def test_paired_packing():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((20, 6)).astype(np.float32)
     q, _ = int8_weights.quantize_int8(w)
-    plain, paired = microkernel.pack_int8(w), microkernel.pack_int8(w, paired=True)
+    plain, paired = microkernel.pack_int8(w), microkernel.pack_int8(w, "paired")
     assert len(plain) == len(paired) and (plain[:32 * 4] == paired[:32 * 4]).all()  # scales
     # [pass][group][pair in the pass][input][even, odd]
     data = paired[32 * 4:].reshape(8, 2, 2, 4, 2)
@@ -371,6 +376,21 @@ def test_paired_packing():
             halves = pair.astype(np.int64) @ [1, 256]  # little-endian 16-bit halves
             np.testing.assert_array_equal(halves.astype(np.uint16).view(np.int16),
                                           even + 128 + 256 * odd)
+
+
+def test_rows_packing():
+    """Helium's blob (pack_int8 "rows"): the scales, then every row of the
+    padded tiles as it is, K rounded up to 4."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((20, 6)).astype(np.float32)
+    q, _ = int8_weights.quantize_int8(w)
+    plain, rows = microkernel.pack_int8(w), microkernel.pack_int8(w, "rows")
+    assert len(plain) == len(rows) and (plain[:32 * 4] == rows[:32 * 4]).all()  # scales
+    data = rows[32 * 4:].view(np.int8).reshape(32, 8)
+    np.testing.assert_array_equal(data[:20, :6], q)
+    assert not data[20:].any() and not data[:, 6:].any()  # zero padding
+    with pytest.raises(ValueError):
+        microkernel.pack_int8(w, "columns")
 
 
 def test_kernel_refuses_a_blob_packed_for_another_cpu(tmp_path):
@@ -502,7 +522,7 @@ def test_aarch64_matches_the_host_build(case, tmp_path):
     np.testing.assert_allclose(np.asarray(ys).reshape(STEPS, -1), host, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("cpu, instruction", [("cortex-m4", "smlad"), ("cortex-m55", "vmullb")])
+@pytest.mark.parametrize("cpu, instruction", [("cortex-m4", "smlad"), ("cortex-m55", "vmlav.s8")])
 def test_cortex_m_image_matches_the_host_build(case, cpu, instruction, tmp_path):
     """The whole library for a Cortex-M4 or M55 (bare metal; int8 picks the
     matvec micro-kernel there by itself), linked into an image run by

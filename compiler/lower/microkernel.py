@@ -202,15 +202,27 @@ def to_half(w: np.ndarray, dtype: str) -> np.ndarray:
     return half
 
 
-def pack_int8(w: np.ndarray, paired: bool = False) -> np.ndarray:
+#: How the int8 matvec's blob lays out its rows (Target.int8_layout)
+INT8_LAYOUTS = ("lanes", "paired", "rows")
+
+
+def pack_int8(w: np.ndarray, layout: str = "lanes") -> np.ndarray:
     """The int8 kernel's blob of ``W[N,K]`` (tfrt_matvec.c): the row scales
-    (f32, one per packed row) then the rows as ``[ceil(N/T)][K4/4][T][4]``
-    (K4: K rounded up to 4, zero weights pad), as bytes. ``paired``
-    (Target.int8_paired_rows: Arm's DSP extension, tfrt_i8_pairs): the
-    8 bytes of lanes 2m and 2m+1 in each group of 4 inputs interleaved
-    instead, lane 2m's offset by 128 to unsigned bytes (``pair_lanes``), and
-    each pass's groups together: ``[ceil(N/T)][T/4][K4/4][16]``, a pass
-    being four lanes (two pairs) over all inputs."""
+    (f32, one per packed row) then the rows, as bytes, by ``layout``
+    (Target.int8_layout; K4: K rounded up to 4, zero weights pad):
+
+    * "lanes": ``[ceil(N/T)][K4/4][T][4]``, a tile's lanes side by side per
+      group of 4 inputs (the dot-product instructions' operand);
+    * "paired" (Arm's DSP extension, tfrt_i8_pairs): the 8 bytes of lanes 2m
+      and 2m+1 in each group of 4 inputs interleaved, lane 2m's offset by
+      128 to unsigned bytes (``pair_lanes``), and each pass's groups
+      together: ``[ceil(N/T)][T/4][K4/4][16]``, a pass being four lanes (two
+      pairs) over all inputs;
+    * "rows" (Helium, tfrt_i8_rows_tile): the rows as they are, ``[ceil(N/T) *
+      T][K4]``, so that a row's 16 weights of a block of inputs are one
+      vector for VMLADAV."""
+    if layout not in INT8_LAYOUTS:
+        raise ValueError(f"int8 layout {layout!r}")
     q, scale = quantize_int8(w)
     n, k = q.shape
     tile = matvec_tile(n)
@@ -218,8 +230,10 @@ def pack_int8(w: np.ndarray, paired: bool = False) -> np.ndarray:
     padded = np.zeros((tiles * tile, k4), np.int8)
     padded[:n, :k] = q
     packed = padded.reshape(tiles, tile, k4 // 4, 4).transpose(0, 2, 1, 3)
-    if paired:
+    if layout == "paired":
         packed = pair_lanes(packed).reshape(tiles, k4 // 4, tile // 4, 16).transpose(0, 2, 1, 3)
+    elif layout == "rows":
+        packed = padded
     scales = np.zeros(tiles * tile, "<f4")
     scales[:n] = scale
     return np.concatenate([scales.view(np.uint8), np.ascontiguousarray(packed).view(np.uint8)
@@ -247,7 +261,7 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
-                    weights_as_globals: bool = False, int8_paired: bool = False,
+                    weights_as_globals: bool = False, int8_layout: str = "lanes",
                     int8_min: int | None = None) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
@@ -265,8 +279,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     (Target.weights_as_globals): the packed weights become mutable globals
     passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of
     constants of the kernel object, so that --weights=file moves them to its
-    sidecar. ``int8_paired`` (Target.int8_paired_rows): int8 matrices are
-    packed with paired lanes (pack_int8).
+    sidecar. ``int8_layout`` (Target.int8_layout): how int8 matrices are
+    packed (pack_int8).
     """
     from iree.compiler import ir
 
@@ -313,7 +327,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                 weights, text = (
                     _conv_text(sym, conv, name, dtype, weights_as_globals) if conv
                     else _matvec_text(sym, w, name, dtype, weights_as_globals, streams,
-                                 int8_paired))
+                                 int8_layout))
                 if weights:
                     globals_texts.append(weights.global_text())
                     texts.append(weights.setter_text())
@@ -619,7 +633,7 @@ def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
 
 
 def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool,
-                 streams: int = 0, int8_paired: bool = False
+                 streams: int = 0, int8_layout: str = "lanes"
                  ) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> W x`` and the executable it dispatches
     (and its weights' global with ``as_global``); with ``streams`` (int8),
@@ -627,7 +641,7 @@ def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool
     n, k = w.shape
     xt, yt = (f"{streams}x{k}xf32", f"{streams}x{n}xf32") if streams else (f"{k}x1xf32",
                                                                             f"{n}x1xf32")
-    data = _weight_data(pack_int8(w, int8_paired) if dtype == "int8"
+    data = _weight_data(pack_int8(w, int8_layout) if dtype == "int8"
                         else pack(w, matvec_tile(n)), dtype)
     weights = kernel_dispatch.weights_global(sym, data, as_global)
     kernel = kernel_symbol(name, dtype, "matmul" if streams else "matvec")

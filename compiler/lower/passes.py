@@ -44,7 +44,7 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             mlir_text, name, dtype=target.weights_dtype, kinds=kinds,
             min_weights=target.kernel_min_weights,
             weights_as_globals=target.weights_as_globals,
-            int8_paired=target.weights_dtype == "int8" and target.int8_paired_rows,
+            int8_layout=target.int8_layout if target.weights_dtype == "int8" else "lanes",
             int8_min=target.int8_min_weights)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack

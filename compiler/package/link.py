@@ -71,7 +71,8 @@ def matvec_flags(target: Target, cc: str | None = None) -> list[str]:
     # half-width weights (--weights-dtype): the kernel's variant that converts them
     dtype = [f"-DTFRT_MATVEC_{target.weights_dtype.upper()}"] * (target.weights_dtype != "f32")
     if target.weights_dtype == "int8":  # how the blob was packed: the C checks it agrees
-        dtype.append(f"-DTFRT_I8_PAIRED_BLOB={int(target.int8_paired_rows)}")
+        dtype += [f"-DTFRT_I8_PAIRED_BLOB={int(target.int8_layout == 'paired')}",
+                  f"-DTFRT_I8_ROWS_BLOB={int(target.int8_layout == 'rows')}"]
     cpu = target.cpu_flag
     if cpu is None or (cc is not None and target.cpu != "host"
                        and not compiler_macros(cc, cpu)):
