@@ -93,18 +93,17 @@ def test_verify_steps_a_cortex_m_build_under_qemu(conv_model, build, tmp_path, c
                         stdout), stdout
 
 
-def test_verify_steps_an_aarch64_build_with_several_inputs_and_outputs(
-        conditioned_model, tmp_path, capsys):
+def test_verify_steps_a_build_with_several_inputs_and_outputs(conditioned_model, tmp_path,
+                                                             capsys):
     """Both outputs compared (the runner's structs as the C compiler lays
     them out), then the same with a saved case, and a tolerance no build
     meets fails: the outputs come back from the emulated steps."""
-    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
-    out = tmp_path / "a64"
-    _build(conditioned_model, out, "--triple", "aarch64-linux-gnu")
-    assert not (out / "libconditioned.so").exists()
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    out = tmp_path / "m4"
+    _build(conditioned_model, out, *CORTEX_M_BUILDS["m4-soft-f32"])
     rc, stdout, stderr = _verify(capsys, conditioned_model, out)
     assert rc == 0, stdout + stderr
-    assert "under qemu-aarch64" in stderr
+    assert "under qemu-system-arm" in stderr
     assert [line.split(":")[0] for line in stdout.splitlines()] == ["keyword", "voice"]
     case = tmp_path / "case.npz"
     rc, _, _ = _verify(capsys, conditioned_model, out, "--save-case", case)
@@ -114,6 +113,20 @@ def test_verify_steps_an_aarch64_build_with_several_inputs_and_outputs(
     assert "keyword" in capsys.readouterr().out
     rc, stdout, _ = _verify(capsys, conditioned_model, out, "--tol", "1e-12")
     assert rc == 1 and stdout.count(": FAIL") == 2, stdout
+
+
+def test_verify_steps_an_aarch64_linux_build_under_qemu_user(conv_model, tmp_path, capsys):
+    import platform
+
+    if platform.machine() == "aarch64":
+        pytest.skip("this machine runs aarch64 builds itself")
+    toolchains.require("aarch64-linux-gnu-gcc", "qemu-aarch64")
+    out = tmp_path / "a64"
+    _build(conv_model, out, "--triple", "aarch64-linux-gnu", "--weights-dtype", "int8")
+    assert not (out / "libconv.so").exists()
+    rc, stdout, stderr = _verify(capsys, conv_model, out)
+    assert rc == 0, stdout + stderr
+    assert "under qemu-aarch64" in stderr and stdout.endswith(": ok\n")
 
 
 def test_a_machine_without_the_emulator_is_told_what_to_install(monkeypatch):
