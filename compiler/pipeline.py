@@ -279,6 +279,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)
+        _note_foreign_cpu(target, progress)
         if not options.keep_temps:
             shutil.rmtree(temps)
         out.commit()
@@ -292,6 +293,17 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         out.discard()
         raise
     return BuiltLibrary(out_path, manifest)
+
+
+def _note_foreign_cpu(target, progress) -> None:
+    """A library for this machine's triple and a CPU whose instructions it
+    lacks builds, but does not run here (SIGILL): said now, not at verify."""
+    from .target import missing_instruction_sets
+
+    missing = missing_instruction_sets(target.triple, target.cpu)
+    if missing:
+        progress.note(f"this machine lacks {', '.join(missing)}, which --cpu {target.cpu} has: "
+                      "the library runs on such a CPU, not here (verify it there)")
 
 
 def _keep_failed_temps(temps: Path, out: Path) -> Path | None:

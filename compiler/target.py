@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -157,6 +158,30 @@ def host_cpu_flags() -> set[str]:
         if key.strip() in ("flags", "Features"):
             return set(value.split())
     return set()
+
+
+#: Predefined macros that say an instruction-set extension is on (x86-64's
+#: __AVX512F__, __FMA__, ...; aarch64's __ARM_FEATURE_DOTPROD, ...); not the
+#: tuning and CPU-name macros (__znver4__, __tune_icelake__).
+_ISA_MACRO = re.compile(r"__(AVX|SSE|SSSE|FMA|F16C|BMI|LZCNT|POPCNT|MOVBE|AES|PCLMUL|SHA|"
+                        r"VAES|VPCLMUL|GFNI|AMX|ARM_FEATURE_|ARM_NEON)\w*__")
+
+
+def missing_instruction_sets(triple: str, cpu: str) -> list[str]:
+    """The instruction-set extensions code built for ``cpu`` on this
+    machine's triple may use that this machine lacks (from the C compiler's
+    macros for that CPU and for this one): such code stops at the first one
+    with SIGILL. Empty for the host's own CPU, the baseline, another triple,
+    or a CPU the compiler does not know."""
+    arch = triple.split("-")[0]
+    flag = cpu_flag(arch, cpu)
+    if cpu == "host" or flag is None or not is_host_triple(triple):
+        return []
+    cc = os.environ.get("CC", "cc")
+    want, have = compiler_macros(cc, flag), compiler_macros(cc, cpu_flag(arch, "host"))
+    if not want or not have:
+        return []
+    return sorted(m.strip("_") for m in want - have if _ISA_MACRO.fullmatch(m))
 
 
 def default_cpu(triple: str) -> str:

@@ -146,3 +146,36 @@ def test_a_machine_without_the_emulator_is_told_what_to_install(monkeypatch):
     with pytest.raises(TfaotError, match="QEMU has no board with a cortex-m3"):
         emulate.emulator({"triple": "thumbv7m-none-eabi", "cpu": "cortex-m3"})
     assert not emulate.needs_emulator({"triple": host_triple(), "target": "cpu"})
+
+
+def test_instruction_sets_a_named_cpu_has_and_this_one_lacks(monkeypatch):
+    """From the C compiler's macros for that CPU and for this one (-march=
+    native), extensions only: tuning and CPU-name macros are not."""
+    from tfaot import target
+
+    macros = {"-march=icelake-server": {"__AVX2__", "__AVX512F__", "__AVX512VNNI__",
+                                        "__icelake_server__", "__tune_icelake_server__"},
+              "-march=native": {"__AVX2__", "__znver3__"}}
+    monkeypatch.setattr(target, "compiler_macros", lambda cc, flag: frozenset(macros[flag]))
+    monkeypatch.setattr(target, "is_host_triple", lambda triple: triple.startswith("x86_64"))
+    assert target.missing_instruction_sets("x86_64-linux-gnu", "icelake-server") == [
+        "AVX512F", "AVX512VNNI"]
+    assert target.missing_instruction_sets("x86_64-linux-gnu", "host") == []
+    assert target.missing_instruction_sets("x86_64-linux-gnu", "generic") == []
+    assert target.missing_instruction_sets("aarch64-linux-gnu", "cortex-a76") == []  # not here
+
+
+def test_a_library_for_a_cpu_this_one_lacks_is_refused_not_run(conv_model, tmp_path,
+                                                                monkeypatch, capsys):
+    """Loaded, its first such instruction would kill the process (SIGILL):
+    verify and the harness say which extensions are missing instead."""
+    from tfaot import target
+    from tfaot.verify import harness
+
+    out = tmp_path / "host"
+    _build(conv_model, out)
+    monkeypatch.setattr(target, "missing_instruction_sets", lambda triple, cpu: ["AVX512F"])
+    with pytest.raises(harness.TfaotError, match=r"whose instructions this CPU lacks \(AVX512F\)"):
+        harness.load(out)
+    rc, stdout, stderr = _verify(capsys, conv_model, out)
+    assert rc != 0 and "--save-case" in stderr and "AVX512F" in stderr

@@ -396,6 +396,20 @@ def _unpack_outputs(raw: np.ndarray, specs, struct) -> tuple:
     return tuple(out)
 
 
+def _check_cpu(lib_dir: Path, manifest: dict) -> None:
+    """Refuses a library built for a CPU whose instructions this one lacks:
+    its first such instruction would kill the process (SIGILL)."""
+    from ..target import missing_instruction_sets
+
+    cpu = manifest.get("cpu", "generic")
+    missing = missing_instruction_sets(manifest["triple"], cpu)
+    if missing:
+        raise TfaotError(f"{lib_dir}: the library is built for --cpu {cpu}, whose instructions "
+                         f"this CPU lacks ({', '.join(missing)}): it would stop at the first "
+                         "one. Run it on such a CPU (tfaot verify MODEL DIR --save-case FILE "
+                         "here, tfaot verify --case FILE DIR there), or build with --cpu host")
+
+
 def load_spec(lib_dir, *, name: str | None = None) -> LibrarySpec:
     """The manifest ``lib_dir/NAME.json`` alone (no library is loaded)."""
     lib_dir = Path(lib_dir)
@@ -410,6 +424,7 @@ def load(lib_dir, *, name: str | None = None, init: bool = True) -> Model:
     if not so.exists():
         raise TfaotError(f"{lib_dir}: no {so.name}; shared libraries are only built for the "
                          f"host triple (this build: {manifest.get('triple')})")
+    _check_cpu(lib_dir, manifest)
     model = Model(lib_dir, manifest, ctypes.CDLL(str(so.resolve())))
     if init:
         model.init()
