@@ -181,6 +181,25 @@ def test_explicit_pairs_and_errors(step_graph, tmp_path, capsys):
         assert not bad.exists()
 
 
+def test_state_pairs_survive_a_cut_that_names_the_steps_own_io(step_graph, tmp_path, capsys):
+    """--inputs/--outputs name the step's own tensors; the --state pairs'
+    are kept by the cut (they were cut away: "'new_state_c' is not an
+    output"), and verify, which reads the cut from the manifest, agrees."""
+    out = tmp_path / "cut"
+    flags = ["--inputs", "input_node", "--outputs", "logits",
+             "--state", "previous_state_c=new_state_c,previous_state_h=new_state_h"]
+    assert main(["build", str(step_graph), "-o", str(out), *flags]) == 0
+    manifest = json.loads((out / "ds.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["input_node"]
+    assert [o["name"] for o in manifest["outputs"]] == ["logits"]
+    assert [s["name"] for s in manifest["state"]] == ["previous_state_c", "previous_state_h"]
+    xs = np.random.default_rng(1).normal(size=(STEPS, 1, 10)).astype(np.float32)
+    np.testing.assert_allclose(harness.load(out).step_n(xs), _run_graph(_step_graph(), xs),
+                               rtol=0, atol=1e-5)
+    capsys.readouterr()
+    assert main(["verify", str(step_graph), str(out), "--steps", str(STEPS)]) == 0
+
+
 def _sig(inputs, outputs):
     def t(name):
         return TensorInfo(name, "float32", (1, 8))

@@ -72,11 +72,34 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     else:
         from .load_graph import GraphOptions, load_graph
 
-        options = graph_options or GraphOptions()
+        options = _keeping_state_tensors(graph_options or GraphOptions())
         loaded = LoadedModel(path, fmt, graph=load_graph(
             path, options.inputs, options.outputs, options.time_axis, options.signature))
     _refuse_empty_inputs(loaded)
     return loaded
+
+
+def _keeping_state_tensors(options):
+    """``options`` whose --inputs/--outputs cut keeps the --state pairs'
+    tensors: a user names the step's own inputs and outputs (--outputs
+    logits --state previous_c=new_c), and the state's were cut away before
+    they could be paired ('new_c' is not an output)."""
+    from dataclasses import replace
+
+    from ..streamify_graph.state_feedback import parse_pairs
+
+    pairs = parse_pairs(options.state)
+    if not pairs:
+        return options
+
+    def with_names(spec: str | None, names: list[str]) -> str | None:
+        if not spec:
+            return spec
+        listed = {part.split(":")[0] for part in spec.split(",")}
+        return ",".join([spec, *(n for n in dict.fromkeys(names) if n not in listed)])
+
+    return replace(options, inputs=with_names(options.inputs, [a for a, _ in pairs]),
+                   outputs=with_names(options.outputs, [b for _, b in pairs]))
 
 
 def input_shapes(loaded: LoadedModel) -> list[tuple[str, tuple | None]]:
