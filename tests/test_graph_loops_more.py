@@ -143,6 +143,20 @@ def test_sequence_length_placeholder_before_the_input():
     assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
 
 
+def test_sequence_length_with_an_open_batch():
+    """x (None, None, F) and seq_len (None,), as TF1 scripts write them:
+    dynamic_rnn shapes its zero state and outputs by tf.shape(x)[0], the
+    batch, which was taken for a value computed from the sequence length
+    (refused: 'derived from the sequence length')."""
+    gd = glm.seq_len_rnn("gru", "placeholder", frames=40, batch=None)
+    program = _streamed(gd)
+    x = _x(6, steps=40, seed=5)
+    for length in (23, 1000):
+        sl = np.array([length], np.int32)
+        got = _pure_steps(program, x, {"seq_len": sl})[:, 0]
+        assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
+
+
 def test_sequence_length_final_state_head():
     """The final state (frozen at the length) read after the loop."""
     gd = glm.seq_len_rnn("basic_lstm", "const", length=30, frames=50, head="state")

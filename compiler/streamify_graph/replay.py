@@ -60,6 +60,23 @@ class Emitter:
     def fail(self, node, msg: str):
         raise Fail(f"node '{node.name}' (op {node.op}): {msg}")
 
+    def _picks_other_than_time(self, node, metas) -> bool:
+        """``tf.shape(x)[i]`` for an i that is not x's time axis: the batch
+        or a feature size, the same at any length (dynamic_rnn's zero state
+        and outputs on an open batch are shaped by tf.shape(x)[0]; taken as
+        computed from the length, the build was refused)."""
+        import tensorflow as tf
+
+        if node.op != "StridedSlice" or metas[0].kind != "static_t" or metas[0].axis is None \
+                or any(m.kind != "static" for m in metas[1:]) \
+                or node.attr["shrink_axis_mask"].i != 1:
+            return False
+        begin = tf.get_static_value(self.tensors.get(tname(node.input[1])))
+        if begin is None or np.size(begin) != 1:
+            return False
+        rank = self.tensors[tname(node.input[0])].shape[0]
+        return rank is not None and int(np.ravel(begin)[0]) % rank != metas[0].axis
+
     def const_value(self, node, pos: int):
         import tensorflow as tf
 
@@ -209,12 +226,16 @@ class Emitter:
             return self.emit_list_op(node, ins, metas)
         if kinds <= STATIC_KINDS:
             outs = self.emit_generic(node)
-            self.set(node, outs, [STATIC_T if "static_t" in kinds else STATIC] * len(outs))
+            t_dep = "static_t" in kinds and not self._picks_other_than_time(node, metas)
+            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
             return
         if op in _SHAPE_OPS:
             outs = self.emit_generic(node)
             t_dep = op in ("Shape", "ShapeN", "Size") and "seq" in kinds
-            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
+            # (a Shape's record keeps which of its entries is the time length)
+            time_entry = metas[0].axis if op == "Shape" and metas[0].kind == "seq" else None
+            self.set(node, outs, [Meta("static_t", axis=time_entry) if t_dep else STATIC]
+                     * len(outs))
             return
         if "item" in kinds:
             return self.emit_item(node, ins, metas)
