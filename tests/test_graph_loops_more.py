@@ -129,6 +129,17 @@ def test_sequence_length_placeholder_is_a_per_step_input(tmp_path):
     x = _x(6, seed=1)
     # shorter than the stream, and "no limit"
     _check_lengths(lib, gd, x, (37, 1_000_000), "sequence_length placeholder")
+    # verify gives it a length within its steps (integer samples 0 and 1
+    # froze the state at once: TensorFlow's outputs were zeros at every step)
+    from tfaot.verify import verify
+    from tfaot.verify.compare import make_case
+
+    assert lib.input_length == [False, True]
+    (run,) = make_case(str(tmp_path / "sl_ph.pb"), lib, steps=100, seed=0, tol=TOL).runs
+    assert 50 <= run[1].min() == run[1].max() < 100, run[1]
+    (result,) = verify(str(tmp_path / "sl_ph.pb"), tmp_path / "sl_ph", steps=100, seed=0,
+                       tol=TOL)
+    assert result.ok and not result.constant, result.describe()
 
 
 def test_sequence_length_placeholder_before_the_input():
