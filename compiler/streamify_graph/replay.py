@@ -199,6 +199,8 @@ class Emitter:
             self.rows.append({"name": node.name, "type": node.op, "role": role, **facts})
 
     def emit(self, node):
+        import tensorflow as tf
+
         ins = [i for i in node.input if not i.startswith("^")]
         metas = [self.metas.get(tname(i)) for i in ins]
         for i, m in zip(ins, metas):
@@ -237,6 +239,15 @@ class Emitter:
             self.set(node, outs, [Meta("static_t", axis=time_entry) if t_dep else STATIC]
                      * len(outs))
             return
+        if op in ("ZerosLike", "OnesLike") and kinds <= {"item", "step"} | STATIC_KINDS:
+            # Its value is its input's shape only: a Keras 3 masked RNN's
+            # last output starts as zeros_like(its output at step 0), a
+            # constant initial state (it was refused as depending on the input)
+            x = self.tensors.get(tname(ins[0]))
+            if x is not None and x.shape.is_fully_defined():
+                fill = tf.zeros if op == "ZerosLike" else tf.ones
+                self.set(node, [fill(x.shape, x.dtype)], [STATIC])
+                return
         if "item" in kinds:
             return self.emit_item(node, ins, metas)
         if "seq" in kinds and "step" in kinds:
