@@ -262,7 +262,9 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
             raise Fail(f"state '{s.name}': initial value has shape {s.shape} but the loop "
                        f"body returns shape {tuple(t.shape)}")
     lengths = _length_inputs(g, [i for i, s, _, _ in step_inputs if not s])
-    inputs = tuple(InputInfo(i.name, i.dtype, step, streamed=s, length=i.name in lengths)
+    held = planned is not None and planned.broadcasts
+    inputs = tuple(InputInfo(i.name, i.dtype, step, streamed=s, length=i.name in lengths,
+                             held=held and not s and i.name not in lengths)
                    for i, s, _, step in step_inputs)
     sig = ProgramSignature(inputs, outputs, states.infos)
     notes = []

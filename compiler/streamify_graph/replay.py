@@ -19,9 +19,10 @@ from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse
     scope, tname
 from .loops import LOOP_OP
 from .unrolled import UNROLLED_OP
-from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
+from .meta import HELD, LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
 from .ring import TimePlan, TimeState, take_frames
 from . import rules  # noqa: F401 - registers the sequence rules (and time_rules')
+from .rules import ELEMENTWISE
 from .seq_op import apply_seq_rule
 from .state import StateRegistry
 
@@ -55,6 +56,7 @@ class Emitter:
         self.rows: list[dict[str, Any]] = []
         self.first_valid_step = 0
         self.output_metas: list[Meta] = []
+        self.broadcasts = False  # a held value met a sequence (see emit)
 
     # -- helpers
     def fail(self, node, msg: str):
@@ -153,7 +155,7 @@ class Emitter:
             if name in step_inputs:
                 x_t, is_streamed = step_inputs[name]
                 if self.time_axis is None or not is_streamed:
-                    self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [STEP])
+                    self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [HELD])
                     continue
                 with tf.name_scope(scope(name)):
                     x = tf.expand_dims(x_t, self.time_axis) if self.plan.frames == 1 else x_t
@@ -250,12 +252,23 @@ class Emitter:
                 return
         if "item" in kinds:
             return self.emit_item(node, ins, metas)
-        if "seq" in kinds and "step" in kinds:
+        if "seq" in kinds and "step" in kinds and op in ELEMENTWISE and \
+                all(m.held for m in metas if m.kind == "step"):
+            # A value of the per-step inputs alone (a conditioning vector
+            # Reshape((1, C)) then multiplied with the sequence, as a Keras
+            # model.export() writes it) is one value for the whole sequence
+            # in the graph: it broadcasts over the frames (_elementwise checks
+            # that it has no extent in time), and the input is held.
+            self.broadcasts = True
+        elif "seq" in kinds and "step" in kinds:
             self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "
                       "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
         if "seq" not in kinds:  # step (and static): a function of the current step only
             outs = self.emit_generic(node)
-            self.set(node, outs, [step(max(m.valid_from for m in metas))] * len(outs))
+            held = all(m.held for m in metas if m.kind == "step")
+            m = step(max(m.valid_from for m in metas))
+            self.set(node, outs, [Meta("step", valid_from=m.valid_from, held=True) if held
+                                  else m] * len(outs))
             return
         apply_seq_rule(self, node, ins, metas)
 
