@@ -40,14 +40,18 @@ class InputInfo(TensorInfo):
     (a conditioning vector given every step). ``held``: such a value enters
     the sequence itself (broadcast over its frames, into a recurrent layer):
     the model has one value for the whole sequence, so a stream keeps it the
-    same from step to step (and verify gives it one value)."""
+    same from step to step (and verify gives it one value). ``length``: a
+    graph's sequence_length, the bound its time index is compared with
+    (verify gives it lengths within the steps it compares)."""
 
     streamed: bool = True
     held: bool = False
+    length: bool = False
 
     def to_json(self) -> dict[str, Any]:
         held = {"held": True} if self.held else {}
-        return {**super().to_json(), "streamed": self.streamed, **held}
+        length = {"length": True} if self.length else {}
+        return {**super().to_json(), "streamed": self.streamed, **held, **length}
 
 
 @dataclass(frozen=True)

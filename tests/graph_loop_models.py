@@ -33,21 +33,22 @@ def _dense(h, labels, name="y"):
 
 
 def seq_len_rnn(cell="lstm", seq_len="const", length=60, frames=None, features=6, units=10,
-                head="seq", seed=0):
+                head="seq", seed=0, batch=1):
     """dynamic_rnn with ``sequence_length``: a constant ``[length]`` ("const"), an
     int32 Placeholder ``seq_len`` of shape [1] ("placeholder"), or one of shape
     [None] made before ``x`` ("placeholder_first"). ``frames`` None: an open
-    time axis."""
+    time axis; ``batch`` None: an open batch (the zero state and outputs are
+    shaped by tf.shape(x))."""
     import tensorflow as tf
 
     with gm.tf1_graph(seed) as g:
         if seq_len == "placeholder_first":
             sl = tf.compat.v1.placeholder(tf.int32, (None,), name="seq_len")
-        x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
+        x = tf.compat.v1.placeholder(tf.float32, (batch, frames, features), name="x")
         if seq_len == "const":
             sl = tf.constant([length], tf.int32, name="seq_len")
         elif seq_len == "placeholder":
-            sl = tf.compat.v1.placeholder(tf.int32, (1,), name="seq_len")
+            sl = tf.compat.v1.placeholder(tf.int32, (batch,), name="seq_len")
         outs, state = tf.compat.v1.nn.dynamic_rnn(gm._v1_cell(cell, units), x,
                                                   sequence_length=sl, dtype=tf.float32)
         if head == "seq":

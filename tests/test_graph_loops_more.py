@@ -129,6 +129,17 @@ def test_sequence_length_placeholder_is_a_per_step_input(tmp_path):
     x = _x(6, seed=1)
     # shorter than the stream, and "no limit"
     _check_lengths(lib, gd, x, (37, 1_000_000), "sequence_length placeholder")
+    # verify gives it a length within its steps (integer samples 0 and 1
+    # froze the state at once: TensorFlow's outputs were zeros at every step)
+    from tfaot.verify import verify
+    from tfaot.verify.compare import make_case
+
+    assert lib.input_length == [False, True]
+    (run,) = make_case(str(tmp_path / "sl_ph.pb"), lib, steps=100, seed=0, tol=TOL).runs
+    assert 50 <= run[1].min() == run[1].max() < 100, run[1]
+    (result,) = verify(str(tmp_path / "sl_ph.pb"), tmp_path / "sl_ph", steps=100, seed=0,
+                       tol=TOL)
+    assert result.ok and not result.constant, result.describe()
 
 
 def test_sequence_length_placeholder_before_the_input():
@@ -141,6 +152,20 @@ def test_sequence_length_placeholder_before_the_input():
     x, sl = _x(6, steps=40, seed=13), np.array([29], np.int32)
     got = _pure_steps(program, x, {"seq_len": sl})[:, 0]
     assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
+
+
+def test_sequence_length_with_an_open_batch():
+    """x (None, None, F) and seq_len (None,), as TF1 scripts write them:
+    dynamic_rnn shapes its zero state and outputs by tf.shape(x)[0], the
+    batch, which was taken for a value computed from the sequence length
+    (refused: 'derived from the sequence length')."""
+    gd = glm.seq_len_rnn("gru", "placeholder", frames=40, batch=None)
+    program = _streamed(gd)
+    x = _x(6, steps=40, seed=5)
+    for length in (23, 1000):
+        sl = np.array([length], np.int32)
+        got = _pure_steps(program, x, {"seq_len": sl})[:, 0]
+        assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
 
 
 def test_sequence_length_final_state_head():

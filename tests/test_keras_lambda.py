@@ -157,3 +157,44 @@ def test_layer_that_raises_is_refused_with_its_error(tmp_path):
         build_model(str(path), BuildOptions(out_dir=tmp_path / "broken"), Progress(False))
     assert "layer 'broken' (Lambda) fails when run on 5 random frames" in str(err.value)
     assert "NameError" in str(err.value)
+
+
+_TF_LAMBDA_MODELS = """
+import sys
+import tensorflow as tf
+import keras
+import tf_keras
+
+def model(k):
+    x = k.Input((None, 6))
+    h = k.layers.GRU(8, return_sequences=True)(x)
+    h = k.layers.Lambda(lambda t: tf.math.l2_normalize(t, axis=-1) * 2.0)(h)
+    return k.Model(x, k.layers.Dense(2)(h))
+
+tf_keras.utils.set_random_seed(3)
+model(tf_keras).save(sys.argv[1] + "/k2.h5")
+model(tf_keras).save(sys.argv[1] + "/k2.keras")
+keras.utils.set_random_seed(3)
+x = keras.Input((None, 6))
+h = keras.layers.Lambda(lambda t: t * t - 1.0)(keras.layers.GRU(8, return_sequences=True)(x))
+keras.Model(x, keras.layers.Dense(2)(h)).save(sys.argv[1] + "/k3.h5")
+"""
+
+
+def test_allow_lambda_loads_h5_and_keras2_lambdas(tmp_path):
+    """--allow-lambda on an .h5 file (Keras 3's or Keras 2's) and a Keras 2
+    Lambda calling tf: the .h5 was refused with the flag given (Keras' .h5
+    loader and tf_keras keep their own safe mode), and a Keras 2 Lambda's
+    code had no 'tf' ('could not automatically infer the shape'); both
+    build and verify now, and still need the flag."""
+    run([sys.executable, "-c", _TF_LAMBDA_MODELS, tmp_path])
+    import subprocess
+    refused = subprocess.run([sys.executable, "-m", "tfaot", "build", tmp_path / "k2.h5", "-o",
+                              tmp_path / "no", "-q"], capture_output=True, text=True)
+    assert refused.returncode == 1 and "--allow-lambda" in refused.stderr, refused.stderr
+    for name in ("k2.h5", "k2.keras", "k3.h5"):
+        with _unsafe_scope():  # (what --allow-lambda sets)
+            out = build_model(str(tmp_path / name), BuildOptions(out_dir=tmp_path / name.replace(".", "_")),
+                              Progress(False)).path
+            results = verify(str(tmp_path / name), out, steps=100, seed=0, tol=TOL)
+        assert all(r.ok and r.steps >= 100 for r in results), (name, results)

@@ -310,3 +310,48 @@ def test_a_conditioning_vector_added_to_every_frame_is_held(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(tmp_path / "se.keras"),
                            "-o", str(tmp_path / "se"), "-q"], capture_output=True, text=True)
     assert proc.returncode != 0 and "not per time step" in proc.stderr, proc.stderr
+
+
+def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
+    """The conditioning model above, multiplied in and written by Keras 3's
+    model.export(): the graph's per-step input, Reshape((1, C)), meets the
+    sequence in a Mul (refused: "mixes a per-step tensor with a
+    whole-sequence tensor"). It streams, the input is held, and the library
+    equals the SavedModel; the sequence times its own running mean still
+    does not stream that way."""
+    import json
+
+    import keras
+    import tensorflow as tf
+
+    from tfaot.errors import TfaotError
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, 5), name="features")
+    cond = keras.Input((3,), name="cond")
+    gate = keras.layers.Reshape((1, 5))(keras.layers.Dense(5, activation="sigmoid")(cond))
+    y = keras.layers.Dense(2)(keras.layers.LSTM(8, return_sequences=True)(
+        keras.layers.Multiply()([x, gate])))
+    model = keras.Model([x, cond], y)
+    path, out = tmp_path / "sm", tmp_path / "lib"
+    model.export(path, verbose=False)
+    _build(path, out)
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    held = {i["name"]: i.get("held", False) for i in manifest["inputs"]}
+    assert held == {"cond": True, "features": False}, held
+    rng = np.random.default_rng(4)
+    xs = rng.normal(size=(1, STEPS, 5)).astype(np.float32)
+    c = rng.normal(size=(1, 3)).astype(np.float32)
+    lib = harness.load(out)
+    got = lib.step_n(tuple(np.repeat(c[None], STEPS, 0) if n == "cond" else
+                           np.swapaxes(xs, 0, 1) for n, _, _ in lib.input_specs))
+    want = np.asarray(model([tf.constant(xs), tf.constant(c)]))[0]
+    np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 2), want, rtol=0, atol=1e-5)
+    # (the sequence times its own mean so far is no held value)
+    se = tf.function(lambda v: v * tf.reduce_mean(v, axis=1, keepdims=True)).get_concrete_function(
+        tf.TensorSpec((1, None, 5), tf.float32, name="x"))
+    with pytest.raises(TfaotError, match="mixes a per-step tensor"):
+        streamify_graph(graph_def_to_loaded(se.graph.as_graph_def(),
+                                            __import__("pathlib").Path("se.pb"), "graphdef"))

@@ -223,7 +223,9 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
             continue
         if tensor not in facts:
             raise TfaotError(f"{path}: input '{tensor}': node '{node.name}' (op {node.op}) "
-                             f"has no output {idx} (or TensorFlow cannot import the graph)")
+                             f"has no output {idx} (or TensorFlow cannot import the graph); "
+                             f"'{node.name}:{idx}' names output {idx}: a rank-1 shape is "
+                             f"written {node.name}:0:{idx}")
         dtype, static_shape = facts[tensor]
         if shape is None:
             shape = static_shape

@@ -129,6 +129,7 @@ def _register():
         def get_config(self):
             return {**super().get_config(), "theta": self.theta}
 
+    import numpy as np
     import tensorflow as tf
 
     @keras.saving.register_keras_serializable(package="tfaot", name="TFOpLambda")
@@ -166,7 +167,47 @@ def _register():
         def call(self, x, slice_spec=None, **kwargs):
             return self._call(x, _slices(slice_spec))
 
-    return keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda
+    @keras.saving.register_keras_serializable(package="tfaot", name="Keras2Lambda")
+    class Keras2Lambda(keras.layers.Lambda):
+        """A Keras 2 ``Lambda`` of Python code: its function's globals are
+        those tf_keras gives it (TensorFlow as ``tf``, numpy as ``np``, as
+        its lambda module imports them). Keras 3 gives a loaded lambda its
+        own utility module's globals, without ``tf``, so the common
+        ``Lambda(lambda x: tf.math.l2_normalize(x, -1))`` failed its shape
+        inference ('could not automatically infer the shape')."""
+
+        @classmethod
+        def from_config(cls, config, custom_objects=None, safe_mode=None):
+            from keras.src.utils import python_utils
+
+            # Keras 2's own arguments: Keras 3 drops them from an .h5's
+            # config (and writes the code as a __lambda__ dict), not from a
+            # tf_keras .keras archive's
+            config = {k: v for k, v in config.items() if k not in (
+                "function_type", "module", "output_shape_type", "output_shape_module")}
+            fn = config.get("function")
+            if isinstance(fn, dict) and fn.get("class_name") == "__lambda__":
+                fn = [fn["config"][k] for k in ("code", "defaults", "closure")]
+            if not isinstance(fn, list):
+                return super().from_config(config, custom_objects=custom_objects,
+                                           safe_mode=safe_mode)
+            from .load import keras_safe_mode
+
+            if keras_safe_mode() if safe_mode is None else safe_mode:
+                keras.layers.Lambda._raise_for_lambda_deserialization(True)
+            function = python_utils.func_load(
+                fn, globs={"tf": tf, "np": np, "__builtins__": __builtins__})
+            # the rest as Keras' own from_config, which takes the function
+            # from its config only
+            shape = config.get("output_shape")
+            if isinstance(shape, list) and all(isinstance(d, (int, type(None))) for d in shape):
+                config = {**config, "output_shape": tuple(shape)}
+            elif shape is not None and not isinstance(shape, tuple):
+                raise TfaotError(f"Lambda layer '{config.get('name')}': its output_shape "
+                                 "is a function, which tfaot does not load")
+            return cls(**{**config, "function": function})
+
+    return keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda, Keras2Lambda
 
 
 def _tf_function(name: str):
@@ -208,9 +249,9 @@ def register() -> None:
 
 def custom_objects() -> dict[str, Any]:
     """Layers that Keras 2 files may name but Keras 3 no longer has."""
-    hard_sigmoid, thresholded, op_lambda, slicing = _objects()
+    hard_sigmoid, thresholded, op_lambda, slicing, lambda_layer = _objects()
     return {"ThresholdedReLU": thresholded, "keras2_hard_sigmoid": hard_sigmoid,
-            "TFOpLambda": op_lambda, "SlicingOpLambda": slicing}
+            "TFOpLambda": op_lambda, "SlicingOpLambda": slicing, "Lambda": lambda_layer}
 
 
 def _activation_ref(name: str) -> dict:
@@ -251,6 +292,9 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
                 node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
+            if node["class_name"] == "Lambda" and "module" in node:
+                # (a .keras archive names keras.layers, whose Lambda Keras 3's is)
+                node = {**node, "module": None, "registered_name": "tfaot>Keras2Lambda"}
             if node["class_name"] in KERAS2_ONLY_ARGUMENTS:
                 node = {**node, "config": _without_keras2_arguments(
                     node["class_name"], node["config"], layer_name)}
@@ -420,7 +464,10 @@ def load_h5_as_keras3(path: Path):
         shutil.copyfile(path, copy)
         with h5py.File(copy, "r+") as f:
             f.attrs["model_config"] = json.dumps(config)
-        return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False)
+        from .load import keras_safe_mode
+
+        return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False,
+                                       safe_mode=keras_safe_mode())
 
 
 def load_archive_as_keras3(path: Path):
@@ -456,7 +503,10 @@ def load_reference(path: Path, fmt: str = "h5"):
                          "package (pip install tf-keras==2.21.0)") from None
     try:
         with _named(path, fmt) as named:
-            return tf_keras.models.load_model(named, compile=False)
+            # tf_keras keeps its own safe mode: --allow-lambda's is Keras 3's
+            from .load import keras_safe_mode
+
+            return tf_keras.models.load_model(named, compile=False, safe_mode=keras_safe_mode())
     except Exception as e:
         raise TfaotError(f"{path}: Keras 2 (tf_keras) cannot load it: {first_line(e)}") \
             from None

@@ -49,7 +49,8 @@ def tensor_dict(t: TensorInfo) -> dict:
     return {"name": t.name, "dtype": t.dtype, "shape": [int(s) for s in t.shape],
             "size": t.size, "bytes": t.size * d.size, "etype": d.iree_code, "ctype": d.ctype,
             "streamed": bool(getattr(t, "streamed", True)),
-            "held": bool(getattr(t, "held", False))}
+            "held": bool(getattr(t, "held", False)),
+            "length": bool(getattr(t, "length", False))}
 
 
 def c_int(value: int, ctype: str) -> str:

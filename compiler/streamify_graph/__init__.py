@@ -261,7 +261,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         if tuple(t.shape) != s.shape:
             raise Fail(f"state '{s.name}': initial value has shape {s.shape} but the loop "
                        f"body returns shape {tuple(t.shape)}")
-    inputs = tuple(InputInfo(i.name, i.dtype, step, streamed=s)
+    lengths = _length_inputs(g, [i for i, s, _, _ in step_inputs if not s])
+    held = planned is not None and planned.broadcasts
+    inputs = tuple(InputInfo(i.name, i.dtype, step, streamed=s, length=i.name in lengths,
+                             held=held and not s and i.name not in lengths)
                    for i, s, _, step in step_inputs)
     sig = ProgramSignature(inputs, outputs, states.infos)
     notes = []
@@ -318,11 +321,15 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     return program
 
 
-def _counter_notes(g, states, per_step) -> list[str]:
-    """What the build says about loops (and unrolled recurrences) whose time index
-    is compared with a bound (a sequence_length): the step counter it keeps, and
-    which per-step inputs the bound comes from (taken every step)."""
-    from ..streamify_keras.replay import STEP_CAP
+def _length_inputs(g, per_step) -> set[str]:
+    """The per-step inputs a time bound (a sequence_length) comes from."""
+    return {name for _, _, _, fed in _bounds(g, per_step) for name in fed}
+
+
+def _bounds(g, per_step) -> list[tuple[str, str, str, list[str]]]:
+    """Each loop (or unrolled recurrence) whose time index is compared with a
+    bound: (kind, its name, the node comparing, the per-step inputs the bound
+    comes from)."""
     from .graphdef import parse_tensor
 
     compared = {}  # loop or unrolled pseudo node -> (what, a node comparing its time)
@@ -334,7 +341,7 @@ def _counter_notes(g, states, per_step) -> list[str]:
         times = {parse_tensor(t)[0] for t in u.times}
         compared.update({un: ("unrolled recurrence", n.name) for n in u.body
                          if any(parse_tensor(i)[0] in times for i in n.input)})
-    notes = []
+    bounds = []
     for name, (kind, node) in compared.items():
         seen, work = set(), [parse_tensor(i)[0] for i in g.nodes[name].input]
         while work:  # the nodes its operands come from
@@ -342,7 +349,19 @@ def _counter_notes(g, states, per_step) -> list[str]:
             if u not in seen and u in g.nodes:
                 seen.add(u)
                 work += [parse_tensor(i)[0] for i in g.nodes[u].input if not i.startswith("^")]
-        fed = ", ".join(repr(i.name) for i in per_step if i.name in seen)
+        bounds.append((kind, name, node, [i.name for i in per_step if i.name in seen]))
+    return bounds
+
+
+def _counter_notes(g, states, per_step) -> list[str]:
+    """What the build says about loops (and unrolled recurrences) whose time index
+    is compared with a bound (a sequence_length): the step counter it keeps, and
+    which per-step inputs the bound comes from (taken every step)."""
+    from ..streamify_keras.replay import STEP_CAP
+
+    notes = []
+    for kind, name, node, fed in _bounds(g, per_step):
+        fed = ", ".join(map(repr, fed))
         note = (f"{kind} '{name}': its time index is compared with a bound by node '{node}' "
                 "(a sequence_length); the stream keeps a step counter (state "
                 f"'{states.name_of(('stream', 'step'))}', reset by reset()) so step t sees "

@@ -33,6 +33,10 @@ class Meta:
     frames: Any = None  # seq: the chunk record (streamify_keras.replay.Seq), None = 1 frame
     valid_from: int = 0  # seq / step: the first step at which it is defined
     s2b: tuple | None = None  # seq: (time dilation, stage) inside a SpaceToBatchND pair
+    # step: computed from per-step inputs (and constants) alone, not from a
+    # sequence: one value for the whole sequence in the graph, so it may
+    # broadcast over a sequence's frames (a conditioning vector)
+    held: bool = False
 
     def __str__(self):
         if self.kind == "seq":
@@ -45,6 +49,7 @@ class Meta:
 STATIC = Meta("static")
 STATIC_T = Meta("static_t")
 STEP = Meta("step")
+HELD = Meta("step", held=True)
 STATIC_KINDS = {"static", "static_t"}
 LIST_KINDS = {"list_in", "list_out", "list_done", "ta", "ta_flow"}
 

@@ -19,9 +19,10 @@ from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse
     scope, tname
 from .loops import LOOP_OP
 from .unrolled import UNROLLED_OP
-from .meta import LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
+from .meta import HELD, LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
 from .ring import TimePlan, TimeState, take_frames
 from . import rules  # noqa: F401 - registers the sequence rules (and time_rules')
+from .rules import ELEMENTWISE
 from .seq_op import apply_seq_rule
 from .state import StateRegistry
 
@@ -55,10 +56,28 @@ class Emitter:
         self.rows: list[dict[str, Any]] = []
         self.first_valid_step = 0
         self.output_metas: list[Meta] = []
+        self.broadcasts = False  # a held value met a sequence (see emit)
 
     # -- helpers
     def fail(self, node, msg: str):
         raise Fail(f"node '{node.name}' (op {node.op}): {msg}")
+
+    def _picks_other_than_time(self, node, metas) -> bool:
+        """``tf.shape(x)[i]`` for an i that is not x's time axis: the batch
+        or a feature size, the same at any length (dynamic_rnn's zero state
+        and outputs on an open batch are shaped by tf.shape(x)[0]; taken as
+        computed from the length, the build was refused)."""
+        import tensorflow as tf
+
+        if node.op != "StridedSlice" or metas[0].kind != "static_t" or metas[0].axis is None \
+                or any(m.kind != "static" for m in metas[1:]) \
+                or node.attr["shrink_axis_mask"].i != 1:
+            return False
+        begin = tf.get_static_value(self.tensors.get(tname(node.input[1])))
+        if begin is None or np.size(begin) != 1:
+            return False
+        rank = self.tensors[tname(node.input[0])].shape[0]
+        return rank is not None and int(np.ravel(begin)[0]) % rank != metas[0].axis
 
     def const_value(self, node, pos: int):
         import tensorflow as tf
@@ -136,7 +155,7 @@ class Emitter:
             if name in step_inputs:
                 x_t, is_streamed = step_inputs[name]
                 if self.time_axis is None or not is_streamed:
-                    self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [STEP])
+                    self.set(node, [tf.identity(x_t, name=scope(name)[:-1])], [HELD])
                     continue
                 with tf.name_scope(scope(name)):
                     x = tf.expand_dims(x_t, self.time_axis) if self.plan.frames == 1 else x_t
@@ -182,6 +201,8 @@ class Emitter:
             self.rows.append({"name": node.name, "type": node.op, "role": role, **facts})
 
     def emit(self, node):
+        import tensorflow as tf
+
         ins = [i for i in node.input if not i.startswith("^")]
         metas = [self.metas.get(tname(i)) for i in ins]
         for i, m in zip(ins, metas):
@@ -209,21 +230,45 @@ class Emitter:
             return self.emit_list_op(node, ins, metas)
         if kinds <= STATIC_KINDS:
             outs = self.emit_generic(node)
-            self.set(node, outs, [STATIC_T if "static_t" in kinds else STATIC] * len(outs))
+            t_dep = "static_t" in kinds and not self._picks_other_than_time(node, metas)
+            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
             return
         if op in _SHAPE_OPS:
             outs = self.emit_generic(node)
             t_dep = op in ("Shape", "ShapeN", "Size") and "seq" in kinds
-            self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
+            # (a Shape's record keeps which of its entries is the time length)
+            time_entry = metas[0].axis if op == "Shape" and metas[0].kind == "seq" else None
+            self.set(node, outs, [Meta("static_t", axis=time_entry) if t_dep else STATIC]
+                     * len(outs))
             return
+        if op in ("ZerosLike", "OnesLike") and kinds <= {"item", "step"} | STATIC_KINDS:
+            # Its value is its input's shape only: a Keras 3 masked RNN's
+            # last output starts as zeros_like(its output at step 0), a
+            # constant initial state (it was refused as depending on the input)
+            x = self.tensors.get(tname(ins[0]))
+            if x is not None and x.shape.is_fully_defined():
+                fill = tf.zeros if op == "ZerosLike" else tf.ones
+                self.set(node, [fill(x.shape, x.dtype)], [STATIC])
+                return
         if "item" in kinds:
             return self.emit_item(node, ins, metas)
-        if "seq" in kinds and "step" in kinds:
+        if "seq" in kinds and "step" in kinds and op in ELEMENTWISE and \
+                all(m.held for m in metas if m.kind == "step"):
+            # A value of the per-step inputs alone (a conditioning vector
+            # Reshape((1, C)) then multiplied with the sequence, as a Keras
+            # model.export() writes it) is one value for the whole sequence
+            # in the graph: it broadcasts over the frames (_elementwise checks
+            # that it has no extent in time), and the input is held.
+            self.broadcasts = True
+        elif "seq" in kinds and "step" in kinds:
             self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "
                       "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
         if "seq" not in kinds:  # step (and static): a function of the current step only
             outs = self.emit_generic(node)
-            self.set(node, outs, [step(max(m.valid_from for m in metas))] * len(outs))
+            held = all(m.held for m in metas if m.kind == "step")
+            m = step(max(m.valid_from for m in metas))
+            self.set(node, outs, [Meta("step", valid_from=m.valid_from, held=True) if held
+                                  else m] * len(outs))
             return
         apply_seq_rule(self, node, ins, metas)
 

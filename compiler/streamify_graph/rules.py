@@ -52,7 +52,7 @@ def _elementwise(s: SeqOp):
                        "broadcasting")
             axis = ax
     for k, m in enumerate(s.metas):
-        if m.kind == "static":
+        if m.kind == "static" or m.kind == "step" and m.held:
             t = s.tensor(k)
             r = t.shape.rank
             pos = axis - (out_rank - r)

@@ -44,6 +44,7 @@ class Planned:
     plan: TimePlan
     rows: list = field(default_factory=list)  # the report's "layers"
     first_valid_step: int = 0
+    broadcasts: bool = False  # a per-step input's value broadcast over a sequence
 
 
 def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
@@ -127,7 +128,7 @@ def plan_stream(mode: str, *, window: int | None, dynamic: bool, replay, arg_spe
         raise NotAWindow("the time axis reaches the output")
     for key, initial, layer, kind in em.time.found:
         states.add(key, initial, layer=layer, kind=kind)
-    return Planned(plan, em.rows, em.first_valid_step)
+    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts)
 
 
 def stream_info(planned: Planned | None, a, dynamic: bool, shape) -> StreamInfo:

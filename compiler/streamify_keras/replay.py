@@ -355,6 +355,10 @@ class Replay:
         known = kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args)
         if known:
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
+            if kind == "PReLU" and _alpha_per_time_position(op):
+                # (a fixed window falls back to recomputing it)
+                raise NotIncremental(op, "has its own alpha at each time position (its "
+                                         "shared_axes leave out axis 1, the time axis)")
             self._check_all_sequences(op, args)
         # (else a Lambda or a user's layer: the probe finds how it treats time)
         try:
@@ -650,6 +654,15 @@ def _per_step_seq(seq: Seq | None) -> Seq | None:
     if seq is None or seq.dirty or seq.delay <= 0:
         return seq
     return replace(seq, dirty=True)
+
+
+def _alpha_per_time_position(op) -> bool:
+    """A PReLU's alpha is shaped like its input less the batch axis, with
+    1 along its shared axes; one over a fixed window not shared in time is a
+    different slope at each frame position, which a frame alone cannot
+    apply (it broadcast a one-frame step to the whole window)."""
+    shape = tuple(op.alpha.shape)
+    return len(shape) >= 2 and shape[0] != 1
 
 
 def _valid_from(streamed) -> int:

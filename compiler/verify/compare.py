@@ -131,6 +131,11 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
             # sequence sees one value, so every step gets the same one.
             xs = [x if s else np.repeat(x[:1], len(x), axis=0)
                   for x, s in zip(xs, lib.input_streamed)]
+            # A sequence_length of 0 or 1 (an integer's samples) froze the
+            # state at once, and verify compared zeros: a length within the
+            # steps checks the recurrence and the frozen steps after it.
+            xs = [np.full_like(x, rng.integers(len(x) // 2, len(x))) if length else x
+                  for x, length in zip(xs, lib.input_length)]
         return xs, [reference.outputs(xs, masked=True) for reference in references]
     model = loaded.keras_model
     stream = library_stream(lib, model, model_path)

@@ -72,6 +72,8 @@ class LibrarySpec:
         self.input_streamed = [bool(i.get("streamed", True)) for i in manifest["inputs"]]
         # per-step inputs the model has one value of for the whole sequence
         self.input_held = [bool(i.get("held", False)) for i in manifest["inputs"]]
+        # a graph's sequence_length (the bound of its time index)
+        self.input_length = [bool(i.get("length", False)) for i in manifest["inputs"]]
         self._inputs_struct = _tensors_struct(self.input_specs, "Inputs") \
             if len(self.input_specs) > 1 else None
         # Every output, manifest order: (name, dtype, shape).
