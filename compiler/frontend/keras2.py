@@ -191,8 +191,6 @@ def _register():
             if not isinstance(fn, list):
                 return super().from_config(config, custom_objects=custom_objects,
                                            safe_mode=safe_mode)
-            from .load import keras_safe_mode
-
             if keras_safe_mode() if safe_mode is None else safe_mode:
                 keras.layers.Lambda._raise_for_lambda_deserialization(True)
             function = python_utils.func_load(
@@ -464,8 +462,6 @@ def load_h5_as_keras3(path: Path):
         shutil.copyfile(path, copy)
         with h5py.File(copy, "r+") as f:
             f.attrs["model_config"] = json.dumps(config)
-        from .load import keras_safe_mode
-
         return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False,
                                        safe_mode=keras_safe_mode())
 
@@ -504,8 +500,6 @@ def load_reference(path: Path, fmt: str = "h5"):
     try:
         with _named(path, fmt) as named:
             # tf_keras keeps its own safe mode: --allow-lambda's is Keras 3's
-            from .load import keras_safe_mode
-
             return tf_keras.models.load_model(named, compile=False, safe_mode=keras_safe_mode())
     except Exception as e:
         raise TfaotError(f"{path}: Keras 2 (tf_keras) cannot load it: {first_line(e)}") \
@@ -527,3 +521,16 @@ def with_suffix(path: Path, suffix: str):
         link = Path(tmp) / f"model{suffix}"
         link.symlink_to(path.resolve())
         yield link
+
+
+def keras_safe_mode() -> bool:
+    """``safe_mode`` for loaders that do not read Keras 3's global setting.
+
+    ``--allow-lambda`` calls ``keras.config.enable_unsafe_deserialization()``,
+    which Keras 3's .keras loader honours; its .h5 loader opens a safe-mode
+    scope of its own (on unless told), and tf_keras (verify's Keras 2
+    reference) has its own flag, so an .h5 or Keras 2 Lambda was refused
+    with the flag given. They get the setting passed on."""
+    from keras.src.saving import serialization_lib
+
+    return serialization_lib.in_safe_mode() is not False

@@ -194,17 +194,4 @@ def _load_h5(path: Path):
     if keras2.is_keras2_h5(path):
         return keras2.load_h5_as_keras3(path)  # time_major handled there
     return keras.models.load_model(path, custom_objects=custom, compile=False,
-                                   safe_mode=keras_safe_mode())
-
-
-def keras_safe_mode() -> bool:
-    """``safe_mode`` for loaders that do not read Keras 3's global setting.
-
-    ``--allow-lambda`` calls ``keras.config.enable_unsafe_deserialization()``,
-    which Keras 3's .keras loader honours; its .h5 loader opens a safe-mode
-    scope of its own (on unless told), and tf_keras (verify's Keras 2
-    reference) has its own flag, so an .h5 or Keras 2 Lambda was refused
-    with the flag given. They get the setting passed on."""
-    from keras.src.saving import serialization_lib
-
-    return serialization_lib.in_safe_mode() is not False
+                                   safe_mode=keras2.keras_safe_mode())
