@@ -29,6 +29,7 @@ from ..errors import TfaotError, first_line
 from ..program import StateInfo
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 from .reshape_target import layer_time_length, per_step_target
+from .rnn_states import cell_states, is_rnn, makes_mask, state_name, state_shapes
 
 SEQ, VEC = "seq", "vec"
 STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
@@ -236,7 +237,7 @@ class Replay:
 
         functional = getattr(model, "_functional", None)
         if isinstance(model, keras.Sequential) and functional is not None and \
-                any(_makes_mask(layer) for layer in model.layers):
+                any(makes_mask(layer) for layer in model.layers):
             model = functional  # its graph carries the mask into the recurrent layers
         if isinstance(model, keras.Sequential):
             x = inputs
@@ -309,7 +310,7 @@ class Replay:
         import keras
 
         kind = type(op).__name__
-        if kwargs.get("mask") is not None and not _is_rnn(op):
+        if kwargs.get("mask") is not None and not is_rnn(op):
             raise layer_error(op, "receives a mask; tfaot streams masks into "
                                   "recurrent layers only")
         if kind == "InputLayer":
@@ -322,7 +323,7 @@ class Replay:
             self.row(op, "whole")
             return self.apply(op, args, kwargs, VEC)
         on_sequence = any(s.meta == SEQ for s in streamed)
-        if _is_rnn(op):
+        if is_rnn(op):
             return self._recurrent(op, args[0], kwargs)
         if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
             # (a fixed-window model falls back to recomputing its window)
@@ -526,13 +527,13 @@ class Replay:
         # (before taking the layer's states: every state's new value follows it)
         mask = self.frame_numbers(seq) >= 0.0 if seq.dirty and seq.delay > 0 else None
         user_mask = self._frame_mask(layer, kwargs.get("mask"), seq)
-        states = [self.take_state(f"{layer.name}/{_state_name(layer, i)}", shape, layer.name)
+        states = [self.take_state(f"{layer.name}/{state_name(layer, i)}", shape, layer.name)
                   for i, shape in enumerate(shapes)]
         outputs, previous = [], None
         zero_output = getattr(layer, "zero_output_for_mask", False)
         with tf.name_scope(layer.name):
             for i in range(seq.n):
-                y, new_states = cell.call(x.value[:, i], _cell_states(layer, states),
+                y, new_states = cell.call(x.value[:, i], cell_states(layer, states),
                                           training=False)
                 new_states = tree.flatten(new_states)
                 # frames from before the stream, and masked frames (Keras's
@@ -607,47 +608,6 @@ class Replay:
         self.layer_rows.append(row)
 
 
-def state_shapes(layer) -> list[tuple[int, ...]]:
-    """Shapes (batch 1) of a recurrent layer's states: (1, units) for the usual
-    cells, the feature-map shape for ConvLSTM cells."""
-    from keras import tree
-
-    size = layer.cell.state_size
-    sizes = tree.flatten(size)  # StackedRNNCells nest one list per cell: kept flat here
-    if all(isinstance(s, (int, np.integer)) and s > 0 for s in sizes):
-        return [(1, int(s)) for s in sizes]
-    if all(isinstance(s, (int, np.integer)) for s in sizes) and \
-            hasattr(layer.cell, "get_initial_state"):
-        try:
-            initial = tree.flatten(layer.cell.get_initial_state(batch_size=1))
-            return [tuple(int(d) for d in s.shape) for s in initial]
-        except Exception:  # noqa: BLE001 - reported below
-            pass
-    raise layer_error(layer, f"has a state size {size!r} whose shapes tfaot cannot tell")
-
-
-def _nested_states(layer) -> bool:
-    """Whether the cell takes its states as nested lists (StackedRNNCells)."""
-    size = layer.cell.state_size
-    return isinstance(size, (list, tuple)) and any(isinstance(s, (list, tuple)) for s in size)
-
-
-def _cell_states(layer, states: list):
-    """The flat ``states`` in the structure the cell's call takes."""
-    from keras import tree
-
-    return tree.pack_sequence_as(layer.cell.state_size, states) if _nested_states(layer) \
-        else states
-
-
-def _state_name(layer, index: int) -> str:
-    if type(layer.cell).__name__ in ("LSTMCell", "ConvLSTMCell"):
-        return ("h", "c")[index]
-    if len(state_shapes(layer)) == 1:
-        return "h"
-    return f"state{index}"
-
-
 def _per_step_seq(seq: Seq | None) -> Seq | None:
     """A per-step layer may map zeros to non-zeros (a bias), so emitted
     frames from before the stream become dirty."""
@@ -667,16 +627,6 @@ def _alpha_per_time_position(op) -> bool:
 
 def _valid_from(streamed) -> int:
     return max([s.valid_from for s in streamed], default=0)
-
-
-def _is_rnn(layer) -> bool:
-    import keras
-
-    return isinstance(layer, keras.layers.RNN)
-
-
-def _makes_mask(layer) -> bool:
-    return type(layer).__name__ == "Masking" or getattr(layer, "mask_zero", False)
 
 
 #: keras.ops that work along an axis (or a set): per step when every such
