@@ -155,8 +155,6 @@ def classify(loop: Loop) -> None:
                        f"initially '{v.operand}') is used by node '{c}' "
                        f"(op {op}); a stream keeps a step counter only for comparisons "
                        "with a bound (sequence_length), not as a value")
-
-
     _check_frames_only(loop, forward)
 
 
@@ -177,7 +175,7 @@ def _reads_frames(loop, counter, use: str, body: dict, forward, arg_of) -> bool:
             return False
         packs = forward(f"{use}:0")
         return bool(packs) and all(
-            body[p].op == "Pack" and all(_frame_slice(loop, counter, s, body, arg_of) and pos == 2
+            body[p].op == "Pack" and all(pos == 2 and _frame_slice(loop, counter, s, body, arg_of)
                                          for s, pos in forward(f"{p}:0"))
             for p, _ in packs)
     if node.op == "Pack":

@@ -493,8 +493,9 @@ class Emitter:
         if m.axis != v.detail["axis"]:
             raise Fail(f"loop '{loop.name}': node '{read}' indexes '{v.operand}' along axis "
                        f"{v.detail['axis']}, but its time axis is {m.axis}" + self.axis_hint)
-        if (m.frames or self.plan.input_seq()).n != 1:
-            raise Fail(f"loop '{loop.name}': node '{read}' reads {m.frames.n} frames per step "
+        per_step = (m.frames or self.plan.input_seq()).n
+        if per_step != 1:
+            raise Fail(f"loop '{loop.name}': node '{read}' reads {per_step} frames per step "
                        "(time strides before it); tfaot runs a loop body once per step")
         return m if read_meta is None else read_meta
 
