@@ -226,12 +226,14 @@ def test_python_function_is_rejected_with_the_reason(kind):
     assert "tf.py_function" in msg and "tf.numpy_function" in msg, msg
 
 
-def test_loop_reading_its_input_by_slicing_names_the_slice():
-    """x[:, t] inside a while loop (a hand-written tf.function RNN): the
-    error names the slice and the form tfaot streams, not just the counter."""
+def test_loop_reading_a_window_of_its_input_names_the_slice():
+    """x[:, t:t + 2] inside a while loop (two frames an iteration; x[:, t]
+    streams: test_graph_frame_reads.py): the error names the slice and the
+    form tfaot streams, not just the counter."""
     import tensorflow as tf
 
-    msg = _loop_graph_error("slice.pb", lambda t, h, x, read: tf.tanh(h + x[:, t]))
+    msg = _loop_graph_error("slice.pb", lambda t, h, x, read: tf.tanh(
+        h + tf.reduce_sum(x[:, t:t + 2], axis=1)))
     assert "StridedSlice" in msg and "x[:, t]" in msg and "TensorArray" in msg, msg
 
 

@@ -3,8 +3,10 @@
 Each variable of a ``Loop`` is one of: ``inlist`` (the sequence read at the
 time index), ``outlist`` (the sequence written at the time index, mode
 ``seq``, or at a constant index, mode ``last``: the last output), ``counter``
-(an integer scalar that only counts and indexes), ``state`` (a float that
-changes every step) or ``passthrough`` (weights, bounds, list handles).
+(an integer scalar that only counts and indexes), ``frames`` (a tensor the
+body only reads one frame of, at the counter: ``x[:, t]``), ``state`` (a
+float that changes every step) or ``passthrough`` (weights, bounds, list
+handles).
 Anything else cannot be streamed and is a ``Fail`` naming the loop and node.
 """
 from __future__ import annotations
@@ -83,11 +85,20 @@ def classify(loop: Loop) -> None:
                         "index": tname(rn.input[1]), "handle_arg": arg_of(rn.input[0])}
             continue
         if v.dtype in INT_TYPES and rn is not None and rn.op in ("Add", "AddV2") and \
-                arg_of(rn.input[0]) == v.index and body.get(parse_tensor(resolve(rn.input[1]))[0]) \
-                is not None and body[parse_tensor(resolve(rn.input[1]))[0]].op == "Const":
-            v.kind = "counter"
-            v.detail = {"increment": rn.name, "by": resolve(rn.input[1])}
-            continue
+                arg_of(rn.input[0]) == v.index:
+            by = resolve(rn.input[1])
+            by_node = body.get(parse_tensor(by)[0])
+            by_var = arg_of(by)
+            if by_node is not None and by_node.op == "Const":
+                v.kind = "counter"
+                v.detail = {"increment": rn.name, "by": by}
+                continue
+            if by_var is not None and _unchanged(loop.vars[by_var], resolve):
+                # tf.range's counter in a loop AutoGraph wrote: t + delta,
+                # delta a loop variable that never changes
+                v.kind = "counter"
+                v.detail = {"increment": rn.name, "by": by, "by_var": by_var}
+                continue
         if v.dtype in FLOAT_TYPES:
             v.kind = "state"
             continue
@@ -131,6 +142,8 @@ def classify(loop: Loop) -> None:
                 v.detail.setdefault("compared", []).append(c)
                 v.detail["mode"] = "step counter"  # shown by inspect
                 continue
+            if _reads_frames(loop, v, c, body, forward, arg_of):
+                continue
             sliced = _slice_at(c, body, forward)
             if sliced is not None:
                 raise Fail(f"loop '{loop.name}': node '{sliced}' (op {body[sliced].op}) "
@@ -142,6 +155,90 @@ def classify(loop: Loop) -> None:
                        f"initially '{v.operand}') is used by node '{c}' "
                        f"(op {op}); a stream keeps a step counter only for comparisons "
                        "with a bound (sequence_length), not as a value")
+    _check_frames_only(loop, forward)
+
+
+def _unchanged(v, resolve) -> bool:
+    """Whether loop variable ``v`` is the same every iteration."""
+    return parse_tensor(resolve(v.ret))[0] == v.arg
+
+
+def _reads_frames(loop, counter, use: str, body: dict, forward, arg_of) -> bool:
+    """Whether the counter's ``use`` only indexes frames: the ``begin`` (or,
+    plus a constant, the ``end``) of ``x[:, t]`` (StridedSlice, the axis
+    shrunk) or the index of ``tf.gather(x, t, axis=a)``, x a loop variable
+    that never changes. Such a loop variable becomes kind ``frames``."""
+    node = body[use]
+    if node.op in ("Add", "AddV2"):  # t + 1: the end of x[:, t]
+        other = body.get(parse_tensor(node.input[1])[0])
+        if other is None or other.op != "Const":
+            return False
+        packs = forward(f"{use}:0")
+        return bool(packs) and all(
+            body[p].op == "Pack" and all(pos == 2 and _frame_slice(loop, counter, s, body, arg_of)
+                                         for s, pos in forward(f"{p}:0"))
+            for p, _ in packs)
+    if node.op == "Pack":
+        users = forward(f"{use}:0")
+        return bool(users) and all(pos in (1, 2) and
+                                   _frame_slice(loop, counter, s, body, arg_of)
+                                   for s, pos in users)
+    if node.op == "GatherV2" and arg_of(node.input[1]) == counter.index:
+        axis = body.get(parse_tensor(node.input[2])[0])
+        if axis is None or axis.op != "Const" or node.attr["batch_dims"].i:
+            return False
+        import tensorflow as tf
+
+        return _mark_frames(loop, use, arg_of(node.input[0]),
+                            int(tf.make_ndarray(axis.attr["value"].tensor)))
+    return False
+
+
+def _frame_slice(loop, counter, name: str, body: dict, arg_of) -> bool:
+    """Whether StridedSlice ``name`` is ``x[..., t, ...]``: its begin a Pack
+    with the counter at one position k, that axis shrunk, no ellipsis or
+    new axis (so k is x's axis)."""
+    node = body[name]
+    if node.op != "StridedSlice" or node.attr["ellipsis_mask"].i or \
+            node.attr["new_axis_mask"].i:
+        return False
+    begin = body.get(parse_tensor(node.input[1])[0])
+    if begin is None or begin.op != "Pack" or begin.attr["axis"].i != 0:
+        return False
+    at = [k for k, i in enumerate(begin.input) if arg_of(i) == counter.index]
+    if len(at) != 1 or not node.attr["shrink_axis_mask"].i >> at[0] & 1:
+        return False
+    return _mark_frames(loop, name, arg_of(node.input[0]), at[0])
+
+
+def _mark_frames(loop, read: str, var: int | None, axis: int) -> bool:
+    """Loop variable ``var`` is read one frame at a time, along ``axis``, by
+    ``read`` (False where it is not a loop variable or another read takes
+    another axis)."""
+    if var is None:
+        return False
+    v = loop.vars[var]
+    if v.kind not in ("passthrough", "frames") or v.detail.get("axis", axis) != axis:
+        return False
+    v.kind = "frames"
+    v.detail["axis"] = axis
+    if read not in v.detail.setdefault("reads", []):
+        v.detail["reads"].append(read)
+    return True
+
+
+def _check_frames_only(loop, forward) -> None:
+    """A tensor read a frame at a time must not be used whole as well: the
+    stream has only the current frame of it."""
+    for v in loop.vars:
+        if v.kind != "frames":
+            continue
+        for c, pos in forward(f"{v.arg}:0"):
+            if c not in v.detail["reads"] or pos != 0:
+                raise Fail(f"loop '{loop.name}': node '{c}' uses the whole of loop variable "
+                           f"{v.index} ('{v.operand}'), which node '{v.detail['reads'][0]}' "
+                           "reads a frame at a time (x[:, t]); a stream has only the current "
+                           "frame")
 
 
 #: Ops that index a tensor by a computed position (x[:, t], tf.gather).

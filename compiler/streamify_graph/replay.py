@@ -481,6 +481,44 @@ class Emitter:
         with tf.name_scope(scope(loop.name + "/step_counter")):
             return tf.cast(frame * float(by) + float(start), tf.as_dtype(v.dtype))
 
+    def _frames_of(self, loop, v, m, read_meta):
+        """The meta of the sequence a loop reads as ``x[:, t]`` (loop variable
+        ``v``, its operand's meta ``m``): that of the input, one frame a step,
+        indexed along its time axis."""
+        read = v.detail["reads"][0]
+        if m.kind != "seq":
+            raise Fail(f"loop '{loop.name}': node '{read}' reads loop variable {v.index} "
+                       f"('{v.operand}') a frame at a time, but it is not a sequence of the "
+                       f"input ({m})")
+        if m.axis != v.detail["axis"]:
+            raise Fail(f"loop '{loop.name}': node '{read}' indexes '{v.operand}' along axis "
+                       f"{v.detail['axis']}, but its time axis is {m.axis}" + self.axis_hint)
+        per_step = (m.frames or self.plan.input_seq()).n
+        if per_step != 1:
+            raise Fail(f"loop '{loop.name}': node '{read}' reads {per_step} frames per step "
+                       "(time strides before it); tfaot runs a loop body once per step")
+        return m if read_meta is None else read_meta
+
+    def _check_counts_frames(self, loop, v):
+        """A counter that indexes frames (x[:, t]) must be the frame's number,
+        0, 1, 2, ...: the step reads the stream's frame where the loop read
+        frame t."""
+        import tensorflow as tf
+
+        start = self.tensors.get(v.operand)
+        if "by_var" in v.detail:
+            by = self.tensors.get(loop.vars[v.detail["by_var"]].operand)
+        else:
+            by_node = next(n for n in loop.body.node if n.name == parse_tensor(v.detail["by"])[0])
+            by = tf.make_ndarray(by_node.attr["value"].tensor)
+        values = [None if x is None else tf.get_static_value(x) for x in (start, by)]
+        if values[0] is None or values[1] is None or int(values[0]) != 0 or int(values[1]) != 1:
+            raise Fail(f"loop '{loop.name}': loop variable {v.index} indexes the frames it "
+                       f"reads but does not count 0, 1, 2, ... (it starts at "
+                       f"{values[0] if values[0] is not None else 'a value known only at run time'}"
+                       f", by {values[1] if values[1] is not None else 'a run-time step'}); "
+                       "a stream reads every frame in order")
+
     def emit_loop(self, node):
         import tensorflow as tf
 
@@ -531,6 +569,10 @@ class Emitter:
                 fetch.append(v.detail["item"])
                 key = f"{loop.name}:{v.index}"
                 out_metas[v.index] = Meta("list_done", key=key, mode=v.detail["mode"])
+            elif v.kind == "frames":  # x[:, t]: the stream's frame of x, at t = 0
+                read_meta = self._frames_of(loop, v, m, read_meta)
+                input_map[f"{v.arg}:0"] = t
+                out_metas[v.index] = m
             else:  # passthrough
                 if m.kind in ("seq",):
                     raise Fail(f"loop '{loop.name}': the whole input sequence '{v.operand}' "
@@ -544,6 +586,8 @@ class Emitter:
         for v in loop.vars:
             if v.kind == "counter" and v.detail.get("compared"):
                 input_map[f"{v.arg}:0"] = self._loop_counter(loop, v, read_meta)
+            if v.kind == "counter" and any(u.kind == "frames" for u in loop.vars):
+                self._check_counts_frames(loop, v)
         # Body nodes: reads of the input sequence become placeholders.
         gd = tf.compat.v1.GraphDef()
         for n in loop.body.node:
@@ -603,5 +647,6 @@ class Emitter:
             self.tensors[f"{node.name}:{v.index}"] = None if v.kind != "state" else \
                 got[v.ret]
             self.metas[f"{node.name}:{v.index}"] = out_metas[v.index]
-            if v.kind == "passthrough" and out_metas[v.index].kind not in LIST_KINDS:
+            if v.kind in ("passthrough", "frames") and \
+                    out_metas[v.index].kind not in LIST_KINDS:
                 self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)

@@ -113,8 +113,31 @@ def _make_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) ->
                       for i in range(len(lib.output_shapes))]
         if all(r.fixed_last_output for r in references):
             return _fixed_length_case(references, lib, rng, limit, steps, tol)
+    else:
+        stream = library_stream(lib, loaded.keras_model, model_path)
+        fixed = fixed_time_length(loaded.keras_model) if stream.mode == "prefix" else None
+        if fixed is not None and steps > fixed:
+            return _sequences_case(loaded, lib, rng, steps, fixed, tol, model_path, lib_dir)
     xs, wants = _inputs_and_references(loaded, lib, rng, steps, model_path, lib_dir)
     return _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
+
+
+def _sequences_case(loaded, lib, rng, steps: int, length: int, tol: float, model_path,
+                    lib_dir) -> Case:
+    """A Keras model of fixed length T streamed as a prefix defines T steps
+    from reset: enough sequences of T frames, each from a fresh init, to
+    compare about ``steps`` steps."""
+    runs, checks = [], [Checks() for _ in lib.output_shapes]
+    sequences = -(-steps // length)
+    for k in range(sequences):
+        xs, wants = _inputs_and_references(loaded, lib, rng, length, model_path, lib_dir)
+        one = _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
+        runs.append(xs)
+        for mine, its in zip(checks, one.checks):
+            for step, stream, value in zip(its.steps, its.streams, its.values):
+                mine.add(k, step, stream, value)
+    return Case(runs, checks, tol, f"steps in {sequences} sequences of {length} frames",
+                signature(lib))
 
 
 def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
