@@ -71,6 +71,11 @@ def _add_graph_options(p: argparse.ArgumentParser) -> None:
                    help="load a Keras model's Lambda layers, whose Python code runs as the "
                         "file loads (Keras refuses them by default): only for files you "
                         "trust")
+    p.add_argument("--custom-objects", metavar="FILE.py,...",
+                   help="Python files that define the Keras model's own classes (custom "
+                        "layers, cells, activations): they run before the model loads and "
+                        "what they define is registered with Keras under its name; only "
+                        "files you trust")
     g = p.add_argument_group("graph formats (frozen .pb/.pbtxt, SavedModel)")
     g.add_argument("--inputs", metavar="NAME[:INDEX][:SHAPE],...",
                    help="the streamed input: a placeholder or any tensor inside the graph, "
@@ -293,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
                 import keras
 
                 keras.config.enable_unsafe_deserialization()
+            if getattr(args, "custom_objects", None):
+                from .frontend.custom_objects import register_files
+                from .frontend.tfenv import quiet_tensorflow
+
+                quiet_tensorflow()
+                register_files([f for f in args.custom_objects.split(",") if f])
             status = COMMANDS[args.command](args)
             sys.stdout.flush()  # a closed pipe shows here, among the handlers below
             return status

@@ -147,16 +147,19 @@ def _load_keras(path: Path, fmt: str):
                 "enable_unsafe_deserialization())") from None
         unknown = _UNKNOWN_CLASS.search(str(e))
         if unknown:  # Keras names it deep in its message, after a generic first line
+            kind, name = (unknown[1], unknown[2]) if unknown[1] else (unknown[3], unknown[4])
             raise TfaotError(
-                f"{path}: cannot load the Keras model: it uses the {unknown[1]} '{unknown[2]}', "
+                f"{path}: cannot load the Keras model: it uses the {kind} '{name}', "
                 "which Keras does not know: a custom class, whose code a saved model does "
-                "not hold; tfaot builds models of Keras' own layers (and Lambda layers, with "
-                "--allow-lambda)") from None
+                "not hold; give the Python file that defines it with --custom-objects FILE.py "
+                "(its code runs: only files you trust; a Keras 2 file's class is needed as a "
+                "Keras 3 class too: tfaot builds the model in Keras 3)") from None
         raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
 
 
 #: Keras' words for a class or function that no registered code defines
-_UNKNOWN_CLASS = re.compile(r"Could not locate (class|function) '([^']+)'")
+_UNKNOWN_CLASS = re.compile(r"Could not locate (class|function) '([^']+)'"
+                            r"|Unknown (layer|activation function|initializer): '([^']+)'")
 
 
 def _load_h5(path: Path):

@@ -533,8 +533,7 @@ class Replay:
         zero_output = getattr(layer, "zero_output_for_mask", False)
         with tf.name_scope(layer.name):
             for i in range(seq.n):
-                y, new_states = cell.call(x.value[:, i], cell_states(layer, states),
-                                          training=False)
+                y, new_states = _cell_call(cell, x.value[:, i], cell_states(layer, states))
                 new_states = tree.flatten(new_states)
                 # frames from before the stream, and masked frames (Keras's
                 # backend rnn), leave the states alone
@@ -667,3 +666,14 @@ def _unwrap(structure):
 
     return tree.map_structure(
         lambda v: v.value if isinstance(v, Streamed) else v, structure)
+
+
+def _cell_call(cell, x, states):
+    """One frame of a recurrent layer's cell, not training: a user's own
+    cell (keras.layers.RNN(MyCell)) may not take ``training``."""
+    import inspect
+
+    params = inspect.signature(cell.call).parameters.values()
+    if any(p.name == "training" or p.kind is p.VAR_KEYWORD for p in params):
+        return cell.call(x, states, training=False)
+    return cell.call(x, states)

@@ -1,0 +1,171 @@
+"""--custom-objects FILE.py: a Keras model with its own classes (a custom
+RNN cell in keras.layers.RNN, a layer with weights) builds and verifies
+against Keras over 200 steps once the file that defines them is given;
+without it, or with a file that fails, the error is one line naming the
+class or the file's line, and nothing is written."""
+import importlib.util
+import textwrap
+
+import pytest
+
+from tfaot.cli import main
+
+CLASSES = textwrap.dedent('''
+    import keras
+    from keras import ops
+
+
+    class MinimalCell(keras.layers.Layer):
+        """The Keras guide's minimal RNN cell (its call takes no ``training``)."""
+
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.state_size = units
+
+        def build(self, input_shape):
+            self.kernel = self.add_weight(shape=(input_shape[-1], self.units), name="kernel")
+            self.recurrent = self.add_weight(shape=(self.units, self.units), name="recurrent",
+                                             initializer="orthogonal")
+
+        def call(self, inputs, states):
+            h = ops.tanh(ops.matmul(inputs, self.kernel) + ops.matmul(states[0], self.recurrent))
+            return h, [h]
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units}
+
+
+    class Gain(keras.layers.Layer):
+        def build(self, input_shape):
+            self.gain = self.add_weight(shape=(input_shape[-1],), name="gain",
+                                        initializer="random_normal")
+
+        def call(self, x):
+            return x * self.gain
+
+
+    class RunningSum(keras.layers.Layer):
+        def call(self, x):
+            return ops.cumsum(x, axis=1)
+''')
+
+KERAS2_CLASS = textwrap.dedent('''
+    import tf_keras
+
+
+    class Double(tf_keras.layers.Layer):
+        def call(self, x):
+            return x * 2.0
+''')
+KERAS3_CLASS = KERAS2_CLASS.replace("tf_keras.layers", "keras.layers").replace(
+    "import tf_keras", "import keras")
+
+
+@pytest.fixture(autouse=True)
+def registries():
+    """The tests register classes with Keras and tf_keras: each starts from,
+    and leaves, the registries as they were."""
+    import keras
+    import tf_keras
+
+    saved = [(r, dict(r)) for r in (keras.saving.get_custom_objects(),
+                                     tf_keras.utils.get_custom_objects())]
+    yield
+    for registry, before in saved:
+        registry.clear()
+        registry.update(before)
+
+
+def _module(path):
+    spec = importlib.util.spec_from_file_location(f"user_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def user_model(tmp_path):
+    """The classes' file and a model saved with them, loaded by the test as a
+    user's own script would."""
+    import keras
+
+    classes = tmp_path / "my_classes.py"
+    classes.write_text(CLASSES)
+    mine = _module(classes)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, 5)),
+                              keras.layers.RNN(mine.MinimalCell(16), return_sequences=True),
+                              mine.Gain(), keras.layers.Dense(3)])
+    model.save(tmp_path / "mine.keras")
+    mixing = keras.Sequential([keras.Input((None, 5)), keras.layers.GRU(8, return_sequences=True),
+                               mine.RunningSum(), keras.layers.Dense(3)])
+    mixing.save(tmp_path / "mixing.keras")
+    keras.saving.get_custom_objects().clear()  # (what the user's run registered)
+    return tmp_path, classes
+
+
+def test_a_custom_cell_and_layer_build_and_verify(user_model, capsys):
+    tmp, classes = user_model
+    flag = ["--custom-objects", str(classes)]
+    assert main(["build", str(tmp / "mine.keras"), "-o", str(tmp / "lib"), "-q", *flag]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp / "mine.keras"), str(tmp / "lib"), *flag]) == 0
+    out = capsys.readouterr().out
+    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+
+
+def test_without_the_file_the_class_is_named(user_model, capsys):
+    tmp, _ = user_model
+    assert main(["build", str(tmp / "mine.keras"), "-o", str(tmp / "lib"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "'MinimalCell'" in err and "--custom-objects FILE.py" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp / "lib").exists(), err
+
+
+def test_a_custom_layer_that_mixes_time_is_refused_by_name(user_model, capsys):
+    tmp, classes = user_model
+    assert main(["build", str(tmp / "mixing.keras"), "-o", str(tmp / "lib"),
+                 "--custom-objects", str(classes)]) == 1
+    err = capsys.readouterr().err
+    assert "(RunningSum) mixes time steps" in err, err
+    assert not (tmp / "lib").exists()
+
+
+@pytest.mark.parametrize("content,expect", [
+    ("import keras\n\nraise ValueError('no GPU here')\n", "broken.py, line 3: ValueError: "
+                                                          "no GPU here"),
+    ("def f(:\n", "broken.py, line 1: SyntaxError"),
+    (None, "broken.py: not a Python file (.py)"),
+])
+def test_a_file_that_fails_is_one_line_naming_it(user_model, capsys, content, expect):
+    tmp, _ = user_model
+    broken = tmp / "broken.py"
+    if content is not None:
+        broken.write_text(content)
+    assert main(["build", str(tmp / "mine.keras"), "-o", str(tmp / "lib"), "-q",
+                 "--custom-objects", str(broken)]) == 1
+    err = capsys.readouterr().err
+    assert expect in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp / "lib").exists()
+
+
+def test_a_keras2_file_takes_its_class_in_both_forms(tmp_path, capsys):
+    """tfaot builds a Keras 2 file as a Keras 3 model and verify runs it in
+    tf_keras: one file gives each form of the class, of one name."""
+    import tf_keras
+
+    k2, k3 = tmp_path / "k2.py", tmp_path / "k3.py"
+    k2.write_text(KERAS2_CLASS)
+    k3.write_text(KERAS3_CLASS)
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.layers.InputLayer((None, 4)),
+                                 tf_keras.layers.GRU(8, return_sequences=True),
+                                 _module(k2).Double(), tf_keras.layers.Dense(2)])
+    model.save(tmp_path / "old.h5")
+    flag = ["--custom-objects", f"{k2},{k3}"]
+    assert main(["build", str(tmp_path / "old.h5"), "-o", str(tmp_path / "lib"), "-q",
+                 *flag]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "old.h5"), str(tmp_path / "lib"), *flag]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ok")
