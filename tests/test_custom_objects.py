@@ -169,3 +169,78 @@ def test_a_keras2_file_takes_its_class_in_both_forms(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "old.h5"), str(tmp_path / "lib"), *flag]) == 0
     assert capsys.readouterr().out.rstrip().endswith("ok")
+
+
+SUBCLASSED = textwrap.dedent('''
+    import keras
+    from keras import ops
+
+
+    @keras.saving.register_keras_serializable(package="user")
+    class Tagger(keras.Model):
+        """A subclassed model: its layer graph is in call."""
+
+        def __init__(self, units=12, classes=3, static=False, **kwargs):
+            super().__init__(**kwargs)
+            self.units, self.classes, self.static = units, classes, static
+            self.rnn = keras.layers.GRU(units, return_sequences=True)
+            self.head = keras.layers.Dense(classes)
+
+        def call(self, x):
+            h = self.rnn(x)
+            if self.static:  # needs the sequence's length as a number
+                h = h / float(int(x.shape[1]))
+            return self.head(ops.relu(h))
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units, "classes": self.classes,
+                    "static": self.static}
+''')
+
+
+@pytest.fixture
+def subclassed(tmp_path):
+    import numpy as np
+
+    classes = tmp_path / "tagger.py"
+    classes.write_text(SUBCLASSED)
+    user = _module(classes)
+    for name, kwargs in (("tagger", {}), ("static", {"static": True}), ("unbuilt", {})):
+        model = user.Tagger(**kwargs)
+        if name != "unbuilt":
+            model(np.zeros((1, 7, 5), np.float32))  # built on a 7-frame sequence
+        model.save(tmp_path / f"{name}.keras")
+    return tmp_path, classes
+
+
+def test_a_subclassed_model_streams_and_verifies_against_its_own_call(subclassed, capsys):
+    """Traced into a functional model of its layers, with an open time axis
+    (it was built on 7 frames); verify runs the class's own call."""
+    from tfaot.frontend.load import load_model
+    from tfaot.verify.keras_reference import keras_reference_model
+
+    tmp, classes = subclassed
+    flag = ["--custom-objects", str(classes)]
+    assert main(["build", str(tmp / "tagger.keras"), "-o", str(tmp / "lib"), "-q", *flag]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp / "tagger.keras"), str(tmp / "lib"), *flag]) == 0
+    out = capsys.readouterr().out
+    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+    loaded = load_model(tmp / "tagger.keras")
+    assert loaded.keras_model.inputs[0].shape == (1, None, 5)  # the time axis open
+    reference = keras_reference_model(loaded)
+    assert [type(layer).__name__ for layer in reference.layers][-1] == "Tagger"
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("static", "the subclassed model 'Tagger' cannot be traced into layers"),
+    ("unbuilt", "the subclassed model 'Tagger' was saved before it was built"),
+])
+def test_a_subclassed_model_that_cannot_be_traced_is_one_line(subclassed, capsys, name,
+                                                              expect):
+    tmp, classes = subclassed
+    assert main(["build", str(tmp / f"{name}.keras"), "-o", str(tmp / "lib"), "-q",
+                 "--custom-objects", str(classes)]) == 1
+    err = capsys.readouterr().err
+    assert expect in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp / "lib").exists()

@@ -25,6 +25,7 @@ class LoadedModel:
     path: Path
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
+    keras_original: Any = None  # a subclassed model as written, keras_model its trace
     graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
 
 
@@ -68,7 +69,10 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
-        loaded = LoadedModel(path, fmt, keras_model=_load_keras(path, fmt))
+        model = _load_keras(path, fmt)
+        functional = _functional(model, path)
+        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=None if
+                             functional is model else _subclassed_reference(model, functional))
     else:
         from .load_graph import GraphOptions, load_graph
 
@@ -77,6 +81,20 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
             path, options.inputs, options.outputs, options.time_axis, options.signature))
     _refuse_empty_inputs(loaded)
     return loaded
+
+
+def _functional(model, path: Path):
+    """``model``, or a subclassed model traced into a functional one
+    (``subclassed.py``)."""
+    from . import subclassed
+
+    return subclassed.as_functional(model, path) if subclassed.is_subclassed(model) else model
+
+
+def _subclassed_reference(model, functional):
+    from . import subclassed
+
+    return subclassed.reference_of(model, functional)
 
 
 def _keeping_state_tensors(options):

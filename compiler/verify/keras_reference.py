@@ -153,11 +153,14 @@ def check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
 
 def keras_reference_model(loaded):
     """The model to take reference outputs from: the file read by the
-    framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``)."""
+    framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``),
+    a subclassed model as the file defines it."""
     from ..frontend import keras2
 
     if keras2.is_keras2_file(loaded.path, loaded.format):
         return _without_stateful_layers(keras2.load_reference(loaded.path, loaded.format))
+    if loaded.keras_original is not None:
+        return loaded.keras_original  # a subclassed model's own call, not its trace
     return _without_stateful_layers(loaded.keras_model)
 
 
