@@ -19,13 +19,10 @@ from ..errors import TfaotError, first_line
 def is_subclassed(model) -> bool:
     """Whether ``model`` keeps its layer graph in Python (no symbolic inputs)."""
     import keras
+    from keras.src.models.functional import Functional
 
-    if not isinstance(model, keras.Model):
-        return False
-    try:  # (a functional or Sequential model's; a subclassed one has none)
-        return not model.inputs
-    except AttributeError:
-        return True
+    return isinstance(model, keras.Model) and not isinstance(model, (Functional,
+                                                                     keras.Sequential))
 
 
 def as_functional(model, path):
