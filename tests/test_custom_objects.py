@@ -244,3 +244,87 @@ def test_a_subclassed_model_that_cannot_be_traced_is_one_line(subclassed, capsys
     err = capsys.readouterr().err
     assert expect in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp / "lib").exists()
+
+
+BLOCKS = textwrap.dedent('''
+    import keras
+
+
+    class ResidualGRU(keras.layers.Layer):
+        """A block: a GRU and a projection, with a residual."""
+
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.gru = keras.layers.GRU(units, return_sequences=True)
+            self.proj = keras.layers.Dense(units)
+
+        def build(self, input_shape):
+            self.gru.build(input_shape)
+            self.proj.build(tuple(input_shape[:-1]) + (self.units,))
+
+        def call(self, x):
+            return x + self.proj(self.gru(x))
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units}
+
+
+    class Stack(keras.layers.Layer):
+        """A block of blocks."""
+
+        def __init__(self, units, **kwargs):
+            super().__init__(**kwargs)
+            self.units = units
+            self.first, self.second = ResidualGRU(units), ResidualGRU(units)
+
+        def build(self, input_shape):
+            self.first.build(input_shape)
+            self.second.build(input_shape)
+
+        def call(self, x):
+            return self.second(self.first(x))
+
+        def get_config(self):
+            return {**super().get_config(), "units": self.units}
+
+
+    class MyLSTM(keras.layers.LSTM):
+        """A subclass of a Keras layer: streamed by tfaot's LSTM rule, not inlined."""
+''')
+
+
+@pytest.mark.parametrize("form", ["functional", "sequential"])
+def test_custom_blocks_of_layers_stream_inside_a_model(tmp_path, capsys, form):
+    """Custom layers holding a GRU (and a block of two of them) are inlined
+    into their layers' calls, so the GRUs stream; verify runs the model as
+    written, blocks whole."""
+    import keras
+
+    from tfaot.frontend.load import load_model
+
+    classes = tmp_path / "blocks.py"
+    classes.write_text(BLOCKS)
+    user = _module(classes)
+    keras.utils.set_random_seed(0)
+    layers = [user.ResidualGRU(8), user.Stack(8), user.MyLSTM(6, return_sequences=True),
+              keras.layers.Dense(3)]
+    if form == "functional":
+        x = keras.Input((None, 8))
+        y = x
+        for layer in layers:
+            y = layer(y)
+        model = keras.Model(x, y)
+    else:
+        model = keras.Sequential([keras.Input((None, 8)), *layers])
+    model.save(tmp_path / "blocks.keras")
+    flag = ["--custom-objects", str(classes)]
+    assert main(["build", str(tmp_path / "blocks.keras"), "-o", str(tmp_path / "lib"), "-q",
+                 *flag]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "blocks.keras"), str(tmp_path / "lib"), *flag]) == 0
+    out = capsys.readouterr().out
+    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+    inlined = [type(layer).__name__ for layer in load_model(tmp_path / "blocks.keras")
+               .keras_model.layers]
+    assert inlined.count("GRU") == 3 and "MyLSTM" in inlined and "Stack" not in inlined, inlined

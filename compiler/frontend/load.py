@@ -84,17 +84,22 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
 
 
 def _functional(model, path: Path):
-    """``model``, or a subclassed model traced into a functional one
+    """``model``, or a functional model of the same layers where its layer
+    graph is in Python: a subclassed model, custom layers made of layers
     (``subclassed.py``)."""
     from . import subclassed
 
-    return subclassed.as_functional(model, path) if subclassed.is_subclassed(model) else model
+    traced = subclassed.as_functional(model, path) if subclassed.is_subclassed(model) else model
+    return subclassed.inline_blocks(traced)
 
 
 def _subclassed_reference(model, functional):
+    """The model as written, for verify: a subclassed one as a functional
+    model of one layer, a functional or Sequential one as it is."""
     from . import subclassed
 
-    return subclassed.reference_of(model, functional)
+    return subclassed.reference_of(model, functional) if subclassed.is_subclassed(model) \
+        else model
 
 
 def _keeping_state_tensors(options):
@@ -172,7 +177,14 @@ def _load_keras(path: Path, fmt: str):
                 "not hold; give the Python file that defines it with --custom-objects FILE.py "
                 "(its code runs: only files you trust; a Keras 2 file's class is needed as a "
                 "Keras 3 class too: tfaot builds the model in Keras 3)") from None
-        raise TfaotError(f"{path}: cannot load the Keras model: {first_line(e)}") from None
+        raise TfaotError(f"{path}: cannot load the Keras model: {_cause(e)}") from None
+
+
+def _cause(error: Exception) -> str:
+    """What Keras says went wrong: after its generic first line ("... could not
+    be deserialized properly"), the exception a layer's own code raised."""
+    inner = re.findall(r"Exception encountered: (.+)", str(error))
+    return inner[-1].strip() if inner else first_line(error)
 
 
 #: Keras' words for a class or function that no registered code defines

@@ -1,5 +1,7 @@
-"""A subclassed Keras model (``class M(keras.Model)`` with its own ``call``)
-as a functional model of the same layers.
+"""Keras models whose layer graph is in Python, as functional models of
+the same layers: a subclassed model (``class M(keras.Model)`` with its own
+``call``), and custom layers made of Keras layers (a block: a GRU and a
+projection with a residual) inside a functional or Sequential model.
 
 tfaot streams a model layer by layer, from its graph of layer calls; a
 subclassed model keeps that graph in Python, in ``call``. Calling ``call``
@@ -9,7 +11,10 @@ becomes a functional model of the very layers (and weights) the file
 loaded. The input's shape is the one the model was built with, with an open
 time axis for a sequence (batch, time, features). A ``call`` that branches
 on values, or a model built on several inputs, cannot be traced: refused
-naming the class.
+naming the class. A custom layer whose ``call`` holds Keras layers is
+inlined the same way (its ``call`` on the symbolic tensors of its node), so
+the layers inside stream; one that cannot be traced stays whole, and the
+probe of layers tfaot has no rule for decides how it treats time.
 """
 from __future__ import annotations
 
@@ -72,3 +77,52 @@ def reference_of(model, functional):
 
     x = functional.inputs[0]
     return keras.Model(x, model(x), name=f"{model.name}_as_written")
+
+
+#: Inlining rounds: a block inside a block is inlined in the next round.
+_INLINE_ROUNDS = 8
+
+
+def inline_blocks(model):
+    """``model`` (functional or Sequential) with its custom layers made of
+    Keras layers replaced by the layer calls their ``call`` makes (module
+    docstring); ``model`` itself when it has none."""
+    import keras
+
+    out = model
+    for _ in range(_INLINE_ROUNDS):
+        if not any(_is_block(layer) for layer in out.layers):
+            break
+        if isinstance(out, keras.Sequential):
+            x = keras.Input(batch_shape=out.inputs[0].shape, dtype=out.inputs[0].dtype)
+            y = x
+            for layer in out.layers:
+                y = _call_inlined(layer, y)
+            out = keras.Model(x, y, name=out.name)
+        else:
+            out = keras.models.clone_model(out, clone_function=lambda layer: layer,
+                                           call_function=_call_inlined)
+    return out
+
+
+def _is_block(layer) -> bool:
+    """A custom layer that holds layers, written on keras.layers.Layer or
+    keras.Model (not a subclass of one of Keras's layers, an LSTM: tfaot's
+    rules know those)."""
+    import keras
+
+    own = [c for c in type(layer).__mro__ if c.__module__.split(".")[0] in ("keras", "tf_keras")]
+    if not own or own[0] not in (keras.layers.Layer, keras.Model) or own[0] is type(layer):
+        return False
+    return any(True for _ in layer._flatten_layers(include_self=False, recursive=False))
+
+
+def _call_inlined(layer, *args, **kwargs):
+    """``layer`` on symbolic tensors: a block's ``call`` (recording the calls
+    of the layers inside), else the layer as it is."""
+    if _is_block(layer):
+        try:
+            return layer.call(*args, **kwargs)
+        except Exception:  # (kept whole: the probe decides how it treats time)
+            pass
+    return layer(*args, **kwargs)

@@ -154,13 +154,13 @@ def check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
 def keras_reference_model(loaded):
     """The model to take reference outputs from: the file read by the
     framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``),
-    a subclassed model as the file defines it."""
+    a subclassed model or custom blocks as the file defines them."""
     from ..frontend import keras2
 
     if keras2.is_keras2_file(loaded.path, loaded.format):
         return _without_stateful_layers(keras2.load_reference(loaded.path, loaded.format))
-    if loaded.keras_original is not None:
-        return loaded.keras_original  # a subclassed model's own call, not its trace
+    if loaded.keras_original is not None:  # the user's own calls, not their trace
+        return _without_stateful_layers(loaded.keras_original)
     return _without_stateful_layers(loaded.keras_model)
 
 
