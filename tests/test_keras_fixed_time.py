@@ -16,6 +16,8 @@ from tfaot.verify import keras_sequence_reference
 
 T = 12
 LINE = r"y_t: max abs error \S+ over {} steps \(tolerance 1e-05\): ok"
+SEQUENCES = (r"y_t: max abs error \S+ over {} steps in {} sequences of {} frames "
+             r"\(tolerance 1e-05\): ok")
 
 
 @pytest.fixture(scope="module")
@@ -49,17 +51,23 @@ def _tfaot(*args):
 def test_cli_build_and_verify_fixed_t_functional(built, capsys):
     model, path, out = built("fixed_t_lstm_seq", cli=True)
     assert tuple(model.inputs[0].shape) == (None, T, 5)
-    # Default --steps is 200: the model defines T steps, so T are compared.
-    assert re.fullmatch(LINE.format(T), _tfaot("verify", path, out))
+    # Default --steps is 200: the model defines T steps from reset, so
+    # sequences of T frames, each from a fresh init, cover them.
+    sequences = -(-200 // T)
+    assert re.fullmatch(SEQUENCES.format(sequences * T, sequences, T),
+                        _tfaot("verify", path, out))
     assert main(["verify", str(path), str(out), "--steps", "5"]) == 0
     assert re.fullmatch(LINE.format(5), capsys.readouterr().out.strip())
 
 
 def test_verify_fixed_t_last_output(built, capsys):
     model, path, out = built("fixed_t_lstm_last")
-    for steps, compared in ((200, T), (7, 7)):
-        assert main(["verify", str(path), str(out), "--steps", str(steps)]) == 0
-        assert re.fullmatch(LINE.format(compared), capsys.readouterr().out.strip())
+    assert main(["verify", str(path), str(out), "--steps", "200"]) == 0
+    sequences = -(-200 // T)
+    assert re.fullmatch(SEQUENCES.format(sequences * T, sequences, T),
+                        capsys.readouterr().out.strip())
+    assert main(["verify", str(path), str(out), "--steps", "7"]) == 0
+    assert re.fullmatch(LINE.format(7), capsys.readouterr().out.strip())
 
 
 @pytest.mark.parametrize("name", sorted(keras_models.FIXED_T))
@@ -104,9 +112,10 @@ def test_reshape_to_fixed_time_and_minus_one(tmp_path, capsys):
     want = model.predict(windows, verbose=0)
     assert np.abs(np.reshape(got, want.shape) - want).max() <= 1e-5
     # verify's open-time twin reshapes to (-1, 24): every step with an
-    # output is compared, not only the 20th
+    # output is compared, not only the 20th (18 of each 20-frame sequence)
     assert main(["verify", str(path), str(tmp_path / "out")]) == 0
-    assert re.fullmatch(LINE.format(18), capsys.readouterr().out.strip().splitlines()[-1])
+    assert re.fullmatch(SEQUENCES.format(10 * 18, 10, 20),
+                        capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def _squeeze_excite(layers, x):
