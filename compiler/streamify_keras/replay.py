@@ -258,10 +258,21 @@ class Replay:
             # buffer) costs no memory until a later stage needs its bytes,
             # after the build has checked the context size.
             initial = np.broadcast_to(np.float32(fill), tuple(shape))
-            self.new_states.append(StateInfo(name, "float32", tuple(shape),
+            self.new_states.append(StateInfo(self._unique(name), "float32", tuple(shape),
                                              initial=initial, layer=layer))
             return tf.fill(tuple(shape), np.float32(fill))
         return self.incoming.pop(0)
+
+    def _unique(self, name: str) -> str:
+        """``name``, or for a layer called at several places (a shared GRU)
+        ``name@k`` at its k-th call: each call has a state of its own."""
+        taken = {s.name for s in self.new_states}
+        k = 1
+        unique = name
+        while unique in taken:
+            k += 1
+            unique = f"{name}@{k}"
+        return unique
 
     def buffer(self, name: str, value, keep: int, layer: str = ""):
         """A ring buffer of the last ``keep`` frames before ``value``'s chunk:
