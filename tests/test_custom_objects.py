@@ -84,6 +84,17 @@ def _module(path):
     return module
 
 
+def _build_and_verify(model, classes: str, capsys) -> None:
+    """Build ``model`` with ``--custom-objects classes`` and verify it: ok over 200 steps."""
+    flag = ["--custom-objects", classes]
+    lib = model.parent / "lib"
+    assert main(["build", str(model), "-o", str(lib), "-q", *flag]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(model), str(lib), *flag]) == 0
+    out = capsys.readouterr().out
+    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+
+
 @pytest.fixture
 def user_model(tmp_path):
     """The classes' file and a model saved with them, loaded by the test as a
@@ -107,12 +118,7 @@ def user_model(tmp_path):
 
 def test_a_custom_cell_and_layer_build_and_verify(user_model, capsys):
     tmp, classes = user_model
-    flag = ["--custom-objects", str(classes)]
-    assert main(["build", str(tmp / "mine.keras"), "-o", str(tmp / "lib"), "-q", *flag]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(tmp / "mine.keras"), str(tmp / "lib"), *flag]) == 0
-    out = capsys.readouterr().out
-    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+    _build_and_verify(tmp / "mine.keras", str(classes), capsys)
 
 
 def test_without_the_file_the_class_is_named(user_model, capsys):
@@ -163,12 +169,7 @@ def test_a_keras2_file_takes_its_class_in_both_forms(tmp_path, capsys):
                                  tf_keras.layers.GRU(8, return_sequences=True),
                                  _module(k2).Double(), tf_keras.layers.Dense(2)])
     model.save(tmp_path / "old.h5")
-    flag = ["--custom-objects", f"{k2},{k3}"]
-    assert main(["build", str(tmp_path / "old.h5"), "-o", str(tmp_path / "lib"), "-q",
-                 *flag]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(tmp_path / "old.h5"), str(tmp_path / "lib"), *flag]) == 0
-    assert capsys.readouterr().out.rstrip().endswith("ok")
+    _build_and_verify(tmp_path / "old.h5", f"{k2},{k3}", capsys)
 
 
 SUBCLASSED = textwrap.dedent('''
@@ -220,12 +221,7 @@ def test_a_subclassed_model_streams_and_verifies_against_its_own_call(subclassed
     from tfaot.verify.keras_reference import keras_reference_model
 
     tmp, classes = subclassed
-    flag = ["--custom-objects", str(classes)]
-    assert main(["build", str(tmp / "tagger.keras"), "-o", str(tmp / "lib"), "-q", *flag]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(tmp / "tagger.keras"), str(tmp / "lib"), *flag]) == 0
-    out = capsys.readouterr().out
-    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+    _build_and_verify(tmp / "tagger.keras", str(classes), capsys)
     loaded = load_model(tmp / "tagger.keras")
     assert loaded.keras_model.inputs[0].shape == (1, None, 5)  # the time axis open
     reference = keras_reference_model(loaded)
@@ -318,13 +314,7 @@ def test_custom_blocks_of_layers_stream_inside_a_model(tmp_path, capsys, form):
     else:
         model = keras.Sequential([keras.Input((None, 8)), *layers])
     model.save(tmp_path / "blocks.keras")
-    flag = ["--custom-objects", str(classes)]
-    assert main(["build", str(tmp_path / "blocks.keras"), "-o", str(tmp_path / "lib"), "-q",
-                 *flag]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(tmp_path / "blocks.keras"), str(tmp_path / "lib"), *flag]) == 0
-    out = capsys.readouterr().out
-    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+    _build_and_verify(tmp_path / "blocks.keras", str(classes), capsys)
     inlined = [type(layer).__name__ for layer in load_model(tmp_path / "blocks.keras")
                .keras_model.layers]
     assert inlined.count("GRU") == 3 and "MyLSTM" in inlined and "Stack" not in inlined, inlined
