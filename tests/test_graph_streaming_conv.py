@@ -250,3 +250,31 @@ def test_a_conv_stack_that_empties_the_first_test_sequence(tmp_path, capsys):
     line = capsys.readouterr().out.strip()
     assert re.fullmatch(r"output_0: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
                         line), line
+
+
+@pytest.mark.parametrize("form", ["export", "pb"])
+def test_a_grouped_convolution_of_a_keras_3_graph_streams(tmp_path, capsys, form):
+    """Keras 3 runs Conv1D(groups=4) through a jit_compile function, which
+    freezing keeps as a StatefulPartitionedCall on the sequence: it was
+    refused ("op StatefulPartitionedCall on a time-dependent tensor is not
+    supported"); the call is inlined and the library matches over 120 steps."""
+    import graph_models as gm
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 8))
+    h = L.Conv1D(16, 3, groups=4, padding="causal", activation="swish")(x)
+    model = keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h)))
+    path, out = tmp_path / "grouped", tmp_path / "lib"
+    if form == "export":
+        model.export(str(path), verbose=False)
+    else:
+        path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
+                                  tmp_path / "grouped.pb", False)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
+                        line), line

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import TfaotError, first_line
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
+from .inline_calls import inline_compiled_calls
 
 
 def read_saved_model(path: Path):
@@ -109,7 +110,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
                 f"pairs named so are found, others are given with --state IN=OUT)") from None
         raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
                          f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
-    gd = frozen.graph.as_graph_def()
+    gd = inline_compiled_calls(frozen.graph.as_graph_def())
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
     loaded = graph_def_to_loaded(
