@@ -360,3 +360,24 @@ def test_a_reverse_says_whether_it_reverses_time(axis):
     msg = str(e.value)
     assert "'flip'" in msg and "ReverseV2" in msg and "\n" not in msg, msg
     assert ("reverses the time axis (axis 1 of input 'x')" in msg) == (axis == 1), msg
+
+
+def test_a_keras_3_export_of_a_dropout_rnn_names_the_seed(tmp_path):
+    """Keras 3's LSTM(dropout=0.2) advances its dropout seed on every call,
+    even at inference: its export was told it "keeps state in a tf.Variable"
+    and to export its state as an input and an output, which the user has
+    no such state to do; now the seed, the cause and the .keras file."""
+    import keras
+
+    from tfaot.frontend.load import load_model
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 4))
+    path = tmp_path / "dropout"
+    keras.Model(x, keras.layers.LSTM(3, dropout=0.2)(x)).export(str(path), verbose=False)
+    with pytest.raises(TfaotError) as e:
+        load_model(str(path))
+    msg = str(e.value)
+    assert "advances a Keras random seed (variable 'seed_generator" in msg, msg
+    assert "dropout or recurrent_dropout > 0" in msg and ".keras file" in msg
+    assert "\n" not in msg
