@@ -321,6 +321,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     }
     if loaded.details.get("cut"):
         report["cut"] = loaded.details["cut"]
+    others = [k for k in loaded.details.get("signatures", [])
+              if k != loaded.details.get("signature")]
+    if others:  # (the build says which it took; inspect said nothing)
+        report["signature"] = {"name": loaded.details["signature"], "others": others}
     if g.unrolled:
         report["unrolled"] = [u.report() for u in g.unrolled.values()]
     if notes:
