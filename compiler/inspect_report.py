@@ -47,6 +47,9 @@ def inspect_text(program: StepProgram) -> str:
         lines.append("stream:     " + _stream_line(stream))
     if "parameters" in r:
         lines.append(f"parameters: {r['parameters']:,}")
+    if r.get("signature"):  # a SavedModel with several
+        lines.append(f"signature:  '{r['signature']['name']}' (also has "
+                     f"{', '.join(r['signature']['others'])}; --signature NAME for another)")
     for c in r.get("cut", []):  # graph formats cut with --inputs
         lines.append(f"cut:        at {c['tensor']} (op {c['op']}); dropped "
                      f"{c['dropped_nodes']} nodes before it ({', '.join(c['dropped_ops'])})")

@@ -162,6 +162,19 @@ def test_saved_model_signature_is_named_and_choosable(tmp_path, capsys):
     assert "--signature nope" in line and "wide" in line
 
 
+def test_inspect_names_the_signature_it_took(tmp_path, capsys):
+    """The build says which of several signatures it took; inspect, where a
+    user looks first, said nothing of it."""
+    path = _saved_model_with_two_signatures(tmp_path / "two")
+    assert main(["inspect", str(path)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("signature:")]
+    assert lines == ["signature:  'serving_default' (also has wide; --signature NAME for "
+                     "another)"], lines
+    assert main(["inspect", str(path), "--json", "--signature", "wide"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["signature"] == {"name": "wide", "others": ["serving_default"]}
+
+
 def test_closed_stdout_pipe_exits_quietly(graph_file):
     proc = subprocess.Popen([sys.executable, "-m", "tfaot", "inspect", str(graph_file)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

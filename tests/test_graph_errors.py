@@ -22,7 +22,8 @@ def _cases():
     L = keras.layers
     return {
         "bidirectional": (lambda: _keras([L.Bidirectional(L.LSTM(8, return_sequences=True))]),
-                          ["ReverseV2", "bidirectional", "backward_lstm"]),
+                          ["ReverseV2", "bidirectional", "backward_lstm",
+                           "reverses the time axis", "frames not yet received"]),
         "conv1d_causal": (lambda: _keras([L.Conv1D(4, 3, padding="causal"), L.LSTM(8)]),
                           ["conv1d", "Pad"]),
         "conv1d_same": (lambda: _keras([L.Conv1D(4, 3, padding="same"), L.LSTM(8)]),
@@ -340,3 +341,45 @@ def test_a_saved_model_taking_a_ragged_tensor_says_so(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "takes a ragged tensor" in err and "tf.TensorSpec" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_a_reverse_says_whether_it_reverses_time(axis):
+    """tf.reverse over time (a backward RNN) was told as an op whose
+    treatment of time tfaot does not know; over the features, it still is."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        tf.identity(tf.reverse(x, [axis], name="flip") * 2.0, name="y")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path("r.pb"), "graphdef")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(loaded)
+    msg = str(e.value)
+    assert "'flip'" in msg and "ReverseV2" in msg and "\n" not in msg, msg
+    assert ("reverses the time axis (axis 1 of input 'x')" in msg) == (axis == 1), msg
+
+
+def test_a_keras_3_export_of_a_dropout_rnn_names_the_seed(tmp_path):
+    """Keras 3's LSTM(dropout=0.2) advances its dropout seed on every call,
+    even at inference: its export was told it "keeps state in a tf.Variable"
+    and to export its state as an input and an output, which the user has
+    no such state to do; now the seed, the cause and the .keras file."""
+    import keras
+
+    from tfaot.frontend.load import load_model
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 4))
+    path = tmp_path / "dropout"
+    keras.Model(x, keras.layers.LSTM(3, dropout=0.2)(x)).export(str(path), verbose=False)
+    with pytest.raises(TfaotError) as e:
+        load_model(str(path))
+    msg = str(e.value)
+    assert "advances a Keras random seed (variable 'seed_generator" in msg, msg
+    assert "dropout or recurrent_dropout > 0" in msg and ".keras file" in msg
+    assert "\n" not in msg

@@ -462,3 +462,26 @@ def test_tf_keras_layer_normalization_and_swish_stream(timesteps):
     else:
         want = np.asarray(model(x))[0]
     assert np.abs(got - want).max() <= TOL
+
+
+def test_keras_3_argmax_head_streams(tmp_path, capsys):
+    """Keras 3's argmax bitcasts its floats to integers and masks their bits
+    (to order -0.0 and NaN): Bitcast and BitwiseAnd were refused as ops of
+    unknown time behaviour in a model.export(); the ids match over 120 steps."""
+    import re
+
+    import keras
+    from keras import layers as L
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 8))
+    h = L.GRU(8, return_sequences=True)(x)
+    path, out = tmp_path / "argmax", tmp_path / "lib"
+    keras.Model(x, keras.ops.argmax(L.Dense(5)(h), axis=-1)).export(str(path), verbose=False)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"output_0: max abs error 0 over 120 steps \(tolerance \S+\): ok", line)

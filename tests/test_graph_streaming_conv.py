@@ -224,3 +224,57 @@ def test_running_global_pooling_in_prefix_mode(tmp_path):
     err = max(np.abs(got[t] - gm.run_graph_def(gd, "x", loaded.outputs[0], frames[:, :t + 1]))
               .max() for t in range(2, 102))
     assert err <= TOL, err
+
+
+def test_a_conv_stack_that_empties_the_first_test_sequence(tmp_path, capsys):
+    """Strided and dilated 2-D convolutions before a GRU (a KWS CRNN) turn
+    the 13-frame test sequence into no frames; the Keras 3 export failed
+    ("Tried to stack elements of an empty list") where the .keras built.
+    A longer test sequence is tried; the library matches over 120 steps."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 20))
+    h = L.Reshape((-1, 20, 1))(x)
+    h = L.Conv2D(8, (3, 3), strides=(2, 2), activation="relu")(h)
+    h = L.SeparableConv2D(8, (3, 3))(h)
+    h = L.DepthwiseConv2D((3, 3), dilation_rate=(2, 1))(h)
+    h = L.Reshape((-1, h.shape[2] * h.shape[3]))(h)
+    model = keras.Model(x, L.Dense(3)(L.GRU(8, return_sequences=True)(h)))
+    path, out = tmp_path / "crnn", tmp_path / "lib"
+    model.export(str(path), verbose=False)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"output_0: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
+                        line), line
+
+
+@pytest.mark.parametrize("form", ["export", "pb"])
+def test_a_grouped_convolution_of_a_keras_3_graph_streams(tmp_path, capsys, form):
+    """Keras 3 runs Conv1D(groups=4) through a jit_compile function, which
+    freezing keeps as a StatefulPartitionedCall on the sequence: it was
+    refused ("op StatefulPartitionedCall on a time-dependent tensor is not
+    supported"); the call is inlined and the library matches over 120 steps."""
+    import graph_models as gm
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 8))
+    h = L.Conv1D(16, 3, groups=4, padding="causal", activation="swish")(x)
+    model = keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h)))
+    path, out = tmp_path / "grouped", tmp_path / "lib"
+    if form == "export":
+        model.export(str(path), verbose=False)
+    else:
+        path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
+                                  tmp_path / "grouped.pb", False)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
+                        line), line

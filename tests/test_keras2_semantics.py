@@ -231,3 +231,48 @@ def test_keras2_depthwise_separable_and_transposed_convolutions_load(tmp_path, c
     with pytest.raises(TfaotError, match="layer 'd' \\(DepthwiseConv2D\\) has groups=2"):
         keras2.rewrite_config({"class_name": "DepthwiseConv2D",
                                "config": {"name": "d", "groups": 2}})
+
+
+def _keras2_slash_names():
+    """Layer names with '/', as tf_keras's MobileNetV3 writes them
+    ('Conv/BatchNorm'), one whose '_' spelling is taken ('enc_bn'), and a
+    BatchNormalization (tf_keras writes its axis as a list)."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(3)
+    L = tf_keras.layers
+    x = tf_keras.Input((None, 4))
+    h = L.BatchNormalization(name="enc/bn")(L.Dense(6, activation="tanh", name="enc/dense")(x))
+    h = L.GRU(5, return_sequences=True, name="rnn/gru")(h)
+    y = L.Dense(2, name="head/out")(L.Add(name="enc_bn")([h, L.Dense(5, name="enc/skip")(x)]))
+    model = tf_keras.Model(x, y)
+    rng = np.random.default_rng(1)
+    model.get_layer("enc/bn").set_weights([rng.uniform(0.5, 1.5, 6), rng.normal(size=6),
+                                           rng.normal(size=6) * 0.1, rng.uniform(0.5, 1.5, 6)])
+    return model
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras2_slash_names_and_batch_norm_axis(tmp_path, capsys, suffix):
+    """A Keras 2 model whose layer names hold '/' did not load ("Argument
+    `name` ... cannot contain character `/`"), nor a tf_keras .keras archive
+    with a BatchNormalization ("int() argument must be ... not 'list'");
+    both build and match Keras 2 over 120 steps."""
+    path = tmp_path / f"slash{suffix}"
+    _keras2_slash_names().save(path)
+    names = {layer.name for layer in load_model(path).keras_model.layers}
+    assert {"enc_bn", "enc_bn_1", "rnn_gru", "head_out"} <= names
+    out = tmp_path / "slash"
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.fullmatch(r"\S+: max abs error \S+ over 120 steps \(tolerance \S+\): ok", line)
+
+
+def test_batch_norm_over_several_axes_is_refused():
+    from tfaot.errors import TfaotError
+
+    with pytest.raises(TfaotError, match="layer 'b' \\(BatchNormalization\\) normalizes over"):
+        keras2.rewrite_config({"class_name": "BatchNormalization",
+                               "config": {"name": "b", "axis": [1, 2]}})

@@ -127,3 +127,15 @@ def test_recurrent_layer_after_last_output():
     y = layers.Reshape((1, 4))(h)
     y = layers.GRU(3, name="late_gru")(y)
     _expect(keras.Model(x, y), "'late_gru'", "no time axis")
+
+
+@pytest.mark.parametrize("head", ["gru", "pool"])
+def test_channels_first_input_is_not_told_unknown_features(head):
+    """A channels_first model, (batch, channels, time): its open axis is 2,
+    and the error said "unknown feature dimensions" (the user gave them all)."""
+    x = keras.Input((8, None), batch_size=1)
+    h = layers.Conv1D(6, 3, data_format="channels_first")(x)
+    y = layers.GRU(4)(layers.Permute((2, 1))(h)) if head == "gru" else \
+        layers.GlobalAveragePooling1D(data_format="channels_first")(h)
+    _expect(keras.Model(x, y), "(1, 8, None) is open on axis 2, not on axis 1",
+            "channels_first", "--whole-window")

@@ -195,3 +195,28 @@ def test_whole_window_is_one_inference_per_step_for_recurrent_models_too():
         model = keras.Model(x, layers.Dense(3)(layers.LSTM(5)(x)))
         assert stream_info(model, fixed_window="whole").mode == mode
         assert stream_info(model).mode == "prefix"
+
+
+def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys):
+    """A channels_first convolution builds (--whole-window; its numbers are
+    right), but TensorFlow runs no NCHW convolution on a CPU: verify said
+    "internal error ... this is a tfaot bug" (exit 2); now one line saying
+    TensorFlow cannot run the model, exit 1."""
+    import keras
+    from keras import layers as L
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 20))
+    h = L.Permute((2, 1))(L.Conv1D(6, 3, data_format="channels_first")(x))
+    path = tmp_path / "cf.keras"
+    keras.Model(x, L.GRU(4, return_sequences=True)(h)).save(path)
+    out = tmp_path / "cf"
+    assert main(["build", str(path), "-o", str(out), "-q", "--whole-window"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "20"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfaot: error: ") and "\n" not in err, err
+    assert "TensorFlow cannot run the model on this machine" in err
+    assert "NHWC tensor format on the CPU" in err and "{{" not in err

@@ -179,3 +179,27 @@ def test_a_library_for_a_cpu_this_one_lacks_is_refused_not_run(conv_model, tmp_p
         harness.load(out)
     rc, stdout, stderr = _verify(capsys, conv_model, out)
     assert rc != 0 and "--save-case" in stderr and "AVX512F" in stderr
+
+
+def test_a_library_bigger_than_the_board_is_one_line(conv_model, tmp_path, monkeypatch,
+                                                      capsys):
+    """A library past the QEMU board's memory (a MobileNet's 4 MiB of
+    weights on the MPS2) was the linker's lines of warnings and "region
+    `CODE' overflowed"; now one line naming the board, the region and the
+    way round it. (The board's code memory made small here: the same
+    overflow from a small model.)"""
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    from tfaot.verify import emulate
+
+    out = tmp_path / "m4"
+    _build(conv_model, out, "--triple", "thumbv7em-none-eabihf", "--cpu", "cortex-m4")
+    board, memory = emulate.BOARDS["cortex-m4"]
+    monkeypatch.setitem(emulate.BOARDS, "cortex-m4",
+                        (board, [("CODE", 0x0, "16K"), *memory[1:]]))
+    rc, stdout, stderr = _verify(capsys, conv_model, out)
+    assert rc == 1
+    error = [ln for ln in stderr.splitlines() if ln.startswith("tfaot: error")]
+    assert len(error) == 1 and "\n" not in stderr.split("tfaot: error")[1].strip(), stderr
+    assert re.search(r"does not fit in the memory of QEMU's board qemu-system-arm "
+                     r"\(mps2-an386, cortex-m4\): its CODE region \(16KiB\) overflows by "
+                     r"\d+ bytes; verify it on the target instead .*--save-case", error[0])

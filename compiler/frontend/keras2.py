@@ -20,6 +20,12 @@ both; see tests/test_keras2_semantics.py):
   (``KERAS2_ONLY_ARGUMENTS``): ``groups=1`` of the depthwise, separable and
   transposed convolutions, a separable convolution's unused ``kernel_*``,
   a spatial dropout's ``trainable`` and ``noise_shape``: dropped.
+* A BatchNormalization's ``axis`` written as a one-element list (``[2]``):
+  Keras 3 takes the int.
+* Layer names with ``/`` (tf_keras's MobileNetV3 writes ``Conv/BatchNorm``,
+  ``expanded_conv/depthwise``): Keras 3 refuses them ("cannot contain
+  character `/`"); renamed with ``_`` (:func:`_slash_free_names`). The .h5
+  weights are matched by order, not by name, so the numbers are the same.
 
 Unchanged, so nothing to do (every Keras 2 config writes its arguments
 explicitly, so changed *defaults* could not matter anyway): ``gelu``
@@ -265,6 +271,7 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
     list of what was changed ("layer 'lstm' recurrent_activation=hard_sigmoid").
     """
     changes: list[str] = []
+    config = _slash_free_names(config)
 
     def walk(node, layer_name):
         if isinstance(node, list):
@@ -296,6 +303,9 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
             if node["class_name"] in KERAS2_ONLY_ARGUMENTS:
                 node = {**node, "config": _without_keras2_arguments(
                     node["class_name"], node["config"], layer_name)}
+            if node["class_name"] == "BatchNormalization" and \
+                    isinstance(node["config"].get("axis"), list):
+                node = {**node, "config": _batch_norm_axis(node["config"], layer_name)}
             if node["class_name"] == "LeakyReLU" and "alpha" in node["config"]:
                 # the same slope, under its Keras 3 name (avoids a warning)
                 node = {**node, "config": {
@@ -312,6 +322,65 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
         return out
 
     return walk(config, None), changes
+
+
+def _batch_norm_axis(config: dict, layer_name) -> dict:
+    """tf_keras writes a BatchNormalization's axis as a list (``[2]``), and
+    Keras 3's takes one int: its .h5 reader converts it, but a tf_keras
+    ``.keras`` archive with a BatchNormalization did not load ("int()
+    argument must be ... not 'list'")."""
+    axis = config["axis"]
+    if len(axis) != 1:
+        raise TfaotError(f"layer '{layer_name}' (BatchNormalization) normalizes over the axes "
+                         f"{axis}; Keras 3 (and so tfaot) takes one axis")
+    return {**config, "axis": axis[0]}
+
+
+def _slash_free_names(config: Any) -> Any:
+    """``config`` with each layer name holding ``/`` written with ``_``
+    (Keras 3 refuses ``/`` in a name). Every string equal to such a name is
+    a reference to the layer (its inbound nodes, the model's input and
+    output layers), so each is replaced; a new name already taken gets a
+    suffix."""
+    names: set[str] = set()
+    slashed: list[str] = []
+
+    def collect(node):
+        if isinstance(node, list):
+            for v in node:
+                collect(v)
+        elif isinstance(node, dict):
+            name = node.get("config", {}).get("name") if "class_name" in node and \
+                isinstance(node.get("config"), dict) else None
+            if isinstance(name, str):
+                names.add(name)
+                if "/" in name:
+                    slashed.append(name)
+            for v in node.values():
+                collect(v)
+
+    collect(config)
+    renamed: dict[str, str] = {}
+    for name in dict.fromkeys(slashed):
+        new = base = name.replace("/", "_")
+        k = 1
+        while new in names:
+            new, k = f"{base}_{k}", k + 1
+        names.add(new)
+        renamed[name] = new
+    if not renamed:
+        return config
+
+    def rename(node):
+        if isinstance(node, str):
+            return renamed.get(node, node)
+        if isinstance(node, list):
+            return [rename(v) for v in node]
+        if isinstance(node, dict):
+            return {k: rename(v) for k, v in node.items()}
+        return node
+
+    return rename(config)
 
 
 _ANY = object()

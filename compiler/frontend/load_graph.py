@@ -25,6 +25,7 @@ from ..errors import TfaotError
 # LoadedGraph and graph_def_to_loaded live in graph_cut.py (which
 # load_saved_model.py uses too); they are importable from here as before.
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
+from .inline_calls import inline_compiled_calls
 
 __all__ = ["GraphOptions", "LoadedGraph", "graph_def_to_loaded", "load_graph",
            "parse_input_specs", "parse_output_specs", "read_graph_def"]
@@ -69,6 +70,7 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
             raise TfaotError(f"--signature {signature}: {path} is a frozen graph, which has "
                              "no signatures (only SavedModel folders do)")
         graph_def, text = read_graph_def(path)
+        graph_def = inline_compiled_calls(graph_def)
         loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
         loaded.details["text_format"] = text
     _check_fft_lengths(loaded.graph_def, path)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import TfaotError, first_line
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
+from .inline_calls import inline_compiled_calls
 
 
 def read_saved_model(path: Path):
@@ -101,6 +102,14 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
         frozen = convert_variables_to_constants_v2(cf, lower_control_flow=False)
     except Exception as e:
         assigned = _assigned_variables(cf) if cf is not None else []
+        seeds = _seed_generators(obj)
+        if assigned and seeds:
+            raise TfaotError(
+                f"{path}: signature '{key}' advances a Keras random seed (variable "
+                f"'{seeds[0]}', node '{assigned[0]}'), as a Keras 3 export of a layer with "
+                f"dropout or recurrent_dropout > 0 does on every call, even at inference, "
+                f"and a frozen graph cannot assign it; build the model's .keras file "
+                f"instead (dropout does nothing at inference)") from None
         if assigned:
             raise TfaotError(
                 f"{path}: signature '{key}' keeps state in a tf.Variable (node '{assigned[0]}' "
@@ -109,7 +118,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
                 f"pairs named so are found, others are given with --state IN=OUT)") from None
         raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
                          f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
-    gd = frozen.graph.as_graph_def()
+    gd = inline_compiled_calls(frozen.graph.as_graph_def())
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
     loaded = graph_def_to_loaded(
@@ -127,6 +136,18 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
 #: Ops that write a resource variable.
 _ASSIGN_OPS = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
                "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceStridedSliceAssign"}
+
+
+def _seed_generators(obj) -> list[str]:
+    """The Keras SeedGenerator states among the SavedModel's variables (a
+    dropout's seed, which Keras 3's recurrent layers advance even at
+    inference): an export of an LSTM(dropout=0.2) was told it "keeps state
+    in a tf.Variable" and to export its state as an input and an output."""
+    try:
+        names = [v.name for v in getattr(obj, "variables", [])]
+    except Exception:  # noqa: BLE001 - an object without the list: no hint
+        return []
+    return [n.partition(":")[0] for n in names if "seed_generator_state" in n]
 
 
 def _assigned_variables(concrete) -> list[str]:

@@ -329,11 +329,14 @@ def _tensor_type(t: TensorInfo) -> str:
     return f"tensor<{'x'.join(str(d) for d in t.shape)}x{dtype(t.dtype, f'tensor {t.name!r}').mlir}>"
 
 
-def _dense(value: np.ndarray) -> str:
+def _dense(value: np.ndarray, name: str = "float32") -> str:
+    """A state's initial value in its own element type (an f16 state's hex
+    is 2 bytes an element: the f32 bytes did not parse as its tensor)."""
     flat = np.asarray(value, np.float32).ravel()
     if flat.size and np.all(flat == flat[0]):
         return f"dense<{_f32(flat[0])}>"
-    return f'dense<"0x{flat.astype("<f4").tobytes().hex().upper()}">'
+    raw = flat.astype(np.dtype(name).newbyteorder("<")).tobytes()
+    return f'dense<"0x{raw.hex().upper()}">'
 
 
 def _f32(x) -> str:
@@ -342,7 +345,7 @@ def _f32(x) -> str:
 
 def _global_decl(i: int, s: StateInfo) -> str:
     return (f"  // state {s.name}\n"
-            f"  ml_program.global private mutable @state{i}({_dense(s.initial)} : "
+            f"  ml_program.global private mutable @state{i}({_dense(s.initial, s.dtype)} : "
             f"{_tensor_type(s)}) : {_tensor_type(s)}")
 
 
@@ -384,11 +387,11 @@ def _reset_func(states) -> str:
     lines = ["  func.func @reset() {"]
     for i, s in enumerate(states):
         t = _tensor_type(s)
-        b = t.replace("xf32>", "xi1>")
+        b = re.sub(r"x[a-z][a-z0-9]*>$", "xi1>", t)  # (an f16 state's mask too: i1, not f16)
         lines += [
             f"    %old{i} = ml_program.global_load @state{i} : {t}",
             f"    %zero{i} = stablehlo.constant dense<0.0> : {t}",
-            f"    %init{i} = stablehlo.constant {_dense(s.initial)} : {t}",
+            f"    %init{i} = stablehlo.constant {_dense(s.initial, s.dtype)} : {t}",
             f"    %finite{i} = stablehlo.is_finite %old{i} : ({t}) -> {b}",
             f"    %kept{i} = stablehlo.select %finite{i}, %old{i}, %zero{i} : {b}, {t}",
             f"    %cleared{i} = stablehlo.multiply %kept{i}, %zero{i} : {t}",

@@ -60,13 +60,34 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
     ``(x_t, *states) -> (y_t, *new_states)`` at batch 1 (with several graph
     outputs: ``(*ys, *new_states)``).
     """
-    program = _streamify_simplified(loaded, probe_T, fixed_window)
+    program = _streamify_probing(loaded, probe_T, fixed_window)
     if notify:
         import sys
 
         for note in program.report.get("notes", []) + program.report.get("stream_notes", []):
             print(f"tfaot: note: {loaded.path}: {note}", file=sys.stderr)
     return program
+
+
+#: Longer test sequences for a graph that the first one leaves empty: a
+#: stack of strided and dilated convolutions before the RNN (a Keras 3
+#: export of a CRNN) turns 13 frames into none, and TensorFlow failed
+#: ("Tried to stack elements of an empty list"); the .keras file built.
+LONGER_PROBES = (67, 257)
+
+
+def _streamify_probing(loaded, probe_T: int, fixed_window: str) -> StepProgram:
+    """``_streamify_simplified`` on a test sequence of ``probe_T`` frames,
+    then on longer ones while TensorFlow fails to run the graph on it."""
+    first = None
+    for T in (probe_T, *(t for t in LONGER_PROBES if t > probe_T)):
+        try:
+            return _streamify_simplified(loaded, T, fixed_window)
+        except TfaotError as e:
+            if "running the graph on a test sequence" not in str(e):
+                raise
+            first = first or e
+    raise first  # (the first test sequence's words: a graph that fails on any)
 
 
 def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> StepProgram:
@@ -300,6 +321,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     }
     if loaded.details.get("cut"):
         report["cut"] = loaded.details["cut"]
+    others = [k for k in loaded.details.get("signatures", [])
+              if k != loaded.details.get("signature")]
+    if others:  # (the build says which it took; inspect said nothing)
+        report["signature"] = {"name": loaded.details["signature"], "others": others}
     if g.unrolled:
         report["unrolled"] = [u.report() for u in g.unrolled.values()]
     if notes:

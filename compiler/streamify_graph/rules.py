@@ -28,6 +28,7 @@ Softplus Softsign Exp Expm1 Log Log1p Sqrt Rsqrt Square Neg Abs Sign Floor Ceil 
 Erf Erfc Reciprocal Inv Select SelectV2 ClipByValue Equal NotEqual Greater GreaterEqual Less
 LessEqual LogicalAnd LogicalOr LogicalNot ZerosLike OnesLike Sin Cos IsNan IsFinite IsInf
 HardSigmoid Swish Atan Atan2 Mish
+BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift RightShift
 """.split())
 REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"}
 ARG_REDUCTIONS = {"ArgMax", "ArgMin"}
@@ -68,6 +69,21 @@ def _identity_n(s: SeqOp):
     a graph (tf_keras's swish, a user's own activation), around its value
     and its inputs. It was refused as an op of unknown time behaviour."""
     s.no_length()
+    s.set(s.emit(), list(s.metas))
+
+
+@rule("Bitcast")
+def _bitcast(s: SeqOp):
+    """Bits read as another type of the same width: one element to one
+    element (Keras 3's argmax bitcasts its floats to integers, to order
+    -0.0 and NaN); it was refused as an op of unknown time behaviour.
+    Another width adds or drops a last axis."""
+    import tensorflow as tf
+
+    s.no_length()
+    sizes = {tf.as_dtype(s.node.attr[k].type).size for k in ("T", "type")}
+    if len(sizes) != 1:
+        s.fail("reads the bits as a type of another width, which adds or drops an axis")
     s.set(s.emit(), list(s.metas))
 
 

@@ -106,9 +106,30 @@ class SeqOp:
                           f"{self.k0} may be")
 
     def unsupported(self):
+        if self._reverses_time():
+            self.fail(f"op {self.op} reverses the time axis (axis {self.a} of input "
+                      f"'{self.ins[self.k0]}'), as the backward half of a "
+                      "bidirectional_dynamic_rnn, a Keras Bidirectional or go_backwards "
+                      "does, so step t depends on frames not yet received: it cannot stream "
+                      "(a Keras model of fixed length builds from its .keras or .h5 file as "
+                      "a fixed window)")
         self.fail(f"op {self.op} on a time-dependent tensor is not supported: tfaot does not "
                   f"know how it treats the time axis (input '{self.ins[self.k0]}' has it at "
                   f"{self.a}), so it cannot tell whether it mixes time steps")
+
+
+    def _reverses_time(self) -> bool:
+        """A ReverseV2 over the time axis, or a ReverseSequence along it; it
+        was told as an op whose treatment of time tfaot does not know."""
+        if self.op == "ReverseSequence":
+            return self.node.attr["seq_dim"].i == self.a
+        if self.op != "ReverseV2" or self.k0 != 0:
+            return False
+        try:
+            axes = np.atleast_1d(self.const(1))
+        except Exception:  # noqa: BLE001 - axes computed at run time: the generic words
+            return False
+        return any(int(x) == self.a for x in axes)  # (a negative axis: the generic words)
 
 
 # Ops that may sit between SpaceToBatchND and BatchToSpaceND (a dilated conv).

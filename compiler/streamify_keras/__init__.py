@@ -374,6 +374,8 @@ def step_input_specs(model, source: str) -> list[InputInfo]:
                 f"{source}: a recurrent model needs input (batch, time, features...), "
                 f"got {shape}")
         feature_dims = shape[2:] if streamed else shape[1:]
+        if len(shape) >= 3 and shape[1] is not None and None in shape[2:]:
+            raise TfaotError(_open_axis_not_time(source, what, shape))
         if any(d is None for d in feature_dims):
             raise TfaotError(
                 f"{source}: {what} shape {shape} has unknown feature dimensions; "
@@ -381,6 +383,17 @@ def step_input_specs(model, source: str) -> list[InputInfo]:
         specs.append(InputInfo(name, dtype, (1, *(int(d) for d in feature_dims)),
                                streamed=streamed))
     return specs
+
+
+def _open_axis_not_time(source: str, what: str, shape: tuple) -> str:
+    """A fixed axis 1 and an open later one: a channels_first model (time
+    last), which was told it had "unknown feature dimensions"."""
+    axis = shape.index(None, 2)
+    return (f"{source}: {what} shape {shape} is open on axis {axis}, not on axis 1: tfaot "
+            "streams a Keras model over axis 1, (batch, time, features...), so a "
+            "channels_first model (time last) does not stream; give it channels_last "
+            "input, or give the input a fixed length and build it with --whole-window "
+            "(one whole inference per step)")
 
 
 def step_input_spec(model, source: str) -> InputInfo:

@@ -347,7 +347,9 @@ class Replay:
         if rule is not None:
             if getattr(op, "data_format", "channels_last") != "channels_last":
                 raise layer_error(op, "uses data_format='channels_first'; tfaot streams "
-                                      "channels_last layers (time on axis 1)")
+                                      "channels_last layers (time on axis 1); a fixed-length model "
+                                      "builds with --whole-window (one whole inference "
+                                      "per step)")
             return rule.step(self, op, args[0])
         return self._per_step(op, kind, args, kwargs)
 

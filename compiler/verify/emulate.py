@@ -14,6 +14,7 @@ outputs. Where they are missing, the error names them and the other way:
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
 import sys
@@ -146,10 +147,33 @@ def _link(lib, emu: Emulator, steps: int, tmp: Path) -> Path:
            str(lib.dir), *extra, str(RUNNER), str(lib.dir / f"lib{name}.a"), *emu.link,
            "-o", str(image)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 and emu.bare_metal:
+        _refuse_overflow(lib, emu, proc.stderr)
     if proc.returncode != 0:
         raise TfaotError(f"{lib.dir}: linking the library into a runner with {emu.cc} "
                          f"failed:\n{proc.stderr.strip()[-1500:]}")
     return image
+
+
+#: GNU ld's words for a section that does not fit its memory region
+_OVERFLOW = re.compile(r"region `(\w+)' overflowed by (\d+) bytes")
+
+
+def _refuse_overflow(lib, emu: Emulator, stderr: str) -> None:
+    """A library bigger than the QEMU board's memory (a MobileNet's weights
+    past the MPS2's 4 MiB of code memory) is said in one line, with the way
+    that does not need the board; the linker's own words were several lines
+    of warnings and "region `CODE' overflowed"."""
+    over = _OVERFLOW.findall(stderr)
+    if not over:
+        return
+    sizes = {name: length for name, _, length in emu.memory}
+    said = ", ".join(f"its {name} region ({sizes.get(name, '?')}iB) overflows by {int(n)} "
+                     "bytes" for name, n in dict(over).items())
+    raise TfaotError(f"{lib.dir}: the library does not fit in the memory of QEMU's board "
+                     f"{emu.what}: {said}; verify it on the target instead (tfaot verify "
+                     f"MODEL DIR --save-case FILE here, then tfaot verify --case FILE DIR "
+                     f"there)")
 
 
 def _c_io(lib, kind: str) -> tuple[str, str]:
