@@ -117,7 +117,6 @@ class SeqOp:
                   f"know how it treats the time axis (input '{self.ins[self.k0]}' has it at "
                   f"{self.a}), so it cannot tell whether it mixes time steps")
 
-
     def _reverses_time(self) -> bool:
         """A ReverseV2 over the time axis, or a ReverseSequence along it; it
         was told as an op whose treatment of time tfaot does not know."""
