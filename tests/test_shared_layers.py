@@ -11,7 +11,7 @@ def test_a_shared_gru_keeps_a_named_state_per_call(tmp_path, capsys):
 
     keras.utils.set_random_seed(0)
     x = keras.Input((None, 6))
-    gru = keras.layers.GRU(6, return_sequences=True)
+    gru = keras.layers.GRU(6, return_sequences=True, name="gru")  # (auto names count up)
     twice = gru(keras.layers.Dense(6)(gru(x)))
     keras.Model(x, keras.layers.Dense(3)(twice)).save(tmp_path / "shared.keras")
     assert main(["build", str(tmp_path / "shared.keras"), "-o", str(tmp_path / "lib"),
