@@ -191,12 +191,16 @@ def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
     _keras2_op_layers().save(path)
     classes = {layer.__class__.__name__ for layer in load_model(path).keras_model.layers}
     assert {"TFOpLambda", "SlicingOpLambda"} <= classes
-    out = tmp_path / "ops"
+    line = _build_and_verify(path, tmp_path / "ops", 150, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
+
+
+def _build_and_verify(path, out, steps: int, capsys) -> str:
+    """Build ``path`` into ``out`` and verify it over ``steps`` steps: verify's line."""
     assert main(["build", str(path), "-o", str(out), "-q"]) == 0
     capsys.readouterr()
-    assert main(["verify", str(path), str(out), "--steps", "150"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
+    assert main(["verify", str(path), str(out), "--steps", str(steps)]) == 0
+    return capsys.readouterr().out.strip()
 
 
 def _keras2_depthwise_and_separable():
@@ -262,11 +266,7 @@ def test_keras2_slash_names_and_batch_norm_axis(tmp_path, capsys, suffix):
     _keras2_slash_names().save(path)
     names = {layer.name for layer in load_model(path).keras_model.layers}
     assert {"enc_bn", "enc_bn_1", "rnn_gru", "head_out"} <= names
-    out = tmp_path / "slash"
-    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
-    line = capsys.readouterr().out.strip()
+    line = _build_and_verify(path, tmp_path / "slash", 120, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 120 steps \(tolerance \S+\): ok", line)
 
 
