@@ -244,12 +244,17 @@ def test_a_conv_stack_that_empties_the_first_test_sequence(tmp_path, capsys):
     model = keras.Model(x, L.Dense(3)(L.GRU(8, return_sequences=True)(h)))
     path, out = tmp_path / "crnn", tmp_path / "lib"
     model.export(str(path), verbose=False)
+    line = _build_and_verify_120(path, out, capsys)
+    assert re.fullmatch(r"output_0: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
+                        line), line
+
+
+def _build_and_verify_120(path, out, capsys) -> str:
+    """Build ``path`` into ``out`` and verify it over 120 steps: verify's line."""
     assert main(["build", str(path), "-o", str(out), "-q"]) == 0
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
-    line = capsys.readouterr().out.strip()
-    assert re.fullmatch(r"output_0: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
-                        line), line
+    return capsys.readouterr().out.strip()
 
 
 @pytest.mark.parametrize("form", ["export", "pb"])
@@ -272,9 +277,6 @@ def test_a_grouped_convolution_of_a_keras_3_graph_streams(tmp_path, capsys, form
     else:
         path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
                                   tmp_path / "grouped.pb", False)
-    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
-    capsys.readouterr()
-    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
-    line = capsys.readouterr().out.strip()
+    line = _build_and_verify_120(path, out, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
                         line), line

@@ -36,14 +36,15 @@ def _run_file(path: Path) -> dict[str, object]:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # (dataclasses and pickling look a class's module up there)
-    sys.path.insert(0, str(path.resolve().parent))  # its own helper modules beside it
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)  # its own helper modules beside it
     try:
         spec.loader.exec_module(module)
     except Exception as e:
         raise TfaotError(f"--custom-objects: {path}{_line_in(e, path)}: {type(e).__name__}: "
                          f"{first_line(e)}") from None
     finally:
-        sys.path.remove(str(path.resolve().parent))
+        sys.path.remove(folder)
     return {key: value for key, value in vars(module).items()
             if (inspect.isclass(value) or inspect.isfunction(value))
             and getattr(value, "__module__", None) == name}
@@ -51,10 +52,10 @@ def _run_file(path: Path) -> dict[str, object]:
 
 def _line_in(error: Exception, path: Path) -> str:
     """", line N": where in ``path`` the error was raised (its last frame there)."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if Path(f.filename).resolve() == path.resolve()]
     if isinstance(error, SyntaxError) and error.lineno:
         return f", line {error.lineno}"
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if Path(f.filename).resolve() == path.resolve()]
     return f", line {frames[-1].lineno}" if frames else ""
 
 

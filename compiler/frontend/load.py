@@ -25,7 +25,7 @@ class LoadedModel:
     path: Path
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
-    keras_original: Any = None  # a subclassed model as written, keras_model its trace
+    keras_original: Any = None  # the model as written where keras_model is its trace
     graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
 
 
@@ -69,10 +69,10 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
-        model = _load_keras(path, fmt)
-        functional = _functional(model, path)
-        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=None if
-                             functional is model else _subclassed_reference(model, functional))
+        from .subclassed import layer_graph
+
+        functional, original = layer_graph(_load_keras(path, fmt), path)
+        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original)
     else:
         from .load_graph import GraphOptions, load_graph
 
@@ -81,25 +81,6 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
             path, options.inputs, options.outputs, options.time_axis, options.signature))
     _refuse_empty_inputs(loaded)
     return loaded
-
-
-def _functional(model, path: Path):
-    """``model``, or a functional model of the same layers where its layer
-    graph is in Python: a subclassed model, custom layers made of layers
-    (``subclassed.py``)."""
-    from . import subclassed
-
-    traced = subclassed.as_functional(model, path) if subclassed.is_subclassed(model) else model
-    return subclassed.inline_blocks(traced)
-
-
-def _subclassed_reference(model, functional):
-    """The model as written, for verify: a subclassed one as a functional
-    model of one layer, a functional or Sequential one as it is."""
-    from . import subclassed
-
-    return subclassed.reference_of(model, functional) if subclassed.is_subclassed(model) \
-        else model
 
 
 def _keeping_state_tensors(options):

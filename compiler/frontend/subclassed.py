@@ -21,6 +21,17 @@ from __future__ import annotations
 from ..errors import TfaotError, first_line
 
 
+def layer_graph(model, path):
+    """(the functional model tfaot streams, the model as written for verify's
+    reference, or None where they are one): a subclassed model traced, its
+    custom blocks inlined (module docstring)."""
+    subclassed = is_subclassed(model)
+    functional = inline_blocks(as_functional(model, path) if subclassed else model)
+    if functional is model:
+        return model, None
+    return functional, reference_of(model, functional) if subclassed else model
+
+
 def is_subclassed(model) -> bool:
     """Whether ``model`` keeps its layer graph in Python (no symbolic inputs)."""
     import keras
