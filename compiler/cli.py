@@ -199,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "the int8 kernels (default: table for int8 builds on "
                         "bare-metal Arm where a matrix took int8 weights, which alone move "
                         "the outputs by 1e-3 and more; exact elsewhere)")
+    p.add_argument("--intermediates", choices=["f32", "f16"], default="f32",
+                   help="how the images between tfaot's convolution kernels are stored: "
+                        "f32 (default) or f16: IEEE halves, half the RAM of a convolutional "
+                        "model's largest temporaries (a keyword spotter's layers on a "
+                        "microcontroller) for one more rounding per layer (2^-11 relative, "
+                        "growing with depth: 3e-4 on a DS-CNN, 2e-2 on a MobileNetV2; math "
+                        "stays f32; the input is rounded to f16 before the first "
+                        "convolution); needs tfaot's kernels (--matvec=tfaot, the default "
+                        "on Linux triples and Cortex-M with an FPU)")
     p.add_argument("--streams", type=int, default=1, metavar="N",
                    help="independent streams per context (default 1): NAME_step takes N "
                         "frames, one per stream (stream-major), and writes N outputs; "
@@ -232,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     p.add_argument("--tol", type=float, default=None,
                    help="max abs error allowed (default: 1e-5; 1e-3 for a library built with "
-                        "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; each times "
+                        "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; 5e-2 "
+                        "with --intermediates=f16; each times "
                         "TensorFlow's largest |output| where that is over 1; with --case: "
                         "the saved case's)")
     p.add_argument("--save-case", metavar="FILE", default=None,
@@ -465,7 +475,8 @@ def cmd_build(args) -> int:
                            keep_temps=args.keep_temps, force=args.force,
                            pack_weights=args.pack_weights, weights=args.weights,
                            matvec=args.matvec, weights_dtype=args.weights_dtype,
-                           activations=args.activations, fixed_window=args.fixed_window,
+                           activations=args.activations, intermediates=args.intermediates,
+                           fixed_window=args.fixed_window,
                            streams=args.streams,
                            graph_options=_graph_options(args), limits=_size_limits(args))
     progress = Progress(enabled=not args.quiet)

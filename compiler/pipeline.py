@@ -174,6 +174,7 @@ class BuildOptions:
     matvec: str | None = None  # "tfaot" or "iree"; default: the target's (Target.matvec_kernel)
     weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
     activations: str | None = None  # "exact" or "table"; default: the target's
+    intermediates: str = "f32"  # or "f16": images between convolution kernels as halves
     force: bool = False  # replace an output folder that holds files tfaot did not write
     # fixed-window models without recurrence: "stream" (a sliding window),
     # "whole" (one whole inference per step) or "auto" (by the input's rank)
@@ -257,7 +258,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                          weight_packing=options.pack_weights,
                          external_weights=options.weights == "file",
                          matvec=options.matvec, weights_dtype=options.weights_dtype,
-                         activations=options.activations)
+                         activations=options.activations,
+                         intermediates=options.intermediates)
     target = replace(target, streams=options.streams)
     detect_format(Path(model_path))
     sizes.check_model_files(model_path, options.limits, target)
@@ -279,6 +281,9 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)
+        if target.intermediates != "f32" and manifest.get("intermediates") == "f32":
+            progress.warn(f"--intermediates={target.intermediates}: this model has no "
+                          "convolution that tfaot's kernels compute; its tensors stay f32")
         _note_foreign_cpu(target, progress)
         if not options.keep_temps:
             shutil.rmtree(temps)

@@ -222,6 +222,9 @@ class Target:
     # --activations: "exact" or "table" (tanh and logistic looked up,
     # lower/activations.py); None: the target's default (activation_tables).
     activations: str | None = None
+    # --intermediates: "f32", or "f16": the convolution kernels' images
+    # stored as halves (microkernel.HALF_KINDS; needs matvec_kernel "tfaot").
+    intermediates: str = "f32"
     # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
     # all. Bare-metal Arm with an FPU takes the matvec kernel only, for
     # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
@@ -348,6 +351,21 @@ class Target:
         if "__ARM_FEATURE_DSP" in macros and "__ARM_FP" in macros:
             return "paired"
         return "lanes"
+
+    @property
+    def half_dw_blocks(self) -> bool:
+        """Whether the depthwise kernel's f16 block (runtime_shim/tfrt_dwconv.h
+        tfrt_dw3h_row: a scalar FPU with half conversions, no Helium) reads
+        f16 images itself on this CPU (--intermediates=f16), so that its
+        layers need no f32 strip."""
+        if not (self.bare_metal_arm and self.hard_float) or self.toolchain() is None:
+            return False
+        macros = compiler_macro_values(self.toolchain().cc, f"-mcpu={self.cpu}",
+                                       "-mfloat-abi=hard")
+        # (tfrt_half_convert.h TFRT_ARM_HALF_CVT: every M-profile FPU converts halves)
+        fp = int(macros.get("__ARM_FP", "0"), 0)
+        converts = bool(fp & 2) or (fp and macros.get("__ARM_ARCH_PROFILE") in ("'M'", "77"))
+        return converts and "__ARM_FEATURE_MVE" not in macros and "__ARM_NEON" not in macros
 
     @property
     def int8_paired_rows(self) -> bool:
@@ -521,7 +539,7 @@ class Target:
 def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
                 weight_packing: bool | None = None, external_weights: bool = False,
                 matvec: str | None = None, weights_dtype: str = "f32",
-                activations: str | None = None) -> Target:
+                activations: str | None = None, intermediates: str = "f32") -> Target:
     """Validates the command line's choices before any slow stage runs."""
     if external_weights and weight_packing:
         raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
@@ -536,9 +554,13 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
     if activations not in (None, "exact", "table"):
         raise TfaotError(f"--activations={activations} is not supported; supported: "
                          "exact, table")
+    if intermediates not in INTERMEDIATES:
+        raise TfaotError(f"--intermediates={intermediates} is not supported; supported: "
+                         f"{', '.join(INTERMEDIATES)}")
     target = replace(_make_target(kind, triple, cpu, weight_packing),
                      external_weights=external_weights, matvec=matvec,
-                     weights_dtype=weights_dtype, activations=activations)
+                     weights_dtype=weights_dtype, activations=activations,
+                     intermediates=intermediates)
     if matvec is None and _mcu_matvec_kernel(target):
         target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
@@ -548,7 +570,24 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
                          f"{target.triple}, and none is installed; use --matvec=iree")
     _check_weights_dtype(target)
+    _check_intermediates(target)
     return target
+
+
+#: --intermediates: how the convolution kernels store the images between them
+INTERMEDIATES = ("f32", "f16")
+
+
+def _check_intermediates(target: Target) -> None:
+    """f16 images exist only between tfaot's convolution kernels."""
+    if target.intermediates == "f32" or target.matvec_kernel == "tfaot":
+        return
+    why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
+           "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
+           "soft-float or with --weights=file and without --matvec=tfaot, or no C "
+           "toolchain)")
+    raise TfaotError(f"--intermediates={target.intermediates} applies to tfaot's convolution "
+                     f"kernels, and {why}; build with --matvec=tfaot on a CPU target")
 
 
 #: Bare metal: smaller matrices stay IREE's (a 2 x 16 one: 179 estimated M4

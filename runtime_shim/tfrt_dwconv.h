@@ -570,6 +570,77 @@ static void tfrt_dw3_row_scalar(const struct tfrt_dwconv *g, const struct tfrt_d
 }
 #undef TFRT_DW3S_CHANNELS
 #undef TFRT_DW3S_VECTORS
+
+#if defined(TFRT_DWCONV16_FN) && defined(TFRT_ARM_HALF_CVT) && !defined(__ARM_FEATURE_MVE)
+/* The same block on f16 images (--intermediates=f16; runtime_shim/
+ * tfrt_half.h): two channels at a time, so that one 32-bit load brings a
+ * column's two halves and VCVTB/VCVTT make them f32 (as cheap as two
+ * VLDRs), and one 32-bit store takes a position's two outputs. */
+#define TFRT_DW3H_X(k) tfrt_h2f2(tfrt_h_word(xi + ((k) + col) * (ptrdiff_t)c))
+#define TFRT_DW3H_MAC(a, w, x) ((a).lo += (w).lo * (x).lo, (a).hi += (w).hi * (x).hi)
+static inline __attribute__((always_inline)) struct tfrt_f2 tfrt_dw3h_clamp(struct tfrt_f2 a,
+                                                                             float lo,
+                                                                             float hi) {
+  if (lo >= -FLT_MAX) a.lo = a.lo < lo ? lo : a.lo, a.hi = a.hi < lo ? lo : a.hi;
+  if (hi <= FLT_MAX) a.lo = a.lo > hi ? hi : a.lo, a.hi = a.hi > hi ? hi : a.hi;
+  return a;
+}
+static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
+    const struct tfrt_dwconv *g, const uint16_t *xrow, size_t i0, size_t i1,
+    const tfrt_weight *w, uint16_t *y, size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1,
+    const int edge) {
+  const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
+  const struct tfrt_f2 bias = {g->post[2 + o], g->post[3 + o]};
+  struct tfrt_f2 a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const uint16_t *xi = xrow + o;
+  const tfrt_weight *wi = w + i0 * 3 * n + o;
+  for (size_t i = i0; i < i1; i++, xi += row, wi += 3 * n) {
+    const struct tfrt_f2 w0 = {TFRT_W(wi[0]), TFRT_W(wi[1])};
+    const struct tfrt_f2 w1 = {TFRT_W(wi[n]), TFRT_W(wi[n + 1])};
+    const struct tfrt_f2 w2 = {TFRT_W(wi[2 * n]), TFRT_W(wi[2 * n + 1])};
+    TFRT_DW3_ROW_TAPS(struct tfrt_f2, TFRT_DW3H_X, TFRT_DW3H_MAC)
+  }
+  const float lo = g->post[0], hi = g->post[1];
+  a0 = tfrt_dw3h_clamp(a0, lo, hi), a1 = tfrt_dw3h_clamp(a1, lo, hi);
+  a2 = tfrt_dw3h_clamp(a2, lo, hi), a3 = tfrt_dw3h_clamp(a3, lo, hi);
+  tfrt_h_put_word(y + o, tfrt_f2h2(a0.lo, a0.hi));
+  tfrt_h_put_word(y + n + o, tfrt_f2h2(a1.lo, a1.hi));
+  tfrt_h_put_word(y + 2 * n + o, tfrt_f2h2(a2.lo, a2.hi));
+  tfrt_h_put_word(y + 3 * n + o, tfrt_f2h2(a3.lo, a3.hi));
+}
+#undef TFRT_DW3H_MAC
+#undef TFRT_DW3H_X
+#define TFRT_DW3H_CHANNELS(k0, k1, edge)                                                \
+  for (size_t o = 0; o < g->n; o += 2)                                                  \
+    tfrt_dw3h_channels(g, xrow, i0, i1, w, yb, o, col, k0, k1, edge)
+/* One output row of the f16 image (as tfrt_dw3_row_scalar): xrow is the
+ * input row of filter row i0, the rows over the image are i0 .. i1-1. */
+static void tfrt_dw3h_row(const struct tfrt_dwconv *g, const uint16_t *xrow, size_t i0,
+                          size_t i1, const tfrt_weight *w, uint16_t *y, size_t ow,
+                          size_t left) {
+  for (size_t ox = 0; ox < ow; ox += 4) {
+    const size_t first = ox + 4 <= ow ? ox : ow - 4;
+    const ptrdiff_t col = (ptrdiff_t)first - (ptrdiff_t)left;
+    const ptrdiff_t k0 = col < 0 ? -col : 0, k1 = (ptrdiff_t)g->iw - col;
+    uint16_t *yb = y + first * g->n;
+    if (k0 == 0 && k1 >= 6)
+      TFRT_DW3H_CHANNELS(0, 6, 0);
+    else if (k0 == 1 && k1 >= 6)
+      TFRT_DW3H_CHANNELS(1, 6, 1);
+    else if (k0 == 0 && k1 == 5)
+      TFRT_DW3H_CHANNELS(0, 5, 1);
+    else if (k0 == 1 && k1 == 5)
+      TFRT_DW3H_CHANNELS(1, 5, 1);
+    else
+      TFRT_DW3H_CHANNELS(k0, k1, 1);
+  }
+}
+#undef TFRT_DW3H_CHANNELS
+/* Whether tfrt_dw3h_row computes this convolution's rows. */
+#define TFRT_DW3H_ROWS(kw, sw, dw, n, c, ow, x, y)                                      \
+  ((kw) == 3 && (sw) == 1 && (dw) == 1 && (n) == (c) && (c) % 2 == 0 && (ow) >= 4 &&   \
+   (uintptr_t)(x) % 4 == 0 && (uintptr_t)(y) % 4 == 0)
+#endif
 #undef TFRT_DW3_ROW_TAPS
 #undef TFRT_DW3S_MAC
 #undef TFRT_DW3S_X

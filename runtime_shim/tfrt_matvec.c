@@ -2120,6 +2120,11 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
 }
 #endif
 
+#if defined(TFRT_CONV16_FN) || defined(TFRT_DWCONV16_FN) || defined(TFRT_QCONV16_FN)
+/* f16 <-> f32, for the convolutions on f16 images (--intermediates=f16) */
+#include "tfrt_half_convert.h"
+#endif
+
 #ifdef TFRT_DWCONV_FN
 /* the depthwise convolution: its own file, part of this translation unit */
 #include "tfrt_dwconv.h"
@@ -2129,4 +2134,9 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
 /* the int8 convolution: its own file, part of this translation unit (it
  * uses the int8 helpers above and the epilogue's tfrt_post) */
 #include "tfrt_qconv.h"
+#endif
+
+#if defined(TFRT_CONV16_FN) || defined(TFRT_DWCONV16_FN) || defined(TFRT_QCONV16_FN)
+/* the convolutions with f16 images, wrapping the f32 ones above */
+#include "tfrt_half.h"
 #endif

@@ -120,14 +120,27 @@ def _cases_header(cases) -> str:
         text += _c_array("float", f"x{i}", _floats(case["x"].ravel()))
         text += _c_array("float", f"post{i}", _floats(case["post"]))
         table.append(f"{{w{i}, {len(blob)}u, x{i}, post{i}, {len(case['post'])}u, {n}u, {c}u, "
-                     f"{kh}u, {kw}u, {ih}u, {iw}u, {oh}u, {ow}u, {sh}u, {sw}u, {dh}u, {dw}u}}")
+                     f"{kh}u, {kw}u, {ih}u, {iw}u, {oh}u, {ow}u, {sh}u, {sw}u, {dh}u, {dw}u, "
+                     f"{_half_scratch(case['g'])}u}}")
     outputs = max(int(np.prod(_output_shape(k["g"]))) * k["g"][0] for k in cases)
     image = max(k["x"].size for k in cases)
     return (text + "struct qconv_case { const int8_t *w; size_t w_bytes; const float *x, *post; "
-            "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw; };\n"
+            "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, scratch16; };\n"
             f"static const struct qconv_case cases[] = {{{', '.join(table)}}};\n"
             f"#define MAX_OUTPUTS {outputs}\n#define MAX_IMAGE {image}\n"
             f"#define SLACK {int8_weights.QCONV_SLACK}\n")
+
+
+def _half_scratch(g) -> int:
+    """The scratch of the kernel on f16 images (q16_kernel) for geometry g,
+    as the build gives it (microkernel.ConvGeometry.scratch_bytes)."""
+    n, c, kh, kw, ih, iw, (sh, sw), (dh, dw) = g
+    oh, ow = _output_shape(g)
+    geometry = microkernel.ConvGeometry(
+        n=n, c=c, kh=kh, kw=kw, ih=ih, iw=iw, oh=oh, ow=ow, sh=sh, sw=sw, dh=dh, dw=dw,
+        pad=((0, 0), (0, 0)), depthwise=False, x_type="", y_type="", weights=np.zeros(0),
+        int8=True, half=True)
+    return geometry.scratch_bytes
 
 
 def _exact(case) -> tuple[np.ndarray, np.ndarray]:
@@ -143,14 +156,20 @@ def _exact(case) -> tuple[np.ndarray, np.ndarray]:
     return patches @ w.T + case["post"][2:2 + n], np.abs(patches) @ np.abs(w).T
 
 
-def _check_output(proc: subprocess.CompletedProcess, cases) -> None:
-    """The printed outputs against numpy's int8 arithmetic (f32 rounding
-    apart) and against the f32 convolution (the quantization's bound)."""
+def printed_floats(proc: subprocess.CompletedProcess) -> np.ndarray:
+    """The floats qconv_check.c printed (print_hex.h), after checking that
+    it ran to its end."""
     text = proc.stdout + proc.stderr
     lines = [ln for ln in text.splitlines() if ln == "done" or ln.endswith(" ")]
     assert proc.returncode == 0 and lines[-1:] == ["done"], text[-2000:]
-    got = np.array([int(h, 16) for ln in lines[:-1] for h in ln.split()], np.uint32)
-    got, start = got.view(np.float32), 0
+    return np.array([int(h, 16) for ln in lines[:-1] for h in ln.split()],
+                    np.uint32).view(np.float32)
+
+
+def _check_output(proc: subprocess.CompletedProcess, cases) -> None:
+    """The printed outputs against numpy's int8 arithmetic (f32 rounding
+    apart) and against the f32 convolution (the quantization's bound)."""
+    got, start = printed_floats(proc), 0
     for case in cases:
         n, c, kh, kw, ih, iw, strides, dilations = case["g"]
         size = int(np.prod(_output_shape(case["g"]))) * n

@@ -96,7 +96,7 @@ def element(data: np.ndarray) -> str:
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
                      post: np.ndarray | None = None, scratch: int = 0,
-                     in_place: bool = False) -> str:
+                     in_place: bool = False, images: str = "f32") -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
@@ -111,6 +111,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     weights global among the others) into the subspan. Half-width weights
     are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
     their dtype. ``in_place`` (dispatch_lines): x's binding is y's too.
+    ``images``: the element type of x and y ("f16": the convolutions on
+    half images, microkernel.HALF_KINDS).
     """
     elem = element(data)
     wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
@@ -157,8 +159,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
       stream.return %c1, %c1, %c1 : index, index, index
     }}
     builtin.module {{{w_global}{post_global}
-      func.func private @{kernel}(memref<{elem}>, index, memref<f32>, index, memref<f32>,
-                                  index, {post_decl}{index_types})
+      func.func private @{kernel}(memref<{elem}>, index, memref<{images}>, index,
+                                  memref<{images}>, index, {post_decl}{index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
       func.func @{sym}({w_binding}%bx: !stream.binding{y_binding}{scratch_binding}) {{
         %c0 = arith.constant 0 : index{constants}
@@ -166,10 +168,10 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
         %y = stream.binding.subspan {"%bx" if in_place else "%by"}[%c0] : !stream.binding -> memref<{yt}>
         {metadata("w", wtype, data.ndim, elem)}
-        {metadata("x", f"memref<{xt}>", x_rank)}
-        {metadata("y", f"memref<{yt}>", y_rank)}{post_value}{scratch_value}
+        {metadata("x", f"memref<{xt}>", x_rank, images)}
+        {metadata("y", f"memref<{yt}>", y_rank, images)}{post_value}{scratch_value}
         func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {post_arg}{scratch_arg}{size_values})
-            : (memref<{elem}>, index, memref<f32>, index, memref<f32>, index,
+            : (memref<{elem}>, index, memref<{images}>, index, memref<{images}>, index,
                {post_decl}{index_types}) -> ()
         return
       }}

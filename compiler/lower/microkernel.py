@@ -113,10 +113,14 @@ INT8_MAX_PATCH = 65536
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
 #: (matmul: the int8 product of many streams' rows, --streams; qconv: the
 #: int8 convolution).
-KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv")
+KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16")
+#: The convolutions' kernels on f16 images (--intermediates=f16:
+#: runtime_shim/tfrt_half.h) by the kind of f32 images' kernel each is
+#: compiled with (it calls it on strips, or shares its helpers).
+HALF_KINDS = {"conv": "conv16", "dwconv": "dwconv16", "qconv": "qconv16"}
 #: The kernels an int8 build compiles for int8 weights; its other
 #: convolutions keep f32 weights.
-INT8_KINDS = ("matvec", "matmul", "qconv")
+INT8_KINDS = ("matvec", "matmul", "qconv", "qconv16")
 
 
 def kernel_dtype(kind: str, weights_dtype: str) -> str:
@@ -135,6 +139,18 @@ def kernel_symbols(mlir_text: str, name: str, dtype: str) -> dict[str, str]:
     """``{kind: symbol}`` of the kernels the rewritten ``mlir_text`` calls."""
     symbols = {kind: kernel_symbol(name, dtype, kind) for kind in KINDS}
     return {kind: sym for kind, sym in symbols.items() if f"@{sym}(" in mlir_text}
+
+
+def with_wrapped_kernels(symbols: dict[str, str]) -> dict[str, str]:
+    """``{kind: symbol}`` of the kernels to compile for ``symbols`` (the
+    imported ones): each kernel on f16 images needs the f32 kernel of its
+    kind (HALF_KINDS)."""
+    compiled = dict(symbols)
+    for kind, half in HALF_KINDS.items():
+        if half in symbols and kind not in symbols:
+            prefix, dtype = symbols[half].rsplit(f"_{half}_", 1)
+            compiled[kind] = f"{prefix}_{kind}_{dtype}"
+    return compiled
 
 
 def kernel_like(symbols: set[str]) -> list[str]:
@@ -262,7 +278,8 @@ def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
                     weights_as_globals: bool = False, int8_layout: str = "lanes",
-                    int8_min: int | None = None) -> tuple[str, int]:
+                    int8_min: int | None = None, half_images: bool = False,
+                    half_dw_blocks: bool = False) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -280,7 +297,11 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     passed to the dispatch (``kernel_dispatch.WeightsGlobal``) instead of
     constants of the kernel object, so that --weights=file moves them to its
     sidecar. ``int8_layout`` (Target.int8_layout): how int8 matrices are
-    packed (pack_int8).
+    packed (pack_int8). ``half_images`` (--intermediates=f16): the
+    convolutions read and write f16 images (HALF_KINDS), converted from and
+    to f32 where something else produces or uses them (``_half_call``);
+    ``half_dw_blocks`` (Target.half_dw_blocks): the depthwise kernel's block
+    for this CPU reads halves itself, so those of its shape need no strip.
     """
     from iree.compiler import ir
 
@@ -296,6 +317,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         globals_texts: list[str] = []
         texts: list[str] = []
         folded: list = []  # ops folded into kernels: input pads, epilogues
+        back_to_f32: list = []  # the f32 forms of kernels' f16 results (_half_call)
         count = 0
         ops = function_ops(module)
         constant = _constant_values(ops)
@@ -311,6 +333,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             w_index = 0 if kind_of(conv, streams) == "matvec" else 1
             x = op.operands[1 - w_index]
             if op.operation.name == "stablehlo.convolution":
+                conv = replace(conv, half=half_images, half_blocks=half_dw_blocks)
                 conv, x, pad_op = with_input_padding(op, conv)
                 if pad_op is not None and len(list(pad_op.results[0].uses)) == 1:
                     folded.append(pad_op)  # used by this convolution alone
@@ -332,15 +355,22 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                     globals_texts.append(weights.global_text())
                     texts.append(weights.setter_text())
                 texts.append(text)
-            call = _replace_with_call(op, kernels[key], x, w_index)
+            if conv and conv.half:
+                result = _half_call(op, kernels[key], x, w_index)
+                back_to_f32.append(result)
+            else:
+                result = _replace_with_call(op, kernels[key], x, w_index).results[0]
             if epilogue:
-                epilogue.ops[-1].results[0].replace_all_uses_with(call.results[0])
+                epilogue.ops[-1].results[0].replace_all_uses_with(result)
                 folded += epilogue.ops
             count += 1
         if not count:
             return mlir_text, 0
         for op in reversed(folded):  # now unused; after the walk over ``ops``
             op.operation.erase()
+        for value in back_to_f32:  # a kernel's f16 result only the next kernel reads
+            if not list(value.uses):
+                value.owner.erase()
         # The callees are appended below as text, so the module does not
         # verify yet; unverified modules would print in generic form.
         text = module.operation.get_asm(enable_debug_info=False, assume_verified=True)
@@ -438,15 +468,66 @@ def _replace_with_call(op, callee: str, x, w_index: int):
     from iree.compiler import ir
 
     with ir.InsertionPoint(op), op.location:
-        call = ir.Operation.create(
-            "func.call", results=[op.results[0].type], operands=[x],
-            attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
+        call = _call(callee, x, op.results[0].type)
+    _retire(op, w_index, call.results[0])
+    return call
+
+
+def _half_call(op, callee: str, x, w_index: int):
+    """``op`` (an f32 convolution) becomes ``callee`` on f16 images: its
+    input converted to f16, unless it is the f32 form of another kernel's
+    f16 result (then that result itself: two kernels in a row pass halves),
+    its result converted back to f32 for whatever uses it (IREE fuses such a
+    conversion into the op that reads it; rewrite_matvecs drops those
+    nothing reads). Returns the f32 result."""
+    from iree.compiler import ir
+
+    shape = ir.RankedTensorType(op.results[0].type).shape
+    with ir.InsertionPoint(op), op.location:
+        call = _call(callee, _as_f16(x), ir.RankedTensorType.get(shape, ir.F16Type.get()))
+        y = _convert(call.results[0], ir.F32Type.get())
+    _retire(op, w_index, y)
+    return y
+
+
+def _call(callee: str, x, result_type):
+    """``func.call @callee(x) -> result_type`` at the insertion point."""
+    from iree.compiler import ir
+
+    return ir.Operation.create("func.call", results=[result_type], operands=[x],
+                               attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
+
+
+def _retire(op, w_index: int, value) -> None:
+    """``op``'s uses take ``value``; ``op`` goes, and its constant weights
+    (operand ``w_index``) when nothing else uses them."""
     w_op = op.operands[w_index].owner
-    op.results[0].replace_all_uses_with(call.results[0])
+    op.results[0].replace_all_uses_with(value)
     op.operation.erase()
     if not list(w_op.results[0].uses):
         w_op.operation.erase()
-    return call
+
+
+def _as_f16(x):
+    """``x`` (f32) as f16: the operand of the conversion that made it, when
+    it is one from f16, else a new conversion (at the insertion point)."""
+    from iree.compiler import ir
+
+    owner = x.owner
+    if (isinstance(owner, ir.OpView) and owner.operation.name == "stablehlo.convert"
+            and str(ir.RankedTensorType(owner.operands[0].type).element_type) == "f16"):
+        return owner.operands[0]
+    return _convert(x, ir.F16Type.get())
+
+
+def _convert(value, element):
+    """``stablehlo.convert`` of ``value`` to the element type ``element``."""
+    from iree.compiler import ir
+
+    shape = ir.RankedTensorType(value.type).shape
+    return ir.Operation.create("stablehlo.convert",
+                               results=[ir.RankedTensorType.get(shape, element)],
+                               operands=[value]).results[0]
 
 
 @dataclass(frozen=True)
@@ -482,6 +563,11 @@ class ConvGeometry:
     post: np.ndarray | None = field(default=None, compare=False, repr=False)
     #: int8 weights (the int8 convolution kernel, --weights-dtype=int8)
     int8: bool = False
+    #: f16 images in and out (--intermediates=f16: HALF_KINDS)
+    half: bool = False
+    #: depthwise on f16 images: the target's block reads the halves itself
+    #: (Target.half_dw_blocks and the block's shape, ``half_block``): no strip
+    half_blocks: bool = False
 
     @property
     def post_data(self) -> np.ndarray:
@@ -504,16 +590,39 @@ class ConvGeometry:
         return self.ih + sum(self.pad[0]), self.iw + sum(self.pad[1])
 
     @property
-    def scratch_bytes(self) -> int:
-        """The int8 kernel's scratch: the quantized image and its slack; 0
-        for the f32 kernels."""
-        if not self.int8:
+    def half_block(self) -> bool:
+        """Whether a depthwise convolution has the shape of the scalar FPU's
+        f16 block (runtime_shim/tfrt_dwconv.h TFRT_DW3H_ROWS)."""
+        return (self.depthwise and self.kw == 3 and self.sw == 1 and self.dw == 1
+                and self.n == self.c and self.c % 2 == 0 and self.ow >= 4)
+
+    @property
+    def strip_floats(self) -> int:
+        """On f16 images (runtime_shim/tfrt_half.h), the f32 strip of the
+        input rows of one output row and that row's outputs; 0 where the
+        depthwise block reads the halves itself and for the int8 kernel."""
+        if not self.half or self.int8 or (self.half_blocks and self.half_block):
             return 0
-        return self.padded_shape[0] * self.padded_shape[1] * self.c + QCONV_SLACK
+        width = self.iw if self.depthwise else self.padded_shape[1]
+        return self.kh * width * self.c + self.ow * self.n
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The kernel's scratch: the int8 kernel's quantized image and its
+        slack (on f16 images after an output row's f32 outputs, rounded up
+        to 4); on f16 images the f32 strip (strip_floats); either with 16
+        bytes of room to align the f32 part. 0 for the f32 kernels."""
+        quantized = (self.padded_shape[0] * self.padded_shape[1] * self.c + QCONV_SLACK
+                     if self.int8 else 0)
+        if self.half:
+            row = -(-self.ow * self.n // 4) * 4 if self.int8 else 0
+            return 16 + 4 * (self.strip_floats + row) + quantized
+        return quantized
 
     @property
     def kind(self) -> str:
-        return "dwconv" if self.depthwise else "qconv" if self.int8 else "conv"
+        kind = "dwconv" if self.depthwise else "qconv" if self.int8 else "conv"
+        return HALF_KINDS[kind] if self.half else kind
 
     def packed(self) -> np.ndarray:
         """The weights as the kernel reads them (tfrt_matvec.c)."""
@@ -528,8 +637,9 @@ class ConvGeometry:
         padding's taps), the conv kernel the padded width."""
         if self.depthwise:
             (top, _), (left, _) = self.pad
+            strip = (self.strip_floats,) if self.half else ()
             return (self.n, self.c, self.kh, self.kw, self.ih, self.iw, top, left, self.oh,
-                    self.ow, self.sh, self.sw, self.dh, self.dw)
+                    self.ow, self.sh, self.sw, self.dh, self.dw, *strip)
         padded_ih, padded_iw = self.padded_shape
         image = (padded_ih, padded_iw) if self.int8 else (padded_iw,)
         return (self.n, self.c, self.kh, self.kw, *image, self.oh, self.ow,
@@ -658,35 +768,42 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     reshape) and is padded; after it the result gets the op's shape back.
     """
     (top, bottom), (left, right) = g.pad
-    image = f"1x{g.ih}x{g.iw}x{g.c}xf32"
+    act = "f16" if g.half else "f32"  # the images' element type
+    x_type, y_type = (t.removesuffix("xf32") + f"x{act}" for t in (g.x_type, g.y_type))
+    image = f"1x{g.ih}x{g.iw}x{g.c}x{act}"
     padded = (image if g.depthwise  # which skips the padding's taps itself
-              else "1x{}x{}x{}xf32".format(*g.padded_shape, g.c))
-    result = f"1x{g.oh}x{g.ow}x{g.n}xf32"
-    lines = [f"%x0 = stablehlo.reshape %x : (tensor<{g.x_type}>) -> tensor<{image}>"]
+              else "1x{}x{}x{}x{}".format(*g.padded_shape, g.c, act))
+    result = f"1x{g.oh}x{g.ow}x{g.n}x{act}"
+    lines = [f"%x0 = stablehlo.reshape %x : (tensor<{x_type}>) -> tensor<{image}>"]
     if padded != image:
-        lines += ["%zero = stablehlo.constant dense<0.000000e+00> : tensor<f32>",
+        lines += [f"%zero = stablehlo.constant dense<0.000000e+00> : tensor<{act}>",
                   f"%x1 = stablehlo.pad %x0, %zero, low = [0, {top}, {left}, 0], high = [0, "
                   f"{bottom}, {right}, 0], interior = [0, 0, 0, 0] : (tensor<{image}>, "
-                  f"tensor<f32>) -> tensor<{padded}>"]
+                  f"tensor<{act}>) -> tensor<{padded}>"]
     last = "%x1" if padded != image else "%x0"
     data = _weight_data(g.packed(), kernel_dtype(g.kind, dtype))
     weights = kernel_dispatch.weights_global(sym, data, as_global)
     # the int8 convolution reads its image once, into its scratch, before it
     # writes anything: a result of the image's own shape (a pointwise layer)
     # can take the image's buffer (a streamed or whole-window DS-CNN's
-    # pointwise layers: 4.6 KB of its 43.6 KB of temporaries)
-    in_place = g.int8 and padded == result
+    # pointwise layers: 4.6 KB of its 43.6 KB of temporaries). On f16 images
+    # the int8 kernel quantizes the image first, the f32-weight one reads an
+    # output row's input rows into its strip before it writes the row: a
+    # result of the image's shape from one input row per output row (kh = 1)
+    # may take the image's buffer. (The depthwise one reads its inputs as it
+    # writes.)
+    in_place = padded == result and (g.kh == 1 and not g.depthwise if g.half else g.int8)
     lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result,
                                               g.scratch_bytes, in_place),
-              f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{g.y_type}>"]
+              f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
     function = f"""
-  func.func private @{sym}(%x: tensor<{g.x_type}>) -> tensor<{g.y_type}> {{{body}
-    return %y : tensor<{g.y_type}>
+  func.func private @{sym}(%x: tensor<{x_type}>) -> tensor<{y_type}> {{{body}
+    return %y : tensor<{y_type}>
   }}"""
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
-        post=g.post_data, scratch=g.scratch_bytes, in_place=in_place)
+        post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act)
 
 
 def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:

@@ -45,7 +45,8 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             min_weights=target.kernel_min_weights,
             weights_as_globals=target.weights_as_globals,
             int8_layout=target.int8_layout if target.weights_dtype == "int8" else "lanes",
-            int8_min=target.int8_min_weights)
+            int8_min=target.int8_min_weights, half_images=target.intermediates == "f16",
+            half_dw_blocks=target.half_dw_blocks)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.activations is None and target.weights_dtype == "int8" and not any(

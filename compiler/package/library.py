@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .. import emit as emit_mod
 from ..backend.compile import CompiledModule
+from ..lower.microkernel import HALF_KINDS
 from ..program import ProgramSignature, StreamInfo
 from ..resources import template_env
 from .c_api import CTX_ALIGN, ApiModel, tfaot_version
@@ -92,6 +93,10 @@ def _manifest(api: ApiModel, sig: ProgramSignature, compiled: CompiledModule, ct
         # how the micro-kernels' packed weights are stored (--weights-dtype)
         **_weights_dtype(target, compiled.kernel_symbols),
         "activations": "table" if target.activation_tables else "exact",
+        # how the images between convolution kernels are stored (--intermediates):
+        # f16 only where a kernel on f16 images was called
+        "intermediates": ("f16" if any(kind in HALF_KINDS.values()
+                                       for kind in compiled.kernel_symbols) else "f32"),
         "compiler_version": compiled.compiler_version,
         **_signature_json(api, sig),
         "stream": stream.to_json(),
@@ -168,7 +173,7 @@ def _weights_dtype(target, kernels: dict[str, str]) -> dict[str, str]:
         return {"weights_dtype": "f32"}
     if requested == "int8":
         fewest = int8_min_weights(target.int8_min_weights)
-        convs = (INT8_CONV_SCHEME if "qconv" in kernels else
+        convs = (INT8_CONV_SCHEME if {"qconv", "qconv16"} & set(kernels) else
                  NO_CONV_SCHEME if target.conv_int8 else F32_CONV_SCHEME)
         matvecs = INT8_SCHEME.format(
             fewest=fewest, input=INT16_INPUT if target.int8_paired_rows else INT8_INPUT)

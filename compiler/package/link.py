@@ -93,7 +93,10 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
     if toolchain is None:
         raise TfaotError(f"package: tfaot's micro-kernels need the C toolchain of "
                          f"{target.triple}; none is installed (build with --matvec=iree)")
-    names = [f"-DTFRT_{kind.upper()}_FN={symbol}" for kind, symbol in sorted(symbols.items())]
+    from ..lower.microkernel import with_wrapped_kernels
+
+    names = [f"-DTFRT_{kind.upper()}_FN={symbol}"
+             for kind, symbol in sorted(with_wrapped_kernels(symbols).items())]
     flags = matvec_flags(target, toolchain.cc)
     if target.cpu_flag and target.cpu_flag not in flags:
         print(f"tfaot: warning: the C compiler ({toolchain.cc}) does not know --cpu "

@@ -12,40 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__arm__) && !defined(__linux__)
-#include "semihost.h"
-/* No heap in the example start-up: a bump allocator, emptied after each
- * geometry. */
-static _Alignas(64) unsigned char pool[640 * 1024];
-static size_t pool_used;
-static void *pool_alloc(size_t size) {
-  void *p = pool + pool_used;
-  pool_used += (size + 63) / 64 * 64;
-  if (pool_used > sizeof pool) {
-    semihost_puts("conv_check: pool exhausted\n");
-    semihost_exit(1);
-  }
-  return p;
-}
-#define malloc(size) pool_alloc(size)
-#define calloc(count, size) memset(pool_alloc((count) * (size)), 0, (count) * (size))
-#define free(p) ((void)(p))
-#define FREE_ALL() (pool_used = 0)
-/* "<text><value>\n" by semihosting (no stdio here) */
-static void say(const char *text, size_t value) {
-  char digits[24], *d = digits + sizeof digits - 2;
-  d[1] = 0;
-  *d = '\n';
-  do *--d = (char)('0' + value % 10), value /= 10; while (value);
-  semihost_puts(text);
-  semihost_puts(d);
-}
-#else
-#include <stdio.h>
-#include <stdlib.h>
-#define FREE_ALL() ((void)0)
-static void say(const char *text, size_t value) { printf("%s%zu\n", text, value); }
-#endif
+#define CHECK_POOL_BYTES (640 * 1024)
+#include "check_platform.h"
 
 void conv(const float *w, size_t w_offset, const float *x, size_t x_offset, float *y,
           size_t y_offset, const float *post, size_t n, size_t c, size_t kh, size_t kw,
