@@ -42,8 +42,8 @@ extra inputs and outputs), tflm-f32-fused and tflm-int8-fused for the LSTM
 (TFLM's UNIDIRECTIONAL_SEQUENCE_LSTM, its state in variable tensors; the
 int8 one with a fix to TFLM's CMSIS-NN kernel, which as shipped restarts
 from a zero state every Invoke: tflm-int8-fused-stock); DS-CNN runs a whole 49 x 10 window per step,
-as tfaot's "whole"/"int8-whole"/"int8-whole-f16" variants do (its other
-rows stream 2 frames a step; "-f16": --intermediates=f16). A TFLM row's flash is its firmware's size minus a baseline
+as tfaot's "whole"/"int8-whole"/"int8-whole-f32" variants do (its other
+rows stream 2 frames a step; "-f32": --intermediates=f32). A TFLM row's flash is its firmware's size minus a baseline
 firmware's without TFLM and the model (TFLM code + model), its RAM the
 arena the model used. Needs arm-none-eabi-gcc/g++, newlib and
 qemu-system-arm (built with plugin support, as Debian's is).
@@ -138,10 +138,11 @@ VARIANTS = {
     # one whole-window inference per step (models in WHOLE_WINDOW only): the
     # unit of TFLM's DS-CNN rows
     "whole": {"fixed_window": "whole"},
+    # (f16 images between the convolutions: the default there)
     "int8-whole": {"weights_dtype": "int8", "fixed_window": "whole"},
-    # the same with f16 images between the convolutions (--intermediates=f16)
-    "int8-whole-f16": {"weights_dtype": "int8", "fixed_window": "whole",
-                       "intermediates": "f16"},
+    # the same with f32 images (--intermediates=f32)
+    "int8-whole-f32": {"weights_dtype": "int8", "fixed_window": "whole",
+                       "intermediates": "f32"},
 }
 #: fixed-window models: the "*-whole" variants and TFLM run one whole window a step
 WHOLE_WINDOW = {"ds_cnn"}

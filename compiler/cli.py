@@ -199,15 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "the int8 kernels (default: table for int8 builds on "
                         "bare-metal Arm where a matrix took int8 weights, which alone move "
                         "the outputs by 1e-3 and more; exact elsewhere)")
-    p.add_argument("--intermediates", choices=["f32", "f16"], default="f32",
+    p.add_argument("--intermediates", choices=["f32", "f16"], default=None,
                    help="how the images between tfaot's convolution kernels are stored: "
-                        "f32 (default) or f16: IEEE halves, half the RAM of a convolutional "
+                        "f32 or f16: IEEE halves, half the RAM of a convolutional "
                         "model's largest temporaries (a keyword spotter's layers on a "
                         "microcontroller) for one more rounding per layer (2^-11 relative, "
                         "growing with depth: 3e-4 on a DS-CNN, 2e-2 on a MobileNetV2; math "
                         "stays f32; the input is rounded to f16 before the first "
                         "convolution); needs tfaot's kernels (--matvec=tfaot, the default "
-                        "on Linux triples and Cortex-M with an FPU)")
+                        "on Linux triples and Cortex-M with an FPU). Default: f16 for "
+                        "--weights-dtype=int8 builds on Cortex-M with an FPU whose step is "
+                        "one whole inference (--whole-window, images), f32 elsewhere")
     p.add_argument("--streams", type=int, default=1, metavar="N",
                    help="independent streams per context (default 1): NAME_step takes N "
                         "frames, one per stream (stream-major), and writes N outputs; "

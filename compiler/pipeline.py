@@ -174,7 +174,9 @@ class BuildOptions:
     matvec: str | None = None  # "tfaot" or "iree"; default: the target's (Target.matvec_kernel)
     weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
     activations: str | None = None  # "exact" or "table"; default: the target's
-    intermediates: str = "f32"  # or "f16": images between convolution kernels as halves
+    # "f32" or "f16": images between convolution kernels as halves; default:
+    # the target's for the step (target.default_intermediates)
+    intermediates: str | None = None
     force: bool = False  # replace an output folder that holds files tfaot did not write
     # fixed-window models without recurrence: "stream" (a sliding window),
     # "whole" (one whole inference per step) or "auto" (by the input's rank)
@@ -249,7 +251,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     from .backend.build import build_library
     from .frontend.load import detect_format
     from .lower.streams import check_streams
-    from .target import make_target
+    from .target import default_intermediates, make_target
 
     name = options.name or default_name(model_path)
     check_name(name)
@@ -272,6 +274,9 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
             streams=options.streams, check_sizes=lambda program, loaded: sizes.check_step(
                 program, loaded, options.limits, target, progress.note),
             join_products=target.join_products)
+        if target.intermediates is None:
+            target = replace(target, intermediates=default_intermediates(
+                target, stateless=not program.signature.states))
         temps.mkdir()
         (temps / f"{name}.mlir").write_text(mlir_text)
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,
@@ -281,9 +286,13 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)
-        if target.intermediates != "f32" and manifest.get("intermediates") == "f32":
+        if options.intermediates == "f16" and manifest.get("intermediates") == "f32":
             progress.warn(f"--intermediates={target.intermediates}: this model has no "
                           "convolution that tfaot's kernels compute; its tensors stay f32")
+        if options.intermediates is None and manifest.get("intermediates") == "f16":
+            progress.note("f16 images between the convolutions (the default for int8 "
+                          "whole-inference steps on Cortex-M: half their RAM; "
+                          "--intermediates=f32 keeps f32)")
         _note_foreign_cpu(target, progress)
         if not options.keep_temps:
             shutil.rmtree(temps)

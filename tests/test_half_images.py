@@ -320,24 +320,44 @@ def test_context_is_smaller(ds_cnn_half):
 
 
 def test_cortex_m4_build_under_qemu(ds_cnn_half, tmp_path, capsys):
-    """An int8 Cortex-M4 build with f16 images (its depthwise layers on the
-    scalar FPU's f16 block, no strip) verified under qemu-system-arm, with
-    less context than the same build with f32 images."""
+    """An int8 Cortex-M4 whole-window build takes f16 images by default (its
+    depthwise layers on the scalar FPU's f16 block, no strip) and says so;
+    verified under qemu-system-arm, with less context than the same build
+    with f32 images."""
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
     from tfaot.cli import main
 
     model = str(ds_cnn_half / "kws.keras")
     common = ["--whole-window", "--weights-dtype=int8", "--triple", "thumbv7em-none-eabihf",
-              "--cpu", "cortex-m4", "--quiet"]
-    for sub, flags in (("m4", ["--intermediates=f16"]), ("m4_f32", [])):
+              "--cpu", "cortex-m4"]
+    for sub, flags in (("m4", []), ("m4_f32", ["--intermediates=f32", "--quiet"])):
         assert main(["build", model, "-o", str(tmp_path / sub), *common, *flags]) == 0
+    assert "f16 images between the convolutions (the default" in capsys.readouterr().err
+
+    def manifest(sub):
+        return json.loads((tmp_path / sub / "kws.json").read_text())
+
+    assert manifest("m4")["intermediates"] == "f16"
+    assert "dwconv16" in manifest("m4")["micro_kernels"]
+    assert manifest("m4_f32")["intermediates"] == "f32"
+    assert manifest("m4")["ctx_size"] < manifest("m4_f32")["ctx_size"]
     assert main(["verify", model, str(tmp_path / "m4"), "--steps", "100"]) == 0
     assert "ok" in capsys.readouterr().out
 
-    def ctx(sub):
-        return json.loads((tmp_path / sub / "kws.json").read_text())["ctx_size"]
 
-    assert ctx("m4") < ctx("m4_f32"), (ctx("m4"), ctx("m4_f32"))
+def test_default_only_for_int8_whole_inferences_on_cortex_m():
+    """f16 images by default only where they pay: int8 weights, a Cortex-M
+    with an FPU, a step without state (streamed models keep f32, as do f32
+    weights and hosted targets); asked for, they apply anywhere."""
+    from tfaot.target import default_intermediates
+
+    m4 = dict(kind="cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4")
+    if make_target(**m4).toolchain() is None:
+        pytest.skip("needs arm-none-eabi-gcc")
+    assert default_intermediates(make_target(**m4, weights_dtype="int8"), stateless=True) == "f16"
+    assert default_intermediates(make_target(**m4, weights_dtype="int8"), stateless=False) == "f32"
+    assert default_intermediates(make_target(**m4), stateless=True) == "f32"
+    assert default_intermediates(make_target(weights_dtype="int8"), stateless=True) == "f32"
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])

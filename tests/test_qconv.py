@@ -480,7 +480,8 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
             make_target(*args, **kwargs), int8_min_weights=None))
         out = build_model(str(bn_int8 / "bn.keras"), BuildOptions(
             out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",
-            weights_dtype="int8", fixed_window="whole"), Progress(enabled=False)).path
+            weights_dtype="int8", fixed_window="whole", intermediates="f32"),
+            Progress(enabled=False)).path
     manifest = json.loads((out / "bn.json").read_text())
     assert manifest["micro_kernels"] == ["conv", "dwconv", "qconv"], manifest["micro_kernels"]
     host = harness.load(bn_int8 / "whole")
