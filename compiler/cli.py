@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stays f32; the input is rounded to f16 before the first "
                         "convolution); needs tfaot's kernels (--matvec=tfaot, the default "
                         "on Linux triples and Cortex-M with an FPU). Default: f16 for "
-                        "--weights-dtype=int8 builds on Cortex-M with an FPU whose step is "
+                        "--weights-dtype=int8 builds on a Cortex-M4/M7/M33 whose step is "
                         "one whole inference (--whole-window, images), f32 elsewhere")
     p.add_argument("--streams", type=int, default=1, metavar="N",
                    help="independent streams per context (default 1): NAME_step takes N "

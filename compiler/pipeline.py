@@ -291,7 +291,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                           "convolution that tfaot's kernels compute; its tensors stay f32")
         if options.intermediates is None and manifest.get("intermediates") == "f16":
             progress.note("f16 images between the convolutions (the default for int8 "
-                          "whole-inference steps on Cortex-M: half their RAM; "
+                          "whole-inference steps on a Cortex-M4/M7/M33: half their RAM; "
                           "--intermediates=f32 keeps f32)")
         _note_foreign_cpu(target, progress)
         if not options.keep_temps:

@@ -580,14 +580,15 @@ INTERMEDIATES = ("f32", "f16")
 
 
 def default_intermediates(target: Target, stateless: bool) -> str:
-    """--intermediates' default: f16 for int8 builds on bare-metal Arm with
-    an FPU whose step is one whole inference (a window, an image), where the
-    images are the RAM and int8 weights move the outputs more than f16
-    images do (a DS-CNN on a Cortex-M4: context 40.6 -> 22.6 KB, error vs
-    TensorFlow 1.2e-2 -> 1.3e-2, cycles +1%); f32 elsewhere, also for
-    streamed models, whose f32 state the conversions would surround (the
-    same DS-CNN streamed: 39.6 -> 41.1 KB, +12% cycles)."""
-    mcu_int8 = (target.bare_metal_arm and target.hard_float and target.weights_dtype == "int8"
+    """--intermediates' default: f16 for int8 builds on a Cortex-M with a
+    scalar FPU (M4, M7, M33: Target.half_dw_blocks) whose step is one whole
+    inference (a window, an image), where the images are the RAM and int8
+    weights move the outputs more than f16 images do (a DS-CNN on a
+    Cortex-M4: context 40.6 -> 22.6 KB, error vs TensorFlow 1.2e-2 ->
+    1.3e-2, cycles +1%); f32 elsewhere: for streamed models, whose f32 state
+    the conversions would surround (the same DS-CNN streamed: 39.6 -> 41.1
+    KB, +12% cycles), and on Helium (Cortex-M55), not measured."""
+    mcu_int8 = (target.half_dw_blocks and target.weights_dtype == "int8"
                 and target.matvec_kernel == "tfaot")
     return "f16" if mcu_int8 and stateless else "f32"
 

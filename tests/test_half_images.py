@@ -346,9 +346,9 @@ def test_cortex_m4_build_under_qemu(ds_cnn_half, tmp_path, capsys):
 
 
 def test_default_only_for_int8_whole_inferences_on_cortex_m():
-    """f16 images by default only where they pay: int8 weights, a Cortex-M
-    with an FPU, a step without state (streamed models keep f32, as do f32
-    weights and hosted targets); asked for, they apply anywhere."""
+    """f16 images by default only where they were measured to pay: int8
+    weights, a Cortex-M with a scalar FPU, a step without state (streamed
+    models keep f32, as do f32 weights, hosted targets and Helium)."""
     from tfaot.target import default_intermediates
 
     m4 = dict(kind="cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4")
@@ -358,6 +358,8 @@ def test_default_only_for_int8_whole_inferences_on_cortex_m():
     assert default_intermediates(make_target(**m4, weights_dtype="int8"), stateless=False) == "f32"
     assert default_intermediates(make_target(**m4), stateless=True) == "f32"
     assert default_intermediates(make_target(weights_dtype="int8"), stateless=True) == "f32"
+    m55 = make_target("cpu", "thumbv8.1m.main-none-eabihf", "cortex-m55", weights_dtype="int8")
+    assert default_intermediates(m55, stateless=True) == "f32"
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
