@@ -37,9 +37,8 @@ DATA = Path(__file__).parent / "data" / "kernels"
 STEPS = 120
 
 #: n, c, kh, kw, ih, iw, (top, bottom, left, right), (sh, sw), (dh, dw),
-#: depthwise. The conv kernel takes the padded image (the driver pads by
-#: leaving the padding out of ih, iw: the numbers are the padded ones).
-#: DS-CNN's first convolution and a pointwise layer (in place), strided and
+#: depthwise (only the depthwise kernel pads: the conv kernel's image comes
+#: padded, so its cases have none). DS-CNN's first convolution and a pointwise layer (in place), strided and
 #: dilated ones; depthwise: DS-CNN's (width padded by 1, rows of 4 and of
 #: 6: a block moved back), 'same' on every side, an odd channel count (no
 #: pairs: the strip or one channel at a time), strided, a depth multiplier,
