@@ -380,7 +380,7 @@ class Target:
         tfaot's micro-kernel (compiler/lower/microkernel.py) keeps its weights packed
         in read-only data and is the default on hosted (Linux) CPU targets,
         where it measured faster (bench/bench_litert.py); Cortex-M (thumb
-        triples) takes it for matvecs only (make_target, _mcu_matvec_kernel),
+        triples) takes it for matvecs only (make_target, target_defaults.mcu_matvec_kernel),
         other bare-metal targets keep IREE's kernels unless asked. An
         explicit --pack-weights asks for IREE's kernels on weights packed at
         init. The kernel is C, compiled with the target's toolchain: without
@@ -542,6 +542,9 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
                 matvec: str | None = None, weights_dtype: str = "f32",
                 activations: str | None = None, intermediates: str | None = None) -> Target:
     """Validates the command line's choices before any slow stage runs."""
+    from .target_defaults import (INTERMEDIATES, MCU_KERNEL_MIN_WEIGHTS, check_intermediates,
+                                  check_weights_dtype, mcu_kernel_kinds, mcu_matvec_kernel)
+
     if external_weights and weight_packing:
         raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
                          "loaded at run time are not packed")
@@ -562,119 +565,17 @@ def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = 
                      external_weights=external_weights, matvec=matvec,
                      weights_dtype=weights_dtype, activations=activations,
                      intermediates=intermediates)
-    if matvec is None and _mcu_matvec_kernel(target):
-        target = replace(target, matvec="tfaot", kernel_kinds=_mcu_kernel_kinds(target),
+    if matvec is None and mcu_matvec_kernel(target):
+        target = replace(target, matvec="tfaot", kernel_kinds=mcu_kernel_kinds(target),
                          kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if target.bare_metal_arm and target.arch.startswith("thumb") and target.int8_paired_rows:
         target = replace(target, int8_min_weights=MCU_KERNEL_MIN_WEIGHTS)
     if matvec == "tfaot" and target.toolchain() is None:
         raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
                          f"{target.triple}, and none is installed; use --matvec=iree")
-    _check_weights_dtype(target)
-    _check_intermediates(target)
+    check_weights_dtype(target)
+    check_intermediates(target)
     return target
-
-
-#: --intermediates: how the convolution kernels store the images between them
-INTERMEDIATES = ("f32", "f16")
-
-
-def default_intermediates(target: Target, stateless: bool) -> str:
-    """--intermediates' default: f16 for int8 builds on a Cortex-M with a
-    scalar FPU (M4, M7, M33: Target.half_dw_blocks) whose step is one whole
-    inference (a window, an image), where the images are the RAM and int8
-    weights move the outputs more than f16 images do (a DS-CNN on a
-    Cortex-M4: context 40.6 -> 22.6 KB, error vs TensorFlow 1.2e-2 ->
-    1.3e-2, cycles +1%); f32 elsewhere: for streamed models, whose f32 state
-    the conversions would surround (the same DS-CNN streamed: 39.6 -> 41.1
-    KB, +12% cycles), and on Helium (Cortex-M55), not measured."""
-    mcu_int8 = (target.half_dw_blocks and target.weights_dtype == "int8"
-                and target.matvec_kernel == "tfaot")
-    return "f16" if mcu_int8 and stateless else "f32"
-
-
-def _check_intermediates(target: Target) -> None:
-    """f16 images exist only between tfaot's convolution kernels."""
-    if target.intermediates in (None, "f32") or target.matvec_kernel == "tfaot":
-        return
-    why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
-           "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
-           "soft-float or with --weights=file and without --matvec=tfaot, or no C "
-           "toolchain)")
-    raise TfaotError(f"--intermediates={target.intermediates} applies to tfaot's convolution "
-                     f"kernels, and {why}; build with --matvec=tfaot on a CPU target")
-
-
-#: Bare metal: smaller matrices stay IREE's (a 2 x 16 one: 179 estimated M4
-#: cycles, where the kernel's 8-lane group would take ~450); from 256
-#: weights the kernel wins (SimpleRNN(16)'s 16 x 24 matrix: its step 4.3k ->
-#: 4.0k). Depthwise filters, a few weights per channel, go to their kernel
-#: whatever their size. int8 builds on the DSP extension (Cortex-M4, M7,
-#: M33: Target.int8_paired_rows) quantize from there too, not from LiteRT's
-#: 1024: the int8 kernel is the faster one there as well (an LSTM(64)'s
-#: 12 x 64 head: 2.8k estimated M4 cycles against IREE's f32 3.5k) and flash
-#: is what a microcontroller has least of. Not with Helium (Cortex-M55),
-#: where IREE's f32 code is vectorized: there a SimpleRNN(16)'s 16 x 24
-#: matrix in int8 took 1.8k instructions a step against f32's 1.0k.
-MCU_KERNEL_MIN_WEIGHTS = 256
-#: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
-#: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
-#: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); the f32
-#: convolution's Cortex-M block on a scalar FPU (_mcu_kernel_kinds: DS-CNN's
-#: streamed step 518k -> 384k, its convolutions 357k -> 247k); int8
-#: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
-#: 696k -> 438k with both, flash 112 -> 61 KB).
-MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")
-MCU_INT8_KERNEL_KINDS = ("matvec", "conv", "dwconv", "qconv")
-
-
-def _mcu_matvec_kernel(target: Target) -> bool:
-    """Whether a bare-metal Arm build takes tfaot's matvec kernel by default:
-    with an FPU (f32: its Cortex-M path keeps 8 sums in registers, 3.9
-    estimated M4 cycles per multiply-add against 4.9 for IREE's kernel,
-    LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
-    (the DSP path), when the Arm toolchain is installed. Which kernels it
-    takes: _mcu_kernel_kinds."""
-    # Cortex-M triples are thumb*; an Arm-state core may have NEON, where the
-    # desktop tiles apply and were not measured against IREE's
-    if not (target.bare_metal_arm and target.arch.startswith("thumb")):
-        return False
-    # --weights=file: the sidecar path of the kernel is not tested on a Cortex-M
-    if target.weight_packing or target.external_weights:
-        return False
-    if not (target.hard_float or target.weights_dtype == "int8"):
-        return False
-    return target.toolchain() is not None
-
-
-def _mcu_kernel_kinds(target: Target) -> tuple[str, ...]:
-    """The kernels a bare-metal build takes by default (MCU_KERNEL_KINDS),
-    the f32 convolution only where its Cortex-M block keeps 2 positions x 8
-    lanes of sums in a scalar FPU's registers (a hard-float CPU the C
-    compiler knows to have an FPU). Not with Helium (Cortex-M55, M85), whose
-    C blocks keep theirs in memory where IREE's convolutions are vectorised
-    (DS-CNN's streamed step on an M55: 496k instructions against IREE's
-    195k)."""
-    kinds = MCU_INT8_KERNEL_KINDS if target.weights_dtype == "int8" else MCU_KERNEL_KINDS
-    macros = (compiler_macros(target.toolchain().cc, f"-mcpu={target.cpu}", "-mfloat-abi=hard")
-              if target.hard_float else frozenset())
-    if "__ARM_FP" in macros and "__ARM_FEATURE_MVE" not in macros:
-        return kinds
-    return tuple(kind for kind in kinds if kind != "conv")
-
-
-def _check_weights_dtype(target: Target) -> None:
-    """Half-width weights exist only in tfaot's micro-kernel (microkernel.py)."""
-    dtype = target.weights_dtype
-    if dtype == "f32":
-        return
-    if target.matvec_kernel != "tfaot":
-        why = (f"--target={target.kind} uses IREE's kernels" if target.is_gpu else
-               "this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
-               "soft-float or with --weights=file and without --matvec=tfaot, or no C "
-               "toolchain)")
-        raise TfaotError(f"--weights-dtype={dtype} needs tfaot's matvec kernel "
-                         f"(--matvec=tfaot, CPU targets); {why}")
 
 
 def _make_target(kind: str, triple: str | None, cpu: str | None,

@@ -348,7 +348,7 @@ def test_default_only_for_int8_whole_inferences_on_cortex_m():
     """f16 images by default only where they were measured to pay: int8
     weights, a Cortex-M with a scalar FPU, a step without state (streamed
     models keep f32, as do f32 weights, hosted targets and Helium)."""
-    from tfaot.target import default_intermediates
+    from tfaot.target_defaults import default_intermediates
 
     m4 = dict(kind="cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4")
     if make_target(**m4).toolchain() is None:

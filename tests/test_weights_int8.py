@@ -603,7 +603,8 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
     convolution too; --matvec=tfaot asks for all of them; soft-float f32
     stays IREE's."""
     toolchains.require("arm-none-eabi-gcc")
-    from tfaot.target import MCU_KERNEL_MIN_WEIGHTS, make_target
+    from tfaot.target import make_target
+    from tfaot.target_defaults import MCU_KERNEL_MIN_WEIGHTS
 
     m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
     for dtype, kinds in (("f32", ("matvec", "conv", "dwconv")),

@@ -71,17 +71,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from . import kernel_dispatch
+from . import kernel_calls, kernel_dispatch
 from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
-from .int8_weights import QCONV_SLACK, pack_qconv, qconv_runs, quantize_int8
+from .int8_weights import QCONV_SLACK, pack_qconv, qconv_runs
+# (the packing is also read from here by the tests and the bench)
+from .weight_packing import (INT8_LAYOUTS, SMALL_TILE, TILE, from_half,  # noqa: F401
+                             matvec_tile, pack, pack_int8, pair_lanes, to_half, weight_data)
 from ..errors import TfaotError
 
-#: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
-#: runtime_shim/tfrt_matvec.c (a test checks they agree).
-TILE = 32
-#: Matvecs of at most this many rows are packed as one tile this wide
-#: (TFRT_MATVEC_SMALL_TILE): no zero lanes to read (e.g. a Dense(12) head).
-SMALL_TILE = 16
 #: Matvecs with fewer weights stay with IREE. None do: even SimpleRNN(16)'s
 #: (128-256 weights each) ran as fast as IREE's (bench/bench_litert.py).
 MIN_WEIGHTS = 0
@@ -182,99 +179,6 @@ def imported_kernels(undefined: set[str], name: str, dtype: str) -> dict[str, st
     return found
 
 
-def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
-    """``W[N,K]`` as ``[ceil(N/tile)][K][tile]``: row ``p*tile+t`` of W is lane t of tile p."""
-    n, k = w.shape
-    tiles = -(-n // tile)
-    padded = np.zeros((tiles * tile, k), np.float32)
-    padded[:n] = w
-    return np.ascontiguousarray(padded.reshape(tiles, tile, k).transpose(0, 2, 1))
-
-
-def matvec_tile(n: int) -> int:
-    """Output lanes per packed tile of an ``n``-row matvec (tfrt_matvec.c's rule)."""
-    return SMALL_TILE if n <= SMALL_TILE else TILE
-
-
-def to_half(w: np.ndarray, dtype: str) -> np.ndarray:
-    """f32 weights as the 16-bit patterns of ``dtype`` ("bf16" or "f16"), rounded
-    to nearest even (f16 subnormals to zero); refuses weights that are not
-    finite there (the kernel's f16 conversion has no Inf/NaN case, and such a
-    weight is a broken model)."""
-    w = np.ascontiguousarray(w, np.float32)
-    if dtype == "bf16":
-        bits = w.view(np.uint32).astype(np.uint64)
-        half = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    else:
-        with np.errstate(over="ignore"):
-            half = w.astype(np.float16).view(np.uint16)
-        # Subnormal halves (|w| < 6.1e-5) become zero (sign kept): the kernel's
-        # conversion would make them subnormal f32s, which x86 multiplies on a
-        # slow path (LSTM(512) stepped 2.3x slower with its ~0.1% of them).
-        half = np.where(half & 0x7C00, half, half & 0x8000).astype(np.uint16)
-    if not np.isfinite(from_half(half, dtype)).all():
-        raise TfaotError(f"--weights-dtype={dtype}: a weight is not finite in {dtype} (largest "
-                         f"|w| = {np.max(np.abs(w)):.6g}); use {'bf16 or ' * (dtype == 'f16')}f32")
-    return half
-
-
-#: How the int8 matvec's blob lays out its rows (Target.int8_layout)
-INT8_LAYOUTS = ("lanes", "paired", "rows")
-
-
-def pack_int8(w: np.ndarray, layout: str = "lanes") -> np.ndarray:
-    """The int8 kernel's blob of ``W[N,K]`` (tfrt_matvec.c): the row scales
-    (f32, one per packed row) then the rows, as bytes, by ``layout``
-    (Target.int8_layout; K4: K rounded up to 4, zero weights pad):
-
-    * "lanes": ``[ceil(N/T)][K4/4][T][4]``, a tile's lanes side by side per
-      group of 4 inputs (the dot-product instructions' operand);
-    * "paired" (Arm's DSP extension, tfrt_i8_pairs): the 8 bytes of lanes 2m
-      and 2m+1 in each group of 4 inputs interleaved, lane 2m's offset by
-      128 to unsigned bytes (``pair_lanes``), and each pass's groups
-      together: ``[ceil(N/T)][T/4][K4/4][16]``, a pass being four lanes (two
-      pairs) over all inputs;
-    * "rows" (Helium, tfrt_i8_rows_tile): the rows as they are, ``[ceil(N/T) *
-      T][K4]``, so that a row's 16 weights of a block of inputs are one
-      vector for VMLADAV."""
-    if layout not in INT8_LAYOUTS:
-        raise ValueError(f"int8 layout {layout!r}")
-    q, scale = quantize_int8(w)
-    n, k = q.shape
-    tile = matvec_tile(n)
-    tiles, k4 = -(-n // tile), -(-k // 4) * 4
-    padded = np.zeros((tiles * tile, k4), np.int8)
-    padded[:n, :k] = q
-    packed = padded.reshape(tiles, tile, k4 // 4, 4).transpose(0, 2, 1, 3)
-    if layout == "paired":
-        packed = pair_lanes(packed).reshape(tiles, k4 // 4, tile // 4, 16).transpose(0, 2, 1, 3)
-    elif layout == "rows":
-        packed = padded
-    scales = np.zeros(tiles * tile, "<f4")
-    scales[:n] = scale
-    return np.concatenate([scales.view(np.uint8), np.ascontiguousarray(packed).view(np.uint8)
-                           .reshape(-1)])
-
-
-def pair_lanes(packed: np.ndarray) -> np.ndarray:
-    """``[tiles][groups][T][4]`` int8 weights as the DSP tile reads them:
-    per group, lanes 2m (e) and 2m+1 (o) as ``[e0^0x80, o0, e1^0x80, o1,
-    e2^0x80, o2, e3^0x80, o3]``, so that each 16-bit half of a word is
-    ``e + 128 + 256 o`` (uint8 bytes, the same shape)."""
-    raw = packed.view(np.uint8)
-    tiles, groups, lanes, _ = raw.shape
-    pairs = raw.reshape(tiles, groups, lanes // 2, 2, 4)
-    even, odd = pairs[:, :, :, 0, :] ^ np.uint8(0x80), pairs[:, :, :, 1, :]
-    return np.stack([even, odd], axis=-1).reshape(tiles, groups, lanes, 4)
-
-
-def from_half(half: np.ndarray, dtype: str) -> np.ndarray:
-    """The f32 values the kernel computes with for 16-bit ``half`` patterns."""
-    if dtype == "bf16":
-        return (half.astype(np.uint32) << 16).view(np.float32)
-    return half.view(np.float16).astype(np.float32)
-
-
 def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS,
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
                     weights_as_globals: bool = False, int8_layout: str = "lanes",
@@ -356,10 +260,10 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                     texts.append(weights.setter_text())
                 texts.append(text)
             if conv and conv.half:
-                result = _half_call(op, kernels[key], x, w_index)
+                result = kernel_calls.half_call(op, kernels[key], x, w_index)
                 back_to_f32.append(result)
             else:
-                result = _replace_with_call(op, kernels[key], x, w_index).results[0]
+                result = kernel_calls.replace_with_call(op, kernels[key], x, w_index).results[0]
             if epilogue:
                 epilogue.ops[-1].results[0].replace_all_uses_with(result)
                 folded += epilogue.ops
@@ -460,74 +364,6 @@ def _constant_matvec(op, min_weights: int) -> np.ndarray | None:
 def kind_of(conv: ConvGeometry | None, streams: int) -> str:
     """The kernel of a ``_kernel_of`` answer."""
     return conv.kind if conv else "matmul" if streams else "matvec"
-
-
-def _replace_with_call(op, callee: str, x, w_index: int):
-    """``op`` becomes ``callee(x)``; its constant weights (operand
-    ``w_index``) go when nothing else uses them. Returns the call."""
-    from iree.compiler import ir
-
-    with ir.InsertionPoint(op), op.location:
-        call = _call(callee, x, op.results[0].type)
-    _retire(op, w_index, call.results[0])
-    return call
-
-
-def _half_call(op, callee: str, x, w_index: int):
-    """``op`` (an f32 convolution) becomes ``callee`` on f16 images: its
-    input converted to f16, unless it is the f32 form of another kernel's
-    f16 result (then that result itself: two kernels in a row pass halves),
-    its result converted back to f32 for whatever uses it (IREE fuses such a
-    conversion into the op that reads it; rewrite_matvecs drops those
-    nothing reads). Returns the f32 result."""
-    from iree.compiler import ir
-
-    shape = ir.RankedTensorType(op.results[0].type).shape
-    with ir.InsertionPoint(op), op.location:
-        call = _call(callee, _as_f16(x), ir.RankedTensorType.get(shape, ir.F16Type.get()))
-        y = _convert(call.results[0], ir.F32Type.get())
-    _retire(op, w_index, y)
-    return y
-
-
-def _call(callee: str, x, result_type):
-    """``func.call @callee(x) -> result_type`` at the insertion point."""
-    from iree.compiler import ir
-
-    return ir.Operation.create("func.call", results=[result_type], operands=[x],
-                               attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-
-
-def _retire(op, w_index: int, value) -> None:
-    """``op``'s uses take ``value``; ``op`` goes, and its constant weights
-    (operand ``w_index``) when nothing else uses them."""
-    w_op = op.operands[w_index].owner
-    op.results[0].replace_all_uses_with(value)
-    op.operation.erase()
-    if not list(w_op.results[0].uses):
-        w_op.operation.erase()
-
-
-def _as_f16(x):
-    """``x`` (f32) as f16: the operand of the conversion that made it, when
-    it is one from f16, else a new conversion (at the insertion point)."""
-    from iree.compiler import ir
-
-    owner = x.owner
-    if (isinstance(owner, ir.OpView) and owner.operation.name == "stablehlo.convert"
-            and str(ir.RankedTensorType(owner.operands[0].type).element_type) == "f16"):
-        return owner.operands[0]
-    return _convert(x, ir.F16Type.get())
-
-
-def _convert(value, element):
-    """``stablehlo.convert`` of ``value`` to the element type ``element``."""
-    from iree.compiler import ir
-
-    shape = ir.RankedTensorType(value.type).shape
-    return ir.Operation.create("stablehlo.convert",
-                               results=[ir.RankedTensorType.get(shape, element)],
-                               operands=[value]).results[0]
 
 
 @dataclass(frozen=True)
@@ -751,7 +587,7 @@ def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool
     n, k = w.shape
     xt, yt = (f"{streams}x{k}xf32", f"{streams}x{n}xf32") if streams else (f"{k}x1xf32",
                                                                             f"{n}x1xf32")
-    data = _weight_data(pack_int8(w, int8_layout) if dtype == "int8"
+    data = weight_data(pack_int8(w, int8_layout) if dtype == "int8"
                         else pack(w, matvec_tile(n)), dtype)
     weights = kernel_dispatch.weights_global(sym, data, as_global)
     kernel = kernel_symbol(name, dtype, "matmul" if streams else "matvec")
@@ -781,7 +617,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
                   f"{bottom}, {right}, 0], interior = [0, 0, 0, 0] : (tensor<{image}>, "
                   f"tensor<{act}>) -> tensor<{padded}>"]
     last = "%x1" if padded != image else "%x0"
-    data = _weight_data(g.packed(), kernel_dtype(g.kind, dtype))
+    data = weight_data(g.packed(), kernel_dtype(g.kind, dtype))
     weights = kernel_dispatch.weights_global(sym, data, as_global)
     # the int8 convolution reads its image once, into its scratch, before it
     # writes anything: a result of the image's own shape (a pointwise layer)
@@ -804,12 +640,3 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
         post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act)
-
-
-def _weight_data(packed: np.ndarray, dtype: str) -> np.ndarray:
-    """The packed weights' bytes as the kernel reads them (little-endian)."""
-    if dtype == "int8":
-        return packed  # already the blob's bytes (pack_int8)
-    if dtype == "f32":
-        return packed.astype("<f4")
-    return to_half(packed, dtype).astype("<u2")

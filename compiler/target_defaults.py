@@ -1,0 +1,111 @@
+"""The choices make_target takes for a Target (compiler/target.py) that
+depend on what the target is: which of tfaot's kernels a bare-metal Arm
+build takes by default, how the images between convolutions are stored
+(--intermediates), and the checks of options that need tfaot's kernels."""
+from __future__ import annotations
+
+from .errors import TfaotError
+from .target import Target, compiler_macros
+
+#: --intermediates: how the convolution kernels store the images between them
+INTERMEDIATES = ("f32", "f16")
+
+
+def default_intermediates(target: Target, stateless: bool) -> str:
+    """--intermediates' default: f16 for int8 builds on a Cortex-M with a
+    scalar FPU (M4, M7, M33: Target.half_dw_blocks) whose step is one whole
+    inference (a window, an image), where the images are the RAM and int8
+    weights move the outputs more than f16 images do (a DS-CNN on a
+    Cortex-M4: context 40.6 -> 22.6 KB, error vs TensorFlow 1.2e-2 ->
+    1.3e-2, cycles +1%); f32 elsewhere: for streamed models, whose f32 state
+    the conversions would surround (the same DS-CNN streamed: 39.6 -> 41.1
+    KB, +12% cycles), and on Helium (Cortex-M55), not measured."""
+    mcu_int8 = (target.half_dw_blocks and target.weights_dtype == "int8"
+                and target.matvec_kernel == "tfaot")
+    return "f16" if mcu_int8 and stateless else "f32"
+
+
+def check_intermediates(target: Target) -> None:
+    """f16 images exist only between tfaot's convolution kernels."""
+    if target.intermediates in (None, "f32") or target.matvec_kernel == "tfaot":
+        return
+    why = _iree_kernels(target)
+    raise TfaotError(f"--intermediates={target.intermediates} applies to tfaot's convolution "
+                     f"kernels, and {why}; build with --matvec=tfaot on a CPU target")
+
+
+#: Bare metal: smaller matrices stay IREE's (a 2 x 16 one: 179 estimated M4
+#: cycles, where the kernel's 8-lane group would take ~450); from 256
+#: weights the kernel wins (SimpleRNN(16)'s 16 x 24 matrix: its step 4.3k ->
+#: 4.0k). Depthwise filters, a few weights per channel, go to their kernel
+#: whatever their size. int8 builds on the DSP extension (Cortex-M4, M7,
+#: M33: Target.int8_paired_rows) quantize from there too, not from LiteRT's
+#: 1024: the int8 kernel is the faster one there as well (an LSTM(64)'s
+#: 12 x 64 head: 2.8k estimated M4 cycles against IREE's f32 3.5k) and flash
+#: is what a microcontroller has least of. Not with Helium (Cortex-M55),
+#: where IREE's f32 code is vectorized: there a SimpleRNN(16)'s 16 x 24
+#: matrix in int8 took 1.8k instructions a step against f32's 1.0k.
+MCU_KERNEL_MIN_WEIGHTS = 256
+#: The micro-kernels bare-metal Arm takes by default (bench/bench_mcu.py,
+#: estimated M4 cycles): the matvec's Cortex-M path and the depthwise kernel
+#: (DS-CNN's four streamed 3x3 layers: 86k against IREE's 178k); the f32
+#: convolution's Cortex-M block on a scalar FPU (mcu_kernel_kinds: DS-CNN's
+#: streamed step 518k -> 384k, its convolutions 357k -> 247k); int8
+#: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
+#: 696k -> 438k with both, flash 112 -> 61 KB).
+MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")
+MCU_INT8_KERNEL_KINDS = ("matvec", "conv", "dwconv", "qconv")
+
+
+def mcu_matvec_kernel(target: Target) -> bool:
+    """Whether a bare-metal Arm build takes tfaot's matvec kernel by default:
+    with an FPU (f32: its Cortex-M path keeps 8 sums in registers, 3.9
+    estimated M4 cycles per multiply-add against 4.9 for IREE's kernel,
+    LSTM(64) step 0.90x, GRU(64) 0.88x; bench/bench_mcu.py) or for int8
+    (the DSP path), when the Arm toolchain is installed. Which kernels it
+    takes: mcu_kernel_kinds."""
+    # Cortex-M triples are thumb*; an Arm-state core may have NEON, where the
+    # desktop tiles apply and were not measured against IREE's
+    if not (target.bare_metal_arm and target.arch.startswith("thumb")):
+        return False
+    # --weights=file: the sidecar path of the kernel is not tested on a Cortex-M
+    if target.weight_packing or target.external_weights:
+        return False
+    if not (target.hard_float or target.weights_dtype == "int8"):
+        return False
+    return target.toolchain() is not None
+
+
+def mcu_kernel_kinds(target: Target) -> tuple[str, ...]:
+    """The kernels a bare-metal build takes by default (MCU_KERNEL_KINDS),
+    the f32 convolution only where its Cortex-M block keeps 2 positions x 8
+    lanes of sums in a scalar FPU's registers (a hard-float CPU the C
+    compiler knows to have an FPU). Not with Helium (Cortex-M55, M85), whose
+    C blocks keep theirs in memory where IREE's convolutions are vectorised
+    (DS-CNN's streamed step on an M55: 496k instructions against IREE's
+    195k)."""
+    kinds = MCU_INT8_KERNEL_KINDS if target.weights_dtype == "int8" else MCU_KERNEL_KINDS
+    macros = (compiler_macros(target.toolchain().cc, f"-mcpu={target.cpu}", "-mfloat-abi=hard")
+              if target.hard_float else frozenset())
+    if "__ARM_FP" in macros and "__ARM_FEATURE_MVE" not in macros:
+        return kinds
+    return tuple(kind for kind in kinds if kind != "conv")
+
+
+def check_weights_dtype(target: Target) -> None:
+    """Half-width weights exist only in tfaot's micro-kernel (microkernel.py)."""
+    dtype = target.weights_dtype
+    if dtype == "f32":
+        return
+    if target.matvec_kernel != "tfaot":
+        raise TfaotError(f"--weights-dtype={dtype} needs tfaot's matvec kernel "
+                         f"(--matvec=tfaot, CPU targets); {_iree_kernels(target)}")
+
+
+def _iree_kernels(target: Target) -> str:
+    """Why a build that asked for one of tfaot's kernels' options has IREE's."""
+    if target.is_gpu:
+        return f"--target={target.kind} uses IREE's kernels"
+    return ("this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
+            "soft-float or with --weights=file and without --matvec=tfaot, or no C "
+            "toolchain)")
