@@ -168,7 +168,7 @@ def build(model, fixed_window: str, out: Path, name: str, matvec: str | None = N
     from tfaot.backend.build import build_library
     from tfaot.lower.mlir_import import import_program
     from tfaot.streamify_keras import streamify_keras
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     program = streamify_keras(model, name, "keras", fixed_window=fixed_window)
     work = out / "temps"

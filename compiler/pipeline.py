@@ -175,7 +175,7 @@ class BuildOptions:
     weights_dtype: str = "f32"  # or "f16"/"bf16": the micro-kernel's weights at half width
     activations: str | None = None  # "exact" or "table"; default: the target's
     # "f32" or "f16": images between convolution kernels as halves; default:
-    # the target's for the step (target_defaults.default_intermediates)
+    # the target's for the step (target_options.default_intermediates)
     intermediates: str | None = None
     force: bool = False  # replace an output folder that holds files tfaot did not write
     # fixed-window models without recurrence: "stream" (a sliding window),
@@ -251,8 +251,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     from .backend.build import build_library
     from .frontend.load import detect_format
     from .lower.streams import check_streams
-    from .target import make_target
-    from .target_defaults import default_intermediates
+    from .target_options import default_intermediates, make_target
 
     name = options.name or default_name(model_path)
     check_name(name)

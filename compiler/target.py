@@ -4,7 +4,8 @@ A ``Target`` holds the closed choice of code generator (``kind``), the LLVM
 triple and CPU of the kernels, and everything that follows from them: the
 iree-compile flags (``iree_flags``), the C compiler and its flags
 (``toolchain``), and which runtime-shim backend the library links. Stages ask
-the target; none re-derives these facts from strings.
+the target; none re-derives these facts from strings. target_options.py makes
+one from the command line's options.
 
 Only ELF targets are supported: the package stage measures and links ELF
 objects, and the kernels are a static ELF object.
@@ -202,7 +203,7 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class Target:
-    """One build target; make it with ``make_target``, which validates it."""
+    """One build target; make it with ``target_options.make_target``, which validates it."""
 
     kind: str    # "cpu", "vulkan" or "cuda" (KINDS)
     triple: str  # LLVM triple of kernels (CPU) and host C code
@@ -228,12 +229,12 @@ class Target:
     intermediates: str | None = None
     # The micro-kernel kinds a "tfaot" build uses (microkernel.KINDS); None:
     # all. Bare-metal Arm with an FPU takes the matvec kernel only, for
-    # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see make_target).
+    # matrices of MCU_KERNEL_MIN_WEIGHTS or more (see target_options.make_target).
     kernel_kinds: tuple[str, ...] | None = None
     kernel_min_weights: int = 0
     # int8 builds: matrices and convolutions of fewer weights keep f32;
     # None: microkernel.INT8_MIN_WEIGHTS (LiteRT's rule). Bare-metal Arm:
-    # MCU_KERNEL_MIN_WEIGHTS (see make_target).
+    # MCU_KERNEL_MIN_WEIGHTS (see target_options.make_target).
     int8_min_weights: int | None = None
     # int8 builds: whether convolutions take int8 weights (the int8
     # convolution kernel); None: where the target multiplies int8 faster than
@@ -380,7 +381,7 @@ class Target:
         tfaot's micro-kernel (compiler/lower/microkernel.py) keeps its weights packed
         in read-only data and is the default on hosted (Linux) CPU targets,
         where it measured faster (bench/bench_litert.py); Cortex-M (thumb
-        triples) takes it for matvecs only (make_target, target_defaults.mcu_matvec_kernel),
+        triples) takes it for matvecs only (make_target, target_options.mcu_matvec_kernel),
         other bare-metal targets keep IREE's kernels unless asked. An
         explicit --pack-weights asks for IREE's kernels on weights packed at
         init. The kernel is C, compiled with the target's toolchain: without
@@ -535,88 +536,6 @@ class Target:
         if self.is_gpu:
             return f"{self.kind} (SPIR-V), host code for {self.triple}"
         return f"{self.kind} {self.triple} ({self.cpu})"
-
-
-def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
-                weight_packing: bool | None = None, external_weights: bool = False,
-                matvec: str | None = None, weights_dtype: str = "f32",
-                activations: str | None = None, intermediates: str | None = None) -> Target:
-    """Validates the command line's choices before any slow stage runs."""
-    from .target_defaults import (INTERMEDIATES, MCU_KERNEL_MIN_WEIGHTS, check_intermediates,
-                                  check_weights_dtype, mcu_kernel_kinds, mcu_matvec_kernel)
-
-    if external_weights and weight_packing:
-        raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
-                         "loaded at run time are not packed")
-    if matvec not in (None, "tfaot", "iree"):
-        raise TfaotError(f"--matvec={matvec} is not supported; supported: tfaot, iree")
-    if matvec == "tfaot" and kind in GPU_KINDS:
-        raise TfaotError(f"--matvec=tfaot is a CPU option; --target={kind} uses IREE's kernels")
-    if weights_dtype not in WEIGHTS_DTYPES:
-        raise TfaotError(f"--weights-dtype={weights_dtype} is not supported; supported: "
-                         f"{', '.join(WEIGHTS_DTYPES)}")
-    if activations not in (None, "exact", "table"):
-        raise TfaotError(f"--activations={activations} is not supported; supported: "
-                         "exact, table")
-    if intermediates not in (None, *INTERMEDIATES):
-        raise TfaotError(f"--intermediates={intermediates} is not supported; supported: "
-                         f"{', '.join(INTERMEDIATES)}")
-    target = replace(_make_target(kind, triple, cpu, weight_packing),
-                     external_weights=external_weights, matvec=matvec,
-                     weights_dtype=weights_dtype, activations=activations,
-                     intermediates=intermediates)
-    if matvec is None and mcu_matvec_kernel(target):
-        target = replace(target, matvec="tfaot", kernel_kinds=mcu_kernel_kinds(target),
-                         kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
-    if target.bare_metal_arm and target.arch.startswith("thumb") and target.int8_paired_rows:
-        target = replace(target, int8_min_weights=MCU_KERNEL_MIN_WEIGHTS)
-    if matvec == "tfaot" and target.toolchain() is None:
-        raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
-                         f"{target.triple}, and none is installed; use --matvec=iree")
-    check_weights_dtype(target)
-    check_intermediates(target)
-    return target
-
-
-def _make_target(kind: str, triple: str | None, cpu: str | None,
-                 weight_packing: bool | None) -> Target:
-    if kind not in KINDS:
-        raise TfaotError(f"--target={kind} is not supported; supported: {', '.join(KINDS)}")
-    triple = triple or host_triple()
-    check_triple(triple)
-    if kind in GPU_KINDS:
-        return _gpu_target(kind, triple, cpu, weight_packing)
-    cpu = cpu or default_cpu(triple)
-    target = Target(kind, triple, cpu, weight_packing)
-    if cpu == "host" and not target.is_host:
-        raise TfaotError(
-            f"--cpu=host is only valid when building for this machine ({host_triple()}); "
-            f"for {triple} name a CPU (e.g. cortex-m4) or use generic")
-    if target.bare_metal_arm and target.hard_float and not target.c_flags()[1:-1]:
-        raise TfaotError(f"--triple {triple} is hard-float; name the CPU with --cpu "
-                         f"(one of {', '.join(ARM_CPU_FLAGS)}) so the C code uses its FPU")
-    return target
-
-
-def _gpu_target(kind: str, triple: str, cpu: str | None, weight_packing: bool | None) -> Target:
-    """A GPU target: kernels for the GPU, host code (NAME.c) for ``triple``."""
-    if "linux" not in triple:
-        raise TfaotError(f"--target={kind} needs a Linux triple for the host code (the "
-                         f"backend loads the GPU driver at run time); got {triple}")
-    if kind == "cuda" and not triple.startswith(("x86_64", "aarch64")):
-        raise TfaotError(f"--target=cuda needs a 64-bit host (x86_64 or aarch64 Linux), where "
-                         f"NVIDIA's driver runs; got {triple}")
-    if kind == "cuda":
-        gpu_cpu = cuda_arch(cpu)
-    elif cpu not in (None, "", "generic", "host"):
-        raise TfaotError(f"--cpu={cpu} names a CPU for CPU kernels; --target={kind} builds "
-                         "GPU kernels, so leave --cpu out")
-    else:
-        gpu_cpu = "generic"
-    if weight_packing:
-        raise TfaotError(f"--pack-weights is a CPU option; --target={kind} keeps the "
-                         "weights in one device buffer")
-    return Target(kind, triple, gpu_cpu, False)
 
 
 def cuda_arch(arch: str | None) -> str:

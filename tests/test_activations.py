@@ -10,7 +10,7 @@ import pytest
 
 from reference import compile_with_iree
 from tfaot.lower import activations
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 
 N = 4096
 

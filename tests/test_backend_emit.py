@@ -9,7 +9,7 @@ import backend_models
 from tfaot import emit
 from tfaot.backend.build import build_library
 from tfaot.backend.compile import compile_module, split_allocations
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from tfaot.errors import TfaotError
 from tfaot.program import ProgramSignature, TensorInfo
 

@@ -21,7 +21,7 @@ import pytest
 import toolchains
 from tfaot.lower import microkernel
 from tfaot.resources import shim_dir
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from util import run as _run
 from util import x86_isa_flags
 

@@ -21,7 +21,7 @@ import pytest
 import backend_models
 from tfaot import emit
 from tfaot.backend.compile import compile_module
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def cuda_root() -> Path:
 
 def _build(tmp: Path, arch: str | None = None) -> Path:
     from tfaot.backend.build import build_library
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     spec = backend_models.ALL["lstm"](n_in=40, hidden=64, n_out=12)
     build_library(spec.mlir, spec.signature, tmp / "out", name="cum",
@@ -86,7 +86,7 @@ def _ptx(lib: Path) -> tuple[CudaExecutable, str]:
 
 
 def test_cuda_target_flags_and_arch_choice():
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     target = make_target("cuda")
     assert (target.kind, target.cpu, target.is_gpu, target.has_kernel_object) == \
@@ -111,7 +111,7 @@ def test_streams_split_cuda_matmuls_along_k():
     (target.SPLIT_K_FROM_STREAMS: measured slower below)."""
     from dataclasses import replace
 
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     split = "--iree-dispatch-creation-split-matmul-reduction=4"
     cuda = make_target("cuda")

@@ -29,7 +29,7 @@ from test_weights_int8 import CORTEX_M, _cortex_m_image, _run_cortex_m
 from tfaot.errors import TfaotError
 from tfaot.lower import int8_weights, microkernel
 from tfaot.resources import shim_dir
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from util import run as _run
 from util import x86_isa_flags
 
@@ -271,14 +271,14 @@ def ds_cnn_half(tmp_path_factory):
     """_ds_cnn, whole window, built with f32 images and with f16 ones: f32
     weights, and int8 with the int8 convolution kernel whatever this
     machine's CPU."""
-    from tfaot import target
+    from tfaot import target_options
     from tfaot.cli import main
 
     tmp = tmp_path_factory.mktemp("half")
     _ds_cnn().save(tmp / "kws.keras")
-    make_target = target.make_target  # (imported by the pipeline when it builds)
+    make_target = target_options.make_target  # (imported by the pipeline when it builds)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(target, "make_target", lambda *args, **kwargs: replace(
+        patch.setattr(target_options, "make_target", lambda *args, **kwargs: replace(
             make_target(*args, **kwargs), int8_convolutions=True))
         for sub, flags in (("f32", []), ("f16", ["--intermediates=f16"]),
                            ("int8", ["--intermediates=f16", "--weights-dtype=int8"])):
@@ -348,7 +348,7 @@ def test_default_only_for_int8_whole_inferences_on_cortex_m():
     """f16 images by default only where they were measured to pay: int8
     weights, a Cortex-M with a scalar FPU, a step without state (streamed
     models keep f32, as do f32 weights, hosted targets and Helium)."""
-    from tfaot.target_defaults import default_intermediates
+    from tfaot.target_options import default_intermediates
 
     m4 = dict(kind="cpu", triple="thumbv7em-none-eabihf", cpu="cortex-m4")
     if make_target(**m4).toolchain() is None:

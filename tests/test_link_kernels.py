@@ -24,7 +24,7 @@ from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.package.link import add_micro_kernels
 from tfaot.pipeline import BuildOptions, Progress, build_model
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from tfaot.verify import keras_reference, library_stream
 
 STEPS = 100

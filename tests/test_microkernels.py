@@ -18,7 +18,7 @@ import toolchains
 from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from util import run as _run
 
 STEPS = 120
@@ -113,7 +113,7 @@ def test_rewrite_fallbacks_leave_the_text_alone():
     assert microkernel.rewrite_matvecs(text, "m", min_weights=33) == (text, 0)  # too small
 
 
-def test_target_defaults_and_flags():
+def test_target_options_and_flags():
     from tfaot.package.link import matvec_flags
 
     host = make_target("cpu", "x86_64-unknown-linux-gnu", "host")

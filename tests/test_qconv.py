@@ -346,7 +346,8 @@ def test_int8_convolutions_where_the_target_has_int8_dot_products():
     """int8 builds give convolutions int8 weights where the target multiplies
     int8 faster than f32: 32-bit Arm always; x86-64 and aarch64 with their
     dot-product instructions (this machine's, for --cpu host), else f32."""
-    from tfaot.target import INT8_DOT_FLAGS, host_cpu_flags, int8_dot_products, make_target
+    from tfaot.target import INT8_DOT_FLAGS, host_cpu_flags, int8_dot_products
+    from tfaot.target_options import make_target
 
     assert make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8",
                        matvec="tfaot").conv_int8
@@ -366,7 +367,7 @@ def test_targets_without_int8_dot_products_keep_f32_convolutions():
     from dataclasses import replace
 
     from tfaot.lower.passes import lower_for_target
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     target = replace(make_target("cpu", weights_dtype="int8"), int8_convolutions=False)
     text, _ = lower_for_target(_conv_text([1, 9, 5, 64], [1, 1, 64, 64]), "m", target)
@@ -377,7 +378,7 @@ def test_manifest_scheme_says_what_the_convolutions_got():
     from dataclasses import replace
 
     from tfaot.package.library import _weights_dtype
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     host = replace(make_target("cpu", weights_dtype="int8"), int8_convolutions=True)
     scheme = _weights_dtype(host, {"matvec": "m", "qconv": "q"})["weights_scheme"]
@@ -394,7 +395,7 @@ def test_manifest_scheme_says_what_a_cortex_m4_quantizes():
     and the DSP path's input to int16 per chunk of 128."""
     toolchains.require("arm-none-eabi-gcc")
     from tfaot.package.library import _weights_dtype
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     m4 = make_target("cpu", "thumbv7em-none-eabihf", "cortex-m4", weights_dtype="int8")
     scheme = _weights_dtype(m4, {"matvec": "m", "qconv": "q"})["weights_scheme"]
@@ -410,14 +411,14 @@ def bn_int8(tmp_path_factory):
     with the int8 convolution kernel whatever this machine's CPU."""
     from dataclasses import replace
 
-    from tfaot import target
+    from tfaot import target_options
     from tfaot.cli import main
 
     tmp = tmp_path_factory.mktemp("qconv")
     _keras_batch_norm_model().save(tmp / "bn.keras")
-    make_target = target.make_target  # (imported by the pipeline when it builds)
+    make_target = target_options.make_target  # (imported by the pipeline when it builds)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(target, "make_target", lambda *args, **kwargs: replace(
+        patch.setattr(target_options, "make_target", lambda *args, **kwargs: replace(
             make_target(*args, **kwargs), int8_convolutions=True))
         for sub, flags in (("whole", ["--whole-window", "--weights-dtype=int8"]),
                            ("stream", ["--stream", "--weights-dtype=int8"]),
@@ -471,12 +472,12 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     from dataclasses import replace
 
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
-    from tfaot import harness, target
+    from tfaot import harness, target_options
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
-    make_target = target.make_target
+    make_target = target_options.make_target
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(target, "make_target", lambda *args, **kwargs: replace(
+        patch.setattr(target_options, "make_target", lambda *args, **kwargs: replace(
             make_target(*args, **kwargs), int8_min_weights=None))
         out = build_model(str(bn_int8 / "bn.keras"), BuildOptions(
             out_dir=tmp_path / "m4", triple="thumbv7em-none-eabihf", cpu="cortex-m4",

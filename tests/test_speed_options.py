@@ -10,7 +10,7 @@ import pytest
 
 from reference import compile_with_iree
 from tfaot.lower.mlir_import import _split_parts, split_matvec_reductions
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 
 
 def test_pack_weights_defaults_and_override():

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from tfaot.errors import TfaotError
-from tfaot.target import host_triple, make_target
+from tfaot.target import host_triple
+from tfaot.target_options import make_target
 
 CROSS = "riscv64-unknown-linux-gnu" if host_triple().startswith("aarch64") else \
     "aarch64-unknown-linux-gnu"

@@ -23,7 +23,7 @@ import toolchains
 from tfaot.lower import microkernel
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
-from tfaot.target import make_target
+from tfaot.target_options import make_target
 from util import run as _run
 
 STEPS = 120

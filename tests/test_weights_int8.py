@@ -603,8 +603,8 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
     convolution too; --matvec=tfaot asks for all of them; soft-float f32
     stays IREE's."""
     toolchains.require("arm-none-eabi-gcc")
-    from tfaot.target import make_target
-    from tfaot.target_defaults import MCU_KERNEL_MIN_WEIGHTS
+    from tfaot.target_options import make_target
+    from tfaot.target_options import MCU_KERNEL_MIN_WEIGHTS
 
     m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
     for dtype, kinds in (("f32", ("matvec", "conv", "dwconv")),
@@ -652,7 +652,7 @@ def test_rewrite_keeps_the_kinds_asked_for():
 
 def test_refused_where_the_kernel_is_not_used():
     from tfaot.errors import TfaotError
-    from tfaot.target import make_target
+    from tfaot.target_options import make_target
 
     with pytest.raises(TfaotError, match="--weights-dtype=int8 needs tfaot's matvec kernel"):
         make_target("vulkan", weights_dtype="int8")

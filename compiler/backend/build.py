@@ -18,7 +18,8 @@ from ..errors import DroppedConstant
 from ..lower import weight_globals
 from ..names import check_name
 from ..program import ProgramSignature, StreamInfo
-from ..target import Target, make_target
+from ..target import Target
+from ..target_options import make_target
 
 
 def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *, name: str,

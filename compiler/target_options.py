@@ -1,11 +1,16 @@
-"""The choices make_target takes for a Target (compiler/target.py) that
-depend on what the target is: which of tfaot's kernels a bare-metal Arm
-build takes by default, how the images between convolutions are stored
-(--intermediates), and the checks of options that need tfaot's kernels."""
+"""The command line's target options made into a Target (compiler/target.py)
+by make_target, which checks them before any slow stage runs, with the
+choices that depend on what the target is: which of tfaot's kernels a
+bare-metal Arm build takes by default, how the images between convolutions
+are stored (--intermediates), and the checks of options that need tfaot's
+kernels."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .errors import TfaotError
-from .target import Target, compiler_macros
+from .target import (ARM_CPU_FLAGS, GPU_KINDS, KINDS, WEIGHTS_DTYPES, Target, check_triple,
+                     compiler_macros, cuda_arch, default_cpu, host_triple)
 
 #: --intermediates: how the convolution kernels store the images between them
 INTERMEDIATES = ("f32", "f16")
@@ -109,3 +114,82 @@ def _iree_kernels(target: Target) -> str:
     return ("this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
             "soft-float or with --weights=file and without --matvec=tfaot, or no C "
             "toolchain)")
+
+
+def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
+                weight_packing: bool | None = None, external_weights: bool = False,
+                matvec: str | None = None, weights_dtype: str = "f32",
+                activations: str | None = None, intermediates: str | None = None) -> Target:
+    """Validates the command line's choices before any slow stage runs."""
+    if external_weights and weight_packing:
+        raise TfaotError("--pack-weights cannot be combined with --weights=file: weights "
+                         "loaded at run time are not packed")
+    if matvec not in (None, "tfaot", "iree"):
+        raise TfaotError(f"--matvec={matvec} is not supported; supported: tfaot, iree")
+    if matvec == "tfaot" and kind in GPU_KINDS:
+        raise TfaotError(f"--matvec=tfaot is a CPU option; --target={kind} uses IREE's kernels")
+    if weights_dtype not in WEIGHTS_DTYPES:
+        raise TfaotError(f"--weights-dtype={weights_dtype} is not supported; supported: "
+                         f"{', '.join(WEIGHTS_DTYPES)}")
+    if activations not in (None, "exact", "table"):
+        raise TfaotError(f"--activations={activations} is not supported; supported: "
+                         "exact, table")
+    if intermediates not in (None, *INTERMEDIATES):
+        raise TfaotError(f"--intermediates={intermediates} is not supported; supported: "
+                         f"{', '.join(INTERMEDIATES)}")
+    target = replace(_make_target(kind, triple, cpu, weight_packing),
+                     external_weights=external_weights, matvec=matvec,
+                     weights_dtype=weights_dtype, activations=activations,
+                     intermediates=intermediates)
+    if matvec is None and mcu_matvec_kernel(target):
+        target = replace(target, matvec="tfaot", kernel_kinds=mcu_kernel_kinds(target),
+                         kernel_min_weights=MCU_KERNEL_MIN_WEIGHTS)
+    if target.bare_metal_arm and target.arch.startswith("thumb") and target.int8_paired_rows:
+        target = replace(target, int8_min_weights=MCU_KERNEL_MIN_WEIGHTS)
+    if matvec == "tfaot" and target.toolchain() is None:
+        raise TfaotError(f"--matvec=tfaot compiles tfaot's kernel with the C toolchain of "
+                         f"{target.triple}, and none is installed; use --matvec=iree")
+    check_weights_dtype(target)
+    check_intermediates(target)
+    return target
+
+
+def _make_target(kind: str, triple: str | None, cpu: str | None,
+                 weight_packing: bool | None) -> Target:
+    if kind not in KINDS:
+        raise TfaotError(f"--target={kind} is not supported; supported: {', '.join(KINDS)}")
+    triple = triple or host_triple()
+    check_triple(triple)
+    if kind in GPU_KINDS:
+        return _gpu_target(kind, triple, cpu, weight_packing)
+    cpu = cpu or default_cpu(triple)
+    target = Target(kind, triple, cpu, weight_packing)
+    if cpu == "host" and not target.is_host:
+        raise TfaotError(
+            f"--cpu=host is only valid when building for this machine ({host_triple()}); "
+            f"for {triple} name a CPU (e.g. cortex-m4) or use generic")
+    if target.bare_metal_arm and target.hard_float and not target.c_flags()[1:-1]:
+        raise TfaotError(f"--triple {triple} is hard-float; name the CPU with --cpu "
+                         f"(one of {', '.join(ARM_CPU_FLAGS)}) so the C code uses its FPU")
+    return target
+
+
+def _gpu_target(kind: str, triple: str, cpu: str | None, weight_packing: bool | None) -> Target:
+    """A GPU target: kernels for the GPU, host code (NAME.c) for ``triple``."""
+    if "linux" not in triple:
+        raise TfaotError(f"--target={kind} needs a Linux triple for the host code (the "
+                         f"backend loads the GPU driver at run time); got {triple}")
+    if kind == "cuda" and not triple.startswith(("x86_64", "aarch64")):
+        raise TfaotError(f"--target=cuda needs a 64-bit host (x86_64 or aarch64 Linux), where "
+                         f"NVIDIA's driver runs; got {triple}")
+    if kind == "cuda":
+        gpu_cpu = cuda_arch(cpu)
+    elif cpu not in (None, "", "generic", "host"):
+        raise TfaotError(f"--cpu={cpu} names a CPU for CPU kernels; --target={kind} builds "
+                         "GPU kernels, so leave --cpu out")
+    else:
+        gpu_cpu = "generic"
+    if weight_packing:
+        raise TfaotError(f"--pack-weights is a CPU option; --target={kind} keeps the "
+                         "weights in one device buffer")
+    return Target(kind, triple, gpu_cpu, False)
