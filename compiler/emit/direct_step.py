@@ -9,9 +9,9 @@ IREE's inline HAL gives a streaming model), ``NAME_vm_step_direct`` does the
 same work without any of it:
 
 * its temporaries are regions of a scratch area in the context, at offsets
-  fixed here (``scratch``); only a buffer the step stores into a global
-  (the new state) still comes from the arena's pools, as the other
-  functions' buffers do, so that the state is never held twice;
+  fixed here (``scratch``); the new state is written over the old one
+  where emit/state_reuse.py finds that safe, else it comes from the
+  arena's pools, as the other functions' buffers do;
 * each dispatch's kernel was found and checked against its attributes
   once, at init (``tfrt_direct_prepare``); the step passes it the bindings'
   pointers (most of them constants: the scratch area's) and calls it
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TfaotError
 from .function import FunctionEmitter
+from .state_reuse import InPlace, plan_in_place
 from .vm_rules import BINARY_OPS, SELECT_OPS, UNARY_OPS, VM_RULES, call_groups
 from .vmir import const_int, location, rodata_sym, symbol
 
@@ -66,11 +67,17 @@ class DirectPlan:
 
     scratch: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
     pooled: set[tuple[int, int]] = field(default_factory=set)
+    # the new state written over the old (emit/state_reuse.py), or None
+    in_place: InPlace | None = None
 
     @property
     def scratch_bytes(self) -> int:
-        """The scratch area's size: its regions, rounded up to _ALIGN."""
-        end = max((off + size for off, size in self.scratch.values()), default=0)
+        """The scratch area's size: its regions and the in-place state's
+        staging regions, rounded up to _ALIGN."""
+        regions = list(self.scratch.values())
+        if self.in_place is not None:
+            regions += list(self.in_place.staged.values())
+        end = max((off + size for off, size in regions), default=0)
         return -(-end // _ALIGN) * _ALIGN
 
 
@@ -96,6 +103,9 @@ class DirectStep:
     dispatches: list[DirectDispatch]
     inputs: list[tuple[int, int]]   # (element type, bytes) the step reads per input
     outputs: list[tuple[int, int]]  # (element type, bytes) per output (bytes -1: not constant)
+    # the new state is written over the old: init runs @reset after @__init
+    # (whose state has another layout, emit/state_reuse.py)
+    in_place: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -147,6 +157,9 @@ def _plan(module, fn_op) -> DirectPlan:
         if site not in kept:
             plan.scratch[site] = (offset, size)
             offset += -(-max(size, 1) // _ALIGN) * _ALIGN
+    plan.in_place = plan_in_place(module, list(blocks[0].operations), kept, offset)
+    if plan.in_place is not None:
+        plan.pooled = kept - {plan.in_place.site}
     return plan
 
 
@@ -196,6 +209,7 @@ class DirectEmitter(FunctionEmitter):
         self.owned: list[str] = []          # pool buffers this step allocated
         self.outputs: list[tuple[int, int]] = []
         self.executables = _executable_globals(module)
+        self.flushes: list[str] = []        # staged bytes' copies into the state
 
     def fail(self, op, message: str) -> Ineligible:
         return Ineligible(f"{message} ({op.name}, {location(op)})")
@@ -206,9 +220,13 @@ class DirectEmitter(FunctionEmitter):
         for i, arg in enumerate(args):
             self.names[arg] = f"in{i}"
         self.inputs = [(0, 0)] * len(args)
+        in_place = self.plan.in_place
         for oi, op in enumerate(self.blocks[0].operations):
             self._cur_op = oi
             self.emit_op(op)
+            if in_place is not None and oi == in_place.flush_after:
+                self.line("/* the staged bytes, now that the old state's are read */")
+                self.lines += self.flushes
         if self.dry_run:
             return None
         decls = [f"  {ctype}{'' if ctype.endswith('*') else ' '}{n} = "
@@ -223,7 +241,7 @@ class DirectEmitter(FunctionEmitter):
         return DirectStep(
             cname=f"{self.info.cname}_direct", params=params, body=body,
             scratch_bytes=self.plan.scratch_bytes, dispatches=self.dispatches,
-            inputs=self.inputs, outputs=self.outputs)
+            inputs=self.inputs, outputs=self.outputs, in_place=in_place is not None)
 
     def emit_op(self, op) -> None:
         name = op.name
@@ -298,13 +316,19 @@ def _global_load_ref(de: DirectEmitter, op) -> None:
     if g.cname in de.stored:  # stored earlier in this step: that buffer
         de.bufs[op.results[0]] = de.stored[g.cname]
         return
-    local = f"g_{g.cname}"
+    local = _global_local(de, g.cname)
+    de.bufs[op.results[0]] = _Buf("global", f"{local}->data", None, local, key=("global", g.cname))
+
+
+def _global_local(de: DirectEmitter, cname: str) -> str:
+    """The C local holding the buffer of the global ``cname`` (read once)."""
+    local = f"g_{cname}"
     if local not in de.decls:
         de.decls[local] = "tfrt_buffer *"
         de.uses[local] = 1
-        de.line(f"{local} = ctx->g.{g.cname};")
+        de.line(f"{local} = ctx->g.{cname};")
         de.line(f"if (!{local}) {{ status = TFRT_STATUS_NULL_REF; goto done; }}")
-    de.bufs[op.results[0]] = _Buf("global", f"{local}->data", None, local, key=("global", g.cname))
+    return local
 
 
 def _global_store_ref(de: DirectEmitter, op) -> None:
@@ -314,6 +338,9 @@ def _global_store_ref(de: DirectEmitter, op) -> None:
     b = de.buf(op.operands[0], op)
     if b.kind in ("scratch", "input"):
         raise de.fail(op, f"a {b.kind} buffer kept in @{g.sym}")
+    if b.kind == "in_place":  # the new state already is the global's buffer
+        de.stored[g.cname] = b
+        return
     old = f"old_{g.cname}"
     if old in de.olds:
         de.line(f"tfrt_release(rt, ctx->g.{g.cname});")
@@ -344,6 +371,10 @@ def _buffer_copy(de: DirectEmitter, op) -> None:
         raise de.fail(op, f"a copy into a read-only {d.kind} buffer")
     sp, n, _ = de.span(s, soff, length, op)
     dp, _, _ = de.span(d, doff, length, op)
+    staged = _staging(de, dp, n)
+    if staged:
+        de.line(f"memcpy({staged}, {sp}, {n});")
+        return
     if s.key == d.key:  # apart only where the ranges are constants that do not meet
         so, do, ln = const_int(soff), const_int(doff), const_int(length)
         apart = None not in (so, do, ln) and (so + ln <= do or do + ln <= so)
@@ -369,6 +400,7 @@ def _buffer_fill(width: int, ctype: str):
         if off is None or n is None:
             raise de.fail(op, "a fill of a range known only at run time")
         p, ln, _ = de.span(b, off * width, n * width, op)
+        p = _staging(de, p, ln) or p
         v = de.val(value)
         if width == 1 or const_int(value) == 0:
             de.line(f"memset({p}, (int)(uint8_t){v}, {ln});")
@@ -376,6 +408,20 @@ def _buffer_fill(width: int, ctype: str):
             de.line(f"for (size_t i_ = 0; i_ < {n}u; ++i_) {{ {ctype} e_ = ({ctype}){v}; "
                     f"memcpy({p} + i_ * {width}u, &e_, {width}u); }}")
     return rule
+
+
+def _staging(de: DirectEmitter, dst: str, length: str) -> str | None:
+    """Where the current op writes instead of ``dst`` when it is a write
+    into the new state staged until the old bytes there are read
+    (emit/state_reuse.py), or None; the copy into the state waits in
+    ``de.flushes``."""
+    in_place = de.plan.in_place
+    if in_place is None or de._cur_op not in in_place.staged:
+        return None
+    offset, _ = in_place.staged[de._cur_op]
+    staged = f"ctx->scratch + {offset}u"
+    de.flushes.append(f"  memcpy({dst}, {staged}, {length});")
+    return staged
 
 
 def _return(de: DirectEmitter, op) -> None:
@@ -397,10 +443,18 @@ def _return(de: DirectEmitter, op) -> None:
 def _allocate(de: DirectEmitter, op, groups) -> None:
     site = (0, de._cur_op)
     size = const_int(op.operands[1])
+    in_place = de.plan.in_place
     if site in de.plan.scratch:
         offset, _ = de.plan.scratch[site]
         b = _Buf("scratch", f"ctx->scratch + {offset}u" if offset else "ctx->scratch", size,
                  key=("scratch", site))
+    elif in_place is not None and site == in_place.site:
+        # the new state over the old (emit/state_reuse.py): the global's
+        # buffer, which @reset, @set_state and this step leave at this size
+        g = de.module.global_by_sym[in_place.global_sym].cname
+        local = _global_local(de, g)
+        de.line(f"if ({local}->length < {size}u) {{ status = TFRT_STATUS_OUT_OF_RANGE; goto done; }}")
+        b = _Buf("in_place", f"{local}->data", size, local, key=("global", g))
     else:  # kept by a global: a block of the arena's pools, as the other functions'
         local = f"b_{de._cur_op}"
         de.owned.append(local)

@@ -36,6 +36,13 @@ def _buffer_allocate(fe, op, groups):
     r1 = fe.result(op, 1)
     fe.assign_ref(op, r0)
     fe.assign_ref(op, r1)
+    views = fe.state_views
+    if views is not None and views.site == (fe._cur_block, fe._cur_op):
+        fe.line("/* the state's copy: not made, its views are of the state (emit/state_reuse.py) */")
+        return
+    replaced = fe.replaced.get((fe._cur_block, fe._cur_op))
+    if replaced is not None:
+        _release_old_state(fe, replaced)
     block = fe.planned_block()
     if block is None:
         pool = fe.pool_of(const_int(size))
@@ -48,7 +55,32 @@ def _buffer_allocate(fe, op, groups):
     else:
         fe.line(f"TFRT_TRY(tfrt_buffer_allocate_in(rt, {fe.val(align)}, {fe.val(size)}, "
                 f"INT64_C({block}), &{r0}));")
+    if replaced is not None:
+        _bind_old_state(fe, replaced, r0)
     fe.line(f"{r1} = tfrt_retain({r0});")
+
+
+def _release_old_state(fe, global_sym: str) -> None:
+    """The state global's buffer released before the new state is allocated,
+    which takes its block (emit/state_reuse.py), with this function's own
+    references to it (@reset's loads)."""
+    g = fe.module.global_by_sym[global_sym].cname
+    fe.line("/* the new state takes the old one's block (emit/state_reuse.py) */")
+    fe.line(f"tfrt_release(rt, ctx->g.{g}); ctx->g.{g} = NULL;")
+    for local in _loads_of(fe, g):
+        fe.line(f"tfrt_release(rt, {local}); {local} = NULL;")
+
+
+def _bind_old_state(fe, global_sym: str, new: str) -> None:
+    """@reset's loads of the old state bound to the new buffer: its
+    dispatches read them only to route the initial values (emit/state_reuse.py)."""
+    g = fe.module.global_by_sym[global_sym].cname
+    for local in _loads_of(fe, g):
+        fe.line(f"{local} = tfrt_retain({new});")
+
+
+def _loads_of(fe, g: str) -> list[str]:
+    return [local for local, field in fe.global_loads.items() if field == g]
 
 
 def _buffer_storage(fe, op, groups):
@@ -68,7 +100,12 @@ def _view_create(fe, op, groups):
     rank, shape = _shape_array(fe, groups[5] if len(groups) > 5 else [])
     r = fe.result(op)
     fe.assign_ref(op, r)
-    fe.line(f"TFRT_TRY(tfrt_view_create(rt, {fe.val(buf)}, {fe.val(off)}, "
+    buf_expr, off_expr = fe.val(buf), fe.val(off)
+    views = fe.state_views
+    if views is not None and (fe._cur_block, fe._cur_op) in views.views:
+        source, offset = views.views[(fe._cur_block, fe._cur_op)]
+        buf_expr, off_expr = fe.val(source), fe.val(offset)
+    fe.line(f"TFRT_TRY(tfrt_view_create(rt, {buf_expr}, {off_expr}, "
             f"{fe.val(length)}, {fe.val(etype)}, {fe.val(enc)}, {rank}, {shape}, &{r}));")
 
 

@@ -172,7 +172,10 @@ def _global_store_ref(fe, op):
 
 
 def _discard_refs(fe, op):
+    kept = fe.state_views.sources if fe.state_views is not None else set()
     for v in op.operands:
+        if v in kept:
+            continue  # @get_state's views are of it (emit/state_reuse.py)
         expr = fe.val(v)
         if expr in fe.ref_locals:
             fe.line(f"tfrt_release(rt, {expr}); {expr} = NULL;")
@@ -254,6 +257,9 @@ def _check(kind: str) -> Rule:
 
 def _buffer_copy(fe, op):
     src, soff, dst, doff, length = op.operands
+    views = fe.state_views
+    if views is not None and (fe._cur_block, fe._cur_op) in views.copies:
+        return  # a copy of the state that @get_state's views no longer read
     if is_null_const(src):
         raise fe.null_constant_error(op, "vm.buffer.copy source")
     fe.line(f"TFRT_TRY(tfrt_buffer_copy(rt, {fe.val(src)}, {fe.val(soff)}, "

@@ -1,0 +1,438 @@
+"""Where a new state takes the old state's memory instead of a block of its own.
+
+IREE's functions that store a new state (``@step``, ``@reset``,
+``@set_state``) allocate its buffer, fill it, and only then store it in the
+state's global, which releases the old one. So the arena kept a second block
+of the state's size for the new value. For a streamed DS-CNN on a Cortex-M4
+that was 15.7 KB of a 40.5 KB context. This pass lets the new state reuse the
+old one's memory wherever that is safe, in two ways:
+
+* ``@reset`` and ``@set_state`` release the old buffer right before they
+  allocate the new one, which then takes its block (``replaced_globals``).
+  ``@set_state`` never reads the old state. tfaot's ``@reset``
+  (lower/mlir_import.py) reads it only to pass the initial values through a
+  dispatch (``select(is_finite(s), s, 0) * 0 + initial``, a workaround for an
+  IREE bug), and that result is the same whatever the dispatch reads. So its
+  reads of the old state are pointed at the new buffer.
+* The direct step writes the new state over the old one (``plan_in_place``)
+  where every write lands after the last read of the bytes it overwrites. A
+  copy into the new state that would land too early goes to a staging
+  region of the scratch area first, and is copied into the state after
+  that read. For the DS-CNN this is the pooling window, 3 KB, which the last
+  reduction still reads.
+
+Where the old state is read is known from the copies' ranges and from the
+dispatches' bindings. A dispatch bound to the whole packed state buffer
+whose only push constants are offsets the state's globals hold (IREE
+passes a packed global's offset that way) reads from those offsets up to
+the next such offset at most. The offsets the globals hold are
+the constants that every function but ``@__init`` stores there.
+``@__init`` packs equal initial values into a smaller buffer of a
+different layout, so a library whose step writes in place runs ``@reset``
+right after ``@__init``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .vm_rules import call_groups
+from .vmir import const_int, symbol
+
+_ALIGN = 64
+_WHOLE = [(0, 1 << 62)]  # a range not known here
+#: the ops that split a 64-bit offset into the two 32-bit push constants
+_HALVES = ("vm.trunc.i64.i32", "vm.shr.i64.u")
+
+
+@dataclass
+class InPlace:
+    """The direct step's new state written over the old one."""
+
+    site: tuple[int, int]     # the allocation of the new state (block 0, op index)
+    global_sym: str           # the global that holds the state
+    size: int                 # bytes of the state buffer
+    # op index of a copy or fill into the new state that lands before a read
+    # of the old bytes -> its staging region (offset in the scratch area, bytes)
+    staged: dict[int, tuple[int, int]] = field(default_factory=dict)
+    flush_after: int = -1     # op index after which the staged bytes go to the state
+
+
+def replaced_globals(module, fn_name: str, fn_op) -> dict[tuple[int, int], str]:
+    """The allocation sites of ``@reset`` / ``@set_state`` whose buffer takes
+    the block of the global it is stored into (module docstring): site ->
+    the global. The function has one block; it loads the global (if at all)
+    before the allocation, and only uses what it loaded as a dispatch's
+    binding (``@reset``); the buffer is the size every function but
+    ``@__init`` stores there."""
+    prog = module.prog
+    info = next((e for e in (prog.reset, prog.set_state)
+                 if e is not None and e.vm_name == fn_name), None)
+    blocks = list(fn_op.regions[0].blocks)
+    if module.host_sync or info is None or len(blocks) != 1:
+        return {}
+    is_reset = prog.reset is not None and info is prog.reset
+    ops = list(blocks[0].operations)
+    sizes = _stored_sizes(module)
+    out = {}
+    for site, g in _stores_of_allocations(ops).items():
+        loads = [i for i, op in enumerate(ops) if op.name == "vm.global.load.ref"
+                 and symbol(op.attributes["global"]) == g]
+        size = const_int(ops[site].operands[1])
+        if size is None or sizes.get(g) != {size}:
+            continue
+        # @reset's reads of the old state, bound to the new buffer, stay in
+        # it: the old state is never larger (@__init's may be smaller)
+        if loads and not (is_reset and max(loads) < site and _bound_only(ops, loads)
+                          and all(n is not None and n <= size for n in _init_sizes(module, g))):
+            continue
+        out[(0, site)] = g
+    return out
+
+
+@dataclass
+class StateViews:
+    """``@get_state``'s views of its copy of the state, made views of the
+    state itself: the public get_state copies them out at once."""
+
+    site: tuple[int, int]                    # the copy's allocation, not made
+    copies: set[tuple[int, int]]             # the copies into it, not made
+    # view op -> (the loaded state the copy read, its source offset operand)
+    views: dict[tuple[int, int], tuple[object, object]] = field(default_factory=dict)
+
+    @property
+    def sources(self) -> set:
+        """The loaded states the views are of (kept until the function ends)."""
+        return {source for source, _ in self.views.values()}
+
+
+def state_views(module, fn_name: str, fn_op) -> StateViews | None:
+    """``@get_state`` copies the state into a buffer of its own and returns
+    views of it (a second block of the state's size in the arena); where
+    each view is exactly one copy's destination, the view is made of the
+    state's bytes that copy read instead, and neither the buffer nor the
+    copies are made."""
+    info = module.prog.get_state
+    blocks = list(fn_op.regions[0].blocks)
+    if module.host_sync or info is None or info.vm_name != fn_name or len(blocks) != 1:
+        return None
+    ops = list(blocks[0].operations)
+    loaded = {r: symbol(op.attributes["global"]) for op in ops
+              if op.name == "vm.global.load.ref" for r in op.results}
+    site_of: dict = {}
+    for i, op in enumerate(ops):
+        callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+        if callee == "hal_inline.buffer.allocate":
+            site_of.update({r: i for r in op.results})
+    if len(set(site_of.values())) != 1:
+        return None
+    site = next(iter(site_of.values()))
+    copies, views, sources = set(), {}, {}
+    for i, op in enumerate(ops):
+        used = [v for v in op.operands if v in site_of]
+        callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+        if not used or i == site or op.name == "vm.discard.refs":
+            continue
+        if op.name == "vm.buffer.copy":
+            src, soff, dst, doff, length = op.operands
+            start, n = const_int(doff), const_int(length)
+            if src not in loaded or dst not in site_of or src in site_of or None in (start, n):
+                return None
+            copies.add((0, i))
+            sources[(start, n)] = (src, soff)
+        elif callee == "hal_inline.buffer_view.create":
+            start, n = const_int(op.operands[1]), const_int(op.operands[2])
+            if used != [op.operands[0]] or None in (start, n):
+                return None
+            views[(0, i)] = (start, n)
+        else:
+            return None
+    if not views or any(r not in sources for r in views.values()):
+        return None
+    if len({loaded[src] for src, _ in sources.values()}) != 1:
+        return None
+    return StateViews((0, site), copies, {v: sources[r] for v, r in views.items()})
+
+
+def plan_in_place(module, ops: list, kept: set[tuple[int, int]], scratch_end: int
+                  ) -> InPlace | None:
+    """How the direct step (one block, ``ops``) writes its new state over
+    the old one, or None where it cannot. ``kept``: the step's allocations
+    that a global keeps; ``scratch_end``: where staging regions may start."""
+    prog = module.prog
+    if len(kept) != 1 or prog.reset is None:
+        return None
+    site = next(iter(kept))
+    stores = _stores_of_allocations(ops)
+    g = stores.get(site[1])
+    size = const_int(ops[site[1]].operands[1])
+    if g is None or size is None or _stored_sizes(module).get(g) != {size}:
+        return None
+    if not _reset_stores(module, g):
+        return None
+    layout = _layout_values(module)
+    accesses = _accesses(ops, g, site[1], layout, size)
+    if accesses is None:
+        return None
+    return _schedule(InPlace(site, g, size), accesses, scratch_end)
+
+
+# ---------------------------------------------------------------------------
+# What the functions store
+
+
+def _stores_of_allocations(ops: list) -> dict[int, str]:
+    """Allocation op index -> the buffer global it is stored into (where it
+    is stored into exactly one, once)."""
+    site_of, stored = {}, {}
+    for i, op in enumerate(ops):
+        callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+        if callee == "hal_inline.buffer.allocate":
+            for r in op.results:
+                site_of[r] = i
+        elif callee == "hal_inline.buffer.storage" and op.operands[0] in site_of:
+            site_of[op.results[0]] = site_of[op.operands[0]]
+        elif op.name == "vm.global.store.ref" and op.operands[0] in site_of:
+            stored.setdefault(site_of[op.operands[0]], []).append(
+                symbol(op.attributes["global"]))
+    return {s: gs[0] for s, gs in stored.items() if len(gs) == 1}
+
+
+def _stored_sizes(module) -> dict[str, set]:
+    """Buffer global -> the sizes of what the functions but ``@__init``
+    store there (None: not an allocation of a constant size)."""
+    sizes: dict[str, set] = {}
+    for fn_op in module.func_ops():
+        if symbol(fn_op.attributes["sym_name"]) == "__init":
+            continue
+        for block in fn_op.regions[0].blocks:
+            ops = list(block.operations)
+            allocs = _stores_of_allocations(ops)
+            stored_sites = {}
+            for site, g in allocs.items():
+                stored_sites.setdefault(g, set()).add(const_int(ops[site].operands[1]))
+            for op in ops:
+                if op.name == "vm.global.store.ref":
+                    g = symbol(op.attributes["global"])
+                    sizes.setdefault(g, set()).update(stored_sites.get(g, {None}))
+    return sizes
+
+
+def _init_sizes(module, g: str) -> set:
+    """The sizes of the buffers ``@__init`` stores into ``g`` (None: not an
+    allocation of a constant size)."""
+    sizes = set()
+    for fn_op in module.func_ops():
+        if symbol(fn_op.attributes["sym_name"]) != "__init":
+            continue
+        for block in fn_op.regions[0].blocks:
+            ops = list(block.operations)
+            allocs = _stores_of_allocations(ops)
+            sizes |= {const_int(ops[site].operands[1]) for site, glob in allocs.items()
+                      if glob == g}
+            if any(op.name == "vm.global.store.ref" and symbol(op.attributes["global"]) == g
+                   for op in ops) and g not in allocs.values():
+                sizes.add(None)
+    return sizes
+
+
+def _reset_stores(module, g: str) -> bool:
+    """Whether ``@reset`` stores ``g`` (then the layout after init is the
+    one every later function keeps, see the module docstring)."""
+    reset = module.prog.reset
+    for fn_op in module.func_ops():
+        if symbol(fn_op.attributes["sym_name"]) != reset.vm_name:
+            continue
+        return any(op.name == "vm.global.store.ref" and symbol(op.attributes["global"]) == g
+                   for block in fn_op.regions[0].blocks for op in block.operations)
+    return False
+
+
+def _layout_values(module) -> dict[str, int]:
+    """Integer globals every function but ``@__init`` stores the same
+    constant into: global -> that constant (the packed state's offsets and
+    size)."""
+    values: dict[str, set] = {}
+    for fn_op in module.func_ops():
+        if symbol(fn_op.attributes["sym_name"]) == "__init":
+            continue
+        for block in fn_op.regions[0].blocks:
+            for op in block.operations:
+                if op.name.startswith("vm.global.store.i"):
+                    values.setdefault(symbol(op.attributes["global"]), set()).add(
+                        const_int(op.operands[0]))
+    return {g: next(iter(v)) for g, v in values.items() if len(v) == 1 and None not in v}
+
+
+def _bound_only(ops: list, loads: list[int]) -> bool:
+    """Whether the refs loaded at ``loads`` are used only as dispatch
+    bindings (or released)."""
+    loaded = {r for i in loads for r in ops[i].results}
+    for op in ops:
+        used = [v for v in op.operands if v in loaded]
+        if not used or op.name == "vm.discard.refs":
+            continue
+        callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+        if callee != "hal_loader.executable.dispatch":
+            return False
+        groups = call_groups(op)
+        binds = groups[6] if len(groups) > 6 else []
+        if any(v in loaded for group in groups[:6] for v in
+               (group if isinstance(group, list) else [group])):
+            return False
+        if not any(b[0] in loaded for b in binds):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# The direct step's reads of the old state and writes of the new one
+
+
+@dataclass
+class _Access:
+    index: int               # op index
+    kind: str                # "copy", "fill" or "dispatch"
+    reads_old: list          # byte ranges of the old state it reads
+    writes_new: list         # byte ranges of the new state it writes
+    reads_new: list          # byte ranges of the new state it reads
+
+
+def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
+              ) -> list[_Access] | None:
+    """Each op's ranges of the old and the new state, or None where the
+    step uses either buffer in a way this pass does not follow."""
+    role: dict = {}     # value -> "old" or "new"
+    ints: dict = {}     # value -> its constant (constants, loads of layout globals)
+    origin: dict = {}   # value -> the offset global it was computed from
+    offsets = sorted({v for name, v in layout.items() if name.endswith("__offset")} | {size})
+    out = []
+    for i, op in enumerate(ops):
+        callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
+        name = op.name
+        if name == "vm.global.load.ref" and symbol(op.attributes["global"]) == g:
+            role[op.results[0]] = "old"
+        elif name.startswith("vm.global.load.i"):
+            gname = symbol(op.attributes["global"])
+            if gname in layout:
+                ints[op.results[0]] = layout[gname]
+                if gname.endswith("__offset"):
+                    origin[op.results[0]] = gname
+        elif callee == "hal_inline.buffer.allocate" and i == site:
+            for r in op.results:
+                role[r] = "new"
+        elif callee == "hal_inline.buffer.storage" and op.operands[0] in role:
+            role[op.results[0]] = role[op.operands[0]]
+        elif name == "vm.buffer.copy":
+            src, soff, dst, doff, length = op.operands
+            n = _int(length, ints)
+            acc = _Access(i, "copy", [], [], [])
+            if role.get(src) == "old":
+                acc.reads_old = _span(_int(soff, ints), n)
+            if role.get(src) == "new":
+                acc.reads_new = _span(_int(soff, ints), n)
+            if role.get(dst) == "old":
+                return None  # (IREE never writes a global's old value)
+            if role.get(dst) == "new":
+                acc.writes_new = _span(_int(doff, ints), n)
+            out.append(acc)
+        elif name.startswith("vm.buffer.fill.") and role.get(op.operands[0]):
+            if role[op.operands[0]] == "old":
+                return None
+            width = int(name.rsplit(".", 1)[1][1:]) // 8
+            off, count = _int(op.operands[1], ints), _int(op.operands[2], ints)
+            ranges = (_span(off * width, count * width) if None not in (off, count)
+                      else list(_WHOLE))
+            out.append(_Access(i, "fill", [], ranges, []))
+        elif callee == "hal_loader.executable.dispatch":
+            acc = _dispatch_access(i, op, role, ints, origin, layout, offsets)
+            if acc.reads_old or acc.writes_new:
+                out.append(acc)
+        elif name == "vm.global.store.ref":
+            if role.get(op.operands[0]) == "old":
+                return None
+        elif name not in ("vm.discard.refs",) and any(v in role for v in op.operands):
+            if callee not in ("hal_inline.buffer.length", "hal_inline.buffer_view.create"):
+                return None
+            if callee == "hal_inline.buffer_view.create" and role.get(op.operands[0]) == "old":
+                return None  # a view of the old state (an output): it must stay as it was
+        elif name.startswith(_HALVES) and op.operands[0] in origin:
+            for r in op.results:  # (the low and the high half of an offset)
+                origin[r] = origin[op.operands[0]]
+    return out
+
+
+def _dispatch_access(i: int, op, role: dict, ints: dict, origin: dict, layout: dict,
+                     offsets: list[int]) -> _Access:
+    groups = call_groups(op)
+    consts = groups[5] if len(groups) > 5 else []
+    binds = groups[6] if len(groups) > 6 else []
+    acc = _Access(i, "dispatch", [], [], [])
+    # every push constant a half of an offset the state's globals hold: the
+    # old state is read in those packed globals' slots only
+    named = {origin.get(c) for c in consts}
+    slots = ([(layout[g], min(o for o in offsets if o > layout[g])) for g in sorted(named)]
+             if consts and None not in named else [])
+    for buf, off, length in binds:
+        r = role.get(buf)
+        if r is None:
+            continue
+        ranges = _span(_int(off, ints), _int(length, ints))
+        if r == "old" and slots:
+            ranges = _intersect(ranges, slots)
+        if r == "old":
+            acc.reads_old += ranges
+        else:  # a dispatch bound to the new state may read and write it
+            acc.writes_new += ranges
+            acc.reads_new += ranges
+    return acc
+
+
+def _int(value, ints: dict) -> int | None:
+    c = const_int(value)
+    return c if c is not None else ints.get(value)
+
+
+def _span(offset: int | None, length: int | None) -> list[tuple[int, int]]:
+    if offset is None or length is None:
+        return list(_WHOLE)
+    return [(offset, offset + length)] if length > 0 else []
+
+
+def _intersect(a: list, b: list) -> list:
+    return [(max(s0, s1), min(e0, e1)) for s0, e0 in a for s1, e1 in b
+            if max(s0, s1) < min(e0, e1)]
+
+
+def _meet(a: list, b: list) -> bool:
+    return bool(_intersect(a, b))
+
+
+def _schedule(plan: InPlace, accesses: list[_Access], scratch_end: int) -> InPlace | None:
+    """Stages each write into the new state that a later op's read of the
+    old bytes would see; None where that cannot be done (a dispatch's write,
+    or a staged region read or written again before its flush)."""
+    offset = -(-scratch_end // _ALIGN) * _ALIGN
+    for k, acc in enumerate(accesses):
+        if not acc.writes_new:
+            continue
+        later = [a.index for a in accesses[k:]
+                 if a.reads_old and _meet(a.reads_old, acc.writes_new)
+                 and (a.index > acc.index or acc.kind == "dispatch")]
+        if not later:
+            continue
+        if acc.kind == "dispatch" or acc.writes_new == _WHOLE:
+            return None
+        plan.flush_after = max(plan.flush_after, max(later))
+        nbytes = sum(e - s for s, e in acc.writes_new)
+        plan.staged[acc.index] = (offset, nbytes)
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    for k, acc in enumerate(accesses):
+        if acc.index not in plan.staged:
+            continue
+        for other in accesses[k + 1:]:
+            if other.index > plan.flush_after:
+                break
+            if (_meet(other.reads_new, acc.writes_new)
+                    or (_meet(other.writes_new, acc.writes_new) and other.index not in plan.staged)):
+                return None
+    return plan
