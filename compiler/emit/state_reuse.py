@@ -306,10 +306,13 @@ def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
     origin: dict = {}   # value -> the offset global it was computed from
     offsets = sorted({v for name, v in layout.items() if name.endswith("__offset")} | {size})
     out = []
+    stored = False
     for i, op in enumerate(ops):
         callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
         name = op.name
         if name == "vm.global.load.ref" and symbol(op.attributes["global"]) == g:
+            if stored:
+                return None  # (a load of what the step stored: the new state)
             role[op.results[0]] = "old"
         elif name.startswith("vm.global.load.i"):
             gname = symbol(op.attributes["global"])
@@ -350,6 +353,7 @@ def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
         elif name == "vm.global.store.ref":
             if role.get(op.operands[0]) == "old":
                 return None
+            stored = stored or symbol(op.attributes["global"]) == g
         elif name not in ("vm.discard.refs",) and any(v in role for v in op.operands):
             if callee not in ("hal_inline.buffer.length", "hal_inline.buffer_view.create"):
                 return None
