@@ -143,6 +143,9 @@ VARIANTS = {
     # the same with f32 images (--intermediates=f32)
     "int8-whole-f32": {"weights_dtype": "int8", "fixed_window": "whole",
                        "intermediates": "f32"},
+    # and with f16 images asked for (on a Helium core, where f32 is the default)
+    "int8-whole-f16": {"weights_dtype": "int8", "fixed_window": "whole",
+                       "intermediates": "f16"},
 }
 #: fixed-window models: the "*-whole" variants and TFLM run one whole window a step
 WHOLE_WINDOW = {"ds_cnn"}
