@@ -453,7 +453,8 @@ def _allocate(de: DirectEmitter, op, groups) -> None:
         # buffer, which @reset, @set_state and this step leave at this size
         g = de.module.global_by_sym[in_place.global_sym].cname
         local = _global_local(de, g)
-        de.line(f"if ({local}->length < {size}u) {{ status = TFRT_STATUS_OUT_OF_RANGE; goto done; }}")
+        de.line(f"if ({local}->length < {size}u) "
+                "{ status = TFRT_STATUS_OUT_OF_RANGE; goto done; }")
         b = _Buf("in_place", f"{local}->data", size, local, key=("global", g))
     else:  # kept by a global: a block of the arena's pools, as the other functions'
         local = f"b_{de._cur_op}"

@@ -38,7 +38,8 @@ def _buffer_allocate(fe, op, groups):
     fe.assign_ref(op, r1)
     views = fe.state_views
     if views is not None and views.site == (fe._cur_block, fe._cur_op):
-        fe.line("/* the state's copy: not made, its views are of the state (emit/state_reuse.py) */")
+        fe.line("/* the state's copy: not made, its views are of the state "
+                "(emit/state_reuse.py) */")
         return
     replaced = fe.replaced.get((fe._cur_block, fe._cur_op))
     if replaced is not None:

@@ -436,7 +436,7 @@ def _schedule(plan: InPlace, accesses: list[_Access], scratch_end: int) -> InPla
         for other in accesses[k + 1:]:
             if other.index > plan.flush_after:
                 break
-            if (_meet(other.reads_new, acc.writes_new)
-                    or (_meet(other.writes_new, acc.writes_new) and other.index not in plan.staged)):
+            rewritten = _meet(other.writes_new, acc.writes_new) and other.index not in plan.staged
+            if _meet(other.reads_new, acc.writes_new) or rewritten:
                 return None
     return plan
