@@ -24,9 +24,10 @@ def default_intermediates(target: Target, stateless: bool) -> str:
     Cortex-M4: context 40.6 -> 22.6 KB, error vs TensorFlow 1.2e-2 ->
     1.3e-2, cycles +1%); f32 elsewhere: for streamed models, whose f32 state
     the conversions would surround (the same DS-CNN streamed: 39.6 -> 41.1
-    KB, +12% cycles), and on Helium (Cortex-M55: the whole window 40.6 ->
-    26.6 KB but +27% instructions, 1.67M -> 2.12M, where its vectorized
-    f32 path is the faster one: asked for with --intermediates=f16)."""
+    KB, +12% cycles), and on Helium (Cortex-M55), whose f32 depthwise path
+    is vectorized and the one on halves is not: there the same whole window
+    takes 40.6 -> 26.6 KB for +27% instructions (1.67M -> 2.12M), which
+    --intermediates=f16 asks for."""
     mcu_int8 = (target.half_dw_blocks and target.weights_dtype == "int8"
                 and target.matvec_kernel == "tfaot")
     return "f16" if mcu_int8 and stateless else "f32"
