@@ -333,7 +333,7 @@ class Target:
 
     @property
     def int8_layout(self) -> str:
-        """How the int8 matvec's weights are packed (microkernel.pack_int8):
+        """How the int8 matvec's weights are packed (weight_packing.pack_int8):
         "paired" on 32-bit Arm with the DSP extension, an FPU to keep words
         in (hard or softfp ABI) and no Helium floating point
         (Cortex-M4/M7/M33: tfrt_i8_pairs); "rows" with Helium's floating

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot.lower import microkernel
+from tfaot.lower import microkernel, weight_packing
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
@@ -67,7 +67,7 @@ def _reference(x, filters, stride, dilation, groups):
 
 def _post(n, bias=None, lo=-np.inf, hi=np.inf):
     """The kernels' epilogue array (tfrt_post): [lo, hi, bias padded to tiles]."""
-    post = np.zeros(2 + -(-n // microkernel.TILE) * microkernel.TILE, np.float32)
+    post = np.zeros(2 + -(-n // weight_packing.TILE) * weight_packing.TILE, np.float32)
     post[:2] = lo, hi
     if bias is not None:
         post[2:2 + n] = bias
@@ -120,7 +120,7 @@ def test_conv_kernel_matches_numpy(kernels, case):
     x = rng.standard_normal((ih, iw, c)).astype(np.float32)
     want = _reference(x, filters, stride, dilation, 1)
     w = filters.reshape(kh * kw * c, n).T
-    got = _call(kernels["f32"].conv, microkernel.pack(w), x, n, c, kh, kw, *want.shape[:2],
+    got = _call(kernels["f32"].conv, weight_packing.pack(w), x, n, c, kh, kw, *want.shape[:2],
                 stride, dilation)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
@@ -171,7 +171,7 @@ def test_epilogue_bias_and_clamp(kernels, kind):
     want = _reference(x, filters, (1, 1), (1, 1), 1 if kind == "conv" else c) + bias
     want = np.where(np.isnan(want), np.nan, np.clip(want, 0.0, 0.6))
     if kind == "conv":
-        got = _call(kernels["f32"].conv, microkernel.pack(filters.reshape(-1, n).T), x, n, c,
+        got = _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n, c,
                     kh, kw, *want.shape[:2], (1, 1), (1, 1), post=post)
     else:
         got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x,
@@ -229,9 +229,9 @@ def test_half_width_conv_weights(kernels):
     rng = np.random.default_rng(5)
     filters = (rng.standard_normal((kh, kw, c, n)) / np.sqrt(kh * kw * c)).astype(np.float32)
     x = rng.standard_normal((ih, iw, c)).astype(np.float32)
-    half = microkernel.to_half(filters, "bf16")
-    want = _reference(x, microkernel.from_half(half, "bf16"), stride, dilation, 1)
-    packed = microkernel.to_half(microkernel.pack(filters.reshape(-1, n).T), "bf16")
+    half = weight_packing.to_half(filters, "bf16")
+    want = _reference(x, weight_packing.from_half(half, "bf16"), stride, dilation, 1)
+    packed = weight_packing.to_half(weight_packing.pack(filters.reshape(-1, n).T), "bf16")
     got = _call(kernels["bf16"].conv, packed, x, n, c, kh, kw, *want.shape[:2], stride, dilation)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot.lower import microkernel
+from tfaot.lower import microkernel, weight_packing
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
@@ -50,9 +50,9 @@ def _dot_module(w: np.ndarray, *, x_cols: int = 1) -> str:
 
 def test_tile_agrees_with_the_c_kernel():
     header = (shim_dir() / "tfrt_matvec.c").read_text()
-    assert re.search(r"#define TFRT_MATVEC_TILE (\d+)", header).group(1) == str(microkernel.TILE)
+    assert re.search(r"#define TFRT_MATVEC_TILE (\d+)", header).group(1) == str(weight_packing.TILE)
     assert (re.search(r"#define TFRT_MATVEC_SMALL_TILE (\d+)", header).group(1)
-            == str(microkernel.SMALL_TILE))
+            == str(weight_packing.SMALL_TILE))
 
 
 @pytest.mark.parametrize("n", [1, 12, 16, 17, 32, 33, 70])
@@ -70,7 +70,7 @@ def test_matvec_kernel_matches_numpy(n, tmp_path):
     rng = np.random.default_rng(n)
     for k in (1, 2, 7, 40):
         w = rng.standard_normal((n, k)).astype(np.float32)
-        packed = microkernel.pack(w, microkernel.matvec_tile(n))
+        packed = weight_packing.pack(w, weight_packing.matvec_tile(n))
         x = rng.standard_normal(k).astype(np.float32)
         y = np.full(n + 1, np.nan, np.float32)
         size, ptr = ctypes.c_size_t, ctypes.c_void_p
@@ -85,7 +85,7 @@ def test_matvec_kernel_matches_numpy(n, tmp_path):
 def test_pack_layout_pads_the_last_tile():
     t = 4
     w = np.arange(10 * 3, dtype=np.float32).reshape(10, 3) + 1
-    p = microkernel.pack(w, t)
+    p = weight_packing.pack(w, t)
     assert p.shape == (3, 3, t) and p.dtype == np.float32 and p.flags.c_contiguous
     for row in range(10):
         for col in range(3):
@@ -279,7 +279,7 @@ def test_big_matrices_walked_back_and_forth_give_the_same_bits(tmp_path):
     rng = np.random.default_rng(4)
     n, k = 100, 401  # 4 tiles, the last of 4 lanes; 40100 weights
     w = rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k)
-    packed = microkernel.pack(w, microkernel.matvec_tile(n))
+    packed = weight_packing.pack(w, weight_packing.matvec_tile(n))
     x = rng.standard_normal(k).astype(np.float32)
 
     def call(lib) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot.lower import microkernel
+from tfaot.lower import microkernel, weight_packing
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
@@ -37,14 +37,14 @@ def test_bf16_rounds_to_nearest_even():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     ties = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0xBF80FFFF, 0x00000001],
                     np.uint32).view(np.float32)
-    got = microkernel.to_half(ties, "bf16")
+    got = weight_packing.to_half(ties, "bf16")
     assert got.tolist() == [0x3F80, 0x3F82, 0x3F81, 0xBF81, 0x0000]
     w = np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 10.0 ** \
         np.random.default_rng(1).integers(-30, 30, 4096)
     w = w.astype(np.float32)
     expected = w.astype(ml_dtypes.bfloat16).view(np.uint16)
-    np.testing.assert_array_equal(microkernel.to_half(w, "bf16"), expected)
-    back = microkernel.from_half(expected, "bf16")
+    np.testing.assert_array_equal(weight_packing.to_half(w, "bf16"), expected)
+    back = weight_packing.from_half(expected, "bf16")
     assert np.all(np.abs(back - w) <= np.abs(w) * UNIT_ROUNDOFF["bf16"])
 
 
@@ -52,13 +52,13 @@ def test_f16_rounds_like_numpy_and_refuses_overflow():
     w = np.random.default_rng(0).standard_normal(4096).astype(np.float32) * 100
     w[:4] = [-65504.0, 6.1035e-5, 6e-5, -1e-7]  # the largest half, the smallest normal
     expected = w.astype(np.float16).view(np.uint16)
-    got = microkernel.to_half(w, "f16")
+    got = weight_packing.to_half(w, "f16")
     np.testing.assert_array_equal(got[:2], expected[:2])
     assert got[2:4].tolist() == [0x0000, 0x8000]  # subnormals flushed, sign kept
     np.testing.assert_array_equal(got[4:], expected[4:])
     with pytest.raises(TfaotError, match="not finite in f16.*use bf16 or f32"):
-        microkernel.to_half(np.array([1.0, 7e4], np.float32), "f16")
-    assert microkernel.to_half(np.array([7e4], np.float32), "bf16")[0] == 0x4789
+        weight_packing.to_half(np.array([1.0, 7e4], np.float32), "f16")
+    assert weight_packing.to_half(np.array([7e4], np.float32), "bf16")[0] == 0x4789
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
@@ -74,14 +74,14 @@ def test_c_conversion_is_exact_for_every_finite_half(dtype, cc, tmp_path):
     _run([cc, "-std=c11", "-shared", "-fPIC", *matvec_flags(target), "-DTFRT_MATVEC_FN=mv",
           shim_dir() / "tfrt_matvec.c", "-o", lib])
     patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    patterns = patterns[np.isfinite(microkernel.from_half(patterns, dtype))]
+    patterns = patterns[np.isfinite(weight_packing.from_half(patterns, dtype))]
     y = np.zeros(len(patterns), np.float32)
     x = np.ones(1, np.float32)
     ptr = ctypes.c_void_p
     ctypes.CDLL(str(lib)).mv(ptr(patterns.ctypes.data), ctypes.c_size_t(0), ptr(x.ctypes.data),
                              ctypes.c_size_t(0), ptr(y.ctypes.data), ctypes.c_size_t(0),
                              ctypes.c_size_t(len(patterns)), ctypes.c_size_t(1))
-    np.testing.assert_array_equal(y, microkernel.from_half(patterns, dtype))
+    np.testing.assert_array_equal(y, weight_packing.from_half(patterns, dtype))
 
 
 def _matvec_module(w: np.ndarray) -> str:
@@ -140,7 +140,7 @@ def _rounded_twin(model, dtype: str):
     import keras
 
     twin = keras.models.clone_model(model)
-    twin.set_weights([microkernel.from_half(microkernel.to_half(w, dtype), dtype).reshape(w.shape)
+    twin.set_weights([weight_packing.from_half(weight_packing.to_half(w, dtype), dtype).reshape(w.shape)
                       if w.ndim == 2 else w for w in model.get_weights()])
     return twin
 

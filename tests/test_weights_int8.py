@@ -29,7 +29,7 @@ import pytest
 
 import toolchains
 from test_microkernels import _keras_model
-from tfaot.lower import int8_weights, microkernel
+from tfaot.lower import int8_weights, microkernel, weight_packing
 from tfaot.resources import shim_dir
 from util import run as _run
 from util import x86_isa_flags
@@ -60,7 +60,7 @@ def _kernel(tmp_path: Path, flags: list[str]) -> ctypes.CDLL:
 
 
 def _call(lib, w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    blob = microkernel.pack_int8(w)
+    blob = weight_packing.pack_int8(w)
     buf = np.zeros(len(blob) + 64, np.uint8)  # the kernel object keeps it 64-byte aligned
     start = (-buf.ctypes.data) % 64
     buf[start:start + len(blob)] = blob
@@ -132,10 +132,10 @@ def _cases_header(cases, dtype: str = "int8", layout: str = "lanes") -> str:
     text, table = f"#define WEIGHT_T {ctype}\n", []
     for i, (w, x) in enumerate(cases):
         if dtype == "int8":
-            values = map(str, microkernel.pack_int8(w, layout).view(np.int8).tolist())
+            values = map(str, weight_packing.pack_int8(w, layout).view(np.int8).tolist())
         else:
             values = (f"{float(v)!r}f" for v in
-                      microkernel.pack(w, microkernel.matvec_tile(len(w))).ravel())
+                      weight_packing.pack(w, weight_packing.matvec_tile(len(w))).ravel())
         text += _c_array(ctype, f"w{i}", values)
         text += _c_array("float", f"x{i}", (f"{float(v)!r}f" for v in x))
         table.append(f"{{w{i}, x{i}, {w.shape[0]}u, {w.shape[1]}u}}")
@@ -340,8 +340,8 @@ def test_packing():
     q, scale = int8_weights.quantize_int8(w)
     assert q.dtype == np.int8 and np.abs(q).max() == 127
     np.testing.assert_allclose(q * scale[:, None], w, atol=float(scale.max()) / 2 + 1e-7)
-    blob = microkernel.pack_int8(w)
-    tile, tiles, k4 = microkernel.matvec_tile(20), 1, 4  # 20 rows: one 32-wide tile
+    blob = weight_packing.pack_int8(w)
+    tile, tiles, k4 = weight_packing.matvec_tile(20), 1, 4  # 20 rows: one 32-wide tile
     assert tile == 32
     assert len(blob) == tiles * tile * 4 + tiles * tile * k4
     scales = blob[:tiles * tile * 4].view("<f4")
@@ -361,7 +361,7 @@ def test_paired_packing():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((20, 6)).astype(np.float32)
     q, _ = int8_weights.quantize_int8(w)
-    plain, paired = microkernel.pack_int8(w), microkernel.pack_int8(w, "paired")
+    plain, paired = weight_packing.pack_int8(w), weight_packing.pack_int8(w, "paired")
     assert len(plain) == len(paired) and (plain[:32 * 4] == paired[:32 * 4]).all()  # scales
     # [pass][group][pair in the pass][input][even, odd]
     data = paired[32 * 4:].reshape(8, 2, 2, 4, 2)
@@ -384,13 +384,13 @@ def test_rows_packing():
     rng = np.random.default_rng(4)
     w = rng.standard_normal((20, 6)).astype(np.float32)
     q, _ = int8_weights.quantize_int8(w)
-    plain, rows = microkernel.pack_int8(w), microkernel.pack_int8(w, "rows")
+    plain, rows = weight_packing.pack_int8(w), weight_packing.pack_int8(w, "rows")
     assert len(plain) == len(rows) and (plain[:32 * 4] == rows[:32 * 4]).all()  # scales
     data = rows[32 * 4:].view(np.int8).reshape(32, 8)
     np.testing.assert_array_equal(data[:20, :6], q)
     assert not data[20:].any() and not data[:, 6:].any()  # zero padding
     with pytest.raises(ValueError):
-        microkernel.pack_int8(w, "columns")
+        weight_packing.pack_int8(w, "columns")
 
 
 def test_kernel_refuses_a_blob_packed_for_another_cpu(tmp_path):

@@ -1,6 +1,7 @@
 """The emit stage's entry: VM program text -> ``VMProgram`` (C bodies + facts).
 
 Passes, in order: parse; collect the module-level ops (``program``); plan
+what the state functions reuse of the old state (``state_reuse``); plan
 the direct step (``direct_step``: @step as straight C, where it can be);
 plan memory (``memory``); emit each ``vm.func`` (``function``, with the
 rules of ``vm_rules`` and ``hal_rules``; @step as the direct step where
@@ -13,6 +14,7 @@ from .direct_step import emit_direct_step, plan_direct_step
 from .function import FunctionEmitter
 from .memory import plan_memory
 from .program import VMModule, VMProgram
+from .state_reuse import plan_state_reuse
 from .vmir import symbol
 
 
@@ -39,6 +41,7 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
         module.collect()
         step = module.prog.step
         ops = {symbol(op.attributes["sym_name"]): op for op in module.func_ops()}
+        module.state_reuse = plan_state_reuse(module, ops)
         if step is not None:
             module.direct_plan = plan_direct_step(module, ops[step.vm_name], step)
         plan_memory(module)  # (before emitting: it may change the size an allocation asks for)

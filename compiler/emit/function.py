@@ -24,7 +24,6 @@ from typing import Any
 from ..errors import DroppedConstant, TfaotError
 from .c_types import c_ident, ctype_of, is_ref, ops_template
 from .program import FunctionInfo, VMModule
-from .state_reuse import replaced_globals, state_views
 from .vm_rules import VM_RULES
 from .vmir import blocks_in_cycles, location
 
@@ -48,10 +47,10 @@ class FunctionEmitter:
         self.stored_globals: set[str] = set()
         self.calls_functions = False
         # allocation site -> the state global whose block it takes (@reset,
-        # @set_state: emit/state_reuse.py)
-        self.replaced = replaced_globals(module, info.vm_name, func_op)
-        # @get_state's views made of the state itself, or None (emit/state_reuse.py)
-        self.state_views = state_views(module, info.vm_name, func_op)
+        # @set_state), and @get_state's views of the state itself, or None
+        # (emit/state_reuse.py, planned once for the module)
+        self.replaced = module.state_reuse.replaced.get(info.vm_name, {})
+        self.state_views = module.state_reuse.views.get(info.vm_name)
         self._tmp = 0
         self._cur_block = 0
         self._cur_op = 0

@@ -28,7 +28,6 @@ from typing import Any
 
 from ..errors import TfaotError
 from .program import VMModule
-from .state_reuse import replaced_globals, state_views
 from .vmir import blocks_in_cycles, const_int, location, symbol
 
 _ARENA_ALIGN = 64
@@ -59,11 +58,9 @@ def plan_memory(module: VMModule) -> None:
         blocks = list(fn_op.regions[0].blocks)
         loops = blocks_in_cycles(blocks)
         counts: dict[int, int] = {}
-        # @reset's and @set_state's new state takes the old one's block
-        replaced = set(replaced_globals(module, fn_name, fn_op))
-        views_of_state = state_views(module, fn_name, fn_op)  # (@get_state's copy: not made)
-        if views_of_state is not None:
-            replaced.add(views_of_state.site)
+        # @reset's and @set_state's new state takes the old one's block;
+        # @get_state's copy is not made (emit/state_reuse.py)
+        unallocated = module.state_reuse.unallocated(fn_name)
         views = 0
         alloc_class: dict[Any, int] = {}
         alloc_site: dict[Any, tuple[tuple[int, int], int]] = {}  # value -> (site, weight)
@@ -81,7 +78,7 @@ def plan_memory(module: VMModule) -> None:
                             f"not a constant ({location(op)}); dynamic shapes are not supported "
                             "by the CPU backend yet")
                     cls = max(_ARENA_ALIGN, -(-size // _ARENA_ALIGN) * _ARENA_ALIGN)
-                    if (bi, oi) not in replaced and (direct is None or (bi, oi) in direct.pooled):
+                    if (bi, oi) not in unallocated and (direct is None or (bi, oi) in direct.pooled):
                         counts[cls] = counts.get(cls, 0) + weight
                     all_classes.add(cls)
                     for r in op.results:

@@ -236,6 +236,9 @@ class VMModule:
         self.alloc_sizes: dict[tuple[str, int, int], int] = {}
         # @step's layout as a direct step (emit/direct_step.py), or None
         self.direct_plan = None
+        # the state functions' reuse of the old state (emit/state_reuse.py),
+        # planned by the driver before the direct step and the memory plan
+        self.state_reuse = None
         self.rodata_by_sym: dict[str, Rodata] = {}
         self.rodata_by_expr: dict[str, Rodata] = {}
         self.global_by_sym: dict[str, Global] = {}

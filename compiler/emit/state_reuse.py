@@ -8,7 +8,7 @@ Cortex-M4, 15.3 KB of a 39.6 KB context. This pass lets the new state reuse
 the old one's memory wherever that is safe:
 
 * ``@reset`` and ``@set_state`` release the old buffer right before they
-  allocate the new one, which then takes its block (``replaced_globals``).
+  allocate the new one, which then takes its block (``plan_state_reuse``).
   ``@set_state`` never reads the old state. tfaot's ``@reset``
   (lower/mlir_import.py) reads it only to pass the initial values through a
   dispatch (``select(is_finite(s), s, 0) * 0 + initial``, a workaround for an
@@ -21,7 +21,7 @@ the old one's memory wherever that is safe:
   that read. For the DS-CNN this is the pooling window, 3 KB, which the last
   reduction still reads.
 * ``@get_state`` returns views of the state itself, not of a copy
-  (``state_views``): the public get_state copies them out at once.
+  (``plan_state_reuse``): the public get_state copies them out at once.
 
 Where the old state is read is known from the copies' ranges and from the
 dispatches' bindings. A dispatch bound to the whole packed state buffer
@@ -59,22 +59,58 @@ class InPlace:
     flush_after: int = -1     # op index after which the staged bytes go to the state
 
 
-def replaced_globals(module, fn_name: str, fn_op) -> dict[tuple[int, int], str]:
+@dataclass
+class StateReuse:
+    """What the state functions of one module reuse of the old state, planned
+    once (``plan_state_reuse``) for the memory plan and the emitters."""
+
+    # function -> allocation site -> the global whose block it takes
+    replaced: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)
+    # function (@get_state) -> its views of the state itself
+    views: dict[str, StateViews] = field(default_factory=dict)
+
+    def unallocated(self, fn_name: str) -> set[tuple[int, int]]:
+        """The allocation sites of ``fn_name`` that take no block of their own."""
+        sites = set(self.replaced.get(fn_name, {}))
+        if fn_name in self.views:
+            sites.add(self.views[fn_name].site)
+        return sites
+
+
+def plan_state_reuse(module, fn_ops: dict) -> StateReuse:
+    """``@reset``'s, ``@set_state``'s and ``@get_state``'s reuse of the old
+    state (module docstring); ``fn_ops``: the ``vm.func`` ops by name. None
+    on GPU backends, whose buffers live on the device."""
+    reuse = StateReuse()
+    prog = module.prog
+    if module.host_sync:
+        return reuse
+    sizes = _stored_sizes(module)
+    for info in (prog.reset, prog.set_state):
+        if info is not None:
+            replaced = _replaced_globals(module, fn_ops[info.vm_name], info is prog.reset,
+                                         sizes)
+            if replaced:
+                reuse.replaced[info.vm_name] = replaced
+    if prog.get_state is not None:
+        views = _state_views(fn_ops[prog.get_state.vm_name])
+        if views is not None:
+            reuse.views[prog.get_state.vm_name] = views
+    return reuse
+
+
+def _replaced_globals(module, fn_op, is_reset: bool, sizes: dict[str, set]
+                      ) -> dict[tuple[int, int], str]:
     """The allocation sites of ``@reset`` / ``@set_state`` whose buffer takes
     the block of the global it is stored into (module docstring): site ->
     the global. The function has one block; it loads the global (if at all)
     before the allocation, and only uses what it loaded as a dispatch's
     binding (``@reset``); the buffer is the size every function but
-    ``@__init`` stores there."""
-    prog = module.prog
-    info = next((e for e in (prog.reset, prog.set_state)
-                 if e is not None and e.vm_name == fn_name), None)
+    ``@__init`` stores there (``sizes``)."""
     blocks = list(fn_op.regions[0].blocks)
-    if module.host_sync or info is None or len(blocks) != 1:
+    if len(blocks) != 1:
         return {}
-    is_reset = prog.reset is not None and info is prog.reset
     ops = list(blocks[0].operations)
-    sizes = _stored_sizes(module)
     out = {}
     for site, g in _stores_of_allocations(ops).items():
         loads = [i for i, op in enumerate(ops) if op.name == "vm.global.load.ref"
@@ -107,15 +143,14 @@ class StateViews:
         return {source for source, _ in self.views.values()}
 
 
-def state_views(module, fn_name: str, fn_op) -> StateViews | None:
+def _state_views(fn_op) -> StateViews | None:
     """``@get_state`` copies the state into a buffer of its own and returns
     views of it (a second block of the state's size in the arena); where
     each view is exactly one copy's destination, the view is made of the
     state's bytes that copy read instead, and neither the buffer nor the
     copies are made."""
-    info = module.prog.get_state
     blocks = list(fn_op.regions[0].blocks)
-    if module.host_sync or info is None or info.vm_name != fn_name or len(blocks) != 1:
+    if len(blocks) != 1:
         return None
     ops = list(blocks[0].operations)
     loaded = {r: symbol(op.attributes["global"]) for op in ops
@@ -278,8 +313,7 @@ def _bound_only(ops: list, loads: list[int]) -> bool:
             return False
         groups = call_groups(op)
         binds = groups[6] if len(groups) > 6 else []
-        if any(v in loaded for group in groups[:6] for v in
-               (group if isinstance(group, list) else [group])):
+        if any(v in loaded for group in groups[:6] for v in group):
             return False
         if not any(b[0] in loaded for b in binds):
             return False

@@ -74,9 +74,7 @@ import numpy as np
 from . import kernel_calls, kernel_dispatch
 from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
 from .int8_weights import QCONV_SLACK, pack_qconv, qconv_runs
-# (the packing is also read from here by the tests and the bench)
-from .weight_packing import (INT8_LAYOUTS, SMALL_TILE, TILE, from_half,  # noqa: F401
-                             matvec_tile, pack, pack_int8, pair_lanes, to_half, weight_data)
+from .weight_packing import TILE, matvec_tile, pack, pack_int8, weight_data
 from ..errors import TfaotError
 
 #: Matvecs with fewer weights stay with IREE. None do: even SimpleRNN(16)'s

@@ -15,6 +15,7 @@ TILE = 32
 #: (TFRT_MATVEC_SMALL_TILE): no zero lanes to read (e.g. a Dense(12) head).
 SMALL_TILE = 16
 
+
 def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
     """``W[N,K]`` as ``[ceil(N/tile)][K][tile]``: row ``p*tile+t`` of W is lane t of tile p."""
     n, k = w.shape
