@@ -146,6 +146,10 @@ def test_manifest_header_and_state(models):
     names = [s["name"] for s in manifest["state"]]
     assert names and all("_buf" in n for n in names), names
     assert manifest["inputs"][0]["shape"] == [1, 2, 10]
+    # the depthwise convs keep 4-wide rows, not the 6-wide ones tf.pad makes:
+    # the window is padded after the ring buffer
+    depthwise = [s["shape"] for s in manifest["state"] if "depthwise" in s["name"]]
+    assert depthwise == [[1, 2, 4, 6]] * 2, manifest["state"]
 
 
 def test_window_of_a_mean_keeps_one_vector_a_frame(models):

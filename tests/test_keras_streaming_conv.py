@@ -91,6 +91,10 @@ def test_manifest_and_state_names(built):
     # frames 2m-2..2m, so it keeps the 2 frames before the chunk
     first = next(n for n in names if n.startswith("conv2d"))
     assert shapes[first][:2] == [1, 2]
+    # the depthwise layers keep the first conv's 4-wide rows, not the 6-wide
+    # ones ZeroPadding2D makes: the window is padded after the ring buffer
+    depthwise = [sh for n, sh in shapes.items() if n.startswith("depthwise")]
+    assert depthwise == [[1, 2, 4, 6]] * 2, shapes
 
 
 def test_global_pooling_window_keeps_one_vector_a_frame(tmp_path):

@@ -131,8 +131,12 @@ def _windowed(s: SeqOp):
         s.set(outs, [replace(seq(s.a, frames), s2b=out_s2b)])
         return
     em = s.em
-    cat = em.time.buffer((s.node.name, "frames"), s.x, plan["keep"], s.a, s.node.name)
+    frames, pads = _unpadded(s.x, s.a)
+    cat = em.time.buffer((s.node.name, "frames"), frames, plan["keep"], s.a, s.node.name)
     window = take_frames(cat, s.a, plan["offset"], plan["offset"] + plan["frames"])
+    if pads is not None:
+        with s.em_scope():
+            window = tf.pad(window, pads)
     if s2b:  # the space-to-batch pair's dilation, on the conv itself
         dilations = [1] * s.rank
         dilations[s.a] = dil
@@ -142,6 +146,26 @@ def _windowed(s: SeqOp):
     em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
            kernel=k, stride=stride, dilation=dil, delay=out.delay)
     s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+def _unpadded(x, axis: int):
+    """``(frames, pads)`` where ``x`` is a zero pad of ``frames`` that leaves
+    the time axis alone, else ``(x, None)``. Such a pad commutes with the ring
+    buffer: keeping the unpadded frames makes the state smaller, and the pad
+    of the window is one a depthwise kernel skips (lower/microkernel.py)."""
+    import tensorflow as tf
+
+    op = getattr(x, "op", None)
+    if op is None or op.type not in ("Pad", "PadV2"):
+        return x, None
+    pads = tf.get_static_value(op.inputs[1])
+    value = 0.0 if op.type == "Pad" else tf.get_static_value(op.inputs[2])
+    if pads is None or value is None or float(value) != 0.0:
+        return x, None
+    pads = np.asarray(pads).astype(np.int64).reshape(-1, 2)
+    if pads[axis].any():
+        return x, None
+    return op.inputs[0], pads.tolist()
 
 
 def _time_stride_one(s: SeqOp) -> dict:

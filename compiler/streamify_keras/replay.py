@@ -123,15 +123,18 @@ class Streamed:
     the model's sequence; a VEC from a sequence (a last output, a pooled
     one) is not."""
 
-    __slots__ = ("value", "meta", "seq", "valid_from", "constant")
+    __slots__ = ("value", "meta", "seq", "valid_from", "constant", "unpadded")
 
     def __init__(self, value, meta: str, seq: Seq | None = None, valid_from: int = 0,
-                 constant: bool = False):
+                 constant: bool = False, unpadded=None):
         self.value = value
         self.meta = meta
         self.seq = seq
         self.valid_from = valid_from if seq is None else max(valid_from, seq.first_step)
         self.constant = constant
+        # (x, pads) where ``value`` is ``tf.pad(x, pads)`` with no pad in time:
+        # a windowed layer can keep x's frames and pad its window instead
+        self.unpadded = unpadded
 
 
 class NeedFrames(Exception):

@@ -68,8 +68,14 @@ class WindowedRule:
                 return replay.apply(op, (x,), {}, SEQ, seq=plan["out"], valid_from=x.valid_from)
         if plan["causal"]:
             x = replay.clean(x)
-        cat = replay.buffer(f"{op.name}/frames", x.value, plan["keep"], op.name)
+        # A zero padding of the other axes commutes with the ring buffer:
+        # keeping the unpadded frames makes the state smaller, and the pad of
+        # the window is one a depthwise kernel skips (compiler/lower/microkernel.py)
+        frames, pads = x.unpadded if x.unpadded is not None else (x.value, None)
+        cat = replay.buffer(f"{op.name}/frames", frames, plan["keep"], op.name)
         window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
+        if pads is not None:
+            window = tf.pad(window, pads)
         with tf.name_scope(op.name), _valid_padding(op), _time_stride_one(op, plan["unstrided"]):
             y = op(window)
         out = plan["out"]
@@ -330,7 +336,8 @@ class PadRule:
             y = tf.pad(x.value, pads)
         seq = replace(x.seq, delay=x.seq.delay - before, end=x.seq.end + before)
         replay.row(op, "per-step" if not before else "time pad", pad=before)
-        return Streamed(y, SEQ, seq, x.valid_from)
+        return Streamed(y, SEQ, seq, x.valid_from,
+                        unpadded=None if before else (x.value, pads))
 
 
 class CropRule:
