@@ -85,6 +85,10 @@ def test_cut_at_any_tensor_drops_the_front_end(kws):
     # (a rank-1 shape mistaken for an index: the message says how to write it)
     with pytest.raises(TfaotError, match="has no output 3.*a rank-1 shape is written Mfcc:0:3"):
         load_graph(kws(), inputs="Mfcc:3", outputs="labels_softmax")
+    # an output index the node does not have (was a KeyError from TensorFlow)
+    with pytest.raises(TfaotError, match="output 'labels_softmax:3': node 'labels_softmax' "
+                                         r"\(op Softmax\) has no output 3"):
+        load_graph(kws(), inputs="Mfcc", outputs="labels_softmax:3")
 
 
 def test_outputs_prune_other_inputs(tmp_path):

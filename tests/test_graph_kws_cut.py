@@ -7,6 +7,7 @@ records it. Covers a CRNN whose convolution strides 2 in time before a GRU
 multiple of 2, and a peephole/projection LSTMCell.
 """
 import json
+import re
 
 import numpy as np
 import pytest
@@ -114,3 +115,53 @@ def test_verify_fixed_length_conv_front_end_sequence_output(tmp_path, capsys, rn
     line = capsys.readouterr().out.strip().splitlines()[-1]
     print(line)
     assert f"over {compared} steps" in line
+
+
+def _framed_rnn_saved_model(path):
+    """A tf.Module SavedModel: a waveform framed and windowed (the front end
+    firmware computes itself), named ``features``, into a SimpleRNN."""
+    import keras
+    import tensorflow as tf
+
+    class Model(tf.Module):
+        def __init__(self):
+            super().__init__()
+            keras.utils.set_random_seed(2)
+            self.rnn = keras.layers.SimpleRNN(8, return_sequences=True)
+            self.rnn.build((1, None, 32))
+
+        @tf.function(input_signature=[tf.TensorSpec([1, 1600], tf.float32)])
+        def __call__(self, wav):
+            frames = tf.signal.frame(wav, 32, 16) * tf.signal.hann_window(32)
+            return self.rnn(tf.identity(frames, name="features"))
+
+    model = Model()
+    tf.saved_model.save(model, str(path), signatures=model.__call__)
+
+
+def test_saved_model_cut_at_a_node_then_verify(tmp_path, capsys):
+    """--inputs naming a tensor inside a SavedModel cuts it there, as in a
+    frozen graph (it was ignored: a name not in the graph even built). The
+    error for a name that is not there suggests the scoped node, and the
+    reference runs the source graph fed at the cut, although the call's
+    nodes are ordered after the waveform by control edges."""
+    path = tmp_path / "framed_rnn"
+    _framed_rnn_saved_model(path)
+    assert main(["build", str(path), "--inputs", "features", "-o", str(tmp_path / "bad")]) == 1
+    err = capsys.readouterr().err
+    found = re.search(r"did you mean '([^']+/features)'", err)
+    assert "input node 'features' is not in the graph" in err and found, err
+    assert not (tmp_path / "bad").exists()
+    # a shape for the signature's input that contradicts the signature
+    assert main(["build", str(path), "--inputs", "wav:1x1000", "-o", str(tmp_path / "bad")]) == 1
+    err = capsys.readouterr().err
+    assert "input 'wav' of signature 'serving_default' has shape 1x1600, not 1x1000" in err, err
+    out = tmp_path / "out"
+    assert main(["build", str(path), "--inputs", found.group(1), "-o", str(out)]) == 0
+    manifest = json.loads((out / "framed_rnn.json").read_text())
+    assert manifest["graph_cut"]["inputs"] == found.group(1)
+    assert [i["shape"] for i in manifest["inputs"]] == [[1, 32]]  # a frame a step
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "99"]) == 0
+    report = capsys.readouterr().out
+    assert re.search(r"over 99 steps \(tolerance [0-9.e-]+\): ok", report), report

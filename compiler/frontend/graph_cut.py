@@ -82,8 +82,10 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
         for name in output_specs:
             node_name, _, idx = name.partition(":")
             if node_name not in nodes:
-                raise TfaotError(f"{path}: output node '{node_name}' is not in the graph")
+                raise TfaotError(f"{path}: output node '{node_name}' is not in the graph"
+                                 + _did_you_mean(node_name, nodes))
             outputs.append(f"{node_name}:{idx or 0}")
+        _check_output_indices(graph_def, path, [o for o in outputs if not o.endswith(":0")])
         output_names = [o.partition(":")[0] for o in output_specs]
     else:
         outs = [n for n in graph_def.node
@@ -111,10 +113,17 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
             node_name, _, idx = name.partition(":")
             node = nodes.get(node_name)
             if node is None:
-                raise TfaotError(f"{path}: input node '{node_name}' is not in the graph")
+                raise TfaotError(f"{path}: input node '{node_name}' is not in the graph"
+                                 + _did_you_mean(node_name, nodes))
             cuts.append((node, int(idx or 0), shape))
         graph_def, inputs, cut_info = _cut(graph_def, path, cuts, outputs)
         feeds = [c["tensor"] for c in cut_info]
+        if cut_info:  # the reference feeds the source graph at the cuts
+            source = tf.compat.v1.GraphDef()
+            source.CopyFrom(details["source_graph_def"])
+            _drop_unfed_control_edges(source, {i.name for i in inputs} |
+                                      {node_of(t) for t in feeds})
+            details["source_graph_def"] = source
     else:
         graph_def, dropped = _prune(graph_def, outputs)
         if dropped:
@@ -184,8 +193,22 @@ def _reachable(graph_def, outputs: list[str], *, control: bool) -> set[str]:
     return needed
 
 
+def _check_output_indices(graph_def, path: Path, tensors: list[str]) -> None:
+    """Each ``node:k`` (k > 0) of --outputs names an output the node has."""
+    if not tensors:
+        return
+    facts = _tensor_facts(graph_def, tensors)
+    nodes = {n.name: n for n in graph_def.node}
+    for t in tensors:
+        if facts is not None and t not in facts:
+            node, _, k = t.partition(":")
+            raise TfaotError(f"{path}: output '{t}': node '{node}' (op {nodes[node].op}) "
+                             f"has no output {k}")
+
+
 def _tensor_facts(graph_def, tensors: list[str]):
-    """(dtype name, static shape or None) of each tensor, from TensorFlow's shape inference."""
+    """(dtype name, static shape or None) of each tensor the graph has, from
+    TensorFlow's shape inference; None where TensorFlow cannot import the graph."""
     import tensorflow as tf
 
     g = tf.Graph()
@@ -193,7 +216,7 @@ def _tensor_facts(graph_def, tensors: list[str]):
         with g.as_default():
             tf.graph_util.import_graph_def(graph_def, name="")
     except Exception:
-        return {}
+        return None
     facts = {}
     for t in tensors:
         try:
@@ -211,7 +234,7 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
 
     nodes = {n.name: n for n in graph_def.node}
     tensors = [f"{node.name}:{idx}" for node, idx, _ in cuts]
-    facts = _tensor_facts(graph_def, tensors)
+    facts = _tensor_facts(graph_def, tensors) or {}
     replace: dict[str, str] = {}  # "node:idx" -> placeholder name
     new_nodes = []
     inputs, info = [], []
@@ -273,6 +296,7 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
             node, _, k = i.partition(":")
             ins.append(replace.get(f"{node}:{k or 0}", i))
         c.input[:] = ins
+    _drop_unfed_control_edges(rewired, {i.name for i in inputs})
     before = {n.name for n in graph_def.node}
     gd, _ = _prune(rewired, outputs)
     kept = {n.name for n in gd.node}
@@ -295,6 +319,40 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
             raise TfaotError(f"{path}: input '{inp.name}' does not feed the output(s) "
                              f"{', '.join(outputs)}")
     return gd, inputs, info
+
+
+def _did_you_mean(name: str, nodes) -> str:
+    """The nodes whose name ends in ``/name`` (a SavedModel's nodes sit in
+    the scopes of its calls: ``StatefulPartitionedCall/.../features``)."""
+    near = sorted(n for n in nodes if n.endswith("/" + name))
+    if not near:
+        return ""
+    return "; did you mean " + " or ".join(f"'{n}'" for n in near[:3]) + "?"
+
+
+def _drop_unfed_control_edges(graph_def, fed: set[str]) -> None:
+    """Drop the control edges from nodes that run only once a graph input
+    the cut leaves unfed is given (``fed``: the nodes given a value). They order nothing the cut graph runs,
+    but would keep that input wanted: a SavedModel's inlined call orders its
+    body after its arguments (``input_control_node``), the whole waveform
+    among them where the cut drops the front end. A data edge from such a
+    node stays (the cut's check names the input it needs)."""
+    readers: dict[str, list] = {}
+    for n in graph_def.node:
+        for i in n.input:
+            readers.setdefault(node_of(i), []).append(n)
+    todo = [n.name for n in graph_def.node
+            if n.op in ("Placeholder", "PlaceholderV2") and n.name not in fed]
+    unfed = set(todo)
+    while todo:  # every node that reads (data or control) an unfed one
+        for n in readers.get(todo.pop(), []):
+            if n.name not in unfed and n.name not in fed:
+                unfed.add(n.name)
+                todo.append(n.name)
+    for n in graph_def.node:
+        kept = [i for i in n.input if not (i.startswith("^") and node_of(i) in unfed)]
+        if len(kept) != len(n.input):
+            n.input[:] = kept
 
 
 def _front_end_message(graph_def, path: Path, inp: GraphInput) -> str:
@@ -329,7 +387,7 @@ def _front_end_message(graph_def, path: Path, inp: GraphInput) -> str:
     if suggestion is None:
         return msg + ": cut the graph where the network starts with --inputs NAME:SHAPE"
     tensor = f"{suggestion}:0"
-    facts = _tensor_facts(graph_def, [tensor]).get(tensor)
+    facts = (_tensor_facts(graph_def, [tensor]) or {}).get(tensor)
     shape = "SHAPE" if facts is None or facts[1] is None else _fmt_shape(facts[1])
     return (msg + f": cut the graph where the network starts, e.g. --inputs "
             f"{suggestion}:{shape} (the first float tensor after the front end)")

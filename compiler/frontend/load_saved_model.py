@@ -87,8 +87,11 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
     _, kw_specs = sig.structured_input_signature
     # Several inputs keep the signature's order (its input names, sorted).
     in_keys = sorted(kw_specs)
-    shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, i, k))
-              for i, k in enumerate(in_keys)]
+    # --inputs naming a signature input gives its shape; any other name is a
+    # tensor of the graph to cut it at, as in a frozen graph
+    cuts = [(n, sh) for n, sh in input_specs or [] if n.partition(":")[0] not in in_keys]
+    shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, k))
+              for k in in_keys]
     out_keys = sorted(sig.structured_outputs)
 
     def call(*xs):
@@ -121,9 +124,12 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
     gd = inline_compiled_calls(frozen.graph.as_graph_def())
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
+    signature_inputs = [(name, tuple(shape)) for name, shape in zip(in_names, shapes)]
+    if cuts:  # the signature inputs the user named stay inputs beside the cuts
+        named = {n.partition(":")[0] for n, _ in input_specs}
+        cuts = [sig for sig, k in zip(signature_inputs, in_keys) if k in named] + cuts
     loaded = graph_def_to_loaded(
-        gd, path, "savedmodel",
-        [(name, tuple(shape)) for name, shape in zip(in_names, shapes)],
+        gd, path, "savedmodel", cuts or signature_inputs,
         None if output_specs is None else output_specs,
         details={"savedmodel_version": 2, **signature_details(key, sigs),
                  "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
@@ -158,20 +164,21 @@ def _assigned_variables(concrete) -> list[str]:
     return [n.name for n in nodes if n.op in _ASSIGN_OPS]
 
 
-def _override(input_specs, index: int, key: str):
-    """The --inputs shape given for signature input ``key`` (by name, else by
-    position), or None."""
+def _override(input_specs, key: str):
+    """The --inputs shape given for signature input ``key``, or None."""
     for name, shape in input_specs or []:
         if name.partition(":")[0] == key:
             return shape
-    if input_specs and index < len(input_specs):
-        return input_specs[index][1]
     return None
 
 
 def _batch_one_shape(path: Path, key: str, in_key: str, spec, override) -> list:
     shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
     if override is not None:
+        if shape is not None and (len(shape) != len(override) or any(
+                a is not None and b is not None and a != b for a, b in zip(shape, override))):
+            raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has shape "
+                             f"{_fmt_shape(shape)}, not {_fmt_shape(override)} (--inputs)")
         shape = list(override)
     if shape is None:
         raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
