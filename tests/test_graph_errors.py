@@ -383,3 +383,21 @@ def test_a_keras_3_export_of_a_dropout_rnn_names_the_seed(tmp_path):
     assert "advances a Keras random seed (variable 'seed_generator" in msg, msg
     assert "dropout or recurrent_dropout > 0" in msg and ".keras file" in msg
     assert "\n" not in msg
+
+
+def test_whole_window_of_a_graph_with_a_time_loop_is_refused(tmp_path, capsys):
+    """--whole-window on a frozen graph whose recurrence is a loop (a fixed
+    T): refused naming the loop (it streamed, ignoring the flag)."""
+    import keras
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((12, 4), batch_size=1), keras.layers.GRU(3)])
+    path = tmp_path / "gru12.pb"
+    path.write_bytes(gm.freeze_keras(model, 12, 4, lower_control_flow=False)
+                     .SerializeToString())
+    assert main(["build", str(path), "--whole-window", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "--whole-window" in err and "loop" in err and "/while'" in err, err
+    assert not (tmp_path / "out").exists()

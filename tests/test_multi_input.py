@@ -355,3 +355,49 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     with pytest.raises(TfaotError, match="mixes a per-step tensor"):
         streamify_graph(graph_def_to_loaded(se.graph.as_graph_def(),
                                             __import__("pathlib").Path("se.pb"), "graphdef"))
+
+
+@pytest.mark.parametrize("form", ["tile_first", "broadcast_last"])
+def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
+    """A frozen graph that tiles (or broadcasts) a conditioning vector over
+    the sequence's frames and concatenates it to each frame before a GRU
+    (refused: "mixes a per-step tensor with a whole-sequence tensor"): the
+    vector's input is held, and the library equals the graph over 120 steps."""
+    import json
+
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    keras.utils.set_random_seed(5)
+    gru = keras.layers.GRU(6, return_sequences=True)
+    gru.build((1, None, 7))
+
+    def model(x, c):
+        c = tf.expand_dims(c, 1)
+        if form == "tile_first":
+            return gru(tf.concat([tf.tile(c, [1, tf.shape(x)[1], 1]), x], -1))
+        wide = tf.broadcast_to(c, tf.concat([tf.shape(x)[:2], tf.shape(c)[2:]], 0))
+        return gru(tf.concat([x, wide], axis=2))
+
+    concrete = tf.function(model).get_concrete_function(
+        tf.TensorSpec((1, None, 4), tf.float32, name="x"),
+        tf.TensorSpec((1, 3), tf.float32, name="cond"))
+    graph_def = convert_variables_to_constants_v2(concrete).graph.as_graph_def()
+    path, out = tmp_path / "concat_cond.pb", tmp_path / "lib"
+    path.write_bytes(graph_def.SerializeToString())
+    _build(path, out)
+    manifest = json.loads((out / "concat_cond.json").read_text())
+    assert {i["name"]: i.get("held", False) for i in manifest["inputs"]} == \
+        {"x": False, "cond": True}
+    rng = np.random.default_rng(6)
+    xs = rng.normal(size=(1, STEPS, 4)).astype(np.float32)
+    c = rng.normal(size=(1, 3)).astype(np.float32)
+    lib = harness.load(out)
+    got = lib.step_n(tuple(np.repeat(c[None], STEPS, 0) if n == "cond" else
+                           np.swapaxes(xs, 0, 1) for n, _, _ in lib.input_specs))
+    want = np.asarray(model(tf.constant(xs), tf.constant(c)))[0]
+    np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 6), want, rtol=0, atol=1e-5)
+    _verify(path, out)

@@ -252,13 +252,14 @@ class Emitter:
                 return
         if "item" in kinds:
             return self.emit_item(node, ins, metas)
-        if "seq" in kinds and "step" in kinds and op in ELEMENTWISE and \
+        if "seq" in kinds and "step" in kinds and op in (*ELEMENTWISE, "ConcatV2") and \
                 all(m.held for m in metas if m.kind == "step"):
             # A value of the per-step inputs alone (a conditioning vector
             # Reshape((1, C)) then multiplied with the sequence, as a Keras
-            # model.export() writes it) is one value for the whole sequence
-            # in the graph: it broadcasts over the frames (_elementwise checks
-            # that it has no extent in time), and the input is held.
+            # model.export() writes it, or tiled over the frames and
+            # concatenated to each) is one value for the whole sequence
+            # in the graph: it broadcasts over the frames (_elementwise and
+            # _concat check that it has no extent in time), and the input is held.
             self.broadcasts = True
         elif "seq" in kinds and "step" in kinds:
             self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "

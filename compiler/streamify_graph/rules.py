@@ -16,7 +16,7 @@ from ..streamify_keras.replay import Seq
 from .graphdef import scope
 from .meta import Meta, seq, step
 from .seq_op import SeqOp, rule
-from .time_rules import crop, flatten_window, reduce_over_time
+from .time_rules import crop, emit_with, flatten_window, reduce_over_time
 from .time_rules import time_length as _time_length
 
 # Ops that act on each element independently (with broadcasting).
@@ -281,13 +281,31 @@ def _reduction(s: SeqOp):
 def _concat(s: SeqOp):
     n = s.node.attr["N"].i
     axis = int(s.const(n)) % s.rank
-    for k in range(n):
-        if s.metas[k].kind != "seq" or s.metas[k].axis != s.a:
-            s.fail(f"concatenates a time-dependent tensor with input {k} ('{s.ins[k]}'), "
-                   "which is not one with the same time axis")
     if axis == s.a:
         s.fail("concatenates along the time axis")
-    s.set(s.emit(), [seq(s.a)])
+    held = {}
+    for k in range(n):
+        if s.metas[k].kind == "step" and s.metas[k].held:
+            held[k] = _frames_of_held(s, k)
+        elif s.metas[k].kind != "seq" or s.metas[k].axis != s.a:
+            s.fail(f"concatenates a time-dependent tensor with input {k} ('{s.ins[k]}'), "
+                   "which is not one with the same time axis")
+    s.set(emit_with(s, held) if held else s.emit(), [seq(s.a)])
+
+
+def _frames_of_held(s: SeqOp, k: int):
+    """Held input ``k`` (a conditioning vector tiled over the sequence's
+    frames: one frame in the T=1 graph) repeated over the step's frames."""
+    import tensorflow as tf
+
+    value, frames = s.tensor(k), s.tensor(s.k0).shape[s.a]
+    if value.shape.rank != s.rank or value.shape[s.a] not in (1, frames):
+        s.fail(f"concatenates input {k} ('{s.ins[k]}'), a value of the per-step inputs, "
+               "which does not have one frame along the time axis")
+    multiples = [1] * s.rank
+    multiples[s.a] = frames // value.shape[s.a]
+    with s.em_scope():
+        return tf.tile(value, multiples) if multiples[s.a] > 1 else value
 
 
 @rule("Unpack")

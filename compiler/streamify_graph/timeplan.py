@@ -53,6 +53,11 @@ def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
     module doc; ``fixed_window`` "auto" follows ``stream_choice``)."""
     if fixed_window not in FIXED_WINDOW_CHOICES:
         raise Fail(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, got {fixed_window!r}")
+    if g.loops and fixed_window == "whole":
+        raise Fail(f"--whole-window: the graph runs its recurrence in a loop "
+                   f"('{next(iter(g.loops))}'), which tfaot builds only as a stream (one "
+                   "frame a step, the state kept between steps; reset() before a window "
+                   "gives the window's outputs): build it without --whole-window")
     if g.loops or g.unrolled:
         return "prefix", "the graph has a recurrence (a time loop or an unrolled cell)"
     if a is None or not 0 <= a < len(shape):
