@@ -237,6 +237,10 @@ def _warn_weights_dtype_unused(manifest: dict, target, progress: Progress,
                 else f"no matrix of {fewest} weights or more that the "
                      f"{'matmul kernel of many streams' if streams > 1 else 'matvec kernel'} "
                      "takes (smaller ones stay f32)")
+        if asked == "int8" and "conv" in manifest.get("micro_kernels", []) and \
+                not target.conv_int8:
+            what += (", and its convolutions stay f32 on a CPU without int8 dot products "
+                     "(x86-64 has them with AVX-512 VNNI, aarch64 with dotprod: --cpu)")
         progress.warn(f"--weights-dtype={asked}: this model has {what}; its weights stay f32")
 
 

@@ -220,3 +220,33 @@ def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys):
     assert err.startswith("tfaot: error: ") and "\n" not in err, err
     assert "TensorFlow cannot run the model on this machine" in err
     assert "NHWC tensor format on the CPU" in err and "{{" not in err
+
+
+def test_a_mask_into_a_bidirectional_window_falls_back(tmp_path, capsys):
+    """Masking -> Bidirectional(LSTM) over a fixed window (refused: "receives
+    a mask; tfaot streams masks into recurrent layers only"): the window is
+    recomputed every step, or one whole inference a step with
+    --whole-window, and both equal Keras on windows with masked (all-zero)
+    frames, one of them the window's first."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((12, 4))
+    model = keras.Model(x, layers.Dense(2)(layers.Bidirectional(layers.LSTM(5))(
+        layers.Masking(0.0)(x))))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    rng = np.random.default_rng(7)
+    frames = rng.normal(size=(130, 4)).astype(np.float32)
+    frames[rng.random(130) < 0.3] = 0.0
+    frames[118] = 0.0  # the first frame of the last window
+    windows = np.stack([frames[t - 11:t + 1] for t in range(11, 130)])
+    want = np.asarray(model(windows))
+    assert main(["build", str(path), "-o", str(tmp_path / "stream")]) == 0
+    assert "recomputing the whole window" in capsys.readouterr().err
+    got = harness.load(tmp_path / "stream").step_n(frames[:, None, :])
+    np.testing.assert_allclose(np.asarray(got).reshape(130, 2)[11:], want, rtol=0, atol=1e-5)
+    assert main(["build", str(path), "--whole-window", "-o", str(tmp_path / "whole")]) == 0
+    got = harness.load(tmp_path / "whole").step_n(windows[:, None])
+    np.testing.assert_allclose(np.asarray(got).reshape(-1, 2), want, rtol=0, atol=1e-5)

@@ -72,3 +72,31 @@ def test_keras_embedding_model_streams_token_ids(tmp_path):
     verify = subprocess.run([sys.executable, "-m", "tfaot", "verify", str(path), str(out),
                              "--steps", "100"], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.parametrize("head", ["embedding", "reshape"])
+def test_a_float_value_per_frame_streams(tmp_path, head):
+    """keras.Input((None,)) is float32 by default: ids into an Embedding as
+    many tutorials write them, or one sample a frame reshaped to (T, 1) for
+    a GRU. Both stream, one float a step (refused: "a recurrent model needs
+    input (batch, time, features...)"), and equal Keras over 110 steps."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None,), batch_size=1)
+    h = (keras.layers.Embedding(30, 6)(x) if head == "embedding"
+         else keras.layers.Reshape((-1, 1))(x))
+    model = keras.Model(x, keras.layers.Dense(2)(keras.layers.GRU(8, return_sequences=True)(h)))
+    path, out = tmp_path / "f.keras", tmp_path / "lib"
+    model.save(path)
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(path), "-o", str(out),
+                           "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lib = harness.load(out)
+    assert lib.input_dtype == np.float32 and tuple(lib.input_shape) == (1,)
+    rng = np.random.default_rng(2)
+    xs = (rng.integers(0, 30, (1, 110)) if head == "embedding"
+          else rng.normal(size=(1, 110))).astype(np.float32)
+    want = np.asarray(model(xs))[0]
+    got = np.stack([lib.step(xs[:, t]) for t in range(xs.shape[1])])[:, 0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

@@ -484,6 +484,25 @@ def test_small_matrices_stay_f32(tmp_path, capsys):
     assert float(err.max()) < 1e-5
 
 
+@pytest.mark.parametrize("conv_int8", [False, True])
+def test_the_warning_says_why_convolutions_stay_f32(conv_int8):
+    """An int8 build where nothing was quantized: a model with convolutions
+    on a CPU without int8 dot products is told that this kept them f32."""
+    from types import SimpleNamespace
+
+    from tfaot.pipeline import _warn_weights_dtype_unused
+
+    warnings = []
+    progress = SimpleNamespace(warn=warnings.append)
+    target = SimpleNamespace(weights_dtype="int8", int8_min_weights=None, conv_int8=conv_int8)
+    for kernels in (["conv", "matvec"], ["matvec"]):
+        _warn_weights_dtype_unused({"weights_dtype": "f32", "micro_kernels": kernels},
+                                   target, progress)
+    assert len(warnings) == 2 and all("its weights stay f32" in w for w in warnings)
+    said = ["convolutions stay f32 on a CPU without int8 dot products" in w for w in warnings]
+    assert said == [not conv_int8, False], warnings
+
+
 def test_convolutions_keep_f32_beside_int8_matvecs(tmp_path):
     import keras
 

@@ -368,8 +368,7 @@ def step_input_specs(model, source: str) -> list[InputInfo]:
             raise TfaotError(f"{source}: {what} dtype is {dtype}; supported: "
                              f"{', '.join(INPUT_DTYPES)} (integers: token ids into an Embedding)")
         _check_batch(model, shape[0])
-        if streaming and len(model.inputs) == 1 and \
-                len(shape) < (2 if dtype != "float32" else 3):
+        if streaming and len(model.inputs) == 1 and len(shape) < 2:
             raise TfaotError(
                 f"{source}: a recurrent model needs input (batch, time, features...), "
                 f"got {shape}")

@@ -324,9 +324,11 @@ class Replay:
         import keras
 
         kind = type(op).__name__
-        if kwargs.get("mask") is not None and not is_rnn(op):
-            raise layer_error(op, "receives a mask; tfaot streams masks into "
-                                  "recurrent layers only")
+        if kwargs.get("mask") is not None and not is_rnn(op) and self.mode != "stateless":
+            # (a fixed-window model falls back to recomputing its window,
+            # where the layer takes the mask as Keras gives it)
+            raise NotIncremental(op, "receives a mask; tfaot streams masks only into "
+                                     "LSTM, GRU, SimpleRNN and RNN layers")
         if kind == "InputLayer":
             return args[0]
         if isinstance(op, keras.Model):
