@@ -250,6 +250,24 @@ def test_graph_with_two_outputs(tmp_path):
     assert len([line for line in verify.stdout.splitlines() if "max abs error" in line]) == 2
 
 
+def test_a_saved_model_output_picked_by_its_signature_key(two_heads, tmp_path):
+    """--outputs output_1 on a Keras 3 export: the signature's key, as the
+    manifest and verify name the outputs (was "output node 'output_1' is
+    not in the graph")."""
+    import json
+
+    model, _, _ = two_heads
+    path, out = tmp_path / "sm", tmp_path / "lib"
+    model.export(path, verbose=False)
+    _build(path, out, "--outputs", "output_1")
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert [(o["name"], o["shape"]) for o in manifest["outputs"]] == [("output_1", [1, 1])]
+    xs = np.random.default_rng(2).normal(size=(1, 110, 8)).astype(np.float32)
+    got = harness.load(out).step_n(np.swapaxes(xs, 0, 1)).reshape(110, 1)
+    np.testing.assert_allclose(got, np.asarray(model(xs)[1])[0], rtol=0, atol=1e-5)
+    assert "output_1: max abs error" in _verify(path, out)
+
+
 def test_an_output_faster_than_the_steps_is_named_in_a_warning():
     """A head at every frame beside a branch with a time stride of 2: each
     step takes 2 frames and returns the fast head's last frame only; the

@@ -128,14 +128,19 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
     if cuts:  # the signature inputs the user named stay inputs beside the cuts
         named = {n.partition(":")[0] for n, _ in input_specs}
         cuts = [sig for sig, k in zip(signature_inputs, in_keys) if k in named] + cuts
+    # --outputs may name the signature's outputs by their keys ("output_0")
+    by_key = dict(zip(out_keys, outs))
+    out_specs = None if output_specs is None else [by_key.get(o, o) for o in output_specs]
     loaded = graph_def_to_loaded(
-        gd, path, "savedmodel", cuts or signature_inputs,
-        None if output_specs is None else output_specs,
+        gd, path, "savedmodel", cuts or signature_inputs, out_specs,
         details={"savedmodel_version": 2, **signature_details(key, sigs),
                  "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
     if output_specs is None:
         loaded.outputs = outs
         loaded.output_names = out_keys
+    else:
+        loaded.output_names = [o if o in by_key else name
+                               for o, name in zip(output_specs, loaded.output_names)]
     return loaded
 
 
