@@ -332,11 +332,12 @@ def _did_you_mean(name: str, nodes) -> str:
 
 def _drop_unfed_control_edges(graph_def, fed: set[str]) -> None:
     """Drop the control edges from nodes that run only once a graph input
-    the cut leaves unfed is given (``fed``: the nodes given a value). They order nothing the cut graph runs,
-    but would keep that input wanted: a SavedModel's inlined call orders its
-    body after its arguments (``input_control_node``), the whole waveform
-    among them where the cut drops the front end. A data edge from such a
-    node stays (the cut's check names the input it needs)."""
+    the cut leaves unfed is given (``fed``: the nodes given a value). They
+    order nothing the cut graph runs, but would keep that input wanted: a
+    SavedModel's inlined call orders its body after its arguments
+    (``input_control_node``), the whole waveform among them where the cut
+    drops the front end. A data edge from such a node stays (the cut's
+    check names the input it needs)."""
     readers: dict[str, list] = {}
     for n in graph_def.node:
         for i in n.input:
