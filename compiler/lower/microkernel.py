@@ -181,7 +181,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                     dtype: str = "f32", kinds: tuple[str, ...] = KINDS,
                     weights_as_globals: bool = False, int8_layout: str = "lanes",
                     int8_min: int | None = None, half_images: bool = False,
-                    half_dw_blocks: bool = False) -> tuple[str, int]:
+                    half_dw_blocks: bool = False, reuse_images: bool = True) -> tuple[str, int]:
     """Replaces constant-weight matvecs and convolutions by calls of the micro-kernels.
 
     Returns the new text and how many ops were replaced. Only
@@ -204,6 +204,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     to f32 where something else produces or uses them (``_half_call``);
     ``half_dw_blocks`` (Target.half_dw_blocks): the depthwise kernel's block
     for this CPU reads halves itself, so those of its shape need no strip.
+    ``reuse_images``: a kernel's result may take its image's buffer where the
+    kernel allows (_conv_text).
     """
     from iree.compiler import ir
 
@@ -235,7 +237,8 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             w_index = 0 if kind_of(conv, streams) == "matvec" else 1
             x = op.operands[1 - w_index]
             if op.operation.name == "stablehlo.convolution":
-                conv = replace(conv, half=half_images, half_blocks=half_dw_blocks)
+                conv = replace(conv, half=half_images, half_blocks=half_dw_blocks,
+                               reuse_image=reuse_images)
                 conv, x, pad_op = with_input_padding(op, conv)
                 if pad_op is not None and len(list(pad_op.results[0].uses)) == 1:
                     folded.append(pad_op)  # used by this convolution alone
@@ -402,6 +405,8 @@ class ConvGeometry:
     #: depthwise on f16 images: the target's block reads the halves itself
     #: (Target.half_dw_blocks and the block's shape, ``half_block``): no strip
     half_blocks: bool = False
+    #: a result of the image's shape may take the image's buffer (_conv_text)
+    reuse_image: bool = True
 
     @property
     def post_data(self) -> np.ndarray:
@@ -625,8 +630,11 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     # output row's input rows into its strip before it writes the row: a
     # result of the image's shape from one input row per output row (kh = 1)
     # may take the image's buffer. (The depthwise one reads its inputs as it
-    # writes.)
-    in_place = padded == result and (g.kh == 1 and not g.depthwise if g.half else g.int8)
+    # writes.) In a streamed step, whose images are a few rows, IREE packed
+    # the temporaries of a DS-CNN 2.9 KB larger with the buffers so tied
+    # (lower/passes.py leaves them apart there).
+    in_place = g.reuse_image and padded == result and (
+        g.kh == 1 and not g.depthwise if g.half else g.int8)
     lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result,
                                               g.scratch_bytes, in_place),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{y_type}>"]

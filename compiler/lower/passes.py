@@ -46,7 +46,9 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             weights_as_globals=target.weights_as_globals,
             int8_layout=target.int8_layout if target.weights_dtype == "int8" else "lanes",
             int8_min=target.int8_min_weights, half_images=target.intermediates == "f16",
-            half_dw_blocks=target.half_dw_blocks)
+            half_dw_blocks=target.half_dw_blocks,
+            # a whole inference (no state stored): its images are the big ones
+            reuse_images="ml_program.global_store" not in mlir_text)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
     if target.activations is None and target.weights_dtype == "int8" and not any(
