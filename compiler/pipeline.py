@@ -286,6 +286,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         manifest = build_library(mlir_text, program.signature, out.staging, name=name,
                                  target=target, workdir=temps, progress=progress,
                                  stream=program.stream)
+        sizes.check_built(model_path, manifest.get("footprint", {}), options.limits)
         _record_graph_cut(manifest, options.graph_options, program.report,
                           out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)

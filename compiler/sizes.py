@@ -109,7 +109,8 @@ def check_model_files(model_path, limits: SizeLimits, target) -> None:
     if total > addressable:
         raise TfaotError(f"{model_path}: the model's files hold {size_text(total)}, more "
                          f"than the target can address: {why}")
-    if total > limits.weight_bytes:
+    # (their weights may be stored narrower: --weights-dtype=int8 a quarter)
+    if total * NARROW_WEIGHTS.get(target.weights_dtype, 1.0) > limits.weight_bytes:
         raise TfaotError(f"{model_path}: the model's files hold {size_text(total)}, over the "
                          f"{size_text(limits.weight_bytes)} weight limit; pass "
                          f"--max-weight-bytes {_flag_size(total)} (or --allow-large) to build "
@@ -171,19 +172,41 @@ def check_step(program, loaded, limits: SizeLimits, target, note) -> None:
     built = "" if dtype == "f32" else f" as f32 (fewer as {dtype}: see the footprint)"
     note(f"{program.source}: context at least {size_text(context)} ({detail}), weights "
          f"{size_text(weights)}{built}")
+    # what the kernels' weights take at least (int8: a quarter of f32's)
+    weights_at_least = weights * NARROW_WEIGHTS.get(dtype, 1.0)
     max_context, max_weights, why = target_limits(target)
     if context > max_context:
         raise TfaotError(f"{program.source}: the context needs at least {size_text(context)} "
                          f"({detail}), more than the target can hold: {why}")
-    if weights > max_weights:
-        raise TfaotError(f"{program.source}: the weights take {size_text(weights)}, more "
-                         f"than the target can address: {why}")
+    if weights_at_least > max_weights:
+        raise TfaotError(f"{program.source}: the weights take {size_text(weights_at_least)}, "
+                         f"more than the target can address: {why}")
     if context > limits.context_bytes:
         raise TfaotError(f"{program.source}: the context needs at least {size_text(context)} "
                          f"({detail}), over the {size_text(limits.context_bytes)} limit; pass "
                          f"--max-context-bytes {_flag_size(context)} (or --allow-large) to "
                          "build it anyway")
-    if weights > limits.weight_bytes:
-        raise TfaotError(f"{program.source}: the weights take {size_text(weights)}, over the "
-                         f"{size_text(limits.weight_bytes)} limit; pass --max-weight-bytes "
-                         f"{_flag_size(weights)} (or --allow-large) to build it anyway")
+    if weights_at_least > limits.weight_bytes:
+        raise TfaotError(f"{program.source}: the weights take {size_text(weights_at_least)}, "
+                         f"over the {size_text(limits.weight_bytes)} limit; pass "
+                         f"--max-weight-bytes {_flag_size(weights_at_least)} (or --allow-large) "
+                         "to build it anyway")
+
+
+#: the fraction of its f32 bytes a weight takes at least with --weights-dtype
+NARROW_WEIGHTS = {"int8": 0.25, "f16": 0.5, "bf16": 0.5}
+
+
+def check_built(source: str, footprint: dict, limits: SizeLimits) -> None:
+    """The built library's context (the compiler's temporaries included)
+    and weights against the limits the build was given: the check before
+    compiling knew a lower bound only."""
+    for key, limit, flag, what in (
+            ("ram_bytes", limits.context_bytes, "--max-context-bytes",
+             "the context (state, step I/O and the compiler's temporaries) takes"),
+            ("weight_bytes", limits.weight_bytes, "--max-weight-bytes", "the weights take")):
+        got = footprint.get(key)
+        if got is not None and got > limit:
+            raise TfaotError(f"{source}: built, {what} {size_text(got)}, over the "
+                             f"{size_text(limit)} limit; pass {flag} {_flag_size(got)} "
+                             "(or --allow-large) to build it anyway")

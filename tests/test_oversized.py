@@ -82,3 +82,28 @@ def test_parse_size():
     assert size_text(3 << 29) == "1.5 GiB" and size_text(12) == "12 B"
     with pytest.raises(ValueError):
         parse_size("-1G")
+
+
+def test_limits_hold_for_the_built_library(tmp_path, capsys):
+    """--max-context-bytes and --max-weight-bytes hold for what is built:
+    the compiler's temporaries come on top of the state the check before
+    compiling knows (a context over the limit was built), and int8 weights
+    are a quarter of the f32 ones it knows (they were refused as f32)."""
+    import keras
+
+    from tfaot import harness
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, 20), batch_size=1), keras.layers.LSTM(32),
+                              keras.layers.Dense(5)])
+    path = tmp_path / "lstm.keras"
+    model.save(path)
+    line = _refused(capsys, ["build", path, "-o", tmp_path / "small", "--max-context-bytes", "1000"])
+    assert "built, the context" in line and "over the 1000 B limit" in line, line
+    assert not (tmp_path / "small").exists()
+    # f32 weights: 4 (20 + 32) 32 + 4 * 32 + 32 * 5 + 5 floats, 27.8 KiB; int8: about 7.5 KiB
+    line = _refused(capsys, ["build", path, "-o", tmp_path / "f32", "--max-weight-bytes", "12K"])
+    assert "over the 12 KiB weight limit" in line, line  # (its files, before loading)
+    assert main(["build", str(path), "-o", str(tmp_path / "int8"), "--max-weight-bytes", "12K",
+                 "--weights-dtype=int8"]) == 0
+    assert harness.load(tmp_path / "int8").manifest["footprint"]["weight_bytes"] <= 12 << 10
