@@ -165,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "NAME.h: new weights need a new build; the file lets them live "
                         "apart from the code, e.g. in their own flash region)")
     p.add_argument("--pack-weights", action=argparse.BooleanOptionalAction, default=None,
-                   help="pack the weights once at init into a RAM copy laid out for faster "
-                        "steps (default: on for Linux triples when the model has 16 KiB of "
-                        "weights or more; off for bare metal, where weights stay in flash)")
+                   help="pack the weights of the matrix products tfaot's micro-kernels do "
+                        "not take once at init into a RAM copy laid out for IREE's kernels "
+                        "(default: on for Linux triples when the model has 16 KiB of weights "
+                        "or more and some matrix product is left to IREE's kernels; off for "
+                        "bare metal, where weights stay in flash)")
     p.add_argument("--matvec", choices=["tfaot", "iree"], default=None,
                    help="who computes constant-weight matrix-vector products and "
                         "convolutions (also depthwise): tfaot's own micro-kernels with weights "

@@ -292,8 +292,11 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)
         if options.intermediates == "f16" and manifest.get("intermediates") == "f32":
-            progress.warn(f"--intermediates={target.intermediates}: this model has no "
-                          "convolution that tfaot's kernels compute; its tensors stay f32")
+            why = ("the kernels of several streams (--streams) take f32 images"
+                   if options.streams > 1 else
+                   "this model has no convolution that tfaot's kernels compute")
+            progress.warn(f"--intermediates={target.intermediates}: {why}; its tensors "
+                          "stay f32")
         if options.intermediates is None and manifest.get("intermediates") == "f16":
             progress.note("f16 images between the convolutions (the default for int8 "
                           "whole-inference steps on a Cortex-M4/M7/M33: half their RAM; "

@@ -62,7 +62,7 @@ MCU_KERNEL_MIN_WEIGHTS = 256
 #: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
 #: 696k -> 438k with both, flash 112 -> 61 KB).
 MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")
-MCU_INT8_KERNEL_KINDS = ("matvec", "conv", "dwconv", "qconv")
+MCU_INT8_KERNEL_KINDS = ("matvec", "matmul", "conv", "dwconv", "qconv")
 
 
 def mcu_matvec_kernel(target: Target) -> bool:

@@ -190,11 +190,16 @@ def test_whole_window_is_one_inference_per_step_for_recurrent_models_too():
     from tfaot.streamify_keras import stream_info
 
     keras.utils.set_random_seed(4)
+    from tfaot.streamify_keras import _stream_choice
+
     for length, mode in ((12, "stateless"), (None, "prefix")):
         x = keras.Input((length, 4))
         model = keras.Model(x, layers.Dense(3)(layers.LSTM(5)(x)))
         assert stream_info(model, fixed_window="whole").mode == mode
         assert stream_info(model).mode == "prefix"
+        # the build's note says why the flag did nothing (it was silent)
+        assert ("--whole-window needs a fixed length" in
+                _stream_choice(model, "whole").why) == (length is None)
 
 
 def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys):

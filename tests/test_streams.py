@@ -8,6 +8,7 @@ moves, resets and restores alone, from Python and from C (ASan + UBSan).
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -218,6 +219,25 @@ def test_int8_streams_take_the_int8_matmul(built, tmp_path, capsys):
     assert main(["verify", str(path), str(tmp_path / f"i8_{STREAMS}"), "--steps", "100"]) == 0
     assert f"over {100 * STREAMS} steps of {STREAMS} streams (tolerance 0.05): ok" in \
         capsys.readouterr().out
+
+
+def test_int8_streams_on_a_cortex_m_take_the_int8_matmul(built, tmp_path, capsys):
+    """A Cortex-M4 build with --streams and --weights-dtype=int8 takes the
+    int8 matmul by itself, as one-stream bare-metal int8 builds take their
+    kernels (it fell back to IREE's f32 kernels, warning that no matrix
+    was large enough), and verifies under qemu-system-arm."""
+    import toolchains
+
+    toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
+    path, _, _ = built("lstm_gru")
+    out = tmp_path / "m4"
+    assert main(["-q", "build", str(path), "--streams", "2", "--weights-dtype=int8",
+                 "--triple", "thumbv7em-none-eabihf", "--cpu", "cortex-m4", "-o", str(out)]) == 0
+    manifest = json.loads((out / "lstm_gru.json").read_text())
+    assert manifest["weights_dtype"] == "int8" and "matmul" in manifest["micro_kernels"]
+    assert "stay f32" not in capsys.readouterr().err
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert "over 200 steps of 2 streams (tolerance 0.05): ok" in capsys.readouterr().out
 
 
 def test_vulkan_build_of_eight_streams_verifies(built, tmp_path, capsys):

@@ -210,13 +210,17 @@ def _discover(replay: Replay, model, x_specs, streamed) -> tuple[list, list]:
 
 def _stream_choice(model, requested: str) -> stream_choice.Choice:
     """Stream or one inference per step, and why (``stream_choice``)."""
+    # --whole-window needs a window: said where an open time axis ignores it
+    open_axis = (" (--whole-window needs a fixed length: keras.Input((T, ...)))"
+                 if requested == "whole" else "")
     if _has_recurrent_layer(model):
         if requested == "whole" and _fixed_length(model) is not None:
             return stream_choice.Choice("whole", "asked with --whole-window")
-        return stream_choice.Choice("stream", "the model has recurrent layers")
+        return stream_choice.Choice("stream", "the model has recurrent layers" + open_axis)
     shape = time_input_shape(model)
     if _has_dynamic_time(model):
-        return stream_choice.Choice("stream", f"axis 1 of input {_shape_text(shape)} is open")
+        return stream_choice.Choice("stream", f"axis 1 of input {_shape_text(shape)} is open"
+                                    + open_axis)
     streams = input_streams(model)
     tensor = model.inputs[streams.index(True) if True in streams else 0]
     dtype = getattr(tensor.dtype, "name", str(tensor.dtype))
