@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import TfaotError, first_line
+from .errors import TfaotError, first_line, printable
 from .target import KINDS
 
 DESCRIPTION = """\
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except TfaotError as e:
-        print(f"tfaot: error: {e}", file=sys.stderr)
+        print(f"tfaot: error: {printable(str(e))}", file=sys.stderr)
         return 1
     except OSError as e:  # the file system said no (disk full, permissions, ...)
         where = f"{e.filename}: " if e.filename else ""

@@ -33,6 +33,12 @@ def _shortened(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[:limit].rstrip() + " ..."
 
 
+def printable(text: str) -> str:
+    """``text`` with control characters and line separators escaped (\\x0c):
+    a name out of a corrupt file must not break an error's one line."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (or its type name), for
     wrapping third-party errors into a one-line ``TfaotError``.

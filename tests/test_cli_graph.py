@@ -146,6 +146,24 @@ def test_corrupted_loop_body_is_a_one_line_error(frozen, tmp_path):
         assert word in err[0], err[0]
 
 
+def test_a_control_character_in_an_op_type_stays_on_the_error_line(frozen, tmp_path, capsys):
+    """A corrupt byte that makes an op type 'Add\x0c2' (a form feed, which
+    splits lines): the error still is one line, the character escaped (the
+    byte-flip test below met it when the fixture's names moved)."""
+    import tensorflow as tf
+
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(frozen.read_bytes())
+    body = next(f for f in gd.library.function if "while_body" in f.signature.name)
+    node = next(n for n in body.node_def if n.op == "AddV2")
+    node.op = "Add\x0c2"
+    path = tmp_path / "ff.pb"
+    path.write_bytes(gd.SerializeToString())
+    assert main(["inspect", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tfaot: error: ") and "Add\\x0c2" in err[0], err
+
+
 def test_byte_flips_never_give_an_internal_error(frozen, tmp_path, capsys):
     """Issue 7: single-byte corruptions of a .pb with a functional While loop are
     either harmless or a one-line error naming the file, never an internal error."""
