@@ -60,7 +60,8 @@ MCU_KERNEL_MIN_WEIGHTS = 256
 #: convolution's Cortex-M block on a scalar FPU (mcu_kernel_kinds: DS-CNN's
 #: streamed step 518k -> 384k, its convolutions 357k -> 247k); int8
 #: builds also the int8 convolution (its DSP path: DS-CNN's streamed step
-#: 696k -> 438k with both, flash 112 -> 61 KB).
+#: 696k -> 438k with both, flash 112 -> 61 KB) and, with --streams, the
+#: int8 matmul (their only int8 path: without it they stayed f32).
 MCU_KERNEL_KINDS = ("matvec", "conv", "dwconv")
 MCU_INT8_KERNEL_KINDS = ("matvec", "matmul", "conv", "dwconv", "qconv")
 
