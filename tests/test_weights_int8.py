@@ -627,7 +627,7 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
 
     m4 = {"triple": "thumbv7em-none-eabihf", "cpu": "cortex-m4"}
     for dtype, kinds in (("f32", ("matvec", "conv", "dwconv")),
-                         ("int8", ("matvec", "conv", "dwconv", "qconv"))):
+                         ("int8", ("matvec", "matmul", "conv", "dwconv", "qconv"))):
         t = make_target("cpu", **m4, weights_dtype=dtype)
         assert (t.matvec_kernel, t.kernel_kinds, t.kernel_min_weights) == (
             "tfaot", kinds, MCU_KERNEL_MIN_WEIGHTS)
@@ -649,7 +649,7 @@ def test_bare_metal_arm_takes_the_kernels_that_win_there():
     assert make_target("cpu", **soft, weights_dtype="int8").matvec_kernel == "tfaot"
     # (its f32 convolutions: IREE's, the kernel's block needs the FPU)
     assert make_target("cpu", **soft, weights_dtype="int8").kernel_kinds == (
-        "matvec", "dwconv", "qconv")
+        "matvec", "matmul", "dwconv", "qconv")
 
 
 def test_rewrite_keeps_the_kinds_asked_for():
