@@ -98,7 +98,8 @@ def test_limits_hold_for_the_built_library(tmp_path, capsys):
                               keras.layers.Dense(5)])
     path = tmp_path / "lstm.keras"
     model.save(path)
-    line = _refused(capsys, ["build", path, "-o", tmp_path / "small", "--max-context-bytes", "1000"])
+    line = _refused(capsys, ["build", path, "-o", tmp_path / "small",
+                             "--max-context-bytes", "1000"])
     assert "built, the context" in line and "over the 1000 B limit" in line, line
     assert not (tmp_path / "small").exists()
     # f32 weights: 4 (20 + 32) 32 + 4 * 32 + 32 * 5 + 5 floats, 27.8 KiB; int8: about 7.5 KiB
