@@ -16,6 +16,12 @@ from tfaot.errors import TfaotError
 STEPS = 120
 
 
+def _step_with_held_cond(lib, xs, c):
+    """The library over the frames ``xs`` (1, T, F), its input "cond" held at ``c``."""
+    return lib.step_n(tuple(np.repeat(c[None], xs.shape[1], 0) if n == "cond" else
+                            np.swapaxes(xs, 0, 1) for n, _, _ in lib.input_specs))
+
+
 def _build(path, out, *extra):
     run([sys.executable, "-m", "tfaot", "build", path, "-o", out, "-q", *extra])
 
@@ -344,9 +350,7 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     rng = np.random.default_rng(4)
     xs = rng.normal(size=(1, STEPS, 5)).astype(np.float32)
     c = rng.normal(size=(1, 3)).astype(np.float32)
-    lib = harness.load(out)
-    got = lib.step_n(tuple(np.repeat(c[None], STEPS, 0) if n == "cond" else
-                           np.swapaxes(xs, 0, 1) for n, _, _ in lib.input_specs))
+    got = _step_with_held_cond(harness.load(out), xs, c)
     want = np.asarray(model([tf.constant(xs), tf.constant(c)]))[0]
     np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 2), want, rtol=0, atol=1e-5)
     # (the sequence times its own mean so far is no held value)
@@ -395,9 +399,7 @@ def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
     rng = np.random.default_rng(6)
     xs = rng.normal(size=(1, STEPS, 4)).astype(np.float32)
     c = rng.normal(size=(1, 3)).astype(np.float32)
-    lib = harness.load(out)
-    got = lib.step_n(tuple(np.repeat(c[None], STEPS, 0) if n == "cond" else
-                           np.swapaxes(xs, 0, 1) for n, _, _ in lib.input_specs))
+    got = _step_with_held_cond(harness.load(out), xs, c)
     want = np.asarray(model(tf.constant(xs), tf.constant(c)))[0]
     np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 6), want, rtol=0, atol=1e-5)
     _verify(path, out)
