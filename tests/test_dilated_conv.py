@@ -5,7 +5,9 @@ SpaceToBatchND -> conv on a batch of phases -> BatchToSpaceND; the import
 folds that into one dilated convolution (dilated_conv.py) so that it
 reaches tfaot's convolution kernels instead of IREE's generic code. Checked
 here for Keras models (streamed over an open time axis, and one inference
-per fixed window) and for a frozen graph (the graph streamifier): no
+per fixed window) and for frozen graphs (the graph streamifier, over a
+fixed window and over an open time axis, where a conv dilated in time and
+frequency is a space-to-batch pair of two blocks): no
 convolution is left to IREE, and the built library matches TensorFlow over
 many steps (``tfaot verify`` runs the .so).
 """
@@ -64,13 +66,17 @@ def _freeze(model, path):
 
 #: case -> (model file, fixed_window)
 CASES = {"keras_stream": ("open.keras", "auto"), "keras_whole": ("window.keras", "whole"),
-         "graph_stream": ("window.pb", "stream")}
+         "graph_stream": ("window.pb", "stream"), "graph_open": ("open.pb", "auto")}
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dilated")
-    _model(None).save(tmp / "open.keras")
+    open_model = _model(None)
+    open_model.save(tmp / "open.keras")
+    # an open time axis: TensorFlow writes the conv dilated in both axes as
+    # SpaceToBatchND with blocks (2, 2), which the graph streamifier folds
+    _freeze(open_model, tmp / "open.pb")
     window = _model(WINDOW)
     window.save(tmp / "window.keras")
     _freeze(window, tmp / "window.pb")

@@ -12,8 +12,8 @@ unrolled per-step map that must be stacked back whole. ``list_in`` /
 Streaming convolutions (``time_rules.py``) give a ``seq`` tensor a chunk
 record ``frames`` (the Keras streamifier's ``Seq``: how many frames the
 step holds and which ones; None for one frame, the current one) and, between
-``SpaceToBatchND`` and ``BatchToSpaceND``, the pending time dilation
-``s2b``. ``valid_from`` is the first step at which the value is defined (a
+``SpaceToBatchND`` and ``BatchToSpaceND``, the pending dilations ``s2b``.
+``valid_from`` is the first step at which the value is defined (a
 conv front end's receptive field, a window not yet full).
 """
 from __future__ import annotations
@@ -32,7 +32,9 @@ class Meta:
     why: str = ""  # dead: why it cannot be used
     frames: Any = None  # seq: the chunk record (streamify_keras.replay.Seq), None = 1 frame
     valid_from: int = 0  # seq / step: the first step at which it is defined
-    s2b: tuple | None = None  # seq: (time dilation, stage) inside a SpaceToBatchND pair
+    # seq, inside a SpaceToBatchND pair: (stage "in" | "out", time dilation,
+    # time padding's start, ((other axis, block), ...))
+    s2b: tuple | None = None
     # step: computed from per-step inputs (and constants) alone, not from a
     # sequence: one value for the whole sequence in the graph, so it may
     # broadcast over a sequence's frames (a conditioning vector)

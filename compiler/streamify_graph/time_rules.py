@@ -123,8 +123,10 @@ def _windowed(s: SeqOp):
         dil *= s2b[1]
         padding = "same" if s2b[2] else padding
     plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s))
-    out_s2b = ("out", 1, 0) if s2b else None
+    out_s2b = ("out", 1, 0, s2b[3]) if s2b else None
     attrs = _time_stride_one(s) if plan["unstrided"] else {}
+    if s2b:  # the space-to-batch pair's dilations, on the conv itself
+        attrs["dilations"] = _s2b_dilations(s, dil, s2b[3])
     if plan["per_step"]:
         outs = emit_with(s, {}, attrs) if attrs else s.emit()
         frames = plan["out"] if plan["unstrided"] else None
@@ -137,15 +139,26 @@ def _windowed(s: SeqOp):
     if pads is not None:
         with s.em_scope():
             window = tf.pad(window, pads)
-    if s2b:  # the space-to-batch pair's dilation, on the conv itself
-        dilations = [1] * s.rank
-        dilations[s.a] = dil
-        attrs["dilations"] = {"list": tf.compat.v1.AttrValue.ListValue(i=dilations)}
     (y,) = emit_with(s, {0: window}, attrs)[:1]
     out = plan["out"]
     em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
            kernel=k, stride=stride, dilation=dil, delay=out.delay)
     s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+def _s2b_dilations(s: SeqOp, time_dilation: int, others: tuple) -> dict:
+    """The ``dilations`` attribute of a conv inside a space-to-batch pair:
+    its blocks along time (``time_dilation``) and the other axes
+    (``others``: (axis, block) pairs)."""
+    import tensorflow as tf
+
+    dilations = [1] * s.rank
+    dilations[s.a] = time_dilation
+    for axis, block in others:
+        if axis >= s.rank - 1:
+            s.fail("convolves a space-to-batch tensor whose axes it has moved")
+        dilations[axis] = block
+    return {"list": tf.compat.v1.AttrValue.ListValue(i=dilations)}
 
 
 def _unpadded(x, axis: int):
@@ -180,37 +193,61 @@ def _time_stride_one(s: SeqOp) -> dict:
 
 @rule("SpaceToBatchND")
 def _space_to_batch(s: SeqOp):
-    """The first half of TensorFlow's dilated convolution: kept as it was,
-    its block size along time becomes the next conv's dilation. Only the
-    padding's start is read (TensorFlow computes the end from the length)."""
+    """The first half of TensorFlow's dilated convolution: its block sizes
+    become the next conv's dilations. Along time only the padding's start is
+    read (TensorFlow computes the end from the length); the other axes are
+    padded here as the pair pads them (BatchToSpaceND crops them)."""
+    import tensorflow as tf
+
     s.others_static(check_length=False)
     block = [int(b) for b in np.atleast_1d(s.const(1))]
     pads = s.em.probe.values.get(tname(s.ins[2]))  # on the whole sequence
     if pads is None:
         pads = s.const(2)
-    pads = np.asarray(pads).reshape(-1, 2)
+    pads = np.asarray(pads).astype(np.int64).reshape(-1, 2)
     j = s.a - 1
     if s.k0 != 0 or not 0 <= j < len(block) or s.metas[0].s2b:
         s.unsupported()
-    if any(b != 1 for i, b in enumerate(block) if i != j):
-        s.fail("dilates axes besides the time axis as well (space-to-batch)")
-    s.set([s.x], [replace(s.metas[0], s2b=("in", block[j], int(pads[j][0])))])
+    others = tuple((i + 1, b) for i, b in enumerate(block) if i != j and b != 1)
+    x = s.x
+    other_pads = [[0, 0]] + [[0, 0] if i == j else [int(p) for p in pads[i]]
+                             for i in range(len(block))]
+    other_pads += [[0, 0]] * (s.rank - len(other_pads))
+    if any(p for row in other_pads for p in row):
+        with s.em_scope():
+            x = tf.pad(x, other_pads)
+    s.set([x], [replace(s.metas[0], s2b=("in", block[j], int(pads[j][0]), others))])
 
 
 def probed_operands(g) -> list[str]:
     """Tensors the probe must evaluate for these rules: the paddings of
-    SpaceToBatchND, which TensorFlow computes from the sequence length."""
+    SpaceToBatchND and the crops of BatchToSpaceND, which TensorFlow
+    computes from the sequence length."""
     return [tname(n.input[2]) for name in g.order
-            if (n := g.nodes[name]).op == "SpaceToBatchND" and len(n.input) > 2]
+            if (n := g.nodes[name]).op in ("SpaceToBatchND", "BatchToSpaceND")
+            and len(n.input) > 2]
 
 
 @rule("BatchToSpaceND")
 def _batch_to_space(s: SeqOp):
-    s.others_static(check_length=False)  # the crops only undo the padding's end
+    """The pair's second half: along time the crops only undo the padding's
+    end; the other axes are cropped as the pair crops them."""
+    s.others_static(check_length=False)
     m = s.metas[0]
     if s.k0 != 0 or not m.s2b or m.s2b[0] != "out":
         s.unsupported()
-    s.set([s.x], [replace(m, s2b=None)])
+    y = s.x
+    if m.s2b[3]:
+        crops = s.em.probe.values.get(tname(s.ins[2]))
+        if crops is None:
+            crops = s.const(2)
+        crops = np.asarray(crops).astype(np.int64).reshape(-1, 2)
+        with s.em_scope():
+            for axis, _ in m.s2b[3]:
+                before, after = (int(c) for c in crops[axis - 1])
+                if before or after:
+                    y = take_frames(y, axis, before, y.shape[axis] - after)
+    s.set([y], [replace(m, s2b=None)])
 
 
 # --------------------------------------------------------------------------
