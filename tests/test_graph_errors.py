@@ -401,3 +401,24 @@ def test_whole_window_of_a_graph_with_a_time_loop_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--whole-window" in err and "loop" in err and "/while'" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_keras_3_export_of_time_distributed_says_what_to_build(tmp_path):
+    """Keras 3's TimeDistributed over an open time axis is a tf.vectorized_map
+    over the frame index, which TensorFlow leaves as a loop slicing x[t]: the
+    error says so and names the two forms that build (the .keras file, a
+    fixed number of frames)."""
+    import keras
+
+    from tfaot.pipeline import Progress, load_and_streamify
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 6, 2))
+    y = keras.layers.TimeDistributed(keras.layers.Flatten())(x)
+    path = tmp_path / "td"
+    keras.Model(x, keras.layers.GRU(3)(y)).export(str(path), verbose=False)
+    with pytest.raises(TfaotError) as e:
+        load_and_streamify(str(path), Progress(enabled=False))
+    msg = str(e.value)
+    assert "/pfor/while'" in msg and "tf.vectorized_map" in msg, msg
+    assert ".keras file" in msg and "fixed number of frames" in msg and "\n" not in msg, msg

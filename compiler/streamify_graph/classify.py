@@ -150,12 +150,23 @@ def classify(loop: Loop) -> None:
                            "indexes a tensor with the loop counter (x[:, t]); tfaot streams "
                            "a loop's input read from a TensorArray or TensorList at the "
                            "counter (tf.TensorArray(...).unstack(x) then .read(t), as "
-                           "tf.scan, dynamic_rnn and Keras RNN layers do)")
+                           "tf.scan, dynamic_rnn and Keras RNN layers do)" + _pfor_hint(loop))
             raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}, "
                        f"initially '{v.operand}') is used by node '{c}' "
                        f"(op {op}); a stream keeps a step counter only for comparisons "
                        "with a bound (sequence_length), not as a value")
     _check_frames_only(loop, forward)
+
+
+def _pfor_hint(loop: Loop) -> str:
+    """What to do about a loop that tf.vectorized_map left behind: Keras 3's
+    TimeDistributed over an open time axis maps over the frame index, and
+    pfor falls back to this loop."""
+    if "/pfor/" not in f"/{loop.name}/":
+        return ""
+    return ("; this loop is what tf.vectorized_map leaves where it cannot vectorize (Keras 3 "
+            "writes TimeDistributed over an open time axis so): build the model's .keras "
+            "file instead, or export it with a fixed number of frames")
 
 
 def _unchanged(v, resolve) -> bool:
