@@ -1,4 +1,5 @@
-"""tanh and logistic written out for Cortex-M (compiler/lower/activations.py):
+"""tanh and logistic written out for Cortex-M, and erf for every target
+(compiler/lower/activations.py):
 the rewrite itself, its numbers through IREE against float64 numpy (every
 float32 region, the clamp, infinities and NaN), and that bare-metal Arm
 targets, and only they, take it. The model-level check (an LSTM/GRU built
@@ -210,3 +211,57 @@ def test_int8_default_needs_int8_weights(rows, tables):
     lowered, decided = lower_for_target(text, "m", target)
     assert decided.activation_tables == tables
     assert ("stablehlo.gather" in lowered) == tables and "stablehlo.tanh" not in lowered
+
+
+ERF_MODULE = f"""module {{
+  func.func @erf(%x: tensor<{N}xf32>) -> tensor<{N}xf32> {{
+    %y = stablehlo.custom_call @mhlo.erf(%x) {{mhlo.attributes = {{}}, mhlo.version = 1 : i64}} : (tensor<{N}xf32>) -> tensor<{N}xf32>
+    return %y : tensor<{N}xf32>
+  }}
+}}
+"""
+
+
+def test_erf_matches_float64():
+    """TensorFlow's Erf is a custom call IREE cannot compile: written out
+    (every target), it is within 5e-7 of erf in float64 on every region,
+    keeps NaN and is +-1 at the infinities."""
+    import math
+
+    text, count = activations.expand_erf(ERF_MODULE)
+    assert count == 1 and "custom_call" not in text
+    module = compile_with_iree(text, cpu="generic")
+    x = _inputs()
+    x[::97] = np.nan
+    got = module.erf(x).to_host().astype(np.float64)
+    finite = ~np.isnan(x)
+    want = np.array([math.erf(v) for v in x[finite].astype(np.float64)])
+    assert np.abs(got[finite] - want).max() <= 5e-7
+    assert np.isnan(got[~finite]).all()
+
+
+def test_erf_gelu_builds_and_matches_tensorflow(tmp_path):
+    """The exact GELU as BERT-style graphs write it, 0.5 x (1 + erf(x / sqrt 2)),
+    in a streamed model frozen into a graph, 120 steps through the .so:
+    iree-compile refused its Erf. (Keras' own gelu writes Erfc, which
+    TensorFlow's converter expands itself.)"""
+    import keras
+    import tensorflow as tf
+
+    import graph_models as gm
+    from tfaot import cli, harness
+
+    keras.utils.set_random_seed(4)
+    gelu = keras.layers.Lambda(lambda t: 0.5 * t * (1.0 + tf.math.erf(t * 0.7071067811865476)))
+    model = keras.Sequential([keras.Input((None, 6), batch_size=1),
+                              keras.layers.Dense(16), gelu,
+                              keras.layers.GRU(8, return_sequences=True),
+                              keras.layers.Dense(3)])
+    path = tmp_path / "gelu.pb"
+    path.write_bytes(gm.freeze_keras(model, None, 6, False).SerializeToString())
+    out = tmp_path / "out"
+    assert cli.main(["build", str(path), "-o", str(out), "-q"]) == 0
+    xs = 2 * np.random.default_rng(1).standard_normal((120, 1, 6)).astype(np.float32)
+    ref = model.predict(xs.reshape(1, 120, 6), verbose=0)[0]
+    got = harness.load(out).step_n(xs).reshape(ref.shape)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)

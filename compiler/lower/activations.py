@@ -1,5 +1,6 @@
 """tanh and logistic as one exponential and one division, for cores without
-vector units (Cortex-M).
+vector units (Cortex-M); and TensorFlow's erf, which IREE cannot compile, as
+a rational function (every target, ``expand_erf``).
 
 IREE's approximations cost about 85 estimated M4 cycles a logistic (an exp
 whose rounding calls floorf: FPv4 has no VRINTM) and 67 a tanh (a degree
@@ -216,6 +217,55 @@ def _table_expansion(match: re.Match, prefix: str) -> list[str]:
                                                                lookup(slopes, index)))
     if match["op"] == "tanh":
         result = binary("subtract", binary("multiply", result, const(2.0)), const(1.0))
+    return w.finish(result, match)
+
+
+#: TensorFlow's Erf as the importer writes it: a custom call IREE has no
+#: lowering for (``tf.math.erf``, the exact GELU of Keras and BERT graphs)
+_ERF = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<result>%[\w.$#-]+) = stablehlo\.custom_call @mhlo\.erf"
+    r"\((?P<operand>%[\w.$#-]+)\)(?: \{(?:[^{}]|\{[^{}]*\})*\})? : \((?P<type>tensor<(?:\d+x)*f32>)\) -> "
+    r"(?P=type)[ \t]*$", re.M)
+#: erf(x) = x p(x^2) / q(x^2) on [-4, 4] (and +-1 to f32 precision past it):
+#: the rational approximation XLA and Eigen use for f32, coefficients highest
+#: power first; within 4.2e-7 of erf evaluated in f32 (TensorFlow's: 3.0e-7)
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)
+_ERF_CLAMP = 4.0
+
+
+def expand_erf(mlir_text: str) -> tuple[str, int]:
+    """``mlir_text`` with each f32 ``mhlo.erf`` custom call of static shape
+    written out as StableHLO arithmetic (every target: IREE cannot compile
+    the call); returns the text and how many were."""
+    count = 0
+
+    def replace(match: re.Match) -> str:
+        nonlocal count
+        count += 1
+        return "\n".join(match["indent"] + line
+                         for line in _erf_expansion(match, f"%tfaot_erf{count}_"))
+
+    return _ERF.sub(replace, mlir_text), count
+
+
+def _erf_expansion(match: re.Match, prefix: str) -> list[str]:
+    ftype = match["type"]
+    w = _Writer(prefix, ftype)
+    x = _clamp(w.op, match["operand"], w.const(-_ERF_CLAMP), w.const(_ERF_CLAMP), ftype)
+    x2 = w.binary("multiply", x, x)
+
+    def polynomial(coefficients) -> str:
+        value = w.const(coefficients[0])
+        for coefficient in coefficients[1:]:
+            value = w.binary("add", w.binary("multiply", value, x2), w.const(coefficient))
+        return value
+
+    numerator = w.binary("multiply", x, polynomial(_ERF_P))
+    result = w.binary("divide", numerator, polynomial(_ERF_Q))
     return w.finish(result, match)
 
 

@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from .activations import expand_erf
 from .dilated_conv import fold_dilated_convs
 from .matvec_sums import merge_matvec_sums
 from .sliced_constants import slice_constant_operands
@@ -42,7 +43,9 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True,
     """
     tf_text, _ = fold_dilated_convs(_to_tf_dialect(program))
     hlo_text = unpack_bool_constants(_lower_to_stablehlo(tf_text, program.source))
-    return _wrap(hlo_text, program, matvec_layout, join_products)
+    # (after the wrap, which prints the module in the pretty form the rewrite reads)
+    text, _ = expand_erf(_wrap(hlo_text, program, matvec_layout, join_products))
+    return text
 
 
 def _to_tf_dialect(program: StepProgram) -> str:
