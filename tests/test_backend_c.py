@@ -143,6 +143,51 @@ def test_two_models_link_into_one_program(tmp_path):
     assert _run([exe]).stdout.strip() == "12 3"
 
 
+HOOKS_C = """#include <string.h>
+#include "accumulator.h"
+int accumulator_read_input(void *user, float *in, size_t n) {
+  int *t = user;
+  memset(in, 0, n * sizeof *in);
+  return (*t)++ < 10;
+}
+int accumulator_write_output(void *user, const float *out, size_t n) {
+  (void)user, (void)out, (void)n;
+  return 0;
+}
+"""
+RUN_C = """#include <stdio.h>
+#include "accumulator.h"
+static _Alignas(ACCUMULATOR_CTX_ALIGN) unsigned char mem[ACCUMULATOR_CTX_SIZE];
+int main(void) {
+  int t = 0;
+  accumulator_ctx *ctx = (accumulator_ctx *)mem;
+  if (accumulator_init(ctx) != ACCUMULATOR_OK) return 2;
+  long steps = accumulator_run(ctx, &t, -1);
+  printf("%ld %s\\n", steps, steps < 0 ? accumulator_status_string((int)-steps) : "");
+  return steps == -ACCUMULATOR_ERR_NO_HOOK ? 3 : steps == 10 ? 0 : 1;
+}
+"""
+
+
+def test_hooks_missing_from_the_link_are_an_error_not_an_empty_run(tmp_path):
+    """Hooks in a static library are never linked over the library's weak
+    defaults; the defaults end the run with NO_HOOK (they returned 0: an
+    empty input, no error). Linked as an object, the program's hooks run."""
+    out = backend_models.built("accumulator")[1]
+    (tmp_path / "hooks.c").write_text(HOOKS_C)
+    (tmp_path / "run.c").write_text(RUN_C)
+    for src in ("hooks", "run"):
+        _run(["gcc", *WARN, "-I", out, "-c", tmp_path / f"{src}.c", "-o", tmp_path / f"{src}.o"])
+    _run(["ar", "rcs", tmp_path / "libboard.a", tmp_path / "hooks.o"])
+    lib = [out / "libaccumulator.a", "-lm"]
+    _run(["gcc", tmp_path / "run.o", "-L", tmp_path, "-lboard", *lib, "-o", tmp_path / "archive"])
+    _run(["gcc", tmp_path / "run.o", tmp_path / "hooks.o", *lib, "-o", tmp_path / "object"])
+    proc = subprocess.run([tmp_path / "archive"], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stdout
+    assert "accumulator_read_input" in proc.stdout and "object file" in proc.stdout
+    assert _run([tmp_path / "object"]).stdout.strip() == "10"
+
+
 def test_two_builds_are_byte_identical(tmp_path):
     from tfaot.backend.build import build_library
 
