@@ -138,3 +138,27 @@ def test_verify_rejects_library_of_another_model(built, capsys):
     keras_models.stateless_dense().save(wider)  # 20 inputs instead of 8
     assert main(["verify", str(wider), str(out)]) == 1
     assert "takes (1, 20);" in capsys.readouterr().err
+
+
+def test_layer_names_tensorflow_refuses_as_scopes_build(tmp_path, capsys):
+    """Keras accepts layer names with a space, '?', '*' or a leading '_',
+    which TensorFlow refuses as name scopes while tfaot traces the step (an
+    internal error): they are renamed, the states' names with them, and
+    the library matches Keras over 150 steps."""
+    import json
+
+    import keras
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((None, 8), name="in put?")
+    h = keras.layers.LSTM(16, name="my lstm*", return_sequences=True)(x)
+    h = keras.layers.Conv1D(4, 3, name="_conv 1")(h)
+    model = keras.Model(x, keras.layers.Dense(3, name="my output")(h))
+    path = tmp_path / "names.keras"
+    model.save(path)
+    out = tmp_path / "out"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    states = [s["name"] for s in json.loads((out / "names.json").read_text())["state"]]
+    assert states == ["my_lstm_/h", "my_lstm_/c", "L_conv_1/frames"]
+    assert main(["verify", str(path), str(out), "--steps", "150"]) == 0
+    assert ": ok" in capsys.readouterr().out

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 
 import numpy as np
 
@@ -66,11 +67,36 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "auto")
     one whole-window inference per step, "auto" (default) chooses by the
     input's rank (``stream_choice``).
     """
+    _scope_safe_names(model)
     plan = _plan(model, source, fixed_window)
     with _unrolled_rnns(model):  # a whole-window RNN: no TensorList loop to import
         if plan["mode"] == "recompute":
             return _recompute_program(model, source, fmt, plan)
         return _streamed_program(model, source, fmt, plan)
+
+
+def _scope_safe_names(model) -> None:
+    """Renames the layers whose names TensorFlow refuses as name scopes (a
+    space, '?', a leading '_': Keras accepts them), which Keras opens for
+    every layer it calls while tfaot traces the step: 'my output' becomes
+    'my_output' (with a number where that name is taken), in the state
+    names too."""
+    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    taken = {layer.name for layer in layers}
+    for layer in layers:
+        name = layer.name
+        if re.fullmatch(r"[A-Za-z0-9.][A-Za-z0-9_.\-]*", name):
+            continue
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+        base = base if re.match(r"[A-Za-z0-9.]", base) else f"L{base}"
+        new, k = base, 1
+        while new in taken:
+            new, k = f"{base}_{k}", k + 1
+        taken.add(new)
+        try:
+            layer.name = new
+        except AttributeError:  # tf_keras: a read-only property over _name
+            layer._name = new
 
 
 def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
