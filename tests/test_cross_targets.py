@@ -119,6 +119,29 @@ def test_cortex_m_bare_metal_image(cpu, inputs, tmp_path_factory, tmp_path):
     np.testing.assert_allclose(ys.view(np.float32), expected, rtol=0, atol=TOL)
 
 
+def test_firmware_builds_for_size_with_werror(tmp_path):
+    """The generated C at -Os / -O1 -Werror, as firmware builds it (CMake's
+    MinSizeRel): gcc 12 saw a convolution stack's direct-step results as
+    "maybe uninitialized"."""
+    import keras
+
+    from tfaot.cli import main
+
+    toolchains.require("arm-none-eabi-gcc")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, 10)), keras.layers.Conv1D(8, 3, activation="relu"),
+                              keras.layers.Conv1D(8, 3, dilation_rate=2),
+                              keras.layers.GlobalMaxPooling1D(), keras.layers.Dense(5)])
+    model.save(tmp_path / "kws.keras")
+    out = tmp_path / "kws"
+    assert main(["-q", "build", str(tmp_path / "kws.keras"), "-o", str(out),
+                 "--triple", ARM["cortex-m4"].triple, "--cpu", "cortex-m4"]) == 0
+    for opt in ("-Os", "-O1"):
+        _run(["arm-none-eabi-gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", opt, "-mthumb",
+              *ARM["cortex-m4"].flags, "-mfloat-abi=hard", "-I", out / "src", "-c",
+              out / "src" / "kws.c", "-o", tmp_path / "kws.o"])
+
+
 def test_cortex_m4_exp_floors_with_tfaot_floorf(tmp_path):
     """IREE's exp rounds with floorf, which an M4's FPv4 lacks: the library
     brings its own (NAME_floorf, runtime_shim/tfrt_libm.c), so nothing is
