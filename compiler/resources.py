@@ -44,4 +44,20 @@ def template_env():
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
     env.filters["tfrt_u32"] = lambda v: f"(uint32_t){v}"
+    env.filters["c_string"] = c_string
+    env.filters["c_comment"] = c_comment
     return env
+
+
+def c_string(text: str) -> str:
+    """``text`` as the inside of a C string literal: a quote, a backslash and
+    anything not printable ASCII as octal escapes (a hex escape would run
+    on into a following hex digit; a UTF-8 name keeps its bytes)."""
+    return "".join(c if " " <= c <= "~" and c not in '"\\?' else
+                   "".join(f"\\{b:03o}" for b in c.encode()) for c in text)
+
+
+def c_comment(text: str) -> str:
+    """``text`` inside a C comment: no end or start of one, no line break."""
+    text = text.replace("*/", "* /").replace("/*", "/ *")
+    return "".join(c if " " <= c <= "~" else "?" for c in text)

@@ -219,3 +219,45 @@ def test_contexts_in_parallel_threads(name, tmp_path):
           "-pthread", "-o", exe])
     proc = _run([exe], env={"TSAN_OPTIONS": "halt_on_error=1"})
     assert proc.stdout.strip() == "ok" and "ThreadSanitizer" not in proc.stderr
+
+
+def test_names_reach_c_strings_and_comments_intact(tmp_path):
+    """A tensor name with a quote, a backslash, '?', '*/' or UTF-8 (a
+    SavedModel's signature keys may hold any) becomes a C string that prints
+    it back, and a comment that stays one line and closed."""
+    from tfaot.resources import c_comment, c_string
+
+    name = 'x"y\\z??=/*a*/ é\n'
+    (tmp_path / "s.c").write_text(f'#include <stdio.h>\n/* {c_comment(name)} */\n'
+                                  f'int main(void) {{ fputs("{c_string(name)}", stdout); '
+                                  'return 0; }\n')
+    _run(["gcc", *WARN, tmp_path / "s.c", "-o", tmp_path / "s"])
+    assert subprocess.run([tmp_path / "s"], capture_output=True).stdout == name.encode()
+    assert "\n" not in c_comment(name) and "*/" not in c_comment(name) and "/*" not in c_comment(name)
+
+
+def test_tensor_names_that_are_cxx_keywords_or_gnu_macros_make_valid_fields(tmp_path):
+    """Inputs and outputs named 'float', 'linux' (a macro in gcc's GNU
+    modes), 'class' and 'new' (C++): the typed structs' members are escaped
+    for C in GNU mode and for C++ alike."""
+    import keras
+
+    from tfaot.cli import main
+
+    ins = [keras.Input((None, 2), name=n) for n in ("float", "linux")]
+    h = keras.layers.GRU(4)(keras.layers.Concatenate()(ins))
+    model = keras.Model(ins, [keras.layers.Dense(2, name="class")(h),
+                              keras.layers.Dense(1, name="new")(h)])
+    model.save(tmp_path / "kw.keras")
+    assert main(["-q", "build", str(tmp_path / "kw.keras"), "-o", str(tmp_path / "kw")]) == 0
+    src = ('#include "kw.h"\nint main(void) { kw_inputs i; kw_outputs o; i.float_[0] = 1; '
+           'i.linux_[0] = 2; o.class_[0] = 3; o.new_[0] = 4; '
+           'return (int)(i.float_[0] + i.linux_[0] + o.class_[0] + o.new_[0]) - 10; }\n')
+    (tmp_path / "m.c").write_text(src)
+    (tmp_path / "m.cc").write_text(src)
+    _run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I", tmp_path / "kw",
+          tmp_path / "m.c", "-o", tmp_path / "m"])
+    assert subprocess.run([tmp_path / "m"]).returncode == 0
+    if shutil.which("g++"):
+        _run(["g++", "-Wall", "-Wextra", "-Werror", "-I", tmp_path / "kw", "-c",
+              tmp_path / "m.cc", "-o", tmp_path / "m.o"])

@@ -288,10 +288,20 @@ def _name_fields(tensors: list[dict]) -> None:
         t["field"] = field_name
 
 
+#: names a struct member of the public header must not take: C's and C++'s
+#: keywords (the header is C++ too) and the lower-case macros gcc predefines
+#: in its GNU modes (CMake's default -std=gnu11 defines `linux` as 1)
 _C_KEYWORDS = frozenset(
     "auto break case char const continue default do double else enum extern float for goto "
     "if inline int long register restrict return short signed sizeof static struct switch "
-    "typedef union unsigned void volatile while bool true false".split())
+    "typedef union unsigned void volatile while bool true false "
+    "alignas alignof and and_eq asm bitand bitor catch char8_t char16_t char32_t class "
+    "compl concept consteval constexpr constinit const_cast co_await co_return co_yield "
+    "decltype delete dynamic_cast explicit export friend mutable namespace new noexcept not "
+    "not_eq nullptr operator or or_eq private protected public reinterpret_cast requires "
+    "static_assert static_cast template this thread_local throw try typeid typename using "
+    "virtual wchar_t xor xor_eq "
+    "linux unix i386 sun sparc mips vax".split())
 
 
 def _library_name(vm: emit_mod.VMProgram, compiled: CompiledModule) -> str:
