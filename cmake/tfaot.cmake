@@ -24,6 +24,25 @@ find_program(TFAOT_EXECUTABLE tfaot DOC "The tfaot command line")
 set(TFAOT_SHIM_FILES tfrt.h tfrt_backend.h tfrt_core.c tfrt_cpu.h tfrt_cpu.c tfrt_abi.h
     tfrt_status.h)
 
+# The model file's name as `tfaot build` makes it a C prefix without --name
+# (compiler/names.py default_name): "kws-v2.keras" -> kws_v2, "9lives.h5" ->
+# m_9lives, tfrt* and system libraries' names (m, c, ...) get "m_" too.
+function(_tfaot_default_name model out_var)
+  get_filename_component(name "${model}" NAME)
+  string(REGEX REPLACE "\\..*$" "" name "${name}")
+  string(REGEX REPLACE "[^A-Za-z0-9_]" "_" name "${name}")
+  string(TOLOWER "${name}" lower)
+  if(name STREQUAL "")
+    set(name model)
+  endif()
+  if(name MATCHES "^[0-9]" OR lower MATCHES "^tfrt" OR name MATCHES
+     "^(c|m|dl|rt|pthread|util|resolv|crypt|gcc|gcc_s|atomic|nosys|rdimon|g|gomp|ssp)$")
+    set(name "m_${name}")
+  endif()
+  string(SUBSTRING "${name}" 0 63 name)
+  set(${out_var} "${name}" PARENT_SCOPE)
+endfunction()
+
 function(tfaot_add_model target)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "FROM_SOURCE" "MODEL;NAME;TRIPLE;CPU" "BUILD_ARGS")
   if(ARG_UNPARSED_ARGUMENTS)
@@ -42,8 +61,7 @@ function(tfaot_add_model target)
   endif()
   set(name "${ARG_NAME}")
   if(NOT name)
-    get_filename_component(name "${model}" NAME_WE)
-    string(MAKE_C_IDENTIFIER "${name}" name)
+    _tfaot_default_name("${model}" name)
   endif()
 
   set(out "${CMAKE_CURRENT_BINARY_DIR}/tfaot/${name}")

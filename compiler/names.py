@@ -16,12 +16,27 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 RESERVED_PREFIX = "tfrt"
 
 
+#: Names whose libNAME.a / libNAME.so would stand in for a system library
+#: in -lNAME (libc, libm, the toolchain's runtime libraries)
+SYSTEM_LIBRARIES = frozenset(
+    "c m dl rt pthread util resolv crypt gcc gcc_s atomic nosys rdimon g gomp ssp".split())
+
+
 def check_name(name: str) -> None:
-    """Refuses names that are not C identifiers or collide with the runtime's files."""
+    """Refuses names that are not C identifiers, collide with the runtime's
+    files or name a system library."""
+    if len(name) > 63 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise TfaotError(
+            f"model name '{name[:40]}...' has {len(name)} characters; it prefixes every symbol "
+            "of the library, so it may have 63 at most: give a shorter --name")
     if not _NAME_RE.match(name):
         raise TfaotError(
             f"model name '{name}' is not a valid C identifier; it prefixes every symbol of the "
             "library (use letters, digits and '_', not starting with a digit)")
+    if name in SYSTEM_LIBRARIES:
+        raise TfaotError(
+            f"model name '{name}' would make lib{name}.a, which -l{name} would link instead "
+            f"of the system's lib{name}; choose another --name")
     if name.lower() == RESERVED_PREFIX or name.lower().startswith(RESERVED_PREFIX + "_"):
         raise TfaotError(
             f"model name '{name}' is reserved: '{RESERVED_PREFIX}' and '{RESERVED_PREFIX}_*' "
@@ -32,6 +47,7 @@ def default_name(model_path: str) -> str:
     """The model file's stem as a C identifier ("kws-v2.keras" -> "kws_v2")."""
     stem = Path(str(model_path).rstrip("/")).name.split(".")[0] or "model"
     name = re.sub(r"[^A-Za-z0-9_]", "_", stem)
-    if not name[0].isdigit() and not name.lower().startswith(RESERVED_PREFIX):
-        return name
-    return f"m_{name}"
+    if not name[0].isdigit() and not name.lower().startswith(RESERVED_PREFIX) and \
+            name not in SYSTEM_LIBRARIES:
+        return name[:63]
+    return f"m_{name}"[:63]

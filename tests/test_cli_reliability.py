@@ -178,6 +178,19 @@ def test_reserved_names_are_refused_up_front(tmp_path, model_file, name):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name, words", [
+    ("m", "-lm would link instead of the system's libm"),
+    ("c", "-lc would link instead of the system's libc"),
+    ("n" * 64, "has 64 characters; it prefixes every symbol of the library, so it may have 63"),
+])
+def test_names_of_system_libraries_and_long_names_are_refused(tmp_path, model_file, name, words):
+    """--name m made libm.a (-lm then took it for the system's libm); a
+    name of 64 characters was told it is "not a valid C identifier"."""
+    line = one_error_line(tfaot("build", model_file, "--name", name, "-o", tmp_path / "o"))
+    assert words in line, line
+    assert not (tmp_path / "o").exists()
+
+
 def test_model_file_named_like_the_runtime_gets_a_safe_default_name(tmp_path, model_file):
     model = tmp_path / "tfrt.keras"
     shutil.copy(model_file, model)

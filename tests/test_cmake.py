@@ -60,3 +60,23 @@ def test_cmake_module_lists_the_shim_files():
     assert sorted(listed) == sorted([*SHIM_FILES, SHIM_STATUS_HEADER])
     _, out, manifest = backend_models.built("multi")
     assert {f"src/{f}" for f in listed} <= set(manifest["files"])
+
+
+def test_cmake_default_name_is_the_command_lines(tmp_path):
+    """tfaot_add_model without NAME names the library as `tfaot build` does
+    without --name (it passed tfrt_net.keras's "tfrt_net", a reserved name,
+    and "_9lives" where the command line says "m_9lives")."""
+    from tfaot.names import default_name
+    from tfaot.resources import cmake_module
+
+    toolchains.require("cmake")
+    stems = ["kws.keras", "kws-v2.keras", "9lives.h5", "tfrt_net.keras", "TFRTx.pb", "m.keras",
+             "a.b.c.pb", "saved model", "x" * 70 + ".keras"]
+    script = tmp_path / "names.cmake"
+    script.write_text(f'include("{cmake_module().as_posix()}")\n' + "".join(
+        f'_tfaot_default_name("/models/{stem}" n)\nmessage(STATUS "name=${{n}}")\n'
+        for stem in stems))
+    proc = subprocess.run(["cmake", "-P", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    got = [line.split("name=", 1)[1] for line in proc.stdout.splitlines() if "name=" in line]
+    assert got == [default_name(f"/models/{stem}") for stem in stems]
