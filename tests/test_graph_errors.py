@@ -422,3 +422,21 @@ def test_a_keras_3_export_of_time_distributed_says_what_to_build(tmp_path):
     msg = str(e.value)
     assert "/pfor/while'" in msg and "tf.vectorized_map" in msg, msg
     assert ".keras file" in msg and "fixed number of frames" in msg and "\n" not in msg, msg
+
+
+def test_axes_computed_from_constants_fold():
+    """A perm or axis the graph computes from constants with ops
+    tf.get_static_value does not fold (TF1's softmax over axis 1 writes its
+    transpose's perm as ConcatV2(Range(0, Rank - 1), ...)) is a constant to
+    the rules: it was refused as "must be a constant"."""
+    import tensorflow as tf
+
+    from tfaot.streamify_graph.replay import folded_value
+
+    with tf.Graph().as_default():
+        last = tf.constant(3) - tf.constant(1)
+        perm = tf.concat([tf.range(0, last - 1), [last], tf.range(last - 1, last)], 0)
+        assert tf.get_static_value(perm) is None
+        assert folded_value(perm).tolist() == [0, 2, 1]
+        data = tf.compat.v1.placeholder(tf.int32, [3])
+        assert folded_value(data + last) is None  # not a constant
