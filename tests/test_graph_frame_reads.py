@@ -121,3 +121,34 @@ def test_a_loop_that_also_uses_the_whole_input_is_refused_by_name():
     msg = _stream_error(_v1_graph(whole_too=True), "whole.pb")
     assert "whole.pb" in msg and "uses the whole of loop variable" in msg, msg
     assert "a stream has only the current frame" in msg, msg
+
+
+def test_slices_with_new_axes_and_ellipses_stream(tmp_path):
+    """``wav[:, :, None]`` in front of a conv1d over the waveform (refused:
+    "a slice with an ellipsis or new axis ... is not supported", where
+    tf.expand_dims streamed), and ``x[..., 0]``, ``x[None]``, ``x[:, None]``
+    on a frame sequence: each keeps the time axis whole, so each is per
+    frame. A crop of time with a new axis is still refused, by name."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    graph = tf.Graph()
+    with graph.as_default():
+        wav = tf.compat.v1.placeholder(tf.float32, [1, None], name="wav")
+        frames = tf.nn.relu(tf.nn.conv1d(wav[:, :, None], rng.standard_normal(
+            (16, 1, 3)).astype(np.float32), 8, "VALID"))  # (1, T, 3)
+        mixed = (tf.squeeze(frames[:, None, :, :], 1) + frames[..., None][..., 0]
+                 + tf.squeeze(frames[None], 0) + frames[..., 0][..., None])
+        tf.identity(mixed, name="y")
+    model = tmp_path / "newaxis.pb"
+    model.write_bytes(graph.as_graph_def().SerializeToString())
+    assert _build_and_verify(model, tmp_path / "out") < 1e-5
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, None, 3], name="x")
+        tf.identity(x[:, 1:, None] * 2.0, name="y")
+    model = tmp_path / "crop.pb"
+    model.write_bytes(graph.as_graph_def().SerializeToString())
+    with pytest.raises(TfaotError, match="'strided_slice' .*together with an ellipsis or a new axis"):
+        _build_and_verify(model, tmp_path / "crop")

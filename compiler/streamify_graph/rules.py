@@ -212,8 +212,8 @@ def _strided_slice(s: SeqOp):
     at = s.node.attr
     bm, em, sm = at["begin_mask"].i, at["end_mask"].i, at["shrink_axis_mask"].i
     if at["ellipsis_mask"].i or at["new_axis_mask"].i:
-        s.fail("a slice with an ellipsis or new axis on a time-dependent tensor is not "
-               "supported")
+        s.set(s.emit(), [seq(_time_axis_through_slice(s, begin, end, strides))])
+        return
     x = s.x
     if a >= len(begin):
         meta = seq(a - sum(1 for d in range(len(begin)) if sm >> d & 1))
@@ -253,6 +253,36 @@ def _strided_slice(s: SeqOp):
         y = tf.strided_slice(x, begin, end, strides, begin_mask=bm, end_mask=em,
                              shrink_axis_mask=sm)
     s.set([y], [meta])
+
+
+def _time_axis_through_slice(s: SeqOp, begin: list, end: list, strides: list) -> int:
+    """The output's time axis of a slice with an ellipsis or new axes
+    (``x[:, :, None]``, ``x[..., 0]``) that keeps the time axis whole (else
+    a failure naming the node): the spec walked as TensorFlow walks it."""
+    at = s.node.attr
+    bm, em, sm = at["begin_mask"].i, at["end_mask"].i, at["shrink_axis_mask"].i
+    ellipsis, new_axis = at["ellipsis_mask"].i, at["new_axis_mask"].i
+    n = len(begin)
+    real = sum(1 for i in range(n) if not (ellipsis >> i & 1 or new_axis >> i & 1))
+    in_dim = out_dim = 0
+    for i in range(n):
+        if ellipsis >> i & 1:
+            covered = max(0, s.rank - real)
+            if in_dim <= s.a < in_dim + covered:
+                return out_dim + s.a - in_dim
+            in_dim, out_dim = in_dim + covered, out_dim + covered
+        elif new_axis >> i & 1:
+            out_dim += 1
+        else:
+            if in_dim == s.a:
+                whole = (bm >> i & 1 or begin[i] == 0) and em >> i & 1 and strides[i] == 1
+                if sm >> i & 1 or not whole:
+                    s.fail("slices the time axis together with an ellipsis or a new axis; "
+                           "only the whole time axis can be streamed so")
+                return out_dim
+            in_dim += 1
+            out_dim += 0 if sm >> i & 1 else 1
+    return out_dim + s.a - in_dim  # past the spec: kept whole
 
 
 def _crop_range(b: int, e: int, whole_begin: int, whole_end: int,
