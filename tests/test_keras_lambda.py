@@ -198,3 +198,27 @@ def test_allow_lambda_loads_h5_and_keras2_lambdas(tmp_path):
                               Progress(False)).path
             results = verify(str(tmp_path / name), out, steps=100, seed=0, tol=TOL)
         assert all(r.ok and r.steps >= 100 for r in results), (name, results)
+
+
+def test_a_sequential_lambda_that_fails_as_keras_loads_it_says_why(tmp_path):
+    """Keras swallows the error of a Sequential model's Lambda that fails as
+    it rebuilds the model (a name its code uses is not defined where it is
+    loaded) and returns a model without inputs: that was an internal error
+    ("has no defined inputs yet"); now the lambda's own error and what to do."""
+    import keras
+
+    from tfaot.errors import TfaotError
+    from tfaot.frontend.load import load_model
+
+    globals()["_gone_at_load"] = lambda t: t * 2.0
+    model = keras.Sequential([keras.Input((None, 6), batch_size=1),
+                              keras.layers.Lambda(lambda t: _gone_at_load(t)),  # noqa: F821
+                              keras.layers.LSTM(4, return_sequences=True)])
+    path = tmp_path / "seq.keras"
+    model.save(path)
+    del globals()["_gone_at_load"]
+    with _unsafe_scope(), pytest.raises(TfaotError) as e:
+        load_model(str(path))
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: Keras loaded the model but could not rebuild it"), msg
+    assert "NameError" in msg and "_gone_at_load" in msg and "--custom-objects" in msg, msg

@@ -138,7 +138,7 @@ def _load_keras(path: Path, fmt: str):
                 if keras2.is_keras2_file(named, fmt):  # saved by tf_keras
                     return keras2.load_archive_as_keras3(named)
                 keras2.register()  # a .keras re-saved from a Keras 2 file names them
-                return keras.models.load_model(named, compile=False)
+                return _rebuilt(path, keras.models.load_model(named, compile=False))
             return _load_h5(named)
     except TfaotError:
         raise
@@ -159,6 +159,32 @@ def _load_keras(path: Path, fmt: str):
                 "(its code runs: only files you trust; a Keras 2 file's class is needed as a "
                 "Keras 3 class too: tfaot builds the model in Keras 3)") from None
         raise TfaotError(f"{path}: cannot load the Keras model: {_cause(e)}") from None
+
+
+def _rebuilt(path: Path, model):
+    """``model``, where Keras rebuilt its layers as it loaded it. A Sequential
+    model whose layer fails while Keras rebuilds it (a Lambda whose code
+    names a module its file does not import) loads without inputs, the
+    error swallowed: it is raised again here by calling the model."""
+    try:
+        model.inputs  # noqa: B018 - the check itself
+        return model
+    except (AttributeError, ValueError):
+        pass
+    layers = model.get_config().get("layers") or [{}]
+    shape = layers[0].get("config", {}).get("batch_shape")
+    cause = "its layers were never built"
+    if shape:
+        import numpy as np
+
+        try:
+            model(np.zeros([1 if d is None else d for d in shape], np.float32))
+        except Exception as e:  # noqa: BLE001 - the layer's own error, reported
+            cause = f"{type(e).__name__}: {first_line(e)}"
+    raise TfaotError(f"{path}: Keras loaded the model but could not rebuild it ({cause}); "
+                     "a Lambda layer's saved code runs again as Keras loads it and may not "
+                     "find the modules it names: import them inside its function, or make "
+                     "it a custom layer (--custom-objects)")
 
 
 def _cause(error: Exception) -> str:
