@@ -440,3 +440,23 @@ def test_axes_computed_from_constants_fold():
         assert folded_value(perm).tolist() == [0, 2, 1]
         data = tf.compat.v1.placeholder(tf.int32, [3])
         assert folded_value(data + last) is None  # not a constant
+
+
+def test_top_k_is_refused_naming_the_op_before_compiling(tmp_path, capsys):
+    """tf.math.top_k (also tf.sort, Keras' sparsemax) becomes a custom call
+    IREE cannot compile: refused at import, naming TensorFlow's op (it was
+    iree-compile's "failed to legalize" quoting MLIR)."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 8], name="x")
+        tf.identity(tf.math.top_k(x, 3).values, name="y")
+    path = tmp_path / "topk.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    assert main(["build", str(path), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "TopKV2 (tf.math.top_k" in err and "IREE cannot compile" in err, err
+    assert "iree-compile" not in err and not (tmp_path / "out").exists()

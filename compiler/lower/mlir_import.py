@@ -45,7 +45,21 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True,
     hlo_text = unpack_bool_constants(_lower_to_stablehlo(tf_text, program.source))
     # (after the wrap, which prints the module in the pretty form the rewrite reads)
     text, _ = expand_erf(_wrap(hlo_text, program, matvec_layout, join_products))
+    _refuse_custom_calls(text, program.source)
     return text
+
+
+#: TensorFlow's ops behind the custom calls its converter leaves for XLA
+_CUSTOM_CALL_OPS = {"mhlo.topk": "TopKV2 (tf.math.top_k, tf.sort, tf.argsort, Keras' sparsemax)"}
+
+
+def _refuse_custom_calls(text: str, source: str) -> None:
+    """A custom call left in the module is one IREE cannot compile: said here,
+    naming TensorFlow's op, not by iree-compile after the slow stages."""
+    for target in dict.fromkeys(re.findall(r"stablehlo\.custom_call @([\w.$-]+)", text)):
+        op = _CUSTOM_CALL_OPS.get(target, f"the op behind '{target}'")
+        raise TfaotError(f"{source}: the model uses {op}, which TensorFlow's converter "
+                         f"leaves as a custom call ({target}) that IREE cannot compile")
 
 
 def _to_tf_dialect(program: StepProgram) -> str:
