@@ -167,6 +167,7 @@ def _make_target(kind: str, triple: str | None, cpu: str | None,
     if kind in GPU_KINDS:
         return _gpu_target(kind, triple, cpu, weight_packing)
     cpu = cpu or default_cpu(triple)
+    _check_cpu_fits_triple(cpu, triple)
     target = Target(kind, triple, cpu, weight_packing)
     if cpu == "host" and not target.is_host:
         raise TfaotError(
@@ -176,6 +177,47 @@ def _make_target(kind: str, triple: str | None, cpu: str | None,
         raise TfaotError(f"--triple {triple} is hard-float; name the CPU with --cpu "
                          f"(one of {', '.join(ARM_CPU_FLAGS)}) so the C code uses its FPU")
     return target
+
+
+#: CPU name prefixes -> the triples' architectures (their first field) they
+#: belong to, for the mismatches a slip of the command line makes
+_CPU_FAMILIES = (
+    (("cortex-m", "sc000", "sc300", "star-mc"), ("thumb", "arm"),
+     "32-bit Arm (thumbv7em-none-eabihf, ...)"),
+    (("cortex-a", "cortex-x", "cortex-r", "neoverse", "apple-", "ampere", "a64fx"),
+     ("aarch64", "arm64", "arm", "thumb"), "Arm"),
+    (("x86-64", "skylake", "znver", "haswell", "broadwell", "icelake", "sapphirerapids",
+      "alderlake", "cascadelake", "cooperlake", "tigerlake", "nehalem", "sandybridge",
+      "ivybridge", "westmere", "core2", "atom", "btver", "bdver", "k8", "emeraldrapids",
+      "graniterapids", "raptorlake", "meteorlake", "arrowlake", "lunarlake", "goldmont",
+      "tremont", "silvermont"), ("x86_64", "i386", "i686"), "x86 (x86_64-linux-gnu, ...)"),
+    (("sifive-", "rocket", "syntacore", "spacemit", "xiangshan"), ("riscv",), "RISC-V"),
+)
+
+
+def _check_cpu_fits_triple(cpu: str, triple: str) -> None:
+    """``--cpu`` of one architecture with ``--triple`` of another failed only
+    in iree-compile or, for a Cortex-A CPU on a Cortex-M triple, in the
+    firmware's link ("conflicting architecture profiles")."""
+    arch = triple.split("-")[0]
+    for prefixes, arches, what in _CPU_FAMILIES:
+        if cpu.startswith(prefixes) and not arch.startswith(arches):
+            raise TfaotError(f"--cpu={cpu} is a CPU for {what} but --triple {triple} is "
+                             f"{arch}; give the triple of that CPU, or a CPU of {arch}")
+    if cpu.startswith("cortex-m") and arch.startswith("thumb") and cpu not in ARM_CPU_FLAGS \
+            and cpu not in _OTHER_CORTEX_M:
+        raise TfaotError(f"--cpu={cpu} is not a Cortex-M CPU gcc knows; tfaot's kernels are "
+                         f"tuned for {', '.join(ARM_CPU_FLAGS)}")
+    if cpu.startswith(("cortex-a", "cortex-x", "cortex-r")) and arch.startswith("thumb") and \
+            "none" in triple:
+        raise TfaotError(f"--cpu={cpu} is an application (or real-time) core but --triple "
+                         f"{triple} is a Cortex-M (M-profile) triple: the firmware's link "
+                         "would fail on conflicting architecture profiles")
+
+
+#: Cortex-M cores gcc knows besides ARM_CPU_FLAGS' (built with generic C kernels)
+_OTHER_CORTEX_M = {"cortex-m0", "cortex-m0plus", "cortex-m1", "cortex-m3", "cortex-m23",
+                   "cortex-m35p", "cortex-m52", "cortex-m85"}
 
 
 def _gpu_target(kind: str, triple: str, cpu: str | None, weight_packing: bool | None) -> Target:

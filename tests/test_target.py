@@ -68,6 +68,13 @@ def test_pointer_size(triple, pointer):
     ("cpu", "mips-unknown-linux-gnu", None, "architecture 'mips' is not supported"),
     ("cpu", "x86_64", None, "not a target triple"),
     ("cpu", "x86_64-unknown-freebsd", None, "unknown operating system"),
+    # a CPU of another architecture than the triple's (it failed in iree-compile,
+    # or, Cortex-A on a Cortex-M triple, in the firmware's link)
+    ("cpu", "x86_64-linux-gnu", "cortex-m4", "CPU for 32-bit Arm .* is x86_64"),
+    ("cpu", "aarch64-linux-gnu", "znver3", "CPU for x86 .* is aarch64"),
+    ("cpu", "thumbv7em-none-eabihf", "skylake", "CPU for x86 .* is thumbv7em"),
+    ("cpu", "thumbv7em-none-eabihf", "cortex-a53", "conflicting architecture profiles"),
+    ("cpu", "thumbv7em-none-eabihf", "cortex-m4f", "not a Cortex-M CPU gcc knows"),
 ])
 def test_bad_choices_are_refused(kind, triple, cpu, message):
     with pytest.raises(TfaotError, match=message):
