@@ -80,3 +80,33 @@ def test_cmake_default_name_is_the_command_lines(tmp_path):
     assert proc.returncode == 0, proc.stderr
     got = [line.split("name=", 1)[1] for line in proc.stdout.splitlines() if "name=" in line]
     assert got == [default_name(f"/models/{stem}") for stem in stems]
+
+
+def test_a_sources_only_package_in_a_cxx_project_found_twice(tmp_path):
+    """The package without lib<name>.a (what a build writes without the
+    target's compiler): a C++-only project compiles its C sources (it could
+    not: "Cannot determine link language"), and a second find_package, in
+    another directory, still sets <name>_CTX_SIZE (it was empty)."""
+    import shutil
+
+    toolchains.require("cmake")
+    out = tmp_path / "acc"
+    shutil.copytree(backend_models.built("accumulator")[1], out)
+    (out / "libaccumulator.a").unlink()
+    (tmp_path / "main.cpp").write_text(
+        '#include "accumulator.h"\nalignas(ACCUMULATOR_CTX_ALIGN) static unsigned char '
+        "m[ACCUMULATOR_CTX_SIZE];\nint main() { return accumulator_init("
+        "reinterpret_cast<accumulator_ctx *>(m)); }\n")
+    find = f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)'
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "CMakeLists.txt").write_text(
+        f'{find}\nmessage(STATUS "sub: ctx=${{accumulator_CTX_SIZE}}")\n')
+    (tmp_path / "CMakeLists.txt").write_text(
+        f"cmake_minimum_required(VERSION 3.16)\nproject(app CXX)\n{find}\n"
+        "add_executable(app main.cpp)\ntarget_link_libraries(app PRIVATE tfaot::accumulator)\n"
+        "add_subdirectory(sub)\n")
+    configure = _run(["cmake", "-S", tmp_path, "-B", tmp_path / "b"])
+    ctx = backend_models.built("accumulator")[2]["ctx_size"]
+    assert f"sub: ctx={ctx}" in configure.stdout
+    _run(["cmake", "--build", tmp_path / "b"])
+    assert _run([tmp_path / "b" / "app"]).returncode == 0
