@@ -64,6 +64,14 @@ function(tfaot_add_model target)
     _tfaot_default_name("${model}" name)
   endif()
 
+  if(CMAKE_CROSSCOMPILING AND NOT ARG_TRIPLE)
+    # (tfaot would build for the machine it runs on: the project's compiler
+    # then fails on a context size or kernel object that is not its target's)
+    message(FATAL_ERROR "tfaot_add_model(${target}): this project cross-compiles "
+                        "(CMAKE_SYSTEM_NAME ${CMAKE_SYSTEM_NAME}); give the model's TRIPLE "
+                        "(and CPU), e.g. TRIPLE thumbv7em-none-eabihf CPU cortex-m4")
+  endif()
+
   set(out "${CMAKE_CURRENT_BINARY_DIR}/tfaot/${name}")
   # --force: the folder is this function's own, but holds what the generator
   # made there (src/, created for the outputs) besides tfaot's files.

@@ -110,3 +110,26 @@ def test_a_sources_only_package_in_a_cxx_project_found_twice(tmp_path):
     assert f"sub: ctx={ctx}" in configure.stdout
     _run(["cmake", "--build", tmp_path / "b"])
     assert _run([tmp_path / "b" / "app"]).returncode == 0
+
+
+def test_tfaot_add_model_in_a_cross_project_asks_for_the_triple(tmp_path):
+    """A firmware project (a cross toolchain) calling tfaot_add_model without
+    TRIPLE built the model for the host, and its compiler then failed on a
+    static assert about the context size that rebuilding did not fix."""
+    from tfaot.resources import cmake_module
+
+    toolchains.require("cmake", "arm-none-eabi-gcc")
+    (tmp_path / "arm.cmake").write_text(
+        "set(CMAKE_SYSTEM_NAME Generic)\nset(CMAKE_SYSTEM_PROCESSOR arm)\n"
+        "set(CMAKE_C_COMPILER arm-none-eabi-gcc)\n"
+        "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
+    (tmp_path / "m.keras").write_bytes(b"")  # (configure only: never built)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(fw C)\n"
+        f'include("{cmake_module().as_posix()}")\n'
+        f'tfaot_add_model(m MODEL "{(tmp_path / "m.keras").as_posix()}" FROM_SOURCE)\n')
+    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
+                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'arm.cmake'}",
+                           "-DTFAOT_EXECUTABLE=/bin/true"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "this project cross-compiles" in proc.stderr and "TRIPLE" in proc.stderr, proc.stderr
