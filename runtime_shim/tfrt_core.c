@@ -9,6 +9,12 @@
  *   - functions returning an object through an out-pointer return it owned (+1);
  *   - tfrt_release(NULL) is a no-op; immortal objects (refs < 0) are never written.
  */
+#ifndef TFRT_UNITY_BUILD
+/* Compiled on its own (an IDE, or a CMake file(GLOB) of every .c in src/):
+ * the model's source NAME.c includes this file, so there is nothing to
+ * compile here.  (A declaration keeps the unit from being empty.) */
+typedef int tfrt_tfrt_core_c_is_included_by_the_model_source;
+#else
 #include "tfrt_backend.h"
 
 #ifdef TFRT_DEVICE_MEMORY
@@ -422,3 +428,4 @@ TFRT_INTERNAL void tfrt_staging_clear(tfrt_staging *staging) {
   staging->used = 0;
   staging->count = 0;
 }
+#endif /* TFRT_UNITY_BUILD */

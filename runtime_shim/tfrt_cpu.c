@@ -1,6 +1,12 @@
 /* tfrt_cpu.c - the CPU backend of the runtime shim (see tfrt_cpu.h and
  * tfrt_backend.h): hal_loader.* over executable libraries linked into the
  * program.  Included by the generated model source after tfrt_core.c. */
+#ifndef TFRT_UNITY_BUILD
+/* Compiled on its own (an IDE, or a CMake file(GLOB) of every .c in src/):
+ * the model's source NAME.c includes this file, so there is nothing to
+ * compile here.  (A declaration keeps the unit from being empty.) */
+typedef int tfrt_tfrt_cpu_c_is_included_by_the_model_source;
+#else
 #include "tfrt_cpu.h"
 
 TFRT_INTERNAL int tfrt_backend_init(tfrt_runtime *rt) {
@@ -181,3 +187,4 @@ TFRT_INTERNAL int tfrt_dispatch_bound(const tfrt_executable *exe, int64_t functi
                        (uint32_t)count_y, (uint32_t)count_z, constant_count, constants,
                        binding_count, binding_ptrs, binding_lengths);
 }
+#endif /* TFRT_UNITY_BUILD */

@@ -28,6 +28,12 @@
  *
  * Ordering: launches on one stream run in order, so the host program's
  * dispatches need no barriers. */
+#ifndef TFRT_UNITY_BUILD
+/* Compiled on its own (an IDE, or a CMake file(GLOB) of every .c in src/):
+ * the model's source NAME.c includes this file, so there is nothing to
+ * compile here.  (A declaration keeps the unit from being empty.) */
+typedef int tfrt_tfrt_cuda_c_is_included_by_the_model_source;
+#else
 #include <stddef.h>
 
 /* ---- driver API (cuda.h's types, without cuda.h) ----------------------------- */
@@ -455,3 +461,4 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
 }
 
 #endif /* TFRT_CU_DECLARATIONS_ONLY */
+#endif /* TFRT_UNITY_BUILD */

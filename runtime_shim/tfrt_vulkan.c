@@ -19,6 +19,12 @@
  * compute->compute barrier after each (the host program emits none), and
  * submitted when the host next touches buffer contents or a function
  * returns (tfrt_backend_sync). */
+#ifndef TFRT_UNITY_BUILD
+/* Compiled on its own (an IDE, or a CMake file(GLOB) of every .c in src/):
+ * the model's source NAME.c includes this file, so there is nothing to
+ * compile here.  (A declaration keeps the unit from being empty.) */
+typedef int tfrt_tfrt_vulkan_c_is_included_by_the_model_source;
+#else
 #include <dlfcn.h>
 
 #define VK_NO_PROTOTYPES 1
@@ -498,3 +504,4 @@ TFRT_INTERNAL int tfrt_executable_dispatch(const tfrt_executable *exe, int64_t f
                                NULL);
   return TFRT_OK;
 }
+#endif /* TFRT_UNITY_BUILD */

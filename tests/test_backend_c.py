@@ -261,3 +261,21 @@ def test_tensor_names_that_are_cxx_keywords_or_gnu_macros_make_valid_fields(tmp_
     if shutil.which("g++"):
         _run(["g++", "-Wall", "-Wextra", "-Werror", "-I", tmp_path / "kw", "-c",
               tmp_path / "m.cc", "-o", tmp_path / "m.o"])
+
+
+def test_every_c_file_of_src_compiles_and_links_on_its_own(tmp_path):
+    """An IDE, or a CMake file(GLOB) of src/*.c, compiles every .c there:
+    the shim's files (which NAME.c includes) compile to nothing on their own
+    (tfrt_core.c stopped at an #error about tfrt_backend.h), and the objects
+    link into a program with NAME.c's."""
+    out = backend_models.built("accumulator")[1]
+    objects = []
+    for source in sorted((out / "src").glob("*.c")):
+        objects.append(tmp_path / f"{source.stem}.o")
+        _run(["gcc", *WARN, "-I", out / "src", "-c", source, "-o", objects[-1]])
+    assert len(objects) >= 3  # accumulator.c, tfrt_core.c, tfrt_cpu.c
+    (tmp_path / "run.c").write_text(RUN_C)
+    (tmp_path / "hooks.c").write_text(HOOKS_C)
+    _run(["gcc", *WARN, "-I", out / "src", tmp_path / "run.c", tmp_path / "hooks.c", *objects,
+          out / "src" / "accumulator_kernels.o", "-lm", "-o", tmp_path / "app"])
+    assert _run([tmp_path / "app"]).stdout.strip() == "10"

@@ -219,6 +219,7 @@ def test_cuda_arch_sm86_gives_sm86_ptx(cuda_root, tmp_path):
 DECLARATION_CHECK = r"""
 #include <cuda.h>
 #define TFRT_CU_DECLARATIONS_ONLY 1
+#define TFRT_UNITY_BUILD 1
 #include "tfrt_cuda.c"
 /* Each of the shim's function-pointer types takes the real prototype. */
 #define CHECK(f, params) { tfrt_cu_fn_##f p = f; (void)p; }
