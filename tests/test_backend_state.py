@@ -198,7 +198,9 @@ def test_run_loop_with_firmware_hooks_matches_harness(name, tmp_path):
     np.testing.assert_allclose(ys, expected[:5], rtol=0, atol=1e-6)
 
 
-def test_default_hooks_read_nothing(tmp_path):
+def test_default_hooks_end_the_run_with_no_hook(tmp_path):
+    """Without the program's hooks the run ends with -NAME_ERR_NO_HOOK (18),
+    not 0 steps, which passed for an empty input."""
     _, out, _ = backend_models.built("accumulator")
     exe = _hooks_program("accumulator", out, tmp_path, "default_hooks.c")
-    assert _run([exe]).stdout.strip() == "run=0"
+    assert _run([exe]).stdout.strip() == "run=-18"

@@ -1,5 +1,5 @@
 /* Links a model without defining the I/O hooks: the library's weak defaults
- * apply (no input), so NAME_run returns 0 steps. */
+ * apply, so NAME_run returns -NAME_ERR_NO_HOOK. */
 #include <stdio.h>
 
 #include TFAOT_HEADER
