@@ -57,7 +57,10 @@ def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
         raise Fail(f"--whole-window: the graph runs its recurrence in a loop "
                    f"('{next(iter(g.loops))}'), which tfaot builds only as a stream (one "
                    "frame a step, the state kept between steps; reset() before a window "
-                   "gives the window's outputs): build it without --whole-window")
+                   "gives the window's outputs; IREE cannot compile such a loop whole): "
+                   "build it without --whole-window, which needs the loop to run forward in "
+                   "time (a bidirectional RNN's graph cannot be built either way; its Keras "
+                   "file builds as a window)")
     if g.loops or g.unrolled:
         return "prefix", "the graph has a recurrence (a time loop or an unrolled cell)"
     if a is None or not 0 <= a < len(shape):
