@@ -460,3 +460,22 @@ def test_top_k_is_refused_naming_the_op_before_compiling(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "TopKV2 (tf.math.top_k" in err and "IREE cannot compile" in err, err
     assert "iree-compile" not in err and not (tmp_path / "out").exists()
+
+
+def test_a_reversed_scan_says_it_runs_backwards():
+    """tf.scan(reverse=True) counts its index down: refused saying so (it was
+    "loop variable 2 ... is neither a float state, a counter nor a sequence")."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+    from tfaot.streamify_graph import streamify_graph
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (None, 3), name="x")
+        tf.identity(tf.scan(lambda h, xt: tf.tanh(h + xt), x, initializer=tf.zeros(3),
+                            reverse=True), name="y")
+    with pytest.raises(TfaotError) as e:
+        streamify_graph(graph_def_to_loaded(g.as_graph_def(), Path("rev.pb"), "graphdef"))
+    msg = str(e.value)
+    assert "counts down" in msg and "tf.scan(reverse=True)" in msg and "\n" not in msg, msg

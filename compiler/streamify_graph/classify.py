@@ -102,6 +102,12 @@ def classify(loop: Loop) -> None:
         if v.dtype in FLOAT_TYPES:
             v.kind = "state"
             continue
+        if v.dtype in INT_TYPES and rn is not None and rn.op == "Sub" and \
+                arg_of(rn.input[0]) == v.index:
+            raise Fail(f"loop '{loop.name}': loop variable {v.index} ('{v.arg}') counts down "
+                       f"(node '{rnode}'): the loop walks its sequence backwards in time "
+                       "(tf.scan(reverse=True), a backward RNN), and a stream cannot, since "
+                       "the last frame comes last")
         raise Fail(f"loop '{loop.name}': loop variable {v.index} ('{v.arg}', dtype "
                    f"{dtype_name(v.dtype)}) changes every step but is neither a float state, "
                    f"a counter nor a sequence; it cannot be streamed (returned from node "
