@@ -41,6 +41,15 @@ def test_repeat_vector_decoder_over_open_time():
             "fixed length")
 
 
+@pytest.mark.parametrize("strides, words", [
+    (1, ["kernel - 1 frames past the input's end", "padding='causal'"]),  # it said "upsamples"
+    (2, ["upsamples the time axis"]),
+])
+def test_transposed_conv_over_open_time(strides, words):
+    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, strides=strides, name="up")])
+    _expect(m, "'up'", "Conv1DTranspose", *words)
+
+
 def test_go_backwards():
     m = keras.Sequential([_seq(), layers.GRU(4, go_backwards=True, name="rev_gru")])
     _expect(m, "'rev_gru'", "go_backwards")

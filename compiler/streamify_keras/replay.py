@@ -76,7 +76,16 @@ NOT_STREAMABLE: dict[str, str] = {
 }
 
 
-def _not_streamable_reason(kind: str, kwargs: dict) -> str:
+def _not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
+    if kind.endswith("Transpose") and op is not None and \
+            int(np.atleast_1d(getattr(op, "strides", 2))[0]) == 1:
+        # (stride 1 upsamples nothing: with 'valid' each output frame sums
+        # the taps over the frames before it, but the output has kernel - 1
+        # frames more than the input, the last ones made of frames to come)
+        return ("is a transposed convolution: with padding='valid' its output runs "
+                "kernel - 1 frames past the input's end, with 'same' each frame needs "
+                "frames after it (a Conv1D with the kernel reversed and padding='causal' "
+                "computes the valid one's first frames causally)")
     if "Attention" in kind and kwargs.get("use_causal_mask"):
         # Causal attention is incremental, but its state (every earlier
         # frame's keys and values) grows without bound.
@@ -343,7 +352,7 @@ class Replay:
             return self._recurrent(op, args[0], kwargs)
         if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
             # (a fixed-window model falls back to recomputing its window)
-            raise NotIncremental(op, _not_streamable_reason(kind, kwargs))
+            raise NotIncremental(op, _not_streamable_reason(kind, kwargs, op))
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed),
