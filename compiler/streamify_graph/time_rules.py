@@ -406,6 +406,41 @@ def _running(s: SeqOp):
     s.set([y], [step(max(s.valid_from, f.first_step))])
 
 
+@rule("Cumsum")
+def _cumsum(s: SeqOp):
+    """A cumulative sum: along another axis per frame; along time, in prefix
+    mode, a running sum (one frame's shape) that each step's frames add to."""
+    import tensorflow as tf
+
+    s.others_static()
+    axis = int(s.const(1)) % s.rank
+    if s.k0 != 0:
+        s.unsupported()
+    if axis != s.a:
+        s.set(s.emit(), [seq(s.a)])
+        return
+    at = s.node.attr
+    if at["reverse"].b:
+        s.fail("sums from the last frame backwards (reverse=True), which needs the frames "
+               "to come")
+    f, time, a = s.frames, s.em.time, s.a
+    if mode(s) != "prefix" or f.lag:
+        s.fail("sums over the time axis of a window, which tfaot streams only from the "
+               "start of the stream (an open time axis)")
+    x = s.x
+    with s.em_scope():
+        if f.delay > 0:  # frames from before the stream add nothing
+            x = x * time.started(f, a, len(x.shape))
+        key = (s.node.name, "running")
+        frame = [int(d) for d in x.shape]
+        frame[a] = 1
+        old = time.take(key, np.zeros(frame, np.float32), s.node.name, "run")
+        y = old + tf.cumsum(x, axis=a, exclusive=at["exclusive"].b)
+        time.new_states[key] = old + tf.reduce_sum(x, axis=a, keepdims=True)
+    s.em.row(s.node, "running sum", state=frame)
+    s.set([y], [seq(a)])
+
+
 # --------------------------------------------------------------------------
 # per-channel ops TensorFlow writes for convolution stacks
 
