@@ -1672,6 +1672,22 @@ TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) 
     ((g)->dw == 1 ? 0 : (r) % (g)->kw) * (g)->dw) * (g)->c)
 #define TFRT_PATCH_START(g, p) \
   ((((p) / (g)->ow) * (g)->sh * (g)->iw + ((p) % (g)->ow) * (g)->sw) * (g)->c)
+/* The patch starts of positions p0 .. p0 + count - 1 (the last position
+ * repeated past the end) into at[]: one division for the block, then a
+ * step along the output row. A division per position cost more than the
+ * multiply-adds of a pointwise layer with few input channels (a MobileNet's
+ * 8 -> 48 expansion: 6 divisions against 8 x 12 FMAs a block). */
+#define TFRT_PATCH_STARTS(g, x, p0, count, positions, at)                              \
+  do {                                                                                  \
+    size_t oy_ = (p0) / (g)->ow, ox_ = (p0) % (g)->ow, p_ = (p0);                      \
+    for (size_t q_ = 0; q_ < (count); q_++) {                                           \
+      (at)[q_] = (x) + (oy_ * (g)->sh * (g)->iw + ox_ * (g)->sw) * (g)->c;              \
+      if (p_ + 1 < (positions)) {                                                       \
+        p_++;                                                                           \
+        if (++ox_ == (g)->ow) ox_ = 0, oy_++;                                           \
+      }                                                                                 \
+    }                                                                                   \
+  } while (0)
 #endif
 #if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32)) && \
     (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
@@ -1739,10 +1755,7 @@ struct tfrt_conv {
     enum { T = TFRT_MATVEC_TILE };                                                   \
     const size_t runs = g->runs, run = g->run, positions = g->positions;             \
     const float *at[P]; /* first input of each position's window */                 \
-    for (size_t q = 0; q < P; q++) {                                                 \
-      const size_t p = p0 + q < positions ? p0 + q : positions - 1;                 \
-      at[q] = x + TFRT_PATCH_START(g, p);                                           \
-    }                                                                                \
+    TFRT_PATCH_STARTS(g, x, p0, P, positions, at);                                   \
     float acc[P][T] = {{0}};                                                         \
     for (size_t r = 0; r < runs; r++, w += run * T) {                                \
       const size_t skip = TFRT_RUN_START(g, r);                                      \
@@ -1852,9 +1865,10 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
     c##q##0 = _mm256_fmadd_ps(w0, xv, c##q##0);                                            \
     c##q##1 = _mm256_fmadd_ps(w1, xv, c##q##1);                                            \
   }
-/* (q) the position's 16 lanes (fewer at the end of n: through a copy) to
- * y, unless past the end; the full case is two plain stores (the copy cost
- * a quarter of a pointwise layer's time) */
+/* (q) the position's 16 lanes (fewer at the end of n: under masks) to y,
+ * unless past the end; the full case is two plain stores (a copy through
+ * memory cost a quarter of a pointwise layer's time, and as gcc's
+ * `rep movs`, 7% of a MobileNet's step) */
 #define TFRT_AVX2_STORE(q)                                                                 \
   if (p0 + q < positions) {                                                                \
     float *yq = y + (p0 + q) * g->n + t;                                                   \
@@ -1862,10 +1876,8 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
       _mm256_storeu_ps(yq, tfrt_clamp256(clamp, c##q##0));                                 \
       _mm256_storeu_ps(yq + 8, tfrt_clamp256(clamp, c##q##1));                             \
     } else {                                                                               \
-      float out[16];                                                                       \
-      _mm256_storeu_ps(out, tfrt_clamp256(clamp, c##q##0));                                \
-      _mm256_storeu_ps(out + 8, tfrt_clamp256(clamp, c##q##1));                            \
-      for (size_t l = 0; l < lanes; l++) yq[l] = out[l];                                   \
+      _mm256_maskstore_ps(yq, low, tfrt_clamp256(clamp, c##q##0));                         \
+      _mm256_maskstore_ps(yq + 8, high, tfrt_clamp256(clamp, c##q##1));                    \
     }                                                                                      \
   }
 
@@ -1876,10 +1888,7 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
   enum { T = TFRT_MATVEC_TILE };
   const size_t runs = g->runs, run = g->run, positions = g->positions;
   const float *at[6];
-  for (size_t q = 0; q < 6; q++) {
-    const size_t p = p0 + q < positions ? p0 + q : positions - 1;
-    at[q] = x + TFRT_PATCH_START(g, p);
-  }
+  TFRT_PATCH_STARTS(g, x, p0, 6, positions, at);
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   /* the sums start at the bias (post is padded to whole tiles) */
   __m256 c00 = _mm256_loadu_ps(g->post + 2 + t), c01 = _mm256_loadu_ps(g->post + 10 + t),
@@ -1896,8 +1905,49 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
     }
   }
   const size_t lanes = g->n - t < 16 ? g->n - t : 16;
+  /* lane l is stored where l < lanes (the masks' sign bits) */
+  const __m256i count = _mm256_set1_epi32((int)lanes);
+  const __m256i low = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i high = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
   TFRT_AVX2_STORE(0) TFRT_AVX2_STORE(1) TFRT_AVX2_STORE(2)
   TFRT_AVX2_STORE(3) TFRT_AVX2_STORE(4) TFRT_AVX2_STORE(5)
+}
+
+/* The last 8 or fewer lanes of a layer (n = 8, 24, 40, ...: a MobileNet's
+ * projections), where a block of 16 lanes computed zeros in half its FMAs:
+ * positions p0..p0+11 times lanes t..t+7, 12 accumulators, one weight
+ * vector and a broadcast in AVX2's 16 registers. */
+#define TFRT_AVX2_ROW8(q) c##q = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(x##q + e), c##q);
+#define TFRT_AVX2_STORE8(q)                                                              \
+  if (p0 + q < positions)                                                                \
+    _mm256_maskstore_ps(y + (p0 + q) * g->n + t, mask, tfrt_clamp256(clamp, c##q));
+static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const float *x, float *y,
+                             size_t p0, size_t t) {
+  enum { T = TFRT_MATVEC_TILE };
+  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const float *at[12];
+  TFRT_PATCH_STARTS(g, x, p0, 12, positions, at);
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  __m256 c0 = _mm256_loadu_ps(g->post + 2 + t), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0,
+         c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (size_t r = 0; r < runs; r++, w += run * T) {
+    const size_t skip = TFRT_RUN_START(g, r);
+    const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
+                *x3 = at[3] + skip, *x4 = at[4] + skip, *x5 = at[5] + skip,
+                *x6 = at[6] + skip, *x7 = at[7] + skip, *x8 = at[8] + skip,
+                *x9 = at[9] + skip, *x10 = at[10] + skip, *x11 = at[11] + skip;
+    for (size_t e = 0; e < run; e++) {
+      const __m256 w0 = _mm256_loadu_ps(w + e * T);
+      TFRT_AVX2_ROW8(0) TFRT_AVX2_ROW8(1) TFRT_AVX2_ROW8(2) TFRT_AVX2_ROW8(3)
+      TFRT_AVX2_ROW8(4) TFRT_AVX2_ROW8(5) TFRT_AVX2_ROW8(6) TFRT_AVX2_ROW8(7)
+      TFRT_AVX2_ROW8(8) TFRT_AVX2_ROW8(9) TFRT_AVX2_ROW8(10) TFRT_AVX2_ROW8(11)
+    }
+  }
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(g->n - t)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  TFRT_AVX2_STORE8(0) TFRT_AVX2_STORE8(1) TFRT_AVX2_STORE8(2) TFRT_AVX2_STORE8(3)
+  TFRT_AVX2_STORE8(4) TFRT_AVX2_STORE8(5) TFRT_AVX2_STORE8(6) TFRT_AVX2_STORE8(7)
+  TFRT_AVX2_STORE8(8) TFRT_AVX2_STORE8(9) TFRT_AVX2_STORE8(10) TFRT_AVX2_STORE8(11)
 }
 #endif
 
@@ -2106,9 +2156,19 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
         tfrt_conv_m8x2(&g, w + h, x, y, p0, t + h);
 #endif
 #ifdef TFRT_AVX2_F32
-    for (; p0 + TFRT_CONV_TAIL < g.positions; p0 += 6)
-      for (size_t h = 0; h < TFRT_MATVEC_TILE && t + h < n; h += 16)
-        tfrt_conv_avx2(&g, w + h, x, y, p0, t + h);
+    {
+      /* the tile's lanes in blocks of 16, but a last one of 8 or fewer
+       * alone in blocks of 8 (over every position: the C blocks below
+       * recompute the last few with the rest of the tile) */
+      const size_t lanes = n - t < TFRT_MATVEC_TILE ? n - t : TFRT_MATVEC_TILE;
+      const size_t wide = lanes % 16 && lanes % 16 <= 8 ? lanes - lanes % 16 : lanes;
+      if (wide < lanes)
+        for (size_t p8 = 0; p8 < g.positions; p8 += 12)
+          tfrt_conv_avx2_8(&g, w + wide, x, y, p8, t + wide);
+      for (; p0 + TFRT_CONV_TAIL < g.positions; p0 += 6)
+        for (size_t h = 0; h < wide; h += 16)
+          tfrt_conv_avx2(&g, w + h, x, y, p0, t + h);
+    }
 #endif
     for (; p0 < g.positions; p0 += TFRT_CONV_P) {
       if (g.positions - p0 <= TFRT_CONV_TAIL)
