@@ -1908,7 +1908,8 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
   /* lane l is stored where l < lanes (the masks' sign bits) */
   const __m256i count = _mm256_set1_epi32((int)lanes);
   const __m256i low = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  const __m256i high = _mm256_cmpgt_epi32(count, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+  const __m256i high =
+      _mm256_cmpgt_epi32(count, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
   TFRT_AVX2_STORE(0) TFRT_AVX2_STORE(1) TFRT_AVX2_STORE(2)
   TFRT_AVX2_STORE(3) TFRT_AVX2_STORE(4) TFRT_AVX2_STORE(5)
 }
