@@ -224,8 +224,8 @@ def _table_expansion(match: re.Match, prefix: str) -> list[str]:
 #: lowering for (``tf.math.erf``, the exact GELU of Keras and BERT graphs)
 _ERF = re.compile(
     r"^(?P<indent>[ \t]*)(?P<result>%[\w.$#-]+) = stablehlo\.custom_call @mhlo\.erf"
-    r"\((?P<operand>%[\w.$#-]+)\)(?: \{(?:[^{}]|\{[^{}]*\})*\})? : \((?P<type>tensor<(?:\d+x)*f32>)\) -> "
-    r"(?P=type)[ \t]*$", re.M)
+    r"\((?P<operand>%[\w.$#-]+)\)(?: \{(?:[^{}]|\{[^{}]*\})*\})? : "
+    r"\((?P<type>tensor<(?:\d+x)*f32>)\) -> (?P=type)[ \t]*$", re.M)
 #: erf(x) = x p(x^2) / q(x^2) on [-4, 4] (and +-1 to f32 precision past it):
 #: the rational approximation XLA and Eigen use for f32, coefficients highest
 #: power first; within 4.2e-7 of erf evaluated in f32 (TensorFlow's: 3.0e-7)

@@ -29,7 +29,7 @@ from .state import StateRegistry
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
 
 
-#: ops that fold_value evaluates once all their inputs are known: the
+#: ops that folded_value evaluates once all their inputs are known: the
 #: integer arithmetic graphs compute axes and permutations with (TF1's
 #: softmax over axis 1 builds its transpose's perm as Range(0, Rank - 1)...)
 _FOLDABLE = {"Add", "AddV2", "Sub", "Mul", "FloorDiv", "FloorMod", "Maximum", "Minimum", "Neg",
