@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--triple", help="target triple (ELF only), e.g. aarch64-linux-gnu or "
                                     "thumbv7em-none-eabihf (default: the host's)")
     p.add_argument("--cpu", help="target CPU, e.g. cortex-m4 (default: host for the host "
-                                 "triple, generic otherwise)")
+                                 "triple, generic otherwise); one of the triple's "
+                                 "architecture (cortex-m* with thumbv*, x86 CPUs with "
+                                 "x86_64)")
     p.add_argument("--cuda-arch", metavar="SM",
                    help="--target=cuda: the GPU architecture of the PTX: sm_80 (default), "
                         "sm_86, sm_89 or sm_120; the driver compiles sm_80 PTX for newer "
