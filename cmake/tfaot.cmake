@@ -36,7 +36,7 @@ function(_tfaot_default_name model out_var)
     set(name model)
   endif()
   if(name MATCHES "^[0-9]" OR lower MATCHES "^tfrt" OR name MATCHES
-     "^(c|m|dl|rt|pthread|util|resolv|crypt|gcc|gcc_s|atomic|nosys|rdimon|g|gomp|ssp)$")
+     "^(c|m|dl|rt|pthread|atomic|gcc|gcc_s|nosys|rdimon)$")
     set(name "m_${name}")
   endif()
   string(SUBSTRING "${name}" 0 63 name)

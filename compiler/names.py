@@ -19,7 +19,7 @@ RESERVED_PREFIX = "tfrt"
 #: Names whose libNAME.a / libNAME.so would stand in for a system library
 #: in -lNAME (libc, libm, the toolchain's runtime libraries)
 SYSTEM_LIBRARIES = frozenset(
-    "c m dl rt pthread util resolv crypt gcc gcc_s atomic nosys rdimon g gomp ssp".split())
+    "c m dl rt pthread atomic gcc gcc_s nosys rdimon".split())
 
 
 def check_name(name: str) -> None:

@@ -63,10 +63,10 @@ STATUSES: tuple[Status, ...] = (
            "an integer input indexes a table and is out of range (see {P}_INPUTi_MIN, _END); state unchanged"),
     Status("BUSY", 17, "context already in use by another call (one thread per context)",
            "the context is in use by another call: one thread per context at a time"),
-    Status("NO_HOOK", 18, "the program's I/O hooks were not linked: {name}_run found the "
-           "library's default {name}_read_input or _write_output (hooks in a static library "
-           "are not pulled in over it: link them as an object file)",
-           "{name}_run: the program's I/O hooks were not linked, the library's defaults ran"),
+    Status("NO_HOOK", 18, "the program's input hook was not linked: {name}_run found the "
+           "library's default {name}_read_input (hooks in a static library are not pulled "
+           "in over it: link them as an object file)",
+           "{name}_run: the program's {name}_read_input was not linked, the default ran"),
 )
 
 

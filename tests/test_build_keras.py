@@ -105,14 +105,14 @@ def test_failed_build_leaves_nothing_and_keeps_existing(tmp_path, built):
 
 
 def test_rebuild_replaces_folder_and_is_identical(tmp_path):
-    path = tmp_path / "m.keras"
+    path = tmp_path / "net.keras"
     keras_models.build("gru_reset_before_last").save(path)
     out = tmp_path / "out"
     texts = []
     for _ in range(2):
         build_model(str(path), BuildOptions(out_dir=out, keep_temps=True), Progress(False))
-        assert (out / "temps" / "m.mlir").exists()  # --keep-temps keeps stage artifacts
-        texts.append([(out / f).read_bytes() for f in ("m.h", "m.json", "src/m.c")])
+        assert (out / "temps" / "net.mlir").exists()  # --keep-temps keeps stage artifacts
+        texts.append([(out / f).read_bytes() for f in ("net.h", "net.json", "src/net.c")])
     assert texts[0] == texts[1]
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
 

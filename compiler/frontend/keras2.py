@@ -240,9 +240,18 @@ _OBJECTS: tuple | None = None
 
 
 def _objects():
+    """The objects, made and registered once; registered again wherever
+    something has cleared Keras' registry since (a program's own reset of
+    it: Keras 2 files then failed to load, "the class 'Lambda' ... Keras
+    does not know")."""
+    import keras
+
     global _OBJECTS
     if _OBJECTS is None:
         _OBJECTS = _register()
+    registry = keras.saving.get_custom_objects()
+    for obj in _OBJECTS:
+        registry.setdefault(keras.saving.get_registered_name(obj), obj)
     return _OBJECTS
 
 

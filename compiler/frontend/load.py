@@ -166,6 +166,10 @@ def _rebuilt(path: Path, model):
     model whose layer fails while Keras rebuilds it (a Lambda whose code
     names a module its file does not import) loads without inputs, the
     error swallowed: it is raised again here by calling the model."""
+    import keras
+
+    if not isinstance(model, keras.Sequential):  # (subclassed models: frontend/subclassed.py)
+        return model
     try:
         model.inputs  # noqa: B018 - the check itself
         return model
