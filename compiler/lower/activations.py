@@ -55,16 +55,23 @@ def expand(mlir_text: str, tables: bool = False) -> tuple[str, int]:
     """``mlir_text`` with each f32 ``stablehlo.tanh`` / ``stablehlo.logistic``
     of static shape written out (``tables``: looked up in a table, for int8
     builds); returns the text and how many were."""
+    return _expand_matches(_ACTIVATION, mlir_text, _table_expansion if tables else _expansion,
+                           "%tfaot_act")
+
+
+def _expand_matches(pattern: re.Pattern, mlir_text: str, write, prefix: str
+                    ) -> tuple[str, int]:
+    """``mlir_text`` with each match of ``pattern`` replaced by the lines
+    ``write(match, names' prefix)`` makes, at the match's indent; and how
+    many were."""
     count = 0
-    write = _table_expansion if tables else _expansion
 
     def replace(match: re.Match) -> str:
         nonlocal count
         count += 1
-        return "\n".join(match["indent"] + line
-                         for line in write(match, f"%tfaot_act{count}_"))
+        return "\n".join(match["indent"] + line for line in write(match, f"{prefix}{count}_"))
 
-    return _ACTIVATION.sub(replace, mlir_text), count
+    return pattern.sub(replace, mlir_text), count
 
 
 def _f32(value: float) -> str:
@@ -241,15 +248,7 @@ def expand_erf(mlir_text: str) -> tuple[str, int]:
     """``mlir_text`` with each f32 ``mhlo.erf`` custom call of static shape
     written out as StableHLO arithmetic (every target: IREE cannot compile
     the call); returns the text and how many were."""
-    count = 0
-
-    def replace(match: re.Match) -> str:
-        nonlocal count
-        count += 1
-        return "\n".join(match["indent"] + line
-                         for line in _erf_expansion(match, f"%tfaot_erf{count}_"))
-
-    return _ERF.sub(replace, mlir_text), count
+    return _expand_matches(_ERF, mlir_text, _erf_expansion, "%tfaot_erf")
 
 
 def _erf_expansion(match: re.Match, prefix: str) -> list[str]:

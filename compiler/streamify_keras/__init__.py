@@ -42,10 +42,8 @@ from .. import stream_choice
 from ..errors import TfaotError, first_line
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from . import time_rules
+from .layer_kinds import ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS  # noqa: F401
 from .replay import (  # noqa: F401
-    ELEMENTWISE_OPS,
-    NOT_STREAMABLE,
-    PER_STEP_LAYERS,
     SEQ,
     VEC,
     NeedFrames,

@@ -27,71 +27,13 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
+from .layer_kinds import ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, not_streamable_reason
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 from .reshape_target import layer_time_length, per_step_target
 from .rnn_states import cell_states, is_rnn, makes_mask, state_name, state_shapes
 
 SEQ, VEC = "seq", "vec"
 STEP_CAP = 65536.0  # the step counter saturates here (exact in float32)
-
-# Layers that see one time step at a time: applied unchanged to a (1, n, ...)
-# chunk. The value says which attribute holds axes that must not be the time
-# (or batch) axis, or None.
-PER_STEP_LAYERS: dict[str, str | None] = {
-    "Dense": None, "Embedding": None, "Activation": None, "Dropout": None, "GaussianDropout": None,
-    "GaussianNoise": None, "AlphaDropout": None, "SpatialDropout1D": None,
-    "SpatialDropout2D": None, "SpatialDropout3D": None,
-    "Identity": None, "Masking": None, "ReLU": None, "LeakyReLU": None, "ELU": None, "PReLU": None,
-    "ThresholdedReLU": None,  # Keras 2 layer, see keras2.py
-    "Rescaling": None, "Softmax": "axis", "LayerNormalization": "axis",
-    "BatchNormalization": "axis", "UnitNormalization": "axis",
-    "Normalization": "axis",  # adapted mean and variance per feature: a constant affine map
-    "Concatenate": "axis", "Add": None, "Subtract": None, "Multiply": None,
-    "Average": None, "Maximum": None, "Minimum": None,
-}
-
-# Elementwise keras.ops that the functional API records as graph nodes
-# (``x + y``, ``keras.ops.tanh(x)`` ...).
-ELEMENTWISE_OPS = {
-    "Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Maximum", "Minimum",
-    "Negative", "Abs", "Exp", "Log", "Sqrt", "Square", "Tanh", "Sigmoid", "Relu",
-    "NotEqual",
-}
-
-# Why a layer cannot stream, for the common cases; anything else on a
-# sequence gets the generic message.
-NOT_STREAMABLE: dict[str, str] = {
-    "Bidirectional": "runs the sequence backwards as well as forwards, so step t "
-                     "depends on future samples",
-    "RepeatVector": "creates a new time axis",
-    "Attention": "attends over the whole sequence",
-    "MultiHeadAttention": "attends over the whole sequence",
-    "AdditiveAttention": "attends over the whole sequence",
-    "Conv1DTranspose": "upsamples the time axis",
-    "Conv2DTranspose": "upsamples the time axis",
-    "Conv3DTranspose": "upsamples the time axis",
-    "UpSampling1D": "upsamples the time axis",
-    "UpSampling2D": "upsamples the time axis",
-    "UpSampling3D": "upsamples the time axis",
-}
-
-
-def _not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
-    if kind.endswith("Transpose") and op is not None and \
-            int(np.atleast_1d(getattr(op, "strides", 2))[0]) == 1:
-        # (stride 1 upsamples nothing: with 'valid' each output frame sums
-        # the taps over the frames before it, but the output has kernel - 1
-        # frames more than the input, the last ones made of frames to come)
-        return ("is a transposed convolution: with padding='valid' its output runs "
-                "kernel - 1 frames past the input's end, with 'same' each frame needs "
-                "frames after it (a Conv1D with the kernel reversed and padding='causal' "
-                "computes the valid one's first frames causally)")
-    if "Attention" in kind and kwargs.get("use_causal_mask"):
-        # Causal attention is incremental, but its state (every earlier
-        # frame's keys and values) grows without bound.
-        return ("attends over every earlier frame (use_causal_mask=True): its state, "
-                "all earlier keys and values, grows without bound")
-    return NOT_STREAMABLE[kind]
 
 
 @dataclass(frozen=True)
@@ -352,7 +294,7 @@ class Replay:
             return self._recurrent(op, args[0], kwargs)
         if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
             # (a fixed-window model falls back to recomputing its window)
-            raise NotIncremental(op, _not_streamable_reason(kind, kwargs, op))
+            raise NotIncremental(op, not_streamable_reason(kind, kwargs, op))
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed),
