@@ -261,15 +261,38 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
 }
 
 #ifdef TFRT_I8_SUMS2_32
+/* A tile's sums for two positions (widened: a chunk of both patches) added
+ * to what the chunks before left in y (k0 > 0), or given the epilogue
+ * (last). Not inlined: its sums' 256 bytes are on the stack only where a
+ * tile is part full or a patch takes chunks. */
+TFRT_UNUSED __attribute__((noinline))
+static void tfrt_q_pair_tile(const int8_t *wt, const uint32_t *widened, size_t groups,
+                             const struct tfrt_q_out *o, size_t t, size_t k0, int last) {
+  float out[2][TFRT_MATVEC_TILE];
+  TFRT_I8_SUMS2_32(wt, widened, groups, out[0], out[1]);
+  const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
+  for (size_t q = 0; q < 2; q++) {
+    float *y = o->y + q * o->n + t;
+    if (k0)
+      for (size_t l = 0; l < lanes; l++) out[q][l] += y[l];
+    if (last)
+      tfrt_q_finish(o, t, lanes, out[q], y);
+    else
+      for (size_t l = 0; l < lanes; l++) y[l] = out[q][l];
+  }
+}
+
 /* Two positions (patches at at_a and at_b; outputs at o->y and o->y + n)
  * times every tile with the DSP's pair kernel: each chunk of the two
  * patches gathered and widened at once, group by group (a run is a whole
- * number of groups, padded with zero weights), then as tfrt_q_position. */
+ * number of groups, padded with zero weights), then as tfrt_q_position.
+ * The widened chunk is as long as the patch needs, at most a chunk (a
+ * DS-CNN's 64-input patches: 256 bytes of stack, not 512); a full tile of
+ * a one-chunk patch is summed straight into its outputs. */
 TFRT_UNUSED
 static void tfrt_q_pair(const int8_t *wq, size_t k4, const int8_t *at_a, const int8_t *at_b,
                         const struct tfrt_qconv *g, const struct tfrt_q_out *o) {
-  uint32_t widened[TFRT_I8_CHUNK];  /* per group of 4 inputs: A's pair, B's pair */
-  float out[2][TFRT_MATVEC_TILE];
+  uint32_t widened[k4 < TFRT_I8_CHUNK ? k4 : TFRT_I8_CHUNK]; /* per group: A's pair, B's */
   for (size_t k0 = 0; k0 < k4; k0 += TFRT_I8_CHUNK) {
     const size_t chunk = k4 - k0 < TFRT_I8_CHUNK ? k4 - k0 : TFRT_I8_CHUNK;
     const int last = k0 + chunk == k4;
@@ -279,16 +302,14 @@ static void tfrt_q_pair(const int8_t *wq, size_t k4, const int8_t *at_a, const i
       tfrt_i8_widen_pair(tfrt_word(at_a + at), tfrt_word(at_b + at), widened + done);
     }
     for (size_t t = 0; t < o->n; t += TFRT_MATVEC_TILE) {
-      TFRT_I8_SUMS2_32(wq + t * k4 + k0 * TFRT_MATVEC_TILE, widened, chunk / 4, out[0], out[1]);
-      const size_t lanes = o->n - t < TFRT_MATVEC_TILE ? o->n - t : TFRT_MATVEC_TILE;
-      for (size_t q = 0; q < 2; q++) {
-        float *y = o->y + q * o->n + t;
-        if (k0)
-          for (size_t l = 0; l < lanes; l++) out[q][l] += y[l];
-        if (last)
-          tfrt_q_finish(o, t, lanes, out[q], y);
-        else
-          for (size_t l = 0; l < lanes; l++) y[l] = out[q][l];
+      const int8_t *wt = wq + t * k4 + k0 * TFRT_MATVEC_TILE;
+      if (k0 == 0 && last && o->n - t >= TFRT_MATVEC_TILE) {
+        float *ya = o->y + t, *yb = o->y + o->n + t;
+        TFRT_I8_SUMS2_32(wt, widened, chunk / 4, ya, yb);
+        tfrt_q_finish(o, t, TFRT_MATVEC_TILE, ya, ya);
+        tfrt_q_finish(o, t, TFRT_MATVEC_TILE, yb, yb);
+      } else {
+        tfrt_q_pair_tile(wt, widened, chunk / 4, o, t, k0, last);
       }
     }
   }
