@@ -25,6 +25,9 @@ SYSTEM_LIBRARIES = frozenset(
 def check_name(name: str) -> None:
     """Refuses names that are not C identifiers, collide with the runtime's
     files or name a system library."""
+    if not name:
+        raise TfaotError("model name is empty (--name \"\"); give a C identifier, or leave "
+                         "--name out for the model file's stem")
     if len(name) > 63 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise TfaotError(
             f"model name '{name[:40]}...' has {len(name)} characters; it prefixes every symbol "

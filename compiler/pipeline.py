@@ -257,8 +257,8 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
     from .lower.streams import check_streams
     from .target_options import default_intermediates, make_target
 
-    name = options.name or default_name(model_path)
-    check_name(name)
+    name = default_name(model_path) if options.name is None else options.name
+    check_name(name)  # (an empty --name too: a typo'd variable, not "the default")
     check_streams(options.streams)
     target = make_target(options.target, options.triple, options.cpu,
                          weight_packing=options.pack_weights,

@@ -182,6 +182,7 @@ def test_reserved_names_are_refused_up_front(tmp_path, model_file, name):
     ("m", "-lm would link instead of the system's libm"),
     ("c", "-lc would link instead of the system's libc"),
     ("n" * 64, "has 64 characters; it prefixes every symbol of the library, so it may have 63"),
+    ("", "model name is empty"),  # (it fell back to the default silently)
 ])
 def test_names_of_system_libraries_and_long_names_are_refused(tmp_path, model_file, name, words):
     """--name m made libm.a (-lm then took it for the system's libm); a
