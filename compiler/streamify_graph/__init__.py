@@ -91,7 +91,7 @@ def _streamify_probing(loaded, probe_T: int, fixed_window: str) -> StepProgram:
 
 
 def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> StepProgram:
-    loaded = _block_ops_written_out(loaded)
+    loaded = _frames_as_convolutions(_block_ops_written_out(loaded))
     simple, why = simplified(loaded)
     if simple is not None:
         try:
@@ -135,6 +135,20 @@ def _block_ops_written_out(loaded):
     if not count:
         return loaded
     details = dict(loaded.details, block_ops_written_out=count)
+    return dataclasses.replace(loaded, graph_def=graph_def, details=details)
+
+
+def _frames_as_convolutions(loaded):
+    """``loaded`` with ``tf.signal.frame`` over an open length written as a
+    convolution (signal_frames.py)."""
+    import dataclasses
+
+    from .signal_frames import frames_as_convolutions
+
+    graph_def, count = frames_as_convolutions(loaded.graph_def)
+    if not count:
+        return loaded
+    details = dict(loaded.details, frames_as_convolutions=count)
     return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 

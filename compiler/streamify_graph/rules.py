@@ -28,6 +28,7 @@ Softplus Softsign Exp Expm1 Log Log1p Sqrt Rsqrt Square Neg Abs Sign Floor Ceil 
 Erf Erfc Reciprocal Inv Select SelectV2 ClipByValue Equal NotEqual Greater GreaterEqual Less
 LessEqual LogicalAnd LogicalOr LogicalNot ZerosLike OnesLike Sin Cos IsNan IsFinite IsInf
 HardSigmoid Swish Atan Atan2 Mish
+ComplexAbs Real Imag Angle Conj Complex
 BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift RightShift
 """.split())
 REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"}
@@ -91,6 +92,21 @@ def _bitcast(s: SeqOp):
 def _softmax(s: SeqOp):
     if s.a == s.rank - 1:
         s.fail("normalises over the time axis")
+    s.set(s.emit(), [seq(s.a)])
+
+
+#: the Fourier transforms, over their last 1, 2 or 3 axes
+FFT_AXES = {"FFT": 1, "IFFT": 1, "RFFT": 1, "IRFFT": 1, "FFT2D": 2, "IFFT2D": 2, "RFFT2D": 2,
+            "IRFFT2D": 2, "FFT3D": 3, "IFFT3D": 3, "RFFT3D": 3, "IRFFT3D": 3}
+
+
+@rule(*sorted(FFT_AXES))
+def _fft(s: SeqOp):
+    """Each frame's spectrum (tf.signal.stft's RFFT): per frame where time is
+    not among the axes transformed."""
+    if s.a >= s.rank - FFT_AXES[s.op]:
+        s.fail("transforms over the time axis")
+    s.others_static()
     s.set(s.emit(), [seq(s.a)])
 
 

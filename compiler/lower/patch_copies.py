@@ -1,0 +1,85 @@
+"""A convolution whose filter only picks its patch's samples becomes the copy it is.
+
+The streamifier writes ``tf.signal.frame`` over a sequence of open length
+as a convolution with the identity as filter (streamify_graph/
+signal_frames.py): a ring buffer then streams it. In the step that
+convolution has one output position, whose ``L`` outputs are the window's
+first ``L`` samples: computed, they cost ``L * L`` multiply-adds and an
+``L x L`` filter in flash (an STFT of 400-sample frames: 160,000 and 640
+KB), where a slice of the window is the same value. Only convolutions with
+one output position, no padding or dilation, and a filter that is exactly
+the identity over the patch (``f[k, j] = 1`` where ``j = k``, per channel
+for a depthwise one) are rewritten.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def copies_for_patch_filters(mlir_text: str) -> tuple[str, int]:
+    """Rewrites qualifying ``stablehlo.convolution`` ops; returns the text
+    and how many were rewritten."""
+    from iree.compiler import ir
+
+    from .mlir_import import function_ops, parse_or_none
+
+    if "stablehlo.convolution" not in mlir_text:
+        return mlir_text, 0
+    with ir.Context():
+        module = parse_or_none(mlir_text)
+        if module is None:
+            return mlir_text, 0
+        count = 0
+        for op in function_ops(module):
+            if _is_patch_copy(op):
+                _replace(op)
+                count += 1
+        if not count:
+            return mlir_text, 0
+        return module.operation.get_asm(enable_debug_info=False), count
+
+
+def _is_patch_copy(op) -> bool:
+    from .microkernel import _constant_conv
+
+    g = _constant_conv(op, min_weights=0)
+    if (g is None or (g.oh, g.ow, g.iw, g.kw) != (1, 1, 1, 1) or g.sh < 1
+            or any(sum(p) for p in g.pad) or g.dh != 1):
+        return False
+    taps = g.kh
+    if g.depthwise:  # weights [taps, c * taps]: channel c's output j is its tap j
+        want = np.tile(np.eye(taps, dtype=np.float32), (1, g.c))
+    else:  # weights [n, taps]
+        want = np.eye(taps, dtype=np.float32) if g.c == 1 else None
+    return want is not None and g.weights.shape == want.shape and np.array_equal(g.weights, want)
+
+
+def _replace(op) -> None:
+    """``op`` (1, H, 1, C) -> (1, 1, 1, C * taps) becomes the first ``taps``
+    rows of its input, channel-major."""
+    from iree.compiler import ir
+
+    x = op.operands[0]
+    x_type = ir.RankedTensorType(x.type)
+    y_type = ir.RankedTensorType(op.results[0].type)
+    channels = x_type.shape[3]
+    taps = y_type.shape[3] // channels
+    f32 = x_type.element_type
+    with ir.InsertionPoint(op), op.location:
+        rows = ir.Operation.create(
+            "stablehlo.slice", results=[ir.RankedTensorType.get([1, taps, 1, channels], f32)],
+            operands=[x], attributes={
+                "start_indices": ir.DenseI64ArrayAttr.get([0, 0, 0, 0]),
+                "limit_indices": ir.DenseI64ArrayAttr.get([1, taps, 1, channels]),
+                "strides": ir.DenseI64ArrayAttr.get([1, 1, 1, 1])}).results[0]
+        if channels > 1:  # (1, taps, 1, C) -> (1, 1, C, taps): channel c's taps together
+            rows = ir.Operation.create(
+                "stablehlo.transpose",
+                results=[ir.RankedTensorType.get([1, 1, channels, taps], f32)], operands=[rows],
+                attributes={"permutation": ir.DenseI64ArrayAttr.get([0, 2, 3, 1])}).results[0]
+        y = ir.Operation.create("stablehlo.reshape", results=[y_type], operands=[rows]).results[0]
+    op.results[0].replace_all_uses_with(y)
+    filters = op.operands[1].owner
+    op.operation.erase()
+    if not list(filters.results[0].uses):
+        filters.operation.erase()
