@@ -144,7 +144,7 @@ def test_sanitizers_clean_through_save_restore_and_reset(kws, tmp_path):
 
 
 def _plan(*accesses):
-    return _schedule(InPlace((0, 0), "state0", 1024), list(accesses), scratch_end=100)
+    return _schedule(InPlace((0, 0), "state0", 1024), [list(accesses)], scratch_end=100)
 
 
 def test_a_copy_that_lands_before_a_read_of_its_bytes_is_staged():
@@ -159,7 +159,7 @@ def test_writes_that_cannot_be_staged_keep_a_buffer_of_their_own():
     # a dispatch's write over bytes a later op reads
     assert _plan(_Access(1, "dispatch", [], [(0, 64)], [(0, 64)]),
                  _Access(2, "copy", [(0, 64)], [], [])) is None
-    # a dispatch that reads and writes the same bytes (an LSTM cell's state)
+    # a dispatch that reads and writes the same bytes, not known to be elementwise
     assert _plan(_Access(1, "dispatch", [(0, 64)], [(0, 64)], [(0, 64)])) is None
     # a staged region read back from the new state before it is flushed
     assert _plan(_Access(1, "copy", [], [(0, 64)], []),
@@ -168,3 +168,100 @@ def test_writes_that_cannot_be_staged_keep_a_buffer_of_their_own():
     # a write whose range is not known
     assert _plan(_Access(1, "fill", [], [(0, 1 << 62)], []),
                  _Access(2, "copy", [(0, 64)], [], [])) is None
+
+
+def test_an_elementwise_dispatch_writes_over_its_own_reads():
+    """An LSTM cell's dispatch reads the old c and writes the new c over it,
+    element by element (dispatch_source.py found it so): in place."""
+    plan = _plan(_Access(1, "copy", [(256, 512)], [], []),
+                 _Access(2, "dispatch", [(0, 256)], [(0, 256)], [(0, 512)], in_place=True),
+                 _Access(3, "dispatch", [], [(256, 512)], [(0, 512)]))
+    assert plan is not None and plan.staged == {}
+
+
+def test_each_layout_the_old_state_may_have_is_scheduled():
+    """The old state's offsets are the ones the function that stored it left
+    (@reset and @step pack an LSTM's state in other orders): a copy staged
+    under one layout is staged, and a write that is unsafe under one is
+    refused."""
+    step_layout = [_Access(1, "copy", [(0, 64)], [], []), _Access(2, "copy", [], [(64, 128)], [])]
+    reset_layout = [_Access(1, "copy", [(64, 128)], [], []),
+                    _Access(2, "copy", [], [(64, 128)], []),
+                    _Access(4, "dispatch", [(64, 128)], [], [])]
+    plan = _schedule(InPlace((0, 0), "state0", 1024), [step_layout, reset_layout], 0)
+    assert plan.staged == {2: (0, 64)} and plan.flush_after == 4
+    unsafe = [_Access(1, "dispatch", [], [(0, 64)], [(0, 64)]), _Access(2, "copy", [(0, 64)], [], [])]
+    assert _schedule(InPlace((0, 0), "state0", 1024), [step_layout, unsafe], 0) is None
+
+
+def _recurrent(kind: str):
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(1)
+    x = keras.Input((None, 12), batch_size=1)
+    h = getattr(L, kind)(32)(x)
+    return keras.Model(x, L.Dense(4)(h))
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_recurrent_step_writes_its_state_in_place(kind, tmp_path):
+    """The cell's dispatch reads the old state and writes the new one over
+    it element by element: no second state buffer (an LSTM(64) on a
+    Cortex-M4: 3328 -> 2816 bytes of context), and the outputs still match
+    Keras with the state saved, restored and reset mid-stream (@reset packs
+    the state in another order than @step)."""
+    model = _recurrent(kind)
+    model.save(tmp_path / "rnn.keras")
+    out = build_model(str(tmp_path / "rnn.keras"), BuildOptions(out_dir=tmp_path / "lib"),
+                      Progress(enabled=False)).path
+    step = _function((out / "src" / "rnn.c").read_text(), "rnn_vm_step_direct")
+    assert "tfrt_buffer_allocate" not in step
+    lib = harness.load(out)
+    stream = library_stream(lib, model, "rnn")
+    xs = np.random.default_rng(3).normal(size=(110, *lib.input_shape)).astype(np.float32)
+    want = keras_reference(model, xs, stream=stream, step_output=lib.output_shape)
+    got = lib.step_n(xs)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    lib.reset()
+    lib.step_n(xs[:55])
+    saved = [s.copy() for s in lib.get_state()]
+    np.testing.assert_array_equal(lib.step_n(xs[55:]), got[55:])
+    lib.set_state(saved)
+    np.testing.assert_array_equal(lib.step_n(xs[55:]), got[55:])
+    lib.reset()
+    np.testing.assert_array_equal(lib.step_n(xs[:20]), got[:20])
+
+
+def test_a_state_update_that_is_not_elementwise_keeps_its_buffer(tmp_path):
+    """An LSTM-shaped loop whose new c is its old one plus the old one
+    reversed: the dispatch that writes the new c into the state reads the
+    old c in the other order too (IREE writes the reversal as a
+    ``tensor.extract`` in the elementwise op's body), so it must not write
+    in place: element i would read element 31 - i after it was overwritten.
+    The step keeps a buffer of its own, and the library matches TensorFlow
+    over 110 steps."""
+    import tensorflow as tf
+
+    from tfaot.verify.compare import verify
+
+    w = tf.constant(np.random.default_rng(4).normal(size=(6, 32)).astype(np.float32) * 0.5)
+
+    class Reversing(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, None, 6], tf.float32)])
+        def __call__(self, x):
+            c, h = tf.zeros([1, 32]), tf.zeros([1, 32])
+            ys = tf.TensorArray(tf.float32, size=tf.shape(x)[1])
+            for t in tf.range(tf.shape(x)[1]):
+                c = 0.5 * (c + tf.reverse(c, [1])) + tf.tanh(x[:, t] @ w + h)
+                h = tf.tanh(c) * 0.9
+                ys = ys.write(t, h)
+            return tf.transpose(ys.stack(), [1, 0, 2])
+
+    tf.saved_model.save(Reversing(), str(tmp_path / "sm"))
+    out = build_model(str(tmp_path / "sm"), BuildOptions(out_dir=tmp_path / "lib"),
+                      Progress(enabled=False)).path
+    step = _function((out / "src" / "sm.c").read_text(), "sm_vm_step_direct")
+    assert "tfrt_buffer_allocate" in step
+    (result,) = verify(str(tmp_path / "sm"), tmp_path / "lib", steps=110, seed=0, tol=1e-5)
+    assert result.steps >= 100 and result.mismatch is None, result

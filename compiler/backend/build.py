@@ -73,7 +73,8 @@ def _compile_and_emit(mlir_text: str, workdir: Path, name: str, target: Target, 
     with stage("emit"):
         vm = emit_mod.translate(
             compiled.vm_asm, prefix=name, host_sync=target.is_gpu,
-            external_rodata=weight_globals.is_weights_rodata if target.external_weights else None)
+            external_rodata=weight_globals.is_weights_rodata if target.external_weights else None,
+            executable_sources=compiled.executable_sources)
     return compiled, vm
 
 

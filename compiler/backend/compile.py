@@ -25,6 +25,7 @@ docs/notes/iree-notes.md section 0:
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class CompiledModule:
     target: Target
     # {kind: symbol} of tfaot's micro-kernels the object calls (package adds them)
     kernel_symbols: dict[str, str] = field(default_factory=dict)
+    # the executables' sources as iree-compile dumped them (CPU targets)
+    executable_sources: Path | None = None
 
     @property
     def triple(self) -> str:
@@ -201,7 +204,8 @@ def _compile_to_hal(src: Path, hal_stage: Path, flags: list[str], workdir: Path,
     """
     for extra in ([], ["--iree-opt-const-eval=false"]):
         try:
-            _run_iree_compile([src.name, *flags, *extra, "--compile-to=hal", "-o", hal_stage.name],
+            _run_iree_compile([src.name, *flags, *extra, *_dump_sources(target, workdir),
+                               "--compile-to=hal", "-o", hal_stage.name],
                               workdir, name, target.triple, target.cpu, expect=expect)
             return [*flags, *extra]
         except TfaotError as e:
@@ -212,6 +216,20 @@ def _compile_to_hal(src: Path, hal_stage: Path, flags: list[str], workdir: Path,
         f"model '{name}': iree-compile links a call of tfaot's micro-kernel {symbol} into "
         "code it runs itself, where the kernel does not exist; build with --matvec=iree"
     ) from error
+
+
+#: where phase 1 dumps the executables' sources (emit/dispatch_source.py)
+SOURCES_DIR = "sources"
+
+
+def _dump_sources(target: Target, workdir: Path) -> list[str]:
+    """The flag that dumps each executable's source before code generation,
+    which the state reuse reads (CPU targets; the folder emptied first)."""
+    if target.is_gpu:
+        return []
+    folder = workdir / SOURCES_DIR
+    shutil.rmtree(folder, ignore_errors=True)
+    return [f"--iree-hal-dump-executable-sources-to={SOURCES_DIR}"]
 
 
 def _undefined_kernel(workdir: Path, name: str) -> str | None:
@@ -273,4 +291,5 @@ def compile_module(mlir_text: str, workdir: Path, *, name: str, target: Target) 
         compiler_version=compiler_version(),
         target=target,
         kernel_symbols=kernel_symbols,
+        executable_sources=None if target.is_gpu else workdir / SOURCES_DIR,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import TfaotError
 from .direct_step import emit_direct_step, plan_direct_step
+from .dispatch_source import source_files
 from .function import FunctionEmitter
 from .memory import plan_memory
 from .program import VMModule, VMProgram
@@ -19,13 +20,14 @@ from .vmir import symbol
 
 
 def translate(vm_asm: str, prefix: str, host_sync: bool = False,
-              external_rodata=None) -> VMProgram:
+              external_rodata=None, executable_sources=None) -> VMProgram:
     """Translates the VM program text into C function bodies and program facts.
 
     ``host_sync``: the backend dispatches asynchronously (GPU targets); the
     code waits for the dispatches before touching buffer contents.
     ``external_rodata(symbol)``: read-only data the caller supplies at run
-    time (--weights=file) instead of NAME.c."""
+    time (--weights=file) instead of NAME.c. ``executable_sources``: the
+    folder of the executables' dumped sources (dispatch_source.py), or None."""
     from iree.compiler import ir
 
     context = ir.Context()
@@ -37,6 +39,7 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
     if len(vm_modules) != 1:
         raise TfaotError(f"emit: expected one vm.module, found {len(vm_modules)}")
     module = VMModule(vm_modules[0], prefix, host_sync, external_rodata)
+    module.executable_sources = source_files(executable_sources)
     with context:
         module.collect()
         step = module.prog.step

@@ -239,6 +239,8 @@ class VMModule:
         # the state functions' reuse of the old state (emit/state_reuse.py),
         # planned by the driver before the direct step and the memory plan
         self.state_reuse = None
+        # dispatch export name -> its executable's dumped source (dispatch_source.py)
+        self.executable_sources: dict = {}
         self.rodata_by_sym: dict[str, Rodata] = {}
         self.rodata_by_expr: dict[str, Rodata] = {}
         self.global_by_sym: dict[str, Global] = {}

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .dispatch_source import elementwise_writes
 from .vm_rules import call_groups
-from .vmir import const_int, symbol
+from .vmir import const_int, rodata_sym, symbol
 
 _ALIGN = 64
 _WHOLE = [(0, 1 << 62)]  # a range not known here
@@ -206,11 +207,15 @@ def plan_in_place(module, ops: list, kept: set[tuple[int, int]], scratch_end: in
         return None
     if not _reset_stores(module, g):
         return None
-    layout = _layout_values(module)
-    accesses = _accesses(ops, g, site[1], layout, size)
-    if accesses is None:
-        return None
-    return _schedule(InPlace(site, g, size), accesses, scratch_end)
+    # the old state's layout is the one the function that stored it left
+    # (an LSTM's @step packs [c, h], its @reset [h, c]): safe for each
+    per_layout = []
+    for layout in _layouts(module):
+        accesses = _accesses(module, ops, g, site[1], layout, size)
+        if accesses is None:
+            return None
+        per_layout.append(accesses)
+    return _schedule(InPlace(site, g, size), per_layout, scratch_end)
 
 
 # ---------------------------------------------------------------------------
@@ -289,15 +294,44 @@ def _layout_values(module) -> dict[str, int]:
     constant into: global -> that constant (the packed state's offsets and
     size)."""
     values: dict[str, set] = {}
+    for stored in _stored_ints(module).values():
+        for g, v in stored.items():
+            values.setdefault(g, set()).add(v)
+    return {g: next(iter(v)) for g, v in values.items() if len(v) == 1 and None not in v}
+
+
+def _layouts(module) -> list[dict[str, int]]:
+    """The integer globals (the packed state's offsets and size) as each
+    function but ``@__init`` leaves them, one dict per distinct layout; a
+    global some function does not store as one constant is left out of
+    all (its value not known). At least one dict."""
+    stored = _stored_ints(module)
+    names = set().union(*stored.values()) if stored else set()
+    known = {g for g in names
+             if all(fn.get(g) is not None for fn in stored.values())}
+    layouts = []
+    for fn in stored.values():
+        layout = {g: fn[g] for g in sorted(known)}
+        if layout not in layouts:
+            layouts.append(layout)
+    return layouts or [{}]
+
+
+def _stored_ints(module) -> dict[str, dict[str, int | None]]:
+    """Function (but ``@__init``) that stores integer globals -> global ->
+    the constant it stores there (None: not one constant)."""
+    out: dict[str, dict] = {}
     for fn_op in module.func_ops():
-        if symbol(fn_op.attributes["sym_name"]) == "__init":
+        name = symbol(fn_op.attributes["sym_name"])
+        if name == "__init":
             continue
         for block in fn_op.regions[0].blocks:
             for op in block.operations:
                 if op.name.startswith("vm.global.store.i"):
-                    values.setdefault(symbol(op.attributes["global"]), set()).add(
-                        const_int(op.operands[0]))
-    return {g: next(iter(v)) for g, v in values.items() if len(v) == 1 and None not in v}
+                    g, v = symbol(op.attributes["global"]), const_int(op.operands[0])
+                    fn = out.setdefault(name, {})
+                    fn[g] = v if fn.get(g, v) == v else None
+    return out
 
 
 def _bound_only(ops: list, loads: list[int]) -> bool:
@@ -331,15 +365,19 @@ class _Access:
     reads_old: list          # byte ranges of the old state it reads
     writes_new: list         # byte ranges of the new state it writes
     reads_new: list          # byte ranges of the new state it reads
+    # a dispatch whose writes over its own reads of the old state are
+    # elementwise (dispatch_source.py): it may write the state in place
+    in_place: bool = False
 
 
-def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
+def _accesses(module, ops: list, g: str, site: int, layout: dict[str, int], size: int
               ) -> list[_Access] | None:
     """Each op's ranges of the old and the new state, or None where the
     step uses either buffer in a way this pass does not follow."""
     role: dict = {}     # value -> "old" or "new"
     ints: dict = {}     # value -> its constant (constants, loads of layout globals)
     origin: dict = {}   # value -> the offset global it was computed from
+    names: dict = {}    # function id -> the dispatch function's name
     offsets = sorted({v for name, v in layout.items() if name.endswith("__offset")} | {size})
     out = []
     stored = False
@@ -382,8 +420,13 @@ def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
             ranges = (_span(off * width, count * width) if None not in (off, count)
                       else list(_WHOLE))
             out.append(_Access(i, "fill", [], ranges, []))
+        elif callee == "hal_loader.executable.lookup.function":
+            names[op.results[0]] = module.rodata_text(rodata_sym(op.operands[1]))
         elif callee == "hal_loader.executable.dispatch":
             acc = _dispatch_access(i, op, role, ints, origin, layout, offsets)
+            source = module.executable_sources.get(names.get(op.operands[1]))
+            if source is not None and acc.reads_old and acc.writes_new:
+                _check_in_place(acc, op, source, names[op.operands[1]], role, ints)
             if acc.reads_old or acc.writes_new:
                 out.append(acc)
         elif name == "vm.global.store.ref":
@@ -398,6 +441,11 @@ def _accesses(ops: list, g: str, site: int, layout: dict[str, int], size: int
         elif name.startswith(_HALVES) and op.operands[0] in origin:
             for r in op.results:  # (the low and the high half of an offset)
                 origin[r] = origin[op.operands[0]]
+            value, shift = ints.get(op.operands[0]), _int(op.operands[-1], ints)
+            if value is not None:
+                half = value >> shift if name.startswith("vm.shr") and shift is not None \
+                    else value & 0xFFFFFFFF
+                ints[op.results[0]] = half
     return out
 
 
@@ -427,6 +475,45 @@ def _dispatch_access(i: int, op, role: dict, ints: dict, origin: dict, layout: d
     return acc
 
 
+def _check_in_place(acc: _Access, op, source, export: str, role: dict, ints: dict) -> None:
+    """Where the dispatch's source (dispatch_source.py) shows that each of
+    its stores into the new state that meets one of its loads of the old
+    state stores exactly those bytes, elementwise of that load: ``acc`` may
+    write in place, and its ranges become the bytes it loads and stores."""
+    groups = call_groups(op)
+    consts = [_int(c, ints) for c in (groups[5] if len(groups) > 5 else [])]
+    effects = elementwise_writes(source, export, consts)
+    # one elementwise op reads element i of each operand before it writes
+    # element i; with two, the second could read bytes the first wrote
+    # where code generation gives the first's result the output's buffer
+    if effects is None or effects.generics > 1:
+        return
+    where = {}  # binding -> (its role, its offset in the state buffer)
+    for k, (buf, off, _) in enumerate(groups[6] if len(groups) > 6 else []):
+        where[k] = (role.get(buf), _int(off, ints))
+
+    def state_range(a):
+        r, base = where.get(a.binding, (None, None))
+        return r, None if base is None else (base + a.start, base + a.end)
+
+    reads = [state_range(a) for a in effects.loads]
+    writes = [(state_range(s), [state_range(a) for a in loads]) for s, loads in effects.stores]
+    if any(rng is None for r, rng in reads + [w for w, _ in writes] if r is not None):
+        return
+    old_reads = [rng for r, rng in reads if r == "old"]
+    new_writes = []
+    for (r, rng), sources in writes:
+        if r == "old":
+            return
+        if r != "new":
+            continue
+        for read in old_reads:
+            if _meet([rng], [read]) and (read != rng or ("old", read) not in sources):
+                return
+        new_writes.append(rng)
+    acc.in_place, acc.reads_old, acc.writes_new = True, old_reads, new_writes
+
+
 def _int(value, ints: dict) -> int | None:
     c = const_int(value)
     return c if c is not None else ints.get(value)
@@ -447,25 +534,40 @@ def _meet(a: list, b: list) -> bool:
     return bool(_intersect(a, b))
 
 
-def _schedule(plan: InPlace, accesses: list[_Access], scratch_end: int) -> InPlace | None:
+def _schedule(plan: InPlace, per_layout: list[list[_Access]], scratch_end: int
+              ) -> InPlace | None:
     """Stages each write into the new state that a later op's read of the
-    old bytes would see; None where that cannot be done (a dispatch's write,
-    or a staged region read or written again before its flush)."""
+    old bytes would see under some layout (``per_layout``: the step's
+    accesses for each layout the old state may have); None where that
+    cannot be done (a dispatch's write, or a staged region read or written
+    again before its flush)."""
+    staged: dict[int, int] = {}  # op index -> bytes
+    for accesses in per_layout:
+        for k, acc in enumerate(accesses):
+            if not acc.writes_new:
+                continue
+            later = [a.index for a in accesses[k:]
+                     if a.reads_old and _meet(a.reads_old, acc.writes_new)
+                     and (a.index > acc.index or acc.kind == "dispatch" and not acc.in_place)]
+            if not later:
+                continue
+            if acc.kind == "dispatch" or acc.writes_new == _WHOLE:
+                return None
+            plan.flush_after = max(plan.flush_after, max(later))
+            staged[acc.index] = max(staged.get(acc.index, 0),
+                                    sum(e - s for s, e in acc.writes_new))
     offset = -(-scratch_end // _ALIGN) * _ALIGN
-    for k, acc in enumerate(accesses):
-        if not acc.writes_new:
-            continue
-        later = [a.index for a in accesses[k:]
-                 if a.reads_old and _meet(a.reads_old, acc.writes_new)
-                 and (a.index > acc.index or acc.kind == "dispatch")]
-        if not later:
-            continue
-        if acc.kind == "dispatch" or acc.writes_new == _WHOLE:
+    for index in sorted(staged):
+        plan.staged[index] = (offset, staged[index])
+        offset += -(-staged[index] // _ALIGN) * _ALIGN
+    for accesses in per_layout:
+        if not _flush_is_safe(plan, accesses):
             return None
-        plan.flush_after = max(plan.flush_after, max(later))
-        nbytes = sum(e - s for s, e in acc.writes_new)
-        plan.staged[acc.index] = (offset, nbytes)
-        offset += -(-nbytes // _ALIGN) * _ALIGN
+    return plan
+
+
+def _flush_is_safe(plan: InPlace, accesses: list[_Access]) -> bool:
+    """Whether no staged region is read or written again before its flush."""
     for k, acc in enumerate(accesses):
         if acc.index not in plan.staged:
             continue
@@ -474,5 +576,5 @@ def _schedule(plan: InPlace, accesses: list[_Access], scratch_end: int) -> InPla
                 break
             rewritten = _meet(other.writes_new, acc.writes_new) and other.index not in plan.staged
             if _meet(other.reads_new, acc.writes_new) or rewritten:
-                return None
-    return plan
+                return False
+    return True

@@ -1,0 +1,208 @@
+"""What one dispatch reads and writes, from its executable's source.
+
+iree-compile dumps each executable's source before code generation
+(``--iree-hal-dump-executable-sources-to``, backend/compile.py): the
+dispatch function's bindings, the slices it loads from them and stores
+into them, and the linalg ops between. ``elementwise_writes`` reads that for
+the state reuse (emit/state_reuse.py): a dispatch that reads the old state
+and writes the new one over the same bytes (an LSTM cell reads its old
+``c`` and writes the new one) may write in place when every element it
+stores depends on the element loaded from the same bytes only. That holds
+when every op between the loads and the stores is elementwise (a
+``linalg.generic`` whose loops are all parallel and whose indexing maps are
+all the identity); anything else, or an offset not known here, is
+answered with None and the dispatch keeps a buffer of its own.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+#: ops that compute a scalar offset, by how they map their operands
+_INT_OPS = {
+    "arith.extui": lambda a: a[0], "arith.extsi": lambda a: a[0],
+    "arith.index_castui": lambda a: a[0], "arith.index_cast": lambda a: a[0],
+    "arith.trunci": lambda a: a[0] & 0xFFFFFFFF,
+    "arith.shli": lambda a: a[0] << a[1], "arith.shrui": lambda a: a[0] >> a[1],
+    "arith.ori": lambda a: a[0] | a[1], "arith.addi": lambda a: a[0] + a[1],
+    "arith.muli": lambda a: a[0] * a[1],
+}
+#: ops that neither compute on a loaded tensor nor write memory
+_INERT = {"arith.constant", "tensor.empty", "hal.interface.constant.load",
+          "hal.interface.binding.subspan", "func.return"}
+_EXPORT = re.compile(r"hal\.executable\.export public @([\w$.-]+)")
+_ELEMENT_BYTES = {"f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1, "i1": 1,
+                  "f64": 8, "i64": 8}
+
+
+@dataclass(frozen=True)
+class Access:
+    """A slice a dispatch loads or stores: its binding and its byte range
+    from the binding's start (the subspan's offset included)."""
+
+    binding: int
+    start: int
+    end: int
+
+
+def source_files(folder: Path | None) -> dict[str, Path]:
+    """Export name -> the dumped source file that defines it."""
+    files = {}
+    for path in sorted(folder.glob("*.mlir")) if folder and folder.is_dir() else []:
+        with open(path) as f:
+            head = f.read(1 << 16)  # (the export line comes before any constant)
+        for name in _EXPORT.findall(head):
+            files[name] = path
+    return files
+
+
+@dataclass
+class Effects:
+    """A dispatch's loads, and its stores with the loads each store's value
+    is elementwise of."""
+
+    loads: list[Access]
+    stores: list[tuple[Access, list[Access]]]
+    generics: int = 0  # elementwise linalg.generic ops
+
+
+def elementwise_writes(path: Path, export: str, constants: list[int | None]
+                       ) -> Effects | None:
+    """The loads and stores of dispatch ``export`` (its source at ``path``),
+    or None where some op is not elementwise or some offset is unknown.
+    ``constants``: the push constants' values (None where not known)."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        try:
+            module = ir.Module.parse(path.read_text())
+        except ir.MLIRError:
+            return None
+        fn = _function(module, export)
+        return None if fn is None else _walk(fn, constants)
+
+
+def _function(module, export: str):
+    for op in _ops_within(module.operation):
+        if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == export:
+            return op
+    return None
+
+
+def _ops_within(op):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _ops_within(inner.operation)
+
+
+def _walk(fn, constants: list[int | None]) -> Effects | None:
+    ints: dict = {}       # value -> its integer
+    spans: dict = {}      # subspan value -> (binding, byte offset)
+    sources: dict = {}    # tensor value -> the loads it is elementwise of
+    effects = Effects([], [])
+    for op in fn.regions[0].blocks[0].operations:
+        op = op.operation
+        name = op.name
+        if name == "arith.constant":
+            value = _int_attr(op.attributes["value"])
+            if value is not None:
+                ints[op.results[0]] = value
+            sources[op.results[0]] = []
+        elif name == "hal.interface.constant.load":
+            ordinal = _int_attr(op.attributes["ordinal"])
+            if ordinal is not None and ordinal < len(constants) and constants[ordinal] is not None:
+                ints[op.results[0]] = constants[ordinal]
+        elif name in _INT_OPS:
+            args = [ints.get(v) for v in op.operands]
+            if None not in args:
+                ints[op.results[0]] = _INT_OPS[name](args)
+        elif name == "hal.interface.binding.subspan":
+            binding = _int_attr(op.attributes["binding"])
+            offset = ints.get(op.operands[0]) if len(op.operands) else 0
+            if binding is None or offset is None:
+                return None
+            spans[op.results[0]] = (binding, offset)
+        elif name == "iree_tensor_ext.dispatch.tensor.load":
+            access = _access(op, spans, op.operands[0], op.operands[0].type)
+            if access is None:
+                return None
+            sources[op.results[0]] = [access]
+            effects.loads.append(access)
+        elif name == "iree_tensor_ext.dispatch.tensor.store":
+            access = _access(op, spans, op.operands[1], op.operands[1].type)
+            if access is None or op.operands[0] not in sources:
+                return None
+            effects.stores.append((access, sources[op.operands[0]]))
+        elif name == "tensor.empty":
+            sources[op.results[0]] = []
+        elif name == "tensor.extract_slice" and sources.get(op.operands[0]) == []:
+            sources[op.results[0]] = []  # (a slice of a constant)
+        elif name == "linalg.generic" and _elementwise(op):
+            if any(v not in sources for v in op.operands):
+                return None
+            effects.generics += 1
+            read = [a for v in op.operands for a in sources[v]]
+            for r in op.results:
+                sources[r] = read
+        elif name not in _INERT:
+            return None
+    return effects
+
+
+def _access(op, spans: dict, span, tensor_type) -> Access | None:
+    """The byte range a load or store ``op`` touches, where its slice is one
+    contiguous run with static offsets."""
+    from iree.compiler import ir
+
+    if span not in spans or len(op.operands) > 2:  # (dynamic offsets or sizes)
+        return None
+    binding, base = spans[span]
+    offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+    match = re.search(r"tensor<((?:\d+x)*)(\w+)>", str(tensor_type))
+    if match is None or any(s != 1 for s in strides):
+        return None
+    shape = [int(d) for d in match.group(1).split("x") if d]
+    width = _ELEMENT_BYTES.get(match.group(2))
+    if width is None or len(shape) != len(offsets):
+        return None
+    # contiguous: after the first dimension of size > 1, the slice takes every element
+    first = next((i for i, n in enumerate(sizes) if n > 1), len(sizes))
+    if any(sizes[i] != shape[i] for i in range(first + 1, len(sizes))):
+        return None
+    start, stride = 0, 1
+    for off, n in zip(reversed(offsets), reversed(shape)):
+        start += off * stride
+        stride *= n
+    count = 1
+    for n in sizes:
+        count *= n
+    return Access(binding, base + start * width, base + (start + count) * width)
+
+
+def _elementwise(op) -> bool:
+    """A linalg.generic whose loops are all parallel, whose maps are all the
+    identity and whose body computes on its element arguments and scalars
+    only: element i of each result depends on element i of each operand
+    only. (A body that reads a tensor itself, ``tensor.extract`` at an index
+    from ``linalg.index``, is how IREE writes a reversal.)"""
+    maps = [str(m) for m in op.attributes["indexing_maps"]]
+    kinds = str(op.attributes["iterator_types"])
+    dims = re.match(r"affine_map<\(([^)]*)\) -> \(([^)]*)\)>", maps[0]) if maps else None
+    if (dims is None or dims.group(1) != dims.group(2) or any(m != maps[0] for m in maps)
+            or "reduction" in kinds or "window" in kinds):
+        return False
+    for inner in _ops_within(op):
+        if (inner.name in ("linalg.index", "tensor.extract") or inner.regions
+                or any("tensor<" in str(v.type) for v in inner.operands)):
+            return False
+    return True
+
+
+def _int_attr(attr) -> int | None:
+    match = re.match(r"(-?\d+)( : \w+)?$", str(attr))
+    return int(match.group(1)) if match else None
