@@ -24,7 +24,7 @@ import numpy as np
 from .activations import expand_erf
 from .dilated_conv import fold_dilated_convs
 from .matvec_sums import merge_matvec_sums
-from .sliced_constants import slice_constant_operands
+from .sliced_constants import fold_constant_slices, slice_constant_operands
 from ..dtypes import dtype
 from ..errors import TfaotError, first_line
 from ..program import StateInfo, StepProgram, TensorInfo
@@ -243,6 +243,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
                              f"module: {first_line(e)}") from None
         check_legality(module, program.source)
         pure = _single_func(module)
+        fold_constant_slices(pure)
         if matvec_layout:
             use_matvec_layout(pure)
         if join_products:

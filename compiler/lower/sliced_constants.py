@@ -12,6 +12,14 @@ LSTM(64) step 112.2k -> 111.4k f32, 77.6k -> 76.3k int8, its context 4.8
 -> 3.8 KB (no 4 x 64 sum between the kernel and the gates). The values
 are the same, bit for bit: each output element is the same one operation
 on the same two inputs.
+
+``fold_constant_slices`` goes the other way for a constant that is only
+sliced: each slice becomes a constant of its own. Keras' GRU with
+``reset_after=False`` slices its recurrent kernel into the update and reset
+gates' part and the candidate's; as slices, neither product had constant
+weights, so neither took tfaot's kernel, and IREE's own packed the weights
+on the stack at run time (over its 32 KB limit from 192 units: the build
+failed).
 """
 from __future__ import annotations
 
@@ -34,6 +42,38 @@ def slice_constant_operands(func_op) -> int:
             _slice_first(op, user)
         op.operation.erase()
         count += 1
+    return count
+
+
+def fold_constant_slices(func_op) -> int:
+    """Each f32 constant in ``func_op`` that only slices use becomes one
+    constant per slice; returns how many slices were folded."""
+    import numpy as np
+    from iree.compiler import ir
+
+    count = 0
+    for op in list(func_op.regions[0].blocks[0].operations):
+        if op.operation.name != "stablehlo.constant":
+            continue
+        value = ir.DenseElementsAttr(op.attributes["value"])
+        users = [use.owner for use in op.results[0].uses]
+        if (value.is_splat or str(value.type.element_type) != "f32" or not users
+                or any(u.operation.name != "stablehlo.slice" for u in users)):
+            continue
+        array = np.array(value, dtype=np.float32).reshape(ir.RankedTensorType(value.type).shape)
+        for user in users:
+            starts, limits, strides = (list(ir.DenseI64ArrayAttr(user.attributes[name]))
+                                       for name in ("start_indices", "limit_indices", "strides"))
+            part = np.ascontiguousarray(array[tuple(slice(a, b, c) for a, b, c in
+                                                    zip(starts, limits, strides))])
+            with ir.InsertionPoint(user), user.location:
+                folded = ir.Operation.create(
+                    "stablehlo.constant", results=[user.results[0].type],
+                    attributes={"value": ir.DenseElementsAttr.get(part)})
+            user.results[0].replace_all_uses_with(folded.results[0])
+            user.erase()
+            count += 1
+        op.operation.erase()
     return count
 
 
