@@ -470,10 +470,11 @@ class Target:
             "--iree-llvmcpu-link-embedded=false",
             "--iree-llvmcpu-link-static",
             f"--iree-llvmcpu-static-library-output-path={kernel_object}",
-            # Workaround for the inline-mode dropped-constant bug (iree-notes 1.4);
-            # weights made globals (--weights=file) avoid the bug another way.
-            *([] if self.weights_as_globals
-              else ["--iree-flow-inline-constants-max-byte-length=1000000000"]),
+            # Workaround for the inline-mode dropped-constant bug (iree-notes 1.4).
+            # Weights made globals (--weights=file) avoid it another way, but
+            # not what the lowering adds after them: an int8 build's activation
+            # tables (2 KB) were dropped on a Cortex-M4.
+            "--iree-flow-inline-constants-max-byte-length=1000000000",
             # Packing (pack_weights): mmt4d layouts, packed once in __init by hoisted
             # const-exprs. Hoisting is otherwise off: alone, it hits the bug above.
             *(["--iree-opt-data-tiling", "--iree-opt-const-expr-hoisting=true"]

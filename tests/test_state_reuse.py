@@ -204,19 +204,27 @@ def _recurrent(kind: str):
     return keras.Model(x, L.Dense(4)(h))
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
-def test_a_recurrent_step_writes_its_state_in_place(kind, tmp_path):
+@pytest.mark.parametrize("kind, streams", [("LSTM", 1), ("GRU", 1), ("LSTM", 2)])
+def test_a_recurrent_step_writes_its_state_in_place(kind, streams, tmp_path):
     """The cell's dispatch reads the old state and writes the new one over
     it element by element: no second state buffer (an LSTM(64) on a
-    Cortex-M4: 3328 -> 2816 bytes of context), and the outputs still match
-    Keras with the state saved, restored and reset mid-stream (@reset packs
-    the state in another order than @step)."""
+    Cortex-M4: 3328 -> 2816 bytes of context; two streams, whose gates the
+    cell reads as a slice with gaps: 8832 -> 7808), and the outputs still
+    match Keras with the state saved, restored and reset mid-stream
+    (@reset packs the state in another order than @step)."""
+    from tfaot.verify.compare import verify
+
     model = _recurrent(kind)
     model.save(tmp_path / "rnn.keras")
-    out = build_model(str(tmp_path / "rnn.keras"), BuildOptions(out_dir=tmp_path / "lib"),
+    out = build_model(str(tmp_path / "rnn.keras"),
+                      BuildOptions(out_dir=tmp_path / "lib", streams=streams),
                       Progress(enabled=False)).path
     step = _function((out / "src" / "rnn.c").read_text(), "rnn_vm_step_direct")
     assert "tfrt_buffer_allocate" not in step
+    if streams > 1:
+        (result,) = verify(str(tmp_path / "rnn.keras"), out, steps=110, seed=0, tol=1e-5)
+        assert result.steps >= 100 and result.mismatch is None, result
+        return
     lib = harness.load(out)
     stream = library_stream(lib, model, "rnn")
     xs = np.random.default_rng(3).normal(size=(110, *lib.input_shape)).astype(np.float32)

@@ -43,7 +43,8 @@ class Access:
 
     binding: int
     start: int
-    end: int
+    end: int          # (of a slice with gaps: the bytes from its first to its last)
+    contiguous: bool = True
 
 
 def source_files(folder: Path | None) -> dict[str, Path]:
@@ -153,8 +154,8 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
 
 
 def _access(op, spans: dict, span, tensor_type) -> Access | None:
-    """The byte range a load or store ``op`` touches, where its slice is one
-    contiguous run with static offsets."""
+    """The bytes a load or store ``op`` touches, where its slice has static
+    offsets and sizes."""
     from iree.compiler import ir
 
     if span not in spans or len(op.operands) > 2:  # (dynamic offsets or sizes)
@@ -172,16 +173,17 @@ def _access(op, spans: dict, span, tensor_type) -> Access | None:
         return None
     # contiguous: after the first dimension of size > 1, the slice takes every element
     first = next((i for i, n in enumerate(sizes) if n > 1), len(sizes))
-    if any(sizes[i] != shape[i] for i in range(first + 1, len(sizes))):
-        return None
-    start, stride = 0, 1
-    for off, n in zip(reversed(offsets), reversed(shape)):
-        start += off * stride
-        stride *= n
-    count = 1
-    for n in sizes:
-        count *= n
-    return Access(binding, base + start * width, base + (start + count) * width)
+    contiguous = all(sizes[i] == shape[i] for i in range(first + 1, len(sizes)))
+    start, last = _flat(offsets, shape), _flat([o + n - 1 for o, n in zip(offsets, sizes)], shape)
+    return Access(binding, base + start * width, base + (last + 1) * width, contiguous)
+
+
+def _flat(index: list[int], shape: list[int]) -> int:
+    """The row-major position of ``index`` in ``shape``."""
+    flat = 0
+    for i, n in zip(index, shape):
+        flat = flat * n + i
+    return flat
 
 
 def _elementwise(op) -> bool:

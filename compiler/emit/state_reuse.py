@@ -496,6 +496,9 @@ def _check_in_place(acc: _Access, op, source, export: str, role: dict, ints: dic
         r, base = where.get(a.binding, (None, None))
         return r, None if base is None else (base + a.start, base + a.end)
 
+    gaps = {state_range(a) for a in effects.loads + [s for s, _ in effects.stores]
+            if not a.contiguous}
+
     reads = [state_range(a) for a in effects.loads]
     writes = [(state_range(s), [state_range(a) for a in loads]) for s, loads in effects.stores]
     if any(rng is None for r, rng in reads + [w for w, _ in writes] if r is not None):
@@ -508,7 +511,8 @@ def _check_in_place(acc: _Access, op, source, export: str, role: dict, ints: dic
         if r != "new":
             continue
         for read in old_reads:
-            if _meet([rng], [read]) and (read != rng or ("old", read) not in sources):
+            if _meet([rng], [read]) and (read != rng or ("old", read) not in sources
+                                         or {("old", read), ("new", rng)} & gaps):
                 return
         new_writes.append(rng)
     acc.in_place, acc.reads_old, acc.writes_new = True, old_reads, new_writes
