@@ -77,8 +77,7 @@ def mcu_matvec_kernel(target: Target) -> bool:
     # desktop tiles apply and were not measured against IREE's
     if not (target.bare_metal_arm and target.arch.startswith("thumb")):
         return False
-    # --weights=file: the sidecar path of the kernel is not tested on a Cortex-M
-    if target.weight_packing or target.external_weights:
+    if target.weight_packing:
         return False
     if not (target.hard_float or target.weights_dtype == "int8"):
         return False
@@ -112,12 +111,18 @@ def check_weights_dtype(target: Target) -> None:
 
 
 def _iree_kernels(target: Target) -> str:
-    """Why a build that asked for one of tfaot's kernels' options has IREE's."""
+    """Why a build that asked for one of tfaot's kernels' options has IREE's:
+    the one reason that applies, and what changes it."""
     if target.is_gpu:
         return f"--target={target.kind} uses IREE's kernels"
-    return ("this build uses IREE's kernels (--matvec=iree, --pack-weights, bare metal "
-            "soft-float or with --weights=file and without --matvec=tfaot, or no C "
-            "toolchain)")
+    if target.matvec == "iree":
+        return "--matvec=iree asks for IREE's kernels"
+    if target.weight_packing:
+        return "--pack-weights packs IREE's kernels' weights; leave it out"
+    if target.toolchain() is None:
+        return (f"no C toolchain for {target.triple} is installed to compile tfaot's kernel "
+                "(for a Cortex-M: arm-none-eabi-gcc)")
+    return f"{target.triple} builds use IREE's kernels by default; add --matvec=tfaot"
 
 
 def make_target(kind: str = "cpu", triple: str | None = None, cpu: str | None = None,
