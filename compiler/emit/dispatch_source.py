@@ -141,7 +141,7 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
             sources[op.results[0]] = []
         elif name == "tensor.extract_slice" and sources.get(op.operands[0]) == []:
             sources[op.results[0]] = []  # (a slice of a constant)
-        elif name == "linalg.generic" and _elementwise(op):
+        elif name == "linalg.generic" and _elementwise(op, sources):
             if any(v not in sources for v in op.operands):
                 return None
             effects.generics += 1
@@ -186,12 +186,12 @@ def _flat(index: list[int], shape: list[int]) -> int:
     return flat
 
 
-def _elementwise(op) -> bool:
+def _elementwise(op, sources: dict) -> bool:
     """A linalg.generic whose loops are all parallel, whose maps are all the
-    identity and whose body computes on its element arguments and scalars
-    only: element i of each result depends on element i of each operand
-    only. (A body that reads a tensor itself, ``tensor.extract`` at an index
-    from ``linalg.index``, is how IREE writes a reversal.)"""
+    identity and whose body reads no tensor but constants (an activation
+    table): element i of each result depends on element i of each operand
+    only. (A body that reads a loaded tensor itself, ``tensor.extract`` at
+    an index from ``linalg.index``, is how IREE writes a reversal.)"""
     maps = [str(m) for m in op.attributes["indexing_maps"]]
     kinds = str(op.attributes["iterator_types"])
     dims = re.match(r"affine_map<\(([^)]*)\) -> \(([^)]*)\)>", maps[0]) if maps else None
@@ -199,8 +199,8 @@ def _elementwise(op) -> bool:
             or "reduction" in kinds or "window" in kinds):
         return False
     for inner in _ops_within(op):
-        if (inner.name in ("linalg.index", "tensor.extract") or inner.regions
-                or any("tensor<" in str(v.type) for v in inner.operands)):
+        if inner.regions or any("tensor<" in str(v.type) and sources.get(v) != []
+                                for v in inner.operands):
             return False
     return True
 
