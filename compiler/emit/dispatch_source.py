@@ -127,13 +127,13 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
                 return None
             spans[op.results[0]] = (binding, offset)
         elif name == "iree_tensor_ext.dispatch.tensor.load":
-            access = _access(op, spans, op.operands[0], op.operands[0].type)
+            access = _access(op, spans, op.operands[0], op.operands[0].type, 1)
             if access is None:
                 return None
             sources[op.results[0]] = [access]
             effects.loads.append(access)
         elif name == "iree_tensor_ext.dispatch.tensor.store":
-            access = _access(op, spans, op.operands[1], op.operands[1].type)
+            access = _access(op, spans, op.operands[1], op.operands[1].type, 2)
             if access is None or op.operands[0] not in sources:
                 return None
             effects.stores.append((access, sources[op.operands[0]]))
@@ -153,12 +153,13 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
     return effects
 
 
-def _access(op, spans: dict, span, tensor_type) -> Access | None:
+def _access(op, spans: dict, span, tensor_type, fixed: int) -> Access | None:
     """The bytes a load or store ``op`` touches, where its slice has static
-    offsets and sizes."""
+    offsets and sizes: no operands past its ``fixed`` ones (the source, or
+    the value and the target)."""
     from iree.compiler import ir
 
-    if span not in spans or len(op.operands) > 2:  # (dynamic offsets or sizes)
+    if span not in spans or len(op.operands) > fixed:  # (dynamic offsets or sizes)
         return None
     binding, base = spans[span]
     offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
