@@ -170,5 +170,6 @@ def _rewritten(graph_def, found: list[_Frame]):
     for n in [n for n in graph_def.node if n.name not in gone] + new_nodes:
         c = out_def.node.add()
         c.CopyFrom(n)
-        c.input[:] = [renamed.get(i, i) for i in n.input]
+        c.input[:] = [renamed.get(i, i) for i in n.input
+                      if not (i.startswith("^") and i[1:] in gone)]  # (orders on what went)
     return out_def
