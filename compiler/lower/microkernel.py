@@ -187,7 +187,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
     Returns the new text and how many ops were replaced. Only
     ``stablehlo.dot`` of a non-splat f32 constant ``[N,K]`` and an
     ``[K,1]`` vector qualify (the import's matvec layout), and the
-    convolutions ``_constant_conv`` accepts; everything else is left to
+    convolutions ``constant_conv`` accepts; everything else is left to
     IREE, also such ops whose input is a constant (``_constant_values``:
     IREE computes them at build time, where the kernels do not exist).
     Identical weights (and geometry) share one packed copy, stored as
@@ -324,7 +324,7 @@ def _kernel_of(op, kinds: tuple[str, ...], dtype: str, min_weights: int,
     if product is not None:
         return ((product.weights, None, product.ow) if "matmul" in kinds
                 else (None, None, 0))
-    conv = _constant_conv(op, 0) or _constant_matmul(op, min_weights)
+    conv = constant_conv(op, 0) or _constant_matmul(op, min_weights)
     if conv is not None and not conv.depthwise and conv.weights.size < min_weights:
         conv = None  # (depthwise filters are small whatever the model)
     if (conv is not None and dtype == "int8" and "qconv" in kinds and not conv.depthwise
@@ -489,7 +489,7 @@ class ConvGeometry:
 _CONV_LAYOUTS = {"[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]": 2, "[b, 0, f]x[0, i, o]->[b, 0, f]": 1}
 
 
-def _constant_conv(op, min_weights: int) -> ConvGeometry | None:
+def constant_conv(op, min_weights: int) -> ConvGeometry | None:
     """The geometry and weights of ``op`` when the conv kernel computes it."""
     from iree.compiler import ir
 

@@ -40,9 +40,9 @@ def copies_for_patch_filters(mlir_text: str) -> tuple[str, int]:
 
 
 def _is_patch_copy(op) -> bool:
-    from .microkernel import _constant_conv
+    from .microkernel import constant_conv
 
-    g = _constant_conv(op, min_weights=0)
+    g = constant_conv(op, min_weights=0)
     if (g is None or (g.oh, g.ow, g.iw, g.kw) != (1, 1, 1, 1) or g.sh < 1
             or any(sum(p) for p in g.pad) or g.dh != 1):
         return False
