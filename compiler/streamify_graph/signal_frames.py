@@ -34,8 +34,11 @@ def frames_as_convolutions(graph_def):
     if not any(n.op == "GatherV2" for n in graph_def.node):
         return graph_def, 0
     g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except Exception:  # noqa: BLE001 - a broken graph: the streamifier names its fault
+        return graph_def, 0
     found = []
     for scope in sorted({n.name.rsplit("/", 1)[0] for n in graph_def.node
                          if n.op == "GatherV2" and "/" in n.name}):
