@@ -169,7 +169,8 @@ def check_step(program, loaded, limits: SizeLimits, target, note) -> None:
     detail = ", ".join(f"{k} {size_text(v)}" for k, v in parts.items())
     dtype = target.weights_dtype
     # the kernels' narrower weights are known once compiled (the footprint)
-    built = "" if dtype == "f32" else f" as f32 (fewer as {dtype}: see the footprint)"
+    built = ("" if dtype == "f32" else
+             f" as f32 (as {dtype} where the kernels take them: see the footprint)")
     note(f"{program.source}: context at least {size_text(context)} ({detail}), weights "
          f"{size_text(weights)}{built}")
     # what the kernels' weights take at least (int8: a quarter of f32's)
