@@ -9,9 +9,11 @@ and writes the new one over the same bytes (an LSTM cell reads its old
 ``c`` and writes the new one) may write in place when every element it
 stores depends on the element loaded from the same bytes only. That holds
 when every op between the loads and the stores is elementwise (a
-``linalg.generic`` whose loops are all parallel and whose indexing maps are
-all the identity); anything else, or an offset not known here, is
-answered with None and the dispatch keeps a buffer of its own.
+``linalg.generic`` whose loops are all parallel, whose indexing maps are
+all the identity and whose body reads no tensor but constants; the state
+reuse also asks for one such op only); anything else, or an offset not
+known here, is answered with None and the dispatch keeps a buffer of its
+own.
 """
 from __future__ import annotations
 
