@@ -289,17 +289,6 @@ def _reset_stores(module, g: str) -> bool:
     return False
 
 
-def _layout_values(module) -> dict[str, int]:
-    """Integer globals every function but ``@__init`` stores the same
-    constant into: global -> that constant (the packed state's offsets and
-    size)."""
-    values: dict[str, set] = {}
-    for stored in _stored_ints(module).values():
-        for g, v in stored.items():
-            values.setdefault(g, set()).add(v)
-    return {g: next(iter(v)) for g, v in values.items() if len(v) == 1 and None not in v}
-
-
 def _layouts(module) -> list[dict[str, int]]:
     """The integer globals (the packed state's offsets and size) as each
     function but ``@__init`` leaves them, one dict per distinct layout; a

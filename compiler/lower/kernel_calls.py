@@ -12,7 +12,7 @@ def replace_with_call(op, callee: str, x, w_index: int):
 
     with ir.InsertionPoint(op), op.location:
         call = _call(callee, x, op.results[0].type)
-    _retire(op, w_index, call.results[0])
+    retire(op, w_index, call.results[0])
     return call
 
 
@@ -29,7 +29,7 @@ def half_call(op, callee: str, x, w_index: int):
     with ir.InsertionPoint(op), op.location:
         call = _call(callee, _as_f16(x), ir.RankedTensorType.get(shape, ir.F16Type.get()))
         y = _convert(call.results[0], ir.F32Type.get())
-    _retire(op, w_index, y)
+    retire(op, w_index, y)
     return y
 
 
@@ -41,7 +41,7 @@ def _call(callee: str, x, result_type):
                                attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
 
 
-def _retire(op, w_index: int, value) -> None:
+def retire(op, w_index: int, value) -> None:
     """``op``'s uses take ``value``; ``op`` goes, and its constant weights
     (operand ``w_index``) when nothing else uses them."""
     w_op = op.operands[w_index].owner

@@ -23,6 +23,7 @@ import numpy as np
 
 from .activations import expand_erf
 from .dilated_conv import fold_dilated_convs
+from .kernel_calls import retire
 from .matvec_sums import merge_matvec_sums
 from .sliced_constants import fold_constant_slices, slice_constant_operands
 from ..dtypes import dtype
@@ -312,10 +313,7 @@ def dot_generals_as_dots(func_op) -> int:
                 operands=[row.results[0], weights.results[0]])
             shaped = ir.Operation.create("stablehlo.reshape", results=[op.results[0].type],
                                          operands=[product.results[0]])
-        op.results[0].replace_all_uses_with(shaped.results[0])
-        op.erase()
-        if not list(w_op.results[0].uses):
-            w_op.erase()
+        retire(op, 1, shaped.results[0])
         count += 1
     return count
 
@@ -355,11 +353,7 @@ def use_matvec_layout(func_op) -> int:
                 operands=[w_t.results[0], column.results[0]])
             row = ir.Operation.create("stablehlo.reshape", results=[op.results[0].type],
                                       operands=[product.results[0]])
-        original = op.operands[1].owner
-        op.results[0].replace_all_uses_with(row.results[0])
-        op.erase()
-        if not list(original.results[0].uses):
-            original.erase()
+        retire(op, 1, row.results[0])
         count += 1
     return count
 
@@ -538,6 +532,24 @@ def parse_or_none(mlir_text: str):
         return ir.Module.parse(mlir_text)
     except ir.MLIRError:
         return None
+
+
+def rewrite_each_op(mlir_text: str, marker: str, rewrite) -> tuple[str, int]:
+    """``mlir_text`` with ``rewrite(op)`` (True where it rewrote ``op``) run on
+    every op of its functions, and how many it rewrote; the text as it was
+    where ``marker`` is not in it, it does not parse, or nothing changed."""
+    from iree.compiler import ir
+
+    if marker not in mlir_text:
+        return mlir_text, 0
+    with ir.Context():
+        module = parse_or_none(mlir_text)
+        if module is None:
+            return mlir_text, 0
+        count = sum(bool(rewrite(op)) for op in function_ops(module))
+        if not count:
+            return mlir_text, 0
+        return module.operation.get_asm(enable_debug_info=False), count
 
 
 def function_ops(module) -> list:

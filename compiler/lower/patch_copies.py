@@ -19,24 +19,10 @@ import numpy as np
 def copies_for_patch_filters(mlir_text: str) -> tuple[str, int]:
     """Rewrites qualifying ``stablehlo.convolution`` ops; returns the text
     and how many were rewritten."""
-    from iree.compiler import ir
+    from .mlir_import import rewrite_each_op
 
-    from .mlir_import import function_ops, parse_or_none
-
-    if "stablehlo.convolution" not in mlir_text:
-        return mlir_text, 0
-    with ir.Context():
-        module = parse_or_none(mlir_text)
-        if module is None:
-            return mlir_text, 0
-        count = 0
-        for op in function_ops(module):
-            if _is_patch_copy(op):
-                _replace(op)
-                count += 1
-        if not count:
-            return mlir_text, 0
-        return module.operation.get_asm(enable_debug_info=False), count
+    return rewrite_each_op(mlir_text, "stablehlo.convolution",
+                           lambda op: _is_patch_copy(op) and _replace(op))
 
 
 def _is_patch_copy(op) -> bool:
@@ -54,9 +40,11 @@ def _is_patch_copy(op) -> bool:
     return want is not None and g.weights.shape == want.shape and np.array_equal(g.weights, want)
 
 
-def _replace(op) -> None:
+def _replace(op) -> bool:
     """``op`` (1, H, 1, C) -> (1, 1, 1, C * taps) becomes the first ``taps``
     rows of its input, channel-major."""
+    from .kernel_calls import retire
+
     from iree.compiler import ir
 
     x = op.operands[0]
@@ -78,8 +66,5 @@ def _replace(op) -> None:
                 results=[ir.RankedTensorType.get([1, 1, channels, taps], f32)], operands=[rows],
                 attributes={"permutation": ir.DenseI64ArrayAttr.get([0, 2, 3, 1])}).results[0]
         y = ir.Operation.create("stablehlo.reshape", results=[y_type], operands=[rows]).results[0]
-    op.results[0].replace_all_uses_with(y)
-    filters = op.operands[1].owner
-    op.operation.erase()
-    if not list(filters.results[0].uses):
-        filters.operation.erase()
+    retire(op, 1, y)
+    return True

@@ -28,25 +28,15 @@ _NEUTRAL = {"stablehlo.maximum": float("-inf"), "stablehlo.add": 0.0}
 def unroll_small_pools(mlir_text: str) -> tuple[str, int]:
     """Rewrites qualifying ``stablehlo.reduce_window`` ops; returns the text
     and how many were rewritten."""
-    from iree.compiler import ir
+    from .mlir_import import rewrite_each_op
 
-    from .mlir_import import function_ops, parse_or_none
+    def rewrite(op) -> bool:
+        plan = _small_pool(op)
+        if plan is not None:
+            _replace(op, *plan)
+        return plan is not None
 
-    if "stablehlo.reduce_window" not in mlir_text:
-        return mlir_text, 0
-    with ir.Context():
-        module = parse_or_none(mlir_text)
-        if module is None:
-            return mlir_text, 0
-        count = 0
-        for op in function_ops(module):
-            plan = _small_pool(op)
-            if plan is not None:
-                _replace(op, *plan)
-                count += 1
-        if not count:
-            return mlir_text, 0
-        return module.operation.get_asm(enable_debug_info=False), count
+    return rewrite_each_op(mlir_text, "stablehlo.reduce_window", rewrite)
 
 
 def _small_pool(op) -> tuple[str, list[int], list[int]] | None:

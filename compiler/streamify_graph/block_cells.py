@@ -126,7 +126,7 @@ def expand_block_ops(graph_def):
             c = tf.compat.v1.NodeDef()
             c.CopyFrom(n)
             c.name = prefix + n.name
-            c.input[:] = [_outer_input(i, prefix, data_inputs) for i in n.input]
+            c.input[:] = [outer_input(i, prefix, data_inputs) for i in n.input]
             if not c.input and anchor:
                 c.input.append(anchor)
             c.device = node.device
@@ -166,7 +166,7 @@ def _check_length(node, op) -> None:
                    "stops the LSTM early)")
 
 
-def _outer_input(name: str, prefix: str, data_inputs: list[str]) -> str:
+def outer_input(name: str, prefix: str, data_inputs: list[str]) -> str:
     """A written-out node's input: a placeholder ``ink`` stands for the op's
     k-th data input, everything else is a node of the written-out cell."""
     control = name.startswith("^")

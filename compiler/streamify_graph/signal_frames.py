@@ -145,6 +145,8 @@ def _rewritten(graph_def, found: list[_Frame]):
     """``graph_def`` with each frame scope replaced by its convolution."""
     import tensorflow as tf
 
+    from .block_cells import outer_input
+
     gone = {op.name for f in found for op in f.y.graph.get_operations()
             if op.name.startswith(f.scope + "/")}
     renamed, new_nodes = {}, []
@@ -160,9 +162,7 @@ def _rewritten(graph_def, found: list[_Frame]):
             c = tf.compat.v1.NodeDef()
             c.CopyFrom(n)
             c.name = prefix + n.name
-            c.input[:] = [f.x.name if i in ("in0", "in0:0") else
-                          ("^" + prefix + i[1:] if i.startswith("^") else prefix + i)
-                          for i in n.input]
+            c.input[:] = [outer_input(i, prefix, [f.x.name]) for i in n.input]
             new_nodes.append(c)
         renamed[f.y.name] = prefix + out.op.name
         if f.y.value_index == 0:
