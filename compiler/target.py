@@ -243,6 +243,9 @@ class Target:
     # --streams: independent streams per context; their matvecs are matmuls
     # of that many rows (SPLIT_K_FROM_STREAMS)
     streams: int = 1
+    # int8 builds, as lowered (lower/passes.py lower_for_target): the kernel
+    # calls of a step that take int8 weights (microkernel.int8_calls).
+    int8_layers: int = 0
 
     @property
     def arch(self) -> str:

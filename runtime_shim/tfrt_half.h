@@ -148,6 +148,29 @@ static float tfrt_q_image16(const uint16_t *x, size_t size, int8_t *xq) {
   return top / 127.0f;
 }
 
+/* tfrt_q_pixel of the f16 pixel at element `at` of x: its c halves into
+ * xq, zeros to c4; returns the pixel's scale, NaN if it has NaN or Inf. */
+static float tfrt_q_pixel16(const void *image, size_t at, size_t c, int8_t *restrict xq) {
+  const uint16_t *restrict x = (const uint16_t *)image + at;
+  const size_t c4 = (c + 3) / 4 * 4;
+  uint32_t top_bits = 0;
+  for (size_t i = 0; i < c; i++) {
+    const uint32_t m = x[i] & 0x7fffu;
+    top_bits = m > top_bits ? m : top_bits;
+  }
+  for (size_t i = c; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+  if (top_bits >= 0x7c00u) {
+    for (size_t i = 0; i < c; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+    return __builtin_nanf("");
+  }
+  const float top = tfrt_h2f((uint16_t)top_bits), inv = top > 0 ? 127.0f / top : 0.0f;
+  for (size_t i = 0; i < c; i++) {
+    const float a = tfrt_h2f(x[i]) * inv;
+    xq[i] = (int8_t)((int32_t)(a + (a < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
+  }
+  return top / 127.0f;
+}
+
 /* TFRT_QCONV_FN on f16 images: x the padded image [ih][iw][c]; the scratch
  * holds an output row's f32 outputs (rounded up to 4), then the quantized
  * image and its slack. */
@@ -165,13 +188,22 @@ void TFRT_QCONV16_FN(const int8_t *w, size_t w_offset, const uint16_t *x, size_t
   int8_t *xq = (int8_t *)(void *)(row + (ow * n + 3) / 4 * 4);
   x += x_offset;
   y += y_offset;
+  if (kh == 1 && kw == 1) { /* a scale per pixel (tfrt_qconv.h) */
+    const struct tfrt_q_call call =
+        tfrt_q_call_of(w + w_offset, row, post, NULL, n, c, 1, 1, iw, ow, sh, sw, dh, dw);
+    for (size_t oy = 0; oy < oh; oy++) {
+      tfrt_q_pointwise(&call, x, tfrt_q_pixel16, xq, oy * ow, (oy + 1) * ow);
+      tfrt_h_store(y + oy * ow * n, row, ow * n);
+    }
+    return;
+  }
   const float x_scale = tfrt_q_image16(x, ih * iw * c, xq);
   if (x_scale != x_scale) { /* NaN or Inf in x: NaN outputs, never a finite guess */
     for (size_t i = 0; i < oh * ow * n; i++) y[i] = 0x7e00u;
     return;
   }
   const struct tfrt_q_call call =
-      tfrt_q_call_of(w + w_offset, row, post, x_scale, n, c, kh, kw, iw, ow, sh, sw, dh, dw);
+      tfrt_q_call_of(w + w_offset, row, post, &x_scale, n, c, kh, kw, iw, ow, sh, sw, dh, dw);
   for (size_t oy = 0; oy < oh; oy++) {
     tfrt_q_range(call.wq, call.k4, xq, &call.g, oy * ow, (oy + 1) * ow, call.o);
     tfrt_h_store(y + oy * ow * n, row, ow * n);

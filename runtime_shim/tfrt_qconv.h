@@ -16,6 +16,14 @@
  * multiplications themselves (a 10x4 filter over 28 channels). An image
  * with NaN or Inf gives NaN outputs.
  *
+ * A pointwise convolution (kh = kw = 1: its patch is one pixel) quantizes
+ * each position's c inputs with a scale of their own instead, TFRT_Q_BLOCK
+ * positions at a time into xq (tfrt_q_pointwise): one loud pixel no longer
+ * coarsens every other (a MobileNetV3's 1x1 layers: 1.7x the error of
+ * LiteRT's, whose XNNPACK quantizes them by pixel too), the scratch is
+ * TFRT_Q_BLOCK pixels instead of the image, and NaN or Inf in a pixel
+ * gives NaN outputs at its position only (TensorFlow's).
+ *
  * The patch of an output position is `runs` runs of contiguous inputs (a
  * filter row, kw*c, when dw == 1; else one tap's c channels). Each run is
  * read as run4 = run rounded up to 4 bytes, the groups of 4 that dot-product
@@ -35,6 +43,10 @@ void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_of
 
 /* Bytes of xq past the image, zeroed: the last run's rounding up to 4. */
 #define TFRT_Q_SLACK 16
+/* Positions a pointwise call quantizes at a time: whole AVX-512 blocks of
+ * 8 and of 6 (int8_weights.py QCONV_BLOCK; 8 left a part block of 2 after
+ * one of 6, at the cost of a whole one: 1.25x a MobileNetV3's inference). */
+#define TFRT_Q_BLOCK 24
 
 struct tfrt_qconv {
   size_t c, kw, iw, ow, sh, sw, dh, dw, runs, run, run4;
@@ -43,20 +55,33 @@ struct tfrt_qconv {
 /* Where run r of a patch starts, from its first input. */
 static size_t tfrt_q_run(const struct tfrt_qconv *g, size_t r) { return TFRT_RUN_START(g, r); }
 
-/* Where the patch of output position p starts. */
-static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) { return TFRT_PATCH_START(g, p); }
+/* Where the patch of output position p starts: p's pixel where positions
+ * are the image's pixels (a 1x1 layer of stride 1; no division, which
+ * took 6% of a DS-CNN's int8 inference). */
+static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) {
+  if (g->iw == g->ow && g->sw == 1 && g->sh == 1) return p * g->c;
+  return TFRT_PATCH_START(g, p);
+}
 
 /* Where a block's sums go: rows positions' outputs from y (n apart), lanes
- * from lane t of the tile whose scales and weight sums start at t. */
+ * from lane t of the tile whose scales and weight sums start at t; the
+ * image's scale of the block's position q is xs[q * xs_step] (xs_step 0:
+ * the image's one scale; 1: a pointwise call's scale per position). */
 #include <float.h>
 
 struct tfrt_q_out {
   float *y;
   size_t n, rows, t, lanes;
-  float x_scale;
+  const float *xs;
+  size_t xs_step;
   const float *row_scale, *post;
   const int32_t *wsum;
 };
+
+/* The image's scale of position q of the block at o. */
+static inline float tfrt_q_xs(const struct tfrt_q_out *o, size_t q) {
+  return o->xs[q * o->xs_step];
+}
 
 #ifdef TFRT_I8_AVX512
 /* Row q's group of 4 inputs (unsigned: the image is stored offset by 128
@@ -78,7 +103,7 @@ struct tfrt_q_out {
  * (128 times the row's weight sum), times the scales, the epilogue. */
 static inline void tfrt_q_store512(const struct tfrt_q_out *o, size_t q, __m512i a0,
                                    __m512i a1) {
-  const __m512 xs = _mm512_set1_ps(o->x_scale);
+  const __m512 xs = _mm512_set1_ps(tfrt_q_xs(o, q));
   const __m512i sums[2] = {a0, a1};
   float *yq = o->y + q * o->n + o->t;
   for (size_t h = 0; h < 2; h++) {
@@ -181,12 +206,14 @@ static void tfrt_q_blocks_avx512(const int8_t *wq, size_t k4, const int8_t *xq,
                                  struct tfrt_q_out o) {
   const size_t n = o.n, block = n > TFRT_MATVEC_TILE ? 6 : 8;
   float *y = o.y;
+  const float *xs = o.xs;
   for (size_t p0 = first; p0 < end; p0 += block) {
     const int8_t *at[8];
     o.rows = end - p0 < block ? end - p0 : block;
     for (size_t q = 0; q < 8; q++)  /* (a part block repeats its last position) */
       at[q] = xq + tfrt_q_patch(g, p0 + (q < o.rows ? q : o.rows - 1));
     o.y = y + (p0 - first) * n;
+    o.xs = xs + (p0 - first) * o.xs_step;
     for (o.t = 0; o.t < n; o.t += TFRT_MATVEC_TILE) {
       o.lanes = n - o.t; /* (the blocks store at most their own lanes) */
       if (o.lanes > TFRT_MATVEC_TILE) {
@@ -203,18 +230,18 @@ static void tfrt_q_blocks_avx512(const int8_t *wq, size_t k4, const int8_t *xq,
 #define TFRT_Q_OFFSET 0
 #endif
 
-/* y[l] = the epilogue of sums[l] times the scales, lanes outputs from
- * output t: tfrt_post's bias and clamp, its comparisons only on the sides
- * that have a bound (the same values: a comparison with an infinite bound
- * never changes one; on a Cortex-M4 each costs a VCMP, a VMRS and a
- * conditional VMOV). */
+/* y[l] = the epilogue of sums[l] (the block's position q) times the
+ * scales, lanes outputs from output t: tfrt_post's bias and clamp, its
+ * comparisons only on the sides that have a bound (the same values: a
+ * comparison with an infinite bound never changes one; on a Cortex-M4 each
+ * costs a VCMP, a VMRS and a conditional VMOV). */
 TFRT_UNUSED
-static void tfrt_q_finish(const struct tfrt_q_out *o, size_t t, size_t lanes,
+static void tfrt_q_finish(const struct tfrt_q_out *o, size_t q, size_t t, size_t lanes,
                           const float *sums, float *y) {
-  const float lo = o->post[0], hi = o->post[1];
+  const float lo = o->post[0], hi = o->post[1], x_scale = tfrt_q_xs(o, q);
   const int lower = lo >= -FLT_MAX, upper = hi <= FLT_MAX;
   for (size_t l = 0; l < lanes; l++) {
-    float v = sums[l] * o->x_scale * o->row_scale[t + l] + o->post[2 + t + l];
+    float v = sums[l] * x_scale * o->row_scale[t + l] + o->post[2 + t + l];
     if (lower) v = v < lo ? lo : v;
     if (upper) v = v > hi ? hi : v;
     y[l] = v;
@@ -253,7 +280,7 @@ static void tfrt_q_position(const int8_t *wq, size_t k4, const int8_t *at,
       if (k0)
         for (size_t l = 0; l < lanes; l++) out[l] += y[l];
       if (last)
-        tfrt_q_finish(o, t, lanes, out, y);
+        tfrt_q_finish(o, 0, t, lanes, out, y);
       else
         for (size_t l = 0; l < lanes; l++) y[l] = out[l];
     }
@@ -276,7 +303,7 @@ static void tfrt_q_pair_tile(const int8_t *wt, const uint32_t *widened, size_t g
     if (k0)
       for (size_t l = 0; l < lanes; l++) out[q][l] += y[l];
     if (last)
-      tfrt_q_finish(o, t, lanes, out[q], y);
+      tfrt_q_finish(o, q, t, lanes, out[q], y);
     else
       for (size_t l = 0; l < lanes; l++) y[l] = out[q][l];
   }
@@ -306,8 +333,8 @@ static void tfrt_q_pair(const int8_t *wq, size_t k4, const int8_t *at_a, const i
       if (k0 == 0 && last && o->n - t >= TFRT_MATVEC_TILE) {
         float *ya = o->y + t, *yb = o->y + o->n + t;
         TFRT_I8_SUMS2_32(wt, widened, chunk / 4, ya, yb);
-        tfrt_q_finish(o, t, TFRT_MATVEC_TILE, ya, ya);
-        tfrt_q_finish(o, t, TFRT_MATVEC_TILE, yb, yb);
+        tfrt_q_finish(o, 0, t, TFRT_MATVEC_TILE, ya, ya);
+        tfrt_q_finish(o, 1, t, TFRT_MATVEC_TILE, yb, yb);
       } else {
         tfrt_q_pair_tile(wt, widened, chunk / 4, o, t, k0, last);
       }
@@ -327,10 +354,11 @@ static inline __attribute__((always_inline)) void tfrt_q_range(
 #else
   size_t p = first;
 #ifdef TFRT_I8_SUMS2_32 /* two positions at a time (DSP) */
-  for (; p + 2 <= end; p += 2, o.y += 2 * o.n)
+  for (; p + 2 <= end; p += 2, o.y += 2 * o.n, o.xs += 2 * o.xs_step)
     tfrt_q_pair(wq, k4, xq + tfrt_q_patch(g, p), xq + tfrt_q_patch(g, p + 1), g, &o);
 #endif
-  for (; p < end; p++, o.y += o.n) tfrt_q_position(wq, k4, xq + tfrt_q_patch(g, p), g, &o);
+  for (; p < end; p++, o.y += o.n, o.xs += o.xs_step)
+    tfrt_q_position(wq, k4, xq + tfrt_q_patch(g, p), g, &o);
 #endif
 }
 
@@ -348,8 +376,85 @@ static float tfrt_q_image(const float *x, size_t size, int8_t *xq) {
   return top / 127.0f;
 }
 
+/* round(v), half away from zero, as the int8 byte the kernel reads. */
+static inline int8_t tfrt_q_byte(float v) {
+  return (int8_t)((int32_t)(v + (v < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
+}
+
+/* xq[i] = tfrt_q_byte(x[i] * inv) for n inputs, 16 at a time in a loop of
+ * fixed length that the compiler vectorizes whole (a pixel is 16 to a few
+ * hundred channels; gcc's vectorization of a plain loop took 64 at a time
+ * on AVX-512 and left shorter pixels, a MobileNet's, to its scalar
+ * remainder: 2x its int8 inference). */
+static inline void tfrt_q_scaled(const float *restrict x, size_t n, float inv,
+                                 int8_t *restrict xq) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (size_t j = 0; j < 16; j++) xq[i + j] = tfrt_q_byte(x[i + j] * inv);
+  for (; i + 4 <= n; i += 4)
+    for (size_t j = 0; j < 4; j++) xq[i + j] = tfrt_q_byte(x[i + j] * inv);
+  for (; i < n; i++) xq[i] = tfrt_q_byte(x[i] * inv);
+}
+
+/* A pixel's c inputs into xq as round(x / s), s = max|x| / 127 of them,
+ * zeros to c4 (they meet zero weights); returns s (NaN, and xq zeros, if
+ * the pixel has NaN or Inf). */
+#ifdef TFRT_I8_AVX512
+/* 16 inputs x * inv as bytes, the same as tfrt_q_byte's: +-0.5 by the
+ * sign (-0 too: it still truncates to 0), truncation, the offset. */
+static inline __m128i tfrt_q_bytes16(__m512 x, __m512 inv) {
+  const __m512 v = _mm512_mul_ps(x, inv);
+  const __m512 half = _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u)),
+      _mm512_castps_si512(_mm512_set1_ps(0.5f))));
+  return _mm512_cvtepi32_epi8(_mm512_xor_si512(_mm512_cvttps_epi32(_mm512_add_ps(v, half)),
+                                               _mm512_set1_epi32(TFRT_Q_OFFSET)));
+}
+
+/* 16 inputs a vector, the last ones masked: a pixel is often 16 to 100
+ * channels, where the compiler's loops spent most of their time in their
+ * scalar remainders; the same bytes as the portable loop. */
+static float tfrt_q_pixel(const float *restrict x, size_t c, size_t c4, int8_t *restrict xq) {
+  const size_t whole = c / 16 * 16; /* unmasked; the rest masked */
+  const __mmask16 rest = (__mmask16)((1u << (c - whole)) - 1);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i top_bits = _mm512_and_si512(_mm512_maskz_loadu_epi32(rest, x + whole), magnitude);
+  for (size_t i = 0; i < whole; i += 16)
+    top_bits = _mm512_max_epu32(top_bits, _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude));
+  const uint32_t bits = _mm512_reduce_max_epu32(top_bits);
+  float top;
+  __builtin_memcpy(&top, &bits, sizeof top);
+  if (bits >= 0x7F800000u) { /* (NaN and Inf have no int8 value) */
+    for (size_t i = 0; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+    return __builtin_nanf("");
+  }
+  const __m512 inv = _mm512_set1_ps(top > 0 ? 127.0f / top : 0.0f);
+  for (size_t i = 0; i < whole; i += 16)
+    _mm_storeu_si128((__m128i *)(void *)(xq + i), tfrt_q_bytes16(_mm512_loadu_ps(x + i), inv));
+  if (whole < c4) { /* the last inputs and the zeros to c4, through a buffer */
+    int8_t part[16];
+    _mm_storeu_si128((__m128i *)(void *)part,
+                     tfrt_q_bytes16(_mm512_maskz_loadu_ps(rest, x + whole), inv));
+    for (size_t k = 0; k < c4 - whole; k++) xq[whole + k] = part[k];
+  }
+  return top / 127.0f;
+}
+#else
+TFRT_UNUSED
+static float tfrt_q_pixel(const float *restrict x, size_t c, size_t c4, int8_t *restrict xq) {
+  const float top = tfrt_i8_absmax(x, c);
+  if (top != top) { /* (NaN has no int8 value) */
+    for (size_t i = 0; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+    return top;
+  }
+  tfrt_q_scaled(x, c, top > 0 ? 127.0f / top : 0.0f, xq);
+  for (size_t i = c; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+  return top / 127.0f;
+}
+#endif
+
 /* A call's geometry, its packed weights' parts and its output (from y,
- * with the image's scale x_scale). */
+ * the image's scales xs, xs_step apart: tfrt_q_out). */
 struct tfrt_q_call {
   struct tfrt_qconv g;
   size_t k4;
@@ -357,7 +462,7 @@ struct tfrt_q_call {
   struct tfrt_q_out o;
 };
 static struct tfrt_q_call tfrt_q_call_of(const int8_t *w, float *y, const float *post,
-                                          float x_scale, size_t n, size_t c, size_t kh,
+                                          const float *xs, size_t n, size_t c, size_t kh,
                                           size_t kw, size_t iw, size_t ow, size_t sh, size_t sw,
                                           size_t dh, size_t dw) {
   const size_t run = dw == 1 ? kw * c : c, run4 = (run + 3) / 4 * 4;
@@ -367,8 +472,41 @@ static struct tfrt_q_call tfrt_q_call_of(const int8_t *w, float *y, const float 
   const float *row_scale = (const float *)(const void *)w;
   const int32_t *wsum = (const int32_t *)(const void *)(w + tiles * TFRT_MATVEC_TILE * 4);
   const struct tfrt_q_call call = {g, g.runs * run4, w + tiles * TFRT_MATVEC_TILE * 8,
-                                   {y, n, 1, 0, n, x_scale, row_scale, post, wsum}};
+                                   {y, n, 1, 0, n, xs, 0, row_scale, post, wsum}};
   return call;
+}
+
+/* Positions first .. end-1 of a pointwise call (its outputs from
+ * call->o.y on), TFRT_Q_BLOCK at a time: their pixels quantized into xq
+ * (quantize: tfrt_q_pixel, or its f16 form, from x), each c4 = run4 bytes,
+ * their scales after them (word-aligned: in the scratch, not on the stack,
+ * which on a Cortex-M4 is as short as the context), then summed as an
+ * image of one row of them. In place (y is x) a block's pixels are read
+ * before its outputs are written, and each position writes only its own
+ * pixel (n == c). */
+static inline __attribute__((always_inline)) void tfrt_q_pointwise(
+    const struct tfrt_q_call *call, const void *x,
+    float (*quantize)(const void *, size_t, size_t, int8_t *), int8_t *xq,
+    size_t first, size_t end) {
+  const size_t c4 = call->g.run4;
+  const struct tfrt_qconv row = {c4, 1, TFRT_Q_BLOCK, TFRT_Q_BLOCK, 1, 1, 1, 1, 1, c4, c4};
+  const size_t most = end - first < TFRT_Q_BLOCK ? end - first : TFRT_Q_BLOCK;
+  float *scales = (float *)(void *)(((uintptr_t)(xq + most * c4) + 3) & ~(uintptr_t)3);
+  struct tfrt_q_out o = call->o;
+  o.xs = scales;
+  o.xs_step = 1;
+  for (size_t p0 = first; p0 < end; p0 += TFRT_Q_BLOCK) {
+    const size_t count = end - p0 < TFRT_Q_BLOCK ? end - p0 : TFRT_Q_BLOCK;
+    for (size_t q = 0; q < count; q++)
+      scales[q] = quantize(x, tfrt_q_patch(&call->g, p0 + q), call->g.c, xq + q * c4);
+    o.y = call->o.y + (p0 - first) * call->o.n;
+    tfrt_q_range(call->wq, call->k4, xq, &row, 0, count, o);
+  }
+}
+
+/* tfrt_q_pixel of the f32 pixel at element `at` of x. */
+static float tfrt_q_pixel_f32(const void *x, size_t at, size_t c, int8_t *xq) {
+  return tfrt_q_pixel((const float *)x + at, c, (c + 3) / 4 * 4, xq);
 }
 
 void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_offset,
@@ -379,12 +517,18 @@ void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_of
   x += x_offset;
   y += y_offset;
   xq += xq_offset;
+  if (kh == 1 && kw == 1) {
+    const struct tfrt_q_call call =
+        tfrt_q_call_of(w + w_offset, y, post, NULL, n, c, 1, 1, iw, ow, sh, sw, dh, dw);
+    tfrt_q_pointwise(&call, x, tfrt_q_pixel_f32, xq, 0, positions);
+    return;
+  }
   const float x_scale = tfrt_q_image(x, ih * iw * c, xq);
   if (x_scale != x_scale) { /* NaN or Inf in x: NaN outputs, never a finite guess */
     for (size_t i = 0; i < positions * n; i++) y[i] = x_scale;
     return;
   }
   const struct tfrt_q_call call =
-      tfrt_q_call_of(w + w_offset, y, post, x_scale, n, c, kh, kw, iw, ow, sh, sw, dh, dw);
+      tfrt_q_call_of(w + w_offset, y, post, &x_scale, n, c, kh, kw, iw, ow, sh, sw, dh, dw);
   tfrt_q_range(call.wq, call.k4, xq, &call.g, 0, positions, call.o);
 }

@@ -1,7 +1,8 @@
 """--weights-dtype=int8 convolutions: int8 weights (one scale per output
-channel), the image quantized to int8 once per call (one scale), int32 sums
-per patch (runtime_shim/tfrt_qconv.h; compiler/lower/int8_weights.py
-pack_qconv / int8_conv).
+channel), the image quantized to int8 once per call (one scale; a 1x1
+convolution's, a scale per pixel), int32 sums per patch
+(runtime_shim/tfrt_qconv.h; compiler/lower/int8_weights.py pack_qconv /
+int8_conv).
 
 Checked here: the C kernel against numpy's model of the same arithmetic
 (exact int32 sums, so only the f32 scaling may differ) and against the f32
@@ -10,7 +11,7 @@ runs (portable C, AVX2, its own: AVX-512 VNNI where it has it) under
 AddressSanitizer and UndefinedBehaviorSanitizer, with gcc and clang, on
 aarch64 (NEON, SDOT) under qemu-aarch64 and on a Cortex-M4 (DSP) under
 qemu-system-arm; an image with NaN or Inf, an all-zero image, row and
-extreme weight; the blob's layout; which convolutions the rewrite gives the
+extreme weight, pixels 1e4 apart; the blob's layout; which convolutions the rewrite gives the
 int8 kernel; and a DS-CNN-like Keras model built with int8 weights, whole
 window and streamed, through the .so against TensorFlow.
 """
@@ -41,7 +42,9 @@ STEPS = 120
 #: channel (runs of 4), runs of 9 and 7 (rounded up to 4: the bytes past a
 #: run meet zero weights), a patch over the kernel's chunk (2304 > 2048
 #: inputs hosted, 128 on a Cortex-M), taps apart in width (a run per tap),
-#: tiles part empty (33, 100, 130 outputs), a 1-D convolution.
+#: tiles part empty (33, 100, 130 outputs), a 1-D convolution, pointwise
+#: layers strided and of channels not a multiple of 4 (a scale per pixel,
+#: blocks of 8 and a part one).
 GEOMETRIES = [
     (64, 64, 1, 1, 5, 5, (1, 1), (1, 1)),
     (64, 1, 10, 4, 20, 10, (2, 2), (1, 1)),
@@ -52,6 +55,8 @@ GEOMETRIES = [
     (16, 30, 5, 3, 12, 9, (1, 1), (1, 1)),
     (5, 7, 3, 3, 6, 6, (1, 1), (1, 2)),
     (130, 16, 1, 3, 1, 13, (1, 1), (1, 1)),
+    (40, 24, 1, 1, 7, 9, (2, 2), (1, 1)),
+    (48, 37, 1, 1, 3, 4, (1, 1), (1, 1)),
 ]
 
 
@@ -64,7 +69,9 @@ def _cases(rng) -> list[dict]:
     """Each geometry with a bias and a clamp (ReLU, ReLU6 or none), plus: an
     all-zero row of weights and an extreme one (1e30: its row's other
     weights round to 0) in the first, an all-zero image, an image with NaN
-    and one with Inf."""
+    and one with Inf, of the 10x4 layer and of the first (pointwise: NaN
+    outputs at that position only), and a pointwise image whose pixels
+    differ in size by 1e4 (each keeps its own precision)."""
     cases = []
     for i, g in enumerate(GEOMETRIES):
         n, c, kh, kw, ih, iw, _, _ = g
@@ -78,14 +85,18 @@ def _cases(rng) -> list[dict]:
         bias[:n] = rng.standard_normal(n)
         cases.append({"g": g, "w": w, "x": x,
                       "post": np.concatenate([[lo, hi], bias]).astype(np.float32)})
-    for fill in (0.0, np.nan, np.inf):
-        case = dict(cases[1])
+    for base, fill in ((1, 0.0), (1, np.nan), (1, np.inf), (0, np.nan), (0, -np.inf),
+                       (0, 0.0)):
+        case = dict(cases[base])
         case["x"] = case["x"].copy()
         case["x"][3, 2, 0] = fill
         if fill == 0.0:
             case["x"][:] = 0
         cases.append(case)
-    return cases
+    loud = dict(cases[0])
+    loud["x"] = loud["x"] * np.float32(1e-2)
+    loud["x"][2, 3] *= np.float32(1e4)
+    return cases + [loud]
 
 
 def _c_array(ctype: str, name: str, values) -> str:
@@ -121,25 +132,28 @@ def _cases_header(cases) -> str:
         text += _c_array("float", f"post{i}", _floats(case["post"]))
         table.append(f"{{w{i}, {len(blob)}u, x{i}, post{i}, {len(case['post'])}u, {n}u, {c}u, "
                      f"{kh}u, {kw}u, {ih}u, {iw}u, {oh}u, {ow}u, {sh}u, {sw}u, {dh}u, {dw}u, "
-                     f"{_half_scratch(case['g'])}u}}")
+                     f"{_scratch(case['g'], False)}u, {_scratch(case['g'], True)}u}}")
     outputs = max(int(np.prod(_output_shape(k["g"]))) * k["g"][0] for k in cases)
     image = max(k["x"].size for k in cases)
+    scratch = max(_scratch(k["g"], False) for k in cases)
+    scratch16 = max(_scratch(k["g"], True) for k in cases)
     return (text + "struct qconv_case { const int8_t *w; size_t w_bytes; const float *x, *post; "
-            "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, scratch16; };\n"
+            "size_t post_count, n, c, kh, kw, ih, iw, oh, ow, sh, sw, dh, dw, scratch, "
+            "scratch16; };\n"
             f"static const struct qconv_case cases[] = {{{', '.join(table)}}};\n"
             f"#define MAX_OUTPUTS {outputs}\n#define MAX_IMAGE {image}\n"
-            f"#define SLACK {int8_weights.QCONV_SLACK}\n")
+            f"#define MAX_SCRATCH {scratch}\n#define MAX_SCRATCH16 {scratch16}\n")
 
 
-def _half_scratch(g) -> int:
-    """The scratch of the kernel on f16 images (q16_kernel) for geometry g,
-    as the build gives it (microkernel.ConvGeometry.scratch_bytes)."""
+def _scratch(g, half: bool) -> int:
+    """The scratch of the kernel (on f16 images: q16_kernel's) for
+    geometry g, as the build gives it (microkernel.ConvGeometry.scratch_bytes)."""
     n, c, kh, kw, ih, iw, (sh, sw), (dh, dw) = g
     oh, ow = _output_shape(g)
     geometry = microkernel.ConvGeometry(
         n=n, c=c, kh=kh, kw=kw, ih=ih, iw=iw, oh=oh, ow=ow, sh=sh, sw=sw, dh=dh, dw=dw,
         pad=((0, 0), (0, 0)), depthwise=False, x_type="", y_type="", weights=np.zeros(0),
-        int8=True, half=True)
+        int8=True, half=half)
     return geometry.scratch_bytes
 
 
@@ -175,12 +189,17 @@ def _check_output(proc: subprocess.CompletedProcess, cases) -> None:
         size = int(np.prod(_output_shape(case["g"]))) * n
         y = got[start:start + size].reshape(-1, n)
         start += size
-        if not np.isfinite(case["x"]).all():
-            assert np.isnan(y).all(), case["g"]
-            continue
-        assert np.isfinite(y).all(), case["g"]
         want = int8_weights.int8_conv(case["w"], case["x"], kh, kw, strides, dilations,
                                       case["post"]).reshape(-1, n)
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(want), err_msg=str(case["g"]))
+        if not np.isfinite(case["x"]).all():
+            # NaN where the quantized image had none: the whole output, a
+            # pointwise layer's at the position alone
+            assert np.isnan(want).any() and (np.isnan(want).all() != (kh == kw == 1))
+            finite = ~np.isnan(want)
+            np.testing.assert_allclose(y[finite], want[finite], rtol=1e-5, atol=1e-5)
+            continue
+        assert np.isfinite(y).all(), case["g"]
         exact, terms = _exact(case)
         lo, hi = case["post"][:2]
         np.testing.assert_array_less(np.abs(y - want), 4e-6 * terms + 1e-6,
@@ -266,10 +285,12 @@ def test_cortex_m_kernels_are_warning_free_with_clang(kinds, core, tmp_path):
           "-o", tmp_path / "k.o"])
 
 
-def test_scratch_slack_agrees_with_the_kernel():
+def test_scratch_slack_and_block_agree_with_the_kernel():
     header = (shim_dir() / "tfrt_qconv.h").read_text()
     assert re.search(r"#define TFRT_Q_SLACK (\d+)", header).group(1) == str(
         int8_weights.QCONV_SLACK)
+    assert re.search(r"#define TFRT_Q_BLOCK (\d+)", header).group(1) == str(
+        int8_weights.QCONV_BLOCK)
 
 
 def test_packing():
@@ -331,8 +352,11 @@ def test_rewrite_gives_the_int8_kernel_what_it_computes_well(x_shape, f_shape, g
                                               "m", dtype="int8")
     assert count == 1
     assert re.findall(r"func\.call @(m_\w+)\(", text) == [f"m_{kernel}"], text[-3000:]
-    if kernel == "qconv_int8":  # its scratch: the int8 image and the slack
-        assert f"tensor<{int(np.prod(x_shape)) + int8_weights.QCONV_SLACK}xi8>" in text
+    if kernel == "qconv_int8":  # its scratch: the int8 image and the slack (pointwise:
+        # 24 pixels and their scales, word-aligned)
+        pixels = x_shape[1] * x_shape[2]
+        scratch = (24 * (x_shape[3] + 4) + 3 if f_shape[:2] == [1, 1] else pixels * x_shape[3])
+        assert f"tensor<{scratch + int8_weights.QCONV_SLACK}xi8>" in text
     # a pointwise int8 layer's result takes its image's buffer (the kernel
     # reads the image into its scratch before it writes): tied in the
     # dispatch, one binding for both
@@ -464,6 +488,7 @@ def test_int8_model_through_the_so(bn_int8, sub, capsys):
     manifest = json.loads((out / "bn.json").read_text())
     assert "qconv" in manifest["micro_kernels"] and manifest["weights_dtype"] == "int8"
     assert "image quantized" in manifest["weights_scheme"]
+    assert manifest["int8_layers"] == 1  # the pointwise layer (the Dense head is small)
     if sub == "file":  # the sidecar holds the int8 filter (96 packed rows of 72)
         assert manifest["weights"]["bytes"] >= 96 * 8 + 96 * 72
     assert main(["verify", str(bn_int8 / "bn.keras"), str(out), "--steps", str(STEPS)]) == 0
@@ -510,3 +535,43 @@ def test_cortex_m4_image_matches_the_host_build(bn_int8, tmp_path):
     assert "smlad" in _run(["arm-none-eabi-objdump", "-d", image]).stdout
     want = host.step_n(xs).reshape(len(xs), -1)
     np.testing.assert_allclose(ys, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pointwise_layers_quantize_each_pixel(tmp_path):
+    """Two 1x1 layers over images with one pixel 1000x louder than the rest,
+    int8, through the .so over STEPS images against TensorFlow: each pixel
+    has its own scale, so the quiet positions keep int8's precision (with
+    one scale for the image they all rounded to 0: errors the size of the
+    outputs). LiteRT's XNNPACK quantizes 1x1 layers by pixel too."""
+    from dataclasses import replace
+
+    import keras
+
+    from tfaot import harness, target_options
+    from tfaot.cli import main
+
+    x = keras.Input((6, 6, 32))
+    h = keras.layers.Conv2D(64, 1, activation="relu")(x)
+    model = keras.Model(x, keras.layers.Conv2D(32, 1)(h))
+    model.save(tmp_path / "pw.keras")
+    make_target = target_options.make_target
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target_options, "make_target", lambda *args, **kwargs: replace(
+            make_target(*args, **kwargs), int8_convolutions=True))
+        assert main(["build", str(tmp_path / "pw.keras"), "-o", str(tmp_path / "pw"),
+                     "--quiet", "--whole-window", "--weights-dtype=int8"]) == 0
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((STEPS, 6, 6, 32)).astype(np.float32)
+    loud = rng.integers(0, 36, STEPS)
+    xs.reshape(STEPS, 36, 32)[np.arange(STEPS), loud] *= 1000
+    lib = harness.load(tmp_path / "pw")
+    assert "qconv" in lib.manifest["micro_kernels"]
+    got = lib.step_n(xs[:, None]).reshape(STEPS, 36, 32)
+    want = model.predict(xs, verbose=0).reshape(STEPS, 36, 32)
+    quiet = np.ones((STEPS, 36), bool)
+    quiet[np.arange(STEPS), loud] = False
+    err = np.abs(got - want)[quiet].max()
+    assert 1e-4 < err < 0.05 * np.abs(want[quiet]).max(), err
+    # the loud pixels within int8's precision of theirs
+    loud_err = np.abs(got - want)[~quiet].max()
+    assert loud_err < 0.05 * np.abs(want[~quiet]).max(), loud_err

@@ -60,8 +60,8 @@ def test_sidecar_build_matches_tensorflow_and_keeps_weights_out_of_the_code(mode
     header = (file_build / "wm.h").read_text()
     assert f"#define WM_WEIGHTS_BYTES {len(weights)}u" in header
     assert f"0x{manifest['weights']['fnv1a64']}ull" in header
-    # The library's read-only data is a small fraction of the weights.
-    assert _library_rodata(file_build) < len(weights) // 10
+    # The library holds none of the weights.
+    assert not _library_holds_part_of(file_build, weights)
     results = verify(str(model_file), file_build, steps=120, seed=1, tol=1e-5)
     assert all(r.ok and r.steps == 120 for r in results), results
 
@@ -75,14 +75,23 @@ def test_context_holds_the_weights_once(file_build, model_file, tmp_path):
     embedded = tmp_path / "wm_embedded"
     _build(model_file, embedded)
     embedded_ram = json.loads((embedded / "wm.json").read_text())["ctx_size"]
+    # (the check the sidecar builds pass: an embedded build holds the weights)
+    assert _library_holds_part_of(embedded, (file_build / "wm.weights").read_bytes())
     assert weights <= manifest["ctx_size"] <= weights + embedded_ram + 1024, (
         manifest["ctx_size"], weights, embedded_ram, manifest["arena_pools"])
 
 
-def _library_rodata(out: Path) -> int:
+def _library_holds_part_of(out: Path, weights: bytes) -> bool:
+    """Whether the library's module object holds any 32-byte window of
+    ``weights`` that is not a run of few values (zeros are in any object).
+    (Its read-only data's size says nothing reliable: IREE's code for an
+    AVX-512 CPU carries more constants than for an AVX2 one.)"""
     obj = subprocess.run(["ar", "p", out / "libwm.a", "wm.o"], capture_output=True,
                          check=True).stdout
-    return sum(size for name, size in elf_sections(obj).items() if name.startswith(".rodata"))
+    windows = [weights[i:i + 32] for i in range(0, len(weights) - 32, 64)]
+    windows = [w for w in windows if len(set(w)) >= 12]
+    assert len(windows) >= 16, "too few distinct windows to look for"
+    return any(w in obj for w in windows)
 
 
 def _defined_symbols(out: Path) -> set[str]:
@@ -122,7 +131,7 @@ def test_int8_sidecar_holds_the_int8_weights(model_file, file_build, tmp_path):
     assert int8_bytes == manifest["weights"]["bytes"]
     assert int8_bytes < 0.35 * (file_build / "wm.weights").stat().st_size
     assert "wm_matvec_int8" in _defined_symbols(out)
-    assert _library_rodata(out) < int8_bytes // 4
+    assert not _library_holds_part_of(out, (out / "wm.weights").read_bytes())
     results = verify(str(model_file), out, steps=120, seed=3, tol=None)  # the int8 default
     assert all(r.ok and r.steps == 120 for r in results), results
     assert max(r.max_abs_error for r in results) > 1e-5  # the int8 weights are in use

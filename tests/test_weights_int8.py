@@ -448,6 +448,30 @@ def test_verify_uses_the_int8_tolerance(case, capsys):
     assert "tolerance 0.05" in out and "ok" in out
 
 
+def test_int8_tolerance_grows_with_the_int8_layers(case):
+    """verify's int8 tolerance covers 8 int8 layers and grows as the square
+    root of their number past that (their roundings add in quadrature: a
+    MobileNetV2's 26 int8 layers drift from TensorFlow as LiteRT's int8
+    does, past 0.05); the manifest counts this model's: a matvec per
+    matrix of 1024 weights or more (the LSTM's recurrent one, the GRU's two)."""
+    from types import SimpleNamespace
+
+    from tfaot.verify.compare import default_tolerance
+
+    big = [w for w in case["model"].get_weights()
+           if w.ndim == 2 and w.size >= microkernel.INT8_MIN_WEIGHTS]
+    assert case["built"]["int8"].manifest["int8_layers"] == len(big) == 3
+    assert "int8_layers" not in case["built"]["f32"].manifest
+
+    def tolerance(dtype, layers):
+        lib = SimpleNamespace(manifest={"weights_dtype": dtype, "int8_layers": layers})
+        return default_tolerance(lib, None)
+
+    assert tolerance("int8", 1) == tolerance("int8", 8) == pytest.approx(0.05)
+    assert tolerance("int8", 32) == pytest.approx(0.1)
+    assert tolerance("f32", 32) == pytest.approx(1e-5)
+
+
 def test_weights_are_a_quarter(case):
     # matrices under INT8_MIN_WEIGHTS stay f32 (the LSTM's 80x5 input kernel, the head)
     matvec_weights = sum(w.size for w in case["model"].get_weights()

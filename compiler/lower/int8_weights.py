@@ -79,6 +79,22 @@ def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int,
 #: (TFRT_Q_SLACK in runtime_shim/tfrt_qconv.h; a test checks they agree):
 #: the last run's read rounded up to 4 bytes.
 QCONV_SLACK = 16
+#: Pixels a pointwise int8 convolution quantizes at a time, each with its
+#: own scale, into its scratch (TFRT_Q_BLOCK in tfrt_qconv.h; a test checks
+#: they agree).
+QCONV_BLOCK = 24
+
+
+def qconv_scratch_bytes(c: int, kh: int, kw: int, image_pixels: int, positions: int) -> int:
+    """The int8 convolution's scratch for a padded image of
+    ``image_pixels`` pixels of ``c`` channels: the quantized image and the
+    slack; a pointwise convolution's, its blocks of QCONV_BLOCK pixels (at
+    most its ``positions``), each rounded up to 4 bytes, and their f32
+    scales (after up to 3 bytes of alignment)."""
+    if kh == kw == 1:
+        pixels = min(QCONV_BLOCK, positions)
+        return pixels * (-(-c // 4) * 4) + 3 + 4 * pixels + QCONV_SLACK
+    return image_pixels * c + QCONV_SLACK
 
 
 def qconv_runs(c: int, kh: int, kw: int, dw: int) -> tuple[int, int]:
@@ -110,24 +126,33 @@ def int8_conv(w: np.ndarray, x: np.ndarray, kh: int, kw: int, strides=(1, 1),
               dilations=(1, 1), post: np.ndarray | None = None) -> np.ndarray:
     """What the int8 convolution kernel computes (tfrt_qconv.h) for
     ``W[n, kh*kw*c]`` over the padded image ``x[ih, iw, c]``: the image
-    rounded to int8 with one scale (max|x| / 127, f32 as the kernel), exact
-    int32 sums over each patch, times the image's and the row's scales, then
-    ``post`` (``[lo, hi, bias]``, ConvGeometry.post_data). Returns
-    ``[oh, ow, n]``; the kernel's f32 products differ by rounding only."""
+    rounded to int8 with one scale (max|x| / 127, f32 as the kernel; a
+    pointwise convolution's, each pixel with its own), exact int32 sums over
+    each patch, times the image's and the row's scales, then ``post``
+    (``[lo, hi, bias]``, ConvGeometry.post_data). NaN or Inf in the image
+    (a pointwise convolution's: in a pixel) gives NaN outputs (at its
+    position). Returns ``[oh, ow, n]``; the kernel's f32 products differ by
+    rounding only."""
     q, scale = quantize_int8(w)
     x = np.asarray(x, np.float32)
     ih, iw, c = x.shape
     (sh, sw), (dh, dw) = strides, dilations
     oh, ow = (ih - dh * (kh - 1) - 1) // sh + 1, (iw - dw * (kw - 1) - 1) // sw + 1
-    top = np.float32(np.max(np.abs(x)))
-    inv = np.float32(127) / top if top > 0 else np.float32(0)
-    v = x * inv
+    pointwise = kh == kw == 1
+    top = np.max(np.abs(x), axis=-1 if pointwise else None, keepdims=True).astype(np.float32)
+    top = np.where(np.isfinite(top), top, np.float32(np.nan))
+    inv = np.where(top > 0, np.float32(127) / np.where(top > 0, top, 1), 0).astype(np.float32)
+    with np.errstate(invalid="ignore"):  # (Inf * 0 where the scale is NaN)
+        v = np.where(np.isnan(top), 0, x * inv).astype(np.float32)
     xq = np.trunc(v + np.where(v < 0, np.float32(-0.5), np.float32(0.5))).astype(np.int64)
     patches = np.stack([xq[r * sh + i * dh, p * sw + j * dw]
                         for r in range(oh) for p in range(ow)
                         for i in range(kh) for j in range(kw)]).reshape(oh * ow, -1)
+    x_scale = (top / np.float32(127)).astype(np.float32)
+    x_scale = (x_scale[::sh, ::sw][:oh, :ow].reshape(-1, 1) if pointwise
+               else x_scale.reshape(1, 1))
     sums = (patches @ q.T.astype(np.int64)).astype(np.float32)
-    y = sums * (top / np.float32(127)) * scale[None, :]
+    y = sums * x_scale * scale[None, :]
     if post is not None:
         y = y + post[2:2 + len(q)]
         y = np.where(y < post[0], post[0], y)

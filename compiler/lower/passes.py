@@ -54,6 +54,8 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
             reuse_images="ml_program.global_store" not in mlir_text)
         if rewritten and not _MATMUL_OP.search(mlir_text):
             target = replace(target, weight_packing=False)  # nothing left to pack
+        if target.weights_dtype == "int8":
+            target = replace(target, int8_layers=microkernel.int8_calls(mlir_text))
     if target.activations is None and target.weights_dtype == "int8" and not any(
             microkernel.kernel_dtype(kind, "int8") == "int8"
             for kind in microkernel.kernel_symbols(mlir_text, name, "int8")):

@@ -155,7 +155,8 @@ INT16_INPUT = "to int16, one scale per chunk of 128 inputs; int32 sums per chunk
 #: ... and of its convolutions, with the int8 convolution kernel or without.
 INT8_CONV_SCHEME = ("convolutions of {fewest} weights or more (qconv): int8 weights, one "
                     "scale per output channel; image quantized to int8 per call (symmetric, "
-                    "one scale); int32 sums per patch. depthwise and smaller convolutions: "
+                    "one scale; 1x1 convolutions: one scale per pixel); int32 sums per patch. "
+                    "depthwise and smaller convolutions: "
                     "f32 weights")
 F32_CONV_SCHEME = ("convolutions: f32 weights (this target has no int8 dot product "
                    "instructions tfaot uses)")
@@ -177,5 +178,6 @@ def _weights_dtype(target, kernels: dict[str, str]) -> dict[str, str]:
                  NO_CONV_SCHEME if target.conv_int8 else F32_CONV_SCHEME)
         matvecs = INT8_SCHEME.format(
             fewest=fewest, input=INT16_INPUT if target.int8_paired_rows else INT8_INPUT)
-        return {"weights_dtype": "int8", "weights_scheme": matvecs + convs.format(fewest=fewest)}
+        return {"weights_dtype": "int8", "weights_scheme": matvecs + convs.format(fewest=fewest),
+                "int8_layers": target.int8_layers}
     return {"weights_dtype": requested}

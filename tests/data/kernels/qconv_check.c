@@ -2,8 +2,8 @@
  * case of qconv_cases.h (written by the test: the packed blob, the padded
  * image, the epilogue and the geometry) through q_kernel and prints each
  * output as the hex of its float32 bits. Hosted, each buffer the kernel
- * touches is a heap copy of exactly its size (the scratch: the image's
- * bytes and the kernel's slack, SLACK from qconv_cases.h), so that
+ * touches is a heap copy of exactly its size (the scratch: the size the
+ * build gives it, scratch from qconv_cases.h), so that
  * AddressSanitizer catches a read or write outside it; Linux prints with
  * stdio, bare metal (qemu-system-arm) with semihosting, from static
  * buffers. */
@@ -51,7 +51,7 @@ static void run(const struct qconv_case *k) {
   int8_t *w = copy_of(k->w, k->w_bytes);
   float *x = copy_of(k->x, image * sizeof(float)), *post = copy_of(k->post, k->post_count * 4);
   float *y = malloc(outputs * sizeof(float));
-  int8_t *xq = malloc(image + SLACK);
+  int8_t *xq = malloc(k->scratch);
   q_kernel(w, 0, x, 0, y, 0, post, xq, 0, k->n, k->c, k->kh, k->kw, k->ih, k->iw, k->oh, k->ow,
            k->sh, k->sw, k->dh, k->dw);
   print_hex(y, outputs);
@@ -69,11 +69,11 @@ static void run(const struct qconv_case *k) {
 }
 #else
 static float y[MAX_OUTPUTS];
-static int8_t xq[MAX_IMAGE + SLACK];
+static int8_t xq[MAX_SCRATCH];
 
 #ifdef Q16
-static uint16_t x16[MAX_IMAGE], y16[MAX_OUTPUTS];
-static _Alignas(16) uint8_t scratch16[MAX_OUTPUTS * 4 + MAX_IMAGE + SLACK + 32];
+static uint16_t half_x[MAX_IMAGE], half_y[MAX_OUTPUTS];
+static _Alignas(16) uint8_t scratch16[MAX_SCRATCH16];
 #endif
 
 static void run(const struct qconv_case *k) {
@@ -82,10 +82,10 @@ static void run(const struct qconv_case *k) {
   print_hex(y, k->oh * k->ow * k->n);
 #ifdef Q16
   const size_t image = k->ih * k->iw * k->c, outputs = k->oh * k->ow * k->n;
-  for (size_t i = 0; i < image; i++) x16[i] = tfrt_f2h(k->x[i]);
-  q16_kernel(k->w, 0, x16, 0, y16, 0, k->post, scratch16, 0, k->n, k->c, k->kh, k->kw, k->ih,
-             k->iw, k->oh, k->ow, k->sh, k->sw, k->dh, k->dw);
-  for (size_t i = 0; i < outputs; i++) y[i] = tfrt_h2f(y16[i]);
+  for (size_t i = 0; i < image; i++) half_x[i] = tfrt_f2h(k->x[i]);
+  q16_kernel(k->w, 0, half_x, 0, half_y, 0, k->post, scratch16, 0, k->n, k->c, k->kh, k->kw,
+             k->ih, k->iw, k->oh, k->ow, k->sh, k->sw, k->dh, k->dw);
+  for (size_t i = 0; i < outputs; i++) y[i] = tfrt_h2f(half_y[i]);
   print_hex(y, outputs);
 #endif
 }

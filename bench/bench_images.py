@@ -1,0 +1,171 @@
+"""Image models, one inference per step: tfaot f32 and int8 against LiteRT f32 and int8.
+
+Models (Keras applications, random weights whose batch norms are calibrated
+on random images, so that activations have the spread trained ones have;
+no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
+(alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out.
+
+Each model is saved as .keras and built the way a user builds it,
+``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
+int8 (int8 convolutions where this CPU has int8 dot products: AVX-512 VNNI
+or AVX-VNNI, aarch64's dot product; else they stay f32, the manifest's
+weights_scheme says which), and converted to LiteRT f32 and dynamic-range
+int8 (the converter's ``Optimize.DEFAULT``: what a LiteRT user deploying int8
+runs). All four run one image per call, timed in turn in every repetition
+(CPU µs per inference: thread time, medians; wall time too), and their max
+abs error against TensorFlow over ``--images`` random images is reported.
+
+    .venv/bin/python bench/bench_images.py [--size 224] [--repeats 7]
+        [--images 10] [--models mobilenet_v3_small mobilenet_v2_035]
+
+Needs the bench extra (ai-edge-litert); writes bench/results/images-*.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_streaming import (RESULTS, LiteRTTimer, Timer, _cpu_name,  # noqa: E402
+                             litert_whole, time_interleaved)
+
+
+def mobilenet_v3_small(size: int):
+    import keras
+
+    return keras.applications.MobileNetV3Small(
+        input_shape=(size, size, 3), weights=None, include_preprocessing=False,
+        classifier_activation=None)
+
+
+def mobilenet_v2_035(size: int):
+    import keras
+
+    return keras.applications.MobileNetV2(input_shape=(size, size, 3), alpha=0.35,
+                                          weights=None, classifier_activation=None)
+
+
+MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035}
+
+
+def calibrated(factory, size: int):
+    """The model with its batch norms' statistics those of random images
+    (momentum 0 for one training call), so that layers neither blow up nor
+    vanish as they would with the initial statistics."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    model = factory(size)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.0
+    images = np.random.default_rng(2).standard_normal((16, size, size, 3)).astype(np.float32)
+    model(images, training=True)
+    return model
+
+
+def build(path: Path, out: Path, weights_dtype: str) -> tuple[Path, str]:
+    """``tfaot build`` of the saved model, whole window; the manifest's
+    int8 scheme (empty for f32)."""
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    lib = build_model(str(path), BuildOptions(out_dir=out, fixed_window="whole",
+                                              weights_dtype=weights_dtype),
+                      Progress(False)).path
+    manifest = json.loads(next(lib.glob("*.json")).read_text())
+    return lib, manifest.get("weights_scheme", "")
+
+
+def max_errors(model, timers, images: int) -> list[float]:
+    """Max abs error against TensorFlow of each runner over ``images`` images."""
+    xs = np.random.default_rng(3).standard_normal(
+        (images, 1, *model.inputs[0].shape[1:])).astype(np.float32)
+    want = np.asarray(model.predict(xs[:, 0], verbose=0))
+    errors = []
+    for timer in timers:
+        if isinstance(timer, LiteRTTimer):
+            got = np.concatenate([timer.output(x).reshape(1, -1) for x in xs])
+        else:
+            timer.lib.reset()
+            got = timer.lib.step_n(xs).reshape(images, -1)
+        errors.append(float(np.abs(got - want.reshape(images, -1)).max()))
+    return errors
+
+
+RUNNERS = ["tfaot f32", "tfaot int8", "LiteRT f32", "LiteRT int8"]
+
+
+def measure(name: str, tmp: Path, args) -> dict:
+    model = calibrated(MODELS[name], args.size)
+    path = tmp / f"{name}.keras"
+    model.save(path)
+    f32, _ = build(path, tmp / f"{name}_f32", "f32")
+    int8, scheme = build(path, tmp / f"{name}_int8", "int8")
+    calls = args.calls
+    timers = [Timer(f32, calls), Timer(int8, calls), LiteRTTimer(litert_whole(model), calls),
+              LiteRTTimer(litert_whole(model, int8=True), calls)]
+    times = time_interleaved(timers, args.repeats)
+    errors = max_errors(model, timers, args.images)
+    return {"model": name, "size": args.size, "params": int(model.count_params()),
+            "int8_convolutions": "qconv" in scheme, "weights_scheme": scheme,
+            **{f"us {r}": t[0] for r, t in zip(RUNNERS, times)},
+            **{f"wall us {r}": t[1] for r, t in zip(RUNNERS, times)},
+            **{f"err {r}": e for r, e in zip(RUNNERS, errors)}}
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (f"{'model':<20} {'int8 convs':>10} "
+              + " ".join(f"{'µs ' + r:>16}" for r in RUNNERS)
+              + f" {'f32/LiteRT':>10} {'int8/LiteRT int8':>16} {'wall int8/int8':>14} "
+              + " ".join(f"{'err ' + r:>16}" for r in RUNNERS))
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['model']:<20} {'yes' if r['int8_convolutions'] else 'no':>10} "
+              + " ".join(f"{r['us ' + k]:>16.0f}" for k in RUNNERS)
+              + f" {r['us tfaot f32'] / r['us LiteRT f32']:>10.2f}"
+              f" {r['us tfaot int8'] / r['us LiteRT int8']:>16.2f}"
+              f" {r['wall us tfaot int8'] / r['wall us LiteRT int8']:>14.2f} "
+              + " ".join(f"{r['err ' + k]:>16.2e}" for k in RUNNERS))
+    print("CPU µs per inference (thread time), medians of the interleaved repetitions; "
+          "LiteRT: ai-edge-litert, XNNPACK, 1 thread; err: max abs error against "
+          "TensorFlow")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=224, help="image height and width")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=20, help="inferences per timed pass")
+    parser.add_argument("--images", type=int, default=10,
+                        help="random images the errors are measured on")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    args = parser.parse_args(argv)
+
+    from tfaot.frontend.tfenv import quiet_tensorflow
+
+    quiet_tensorflow()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            rows.append(measure(name, Path(tmp), args))
+            print(f"measured {name}", file=sys.stderr, flush=True)
+    print_table(rows)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"images-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
+                                "python": sys.version.split()[0], "repeats": args.repeats,
+                                "calls": args.calls, "rows": rows}, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
