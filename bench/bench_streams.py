@@ -15,6 +15,9 @@ library over 100 steps of the same frames. Targets (issue 24): at N = 8,
 throughput. With ``--weights-dtype int8`` the libraries store int8 weights
 (the N-stream steps in the int8 matmul kernel) and the peer is LiteRT's
 dynamic-range int8 (the converter's ``Optimize.DEFAULT``), batched the same.
+``conv1d64``, a keyword spotter's convolutions over time (ring buffers),
+has no LiteRT row: LiteRT's batched step here carries recurrent state only;
+its baseline is the one-stream library.
 
     .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
         [--models lstm512,...] [--steps N] [--repeats R] [--no-litert]
@@ -63,11 +66,35 @@ def _model(layers_spec):
     return keras.Model(x, L.Dense(12)(h))
 
 
+def _conv_model():
+    """A keyword spotter's convolutions over time: three Conv1D of 64
+    channels (5 frames; 3 frames, dilation 2; 1x1), a Dense(12) per frame."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, FEATURES))
+    h = L.Conv1D(64, 5, activation="relu")(x)
+    h = L.Conv1D(64, 3, dilation_rate=2, activation="relu")(h)
+    h = L.Conv1D(64, 1, activation="relu")(h)
+    return keras.Model(x, L.Dense(12)(h))
+
+
+#: name -> recurrent layers [(kind, units)], or a function making the model
 MODELS = {
     "2xlstm128": [("LSTM", 128), ("LSTM", 128)],
     "gru256": [("GRU", 256)],
     "lstm512": [("LSTM", 512)],
+    "conv1d64": _conv_model,
 }
+#: models whose step LiteRT's batched form (bench_litert.litert_model: the
+#: recurrent layers' state in resource variables) does not cover
+NO_LITERT = {"conv1d64"}
+
+
+def keras_model(name: str):
+    spec = MODELS[name]
+    return spec() if callable(spec) else _model(spec)
 
 
 def build(path: Path, streams: int, out: Path, weights_dtype: str = "f32",
@@ -104,7 +131,7 @@ def litert_difference(lib: Timer, flatbuffer: bytes, steps: int = 100) -> float:
 def build_all(name: str, counts: list[int], out: Path, args) -> list[Path]:
     """The model's libraries with each stream count, in OUT/NAME_N."""
     path = out / f"{name}.keras"
-    _model(MODELS[name]).save(path)
+    keras_model(name).save(path)
     libs = []
     for n in counts:
         libs.append(build(path, n, out / f"{name}_{n}", args.weights_dtype, args.target,
@@ -122,7 +149,7 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
         model = None
     else:
         libs = build_all(name, counts, tmp, args)
-        model = _model(MODELS[name]) if not args.no_litert else None
+        model = keras_model(name) if not (args.no_litert or name in NO_LITERT) else None
     timers, lites, differences = [], [], []
     for n, lib in zip(counts, libs):
         # each library runs about the same number of stream-steps
@@ -153,7 +180,7 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    lite = "litert_cpu_us_per_step" in rows[0]
+    lite = any("litert_cpu_us_per_step" in r for r in rows)
     print(f"{'model':<10} {'N':>3} {'CPU us/step':>12} {'stream-steps/CPU s':>19} "
           f"{'x one stream (CPU)':>19} {'x (wall)':>9}"
           + (f" {'LiteRT us/step':>15} {'x LiteRT (CPU)':>15} {'x (wall)':>9} {'|diff|':>8}"
@@ -164,7 +191,7 @@ def print_table(rows: list[dict]) -> None:
               f"{r['speedup_wall']:>9.2f}"
               + (f" {r['litert_cpu_us_per_step']:>15.1f} {r['vs_litert_cpu']:>15.2f} "
                  f"{r['vs_litert_wall']:>9.2f} {r['litert_max_abs_difference']:>8.1e}"
-                 if lite else ""))
+                 if "litert_cpu_us_per_step" in r else ""))
 
 
 def main(argv=None) -> int:

@@ -264,8 +264,9 @@ REWRITES = {  # name: (layout, x, filter, y, window, groups, kernel or None)
                      "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 3, "dwconv"),
     "grouped": (NHWC, (1, 4, 6, 4), (2, 2, 2, 6), (1, 3, 5, 6),
                 "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 2, None),
+    # (a batch: a call per image, an N-stream step's; numbers: test_streams.py)
     "batch2": (NHWC, (2, 4, 6, 3), (2, 2, 3, 6), (2, 3, 5, 6),
-               "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 1, None),
+               "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]", 1, "conv"),
     "input_dilation": (NHWC, (1, 4, 6, 3), (2, 2, 3, 6), (1, 6, 10, 6),
                        "stride = [1, 1], pad = [[0, 0], [0, 0]], lhs_dilate = [2, 2], "
                        "rhs_dilate = [1, 1]", 1, None),
@@ -365,11 +366,35 @@ def test_rewrite_keeps_an_output_used_twice():
     assert count == 1 and "stablehlo.add" in new and not _post_of(new)[2:].any()
 
 
+def test_a_batch_of_single_patches_is_one_image_of_positions():
+    """A batch of images that are each one patch (an N-stream step's
+    streamed convolution: one output position per stream) is one 1x1
+    convolution over an image of N positions, the kernel's blocks of
+    positions (not a loop of one-position calls), and a 1x1 convolution
+    over a batch one over all its pixels; a batch of larger images loops
+    over them."""
+    x, f = (4, 3, 5, 8), (3, 5, 8, 16)
+    window = "stride = [1, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]"
+    new, count = microkernel.rewrite_matvecs(
+        _conv_module(NHWC, x, f, (4, 1, 1, 16), window).replace("GROUPS", "1"), "m")
+    assert count == 1 and "scf.for" not in new
+    assert "tensor<1x1x4x120xf32>" in new and "tensor<1x1x4x16xf32>" in new
+    new, count = microkernel.rewrite_matvecs(  # 1x1: all the batch's pixels
+        _conv_module(NHWC, (3, 2, 5, 8), (1, 1, 8, 16), (3, 2, 5, 16), window)
+        .replace("GROUPS", "1"), "m")
+    assert count == 1 and "scf.for" not in new
+    assert "tensor<1x1x30x8xf32>" in new and "tensor<1x1x30x16xf32>" in new
+    layout, x, f, y, window, groups, _ = REWRITES["batch2"]
+    new, _ = microkernel.rewrite_matvecs(
+        _conv_module(layout, x, f, y, window).replace("GROUPS", str(groups)), "m")
+    assert "scf.for %b = %c0 to %batch" in new
+
+
 def test_iree_compiles_every_rewritten_form(tmp_path):
     """The rewritten modules go through iree-compile (to the kernel object)."""
     from tfaot.backend.compile import compile_module
 
-    for name in ("conv_same", "conv1d", "depthwise_x2"):
+    for name in ("conv_same", "conv1d", "depthwise_x2", "batch2"):
         layout, x, f, y, window, groups, _ = REWRITES[name]
         text = _conv_module(layout, x, f, y, window).replace("GROUPS", str(groups))
         text = text.replace("func.func @f", "func.func @step")

@@ -98,6 +98,68 @@ def test_matrix_products_of_all_streams_run_in_the_micro_kernel(built):
     assert len(set(re.findall(r"call @(tfaot_conv_\d+)\(", text))) == 4
 
 
+def test_convolutions_of_all_streams_run_in_the_micro_kernels(built):
+    """An N-stream step's convolutions (batch N) are tfaot's kernels, as the
+    one-stream step's are: each dispatch loops over the streams' images
+    (scf.for), where IREE's own convolutions made the 4-stream DS-CNN's
+    step 8x the cost of 4 one-stream steps. Numbers: the test above."""
+    _, one_dir, many_dir = built("ds_cnn")
+    text = (many_dir / "temps" / "compile" / "ds_cnn.mlir").read_text()
+    assert "stablehlo.convolution" not in text
+    assert {"conv", "dwconv"} <= set(harness.load(many_dir).manifest["micro_kernels"])
+    assert set(harness.load(one_dir).manifest["micro_kernels"]) <= set(
+        harness.load(many_dir).manifest["micro_kernels"]) | {"matvec"}
+    assert "scf.for %b = %c0 to %batch" in text
+
+
+def _streams_equal_one_stream(libs, seed, nan_stream, nan_from):
+    """The N-stream library's outputs on random frames (NaN in one stream
+    from a step on): each stream's equal the one-stream library's bit for
+    bit, the other streams' finite. Returns them."""
+    xs = _frames(libs[STREAMS], STEPS, seed=seed)
+    xs[nan_from:, nan_stream] = np.nan
+    got = libs[STREAMS].step_n(xs)
+    for i in range(STREAMS):
+        libs[1].reset()
+        want = libs[1].step_n(np.ascontiguousarray(xs[:, i]))
+        assert np.array_equal(got[:, i], want, equal_nan=True), i
+    assert np.isfinite(np.delete(got, nan_stream, axis=1)).all()
+    return got
+
+
+def test_int8_convolutions_of_streams_equal_the_one_stream_library(tmp_path):
+    """With int8 weights (the int8 convolution kernel whatever this
+    machine's CPU) each stream's outputs are the one-stream int8 library's
+    bit for bit (each image quantized by itself, the scratch reused), and a
+    stream fed NaN gets NaN alone."""
+    from dataclasses import replace
+
+    import keras
+    from keras import layers as L
+
+    from tfaot import target_options
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((None, 10))  # a 3-frame filter over 10 features, then a 1x1 layer
+    h = L.Conv1D(40, 1, activation="relu")(L.Conv1D(48, 3, activation="relu")(x))
+    path = tmp_path / "c1d.keras"
+    keras.Model(x, L.Dense(3)(h)).save(path)
+    make_target = target_options.make_target
+    libs = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(target_options, "make_target", lambda *args, **kwargs: replace(
+            make_target(*args, **kwargs), int8_convolutions=True))
+        for n in (1, STREAMS):
+            out = tmp_path / f"i8_{n}"
+            assert main(["-q", "build", str(path), "--streams", str(n),
+                         "--weights-dtype=int8", "-o", str(out)]) == 0
+            libs[n] = harness.load(out)
+    assert "qconv" in libs[STREAMS].manifest["micro_kernels"]
+    assert libs[STREAMS].manifest["int8_layers"] == 2
+    got = _streams_equal_one_stream(libs, seed=5, nan_stream=1, nan_from=60)
+    assert np.isnan(got[70:, 1]).all()
+
+
 def test_streams_do_not_see_each_other(built):
     _, _, many_dir = built("lstm_gru")
     many = harness.load(many_dir)
@@ -208,14 +270,8 @@ def test_int8_streams_take_the_int8_matmul(built, tmp_path, capsys):
     manifest = libs[STREAMS].manifest
     assert manifest["weights_dtype"] == "int8" and "matmul" in manifest["micro_kernels"]
     assert "stay f32" not in capsys.readouterr().err
-    xs = _frames(libs[STREAMS], STEPS, seed=3)
-    xs[40:, 2] = np.nan
-    got = libs[STREAMS].step_n(xs)
-    for i in range(STREAMS):
-        libs[1].reset()
-        want = libs[1].step_n(np.ascontiguousarray(xs[:, i]))
-        assert np.array_equal(got[:, i], want, equal_nan=True), i
-    assert np.isnan(got[40:, 2]).all() and np.isfinite(np.delete(got, 2, axis=1)).all()
+    got = _streams_equal_one_stream(libs, seed=3, nan_stream=2, nan_from=40)
+    assert np.isnan(got[40:, 2]).all()
     assert main(["verify", str(path), str(tmp_path / f"i8_{STREAMS}"), "--steps", "100"]) == 0
     assert f"over {100 * STREAMS} steps of {STREAMS} streams (tolerance 0.05): ok" in \
         capsys.readouterr().out

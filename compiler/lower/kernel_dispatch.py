@@ -96,7 +96,7 @@ def element(data: np.ndarray) -> str:
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
                      post: np.ndarray | None = None, scratch: int = 0,
-                     in_place: bool = False, images: str = "f32") -> str:
+                     in_place: bool = False, images: str = "f32", batch: int = 1) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
@@ -112,7 +112,10 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     are ``i16`` data, int8 ones an ``i8`` blob (pack_int8): the kernel knows
     their dtype. ``in_place`` (dispatch_lines): x's binding is y's too.
     ``images``: the element type of x and y ("f16": the convolutions on
-    half images, microkernel.HALF_KINDS).
+    half images, microkernel.HALF_KINDS). ``batch``: x and y hold that many
+    images (x's and y's leading dimension; an N-stream build's
+    convolutions), the kernel is called on each in turn, the scratch
+    reused.
     """
     elem = element(data)
     wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
@@ -170,14 +173,33 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         {metadata("w", wtype, data.ndim, elem)}
         {metadata("x", f"memref<{xt}>", x_rank, images)}
         {metadata("y", f"memref<{yt}>", y_rank, images)}{post_value}{scratch_value}
-        func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {post_arg}{scratch_arg}{size_values})
-            : (memref<{elem}>, index, memref<{images}>, index, memref<{images}>, index,
-               {post_decl}{index_types}) -> ()
+        {_calls(kernel, batch, xt, yt, f"{post_arg}{scratch_arg}{size_values}",
+                f"memref<{elem}>, index, memref<{images}>, index, memref<{images}>, index, "
+                f"{post_decl}{index_types}")}
         return
       }}
     }}
   }}
 """
+
+
+def _calls(kernel: str, batch: int, xt: str, yt: str, args: str, types: str) -> str:
+    """The kernel's call, or with ``batch`` > 1 a loop of calls, one per
+    image of x and y (types ``xt``, ``yt``), offset by their image sizes."""
+    if batch == 1:
+        return f"func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {args}) : ({types}) -> ()"
+    x_image, y_image = (int(np.prod([int(d) for d in t.split("x")[1:-1]])) for t in (xt, yt))
+    return f"""%batch = arith.constant {batch} : index
+        %c1_b = arith.constant 1 : index
+        %x_image = arith.constant {x_image} : index
+        %y_image = arith.constant {y_image} : index
+        scf.for %b = %c0 to %batch step %c1_b {{
+          %x_skip = arith.muli %b, %x_image : index
+          %y_skip = arith.muli %b, %y_image : index
+          %xo_b = arith.addi %xo, %x_skip : index
+          %yo_b = arith.addi %yo, %y_skip : index
+          func.call @{kernel}(%wb, %wo, %xb, %xo_b, %yb, %yo_b, {args}) : ({types}) -> ()
+        }}"""
 
 
 def metadata(v: str, memref: str, rank: int, elem: str = "f32") -> str:

@@ -29,7 +29,7 @@ def _is_patch_copy(op) -> bool:
     from .microkernel import constant_conv
 
     g = constant_conv(op, min_weights=0)
-    if (g is None or (g.oh, g.ow, g.iw, g.kw) != (1, 1, 1, 1) or g.sh < 1
+    if (g is None or (g.batch, g.oh, g.ow, g.iw, g.kw) != (1, 1, 1, 1, 1) or g.sh < 1
             or any(sum(p) for p in g.pad) or g.dh != 1):
         return False
     taps = g.kh
