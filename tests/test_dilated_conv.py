@@ -93,16 +93,18 @@ def test_every_dilated_conv_reaches_the_kernel(files, case):
     name, fixed_window = CASES[case]
     text, replaced = _kernel_text(files / name, fixed_window)
     assert "stablehlo.convolution" not in text, case
+    assert "scf.for" not in text, case  # one dilated image, not a batch of phases
     assert replaced >= CONVS
     assert len(set(re.findall(r"call @m_(conv|dwconv)_f32", text))) == 2
 
 
-def test_unfolded_chain_stays_with_iree(files, monkeypatch):
-    """Without the fold, the phases' convolutions are not ones the kernels
-    take: the check above would fail (it tests the fold, not the rewrite)."""
+def test_unfolded_chain_is_a_batch_of_phases(files, monkeypatch):
+    """Without the fold, the phases' convolution is a batch of images (the
+    kernel called once per phase, SpaceToBatchND's copies around it): the
+    check above would fail (it tests the fold, not the rewrite)."""
     monkeypatch.setattr(mlir_import, "fold_dilated_convs", lambda text: (text, 0))
     text, _ = _kernel_text(files / "open.keras", "auto")
-    assert "stablehlo.convolution" in text
+    assert "scf.for %b = %c0 to %batch" in text
 
 
 def test_strided_chain_is_left_as_it_is():
