@@ -2092,6 +2092,75 @@ static void tfrt_conv_avx512_wide(const struct tfrt_conv *g, const float *w, con
   }
 }
 
+/* acc += w0 * x for the float at x (one accumulator: tfrt_conv512_half) */
+#define TFRT_FMA1_BROADCAST(acc, w0, x)                                                   \
+  do {                                                                                   \
+    __m512 bcast_;                                                                       \
+    __asm__("vbroadcastss %[xv], %[t]\n\t"                                              \
+            "vfmadd231ps %[t], %[wa], %[a0]"                                             \
+            : [a0] "+v"(acc), [t] "=&v"(bcast_)                                          \
+            : [wa] "v"(w0), [xv] "m"(x));                                                \
+  } while (0)
+
+/* Positions p0..p0+P-1 times lanes t..t+15, the last tile of a layer of
+ * n - t <= 16 outputs (its upper 16 lanes are past n: tfrt_conv512 would
+ * spend half its FMAs on them): one accumulator a position, so P is 16
+ * (or 8, 4 for the rest) and each weight load serves twice the positions.
+ * A MobileNetV2 0.35's 1x1 layers of 8 and 16 outputs. */
+enum { TFRT_CONV512_HALF_P = 16 };
+static inline __attribute__((always_inline)) void tfrt_conv512_half(
+    const struct tfrt_conv *g, const float *w, const float *x, float *y, size_t t, size_t p0,
+    size_t oy, size_t ox, const size_t P) {
+  enum { T = TFRT_MATVEC_TILE };
+  const size_t lanes = g->n - t;
+  const __mmask16 m0 = lanes >= 16 ? 0xFFFF : (__mmask16)((1u << lanes) - 1);
+  const float *at[TFRT_CONV512_HALF_P];
+  TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) {
+    at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
+    if (++ox == g->ow) ox = 0, oy++;
+  }
+  const __m512 bias = _mm512_loadu_ps(g->post + 2 + t);
+  __m512 a[TFRT_CONV512_HALF_P];
+  TFRT_UNROLL
+  for (size_t q = 0; q < P; q++) a[q] = bias;
+  for (size_t r = 0; r < g->runs; r++) {
+    const size_t skip = TFRT_RUN_START(g, r);
+    for (size_t e = 0; e < g->run; e++, w += T) {
+      const __m512 w0 = _mm512_loadu_ps(w);
+      TFRT_UNROLL
+      for (size_t q = 0; q < P; q++) TFRT_FMA1_BROADCAST(a[q], w0, at[q][skip + e]);
+    }
+  }
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  TFRT_UNROLL
+  for (size_t q = 0; q < P; q++)
+    _mm512_mask_storeu_ps(y + (p0 + q) * g->n + t, m0, tfrt_clamp512(clamp, a[q]));
+}
+
+/* Lanes t..t+15 (n - t <= 16) of every position (at least 16): blocks of
+ * 16, the rest in one block of 8 or 4 moved back to end at the last
+ * position, or a block of 16 where more are left. */
+static void tfrt_conv_avx512_half(const struct tfrt_conv *g, const float *w, const float *x,
+                                  float *y, size_t t) {
+  enum { P = TFRT_CONV512_HALF_P };
+  const size_t positions = g->positions;
+  size_t p0 = 0, oy = 0, ox = 0;
+  for (; p0 + P <= positions; p0 += P) {
+    tfrt_conv512_half(g, w, x, y, t, p0, oy, ox, P);
+    for (ox += P; ox >= g->ow; ox -= g->ow) oy++;
+  }
+  const size_t rest = positions - p0;
+  const size_t size = rest > 8 ? 16 : rest > 4 ? 8 : 4, start = positions - size;
+  if (rest == 0) return;
+  if (size == 16)
+    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 16);
+  else if (size == 8)
+    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 8);
+  else
+    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 4);
+}
+
 /* Lanes t..t+31 of every position (at least 4): blocks of 12, the rest in
  * the largest block of 12, 8 or 4 that fits in all the positions, moved
  * back to end at the last one (positions computed twice are stored twice,
@@ -2144,6 +2213,10 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
     if (g.positions >= 12 && n - t >= 2 * TFRT_MATVEC_TILE && k <= 128) {
       tfrt_conv_avx512_wide(&g, w, x, y, t);
       t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE;
+      continue;
+    }
+    if (g.positions >= TFRT_CONV512_HALF_P && n - t <= 16) {
+      tfrt_conv_avx512_half(&g, w, x, y, t);
       continue;
     }
     if (g.positions >= 4) {

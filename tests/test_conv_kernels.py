@@ -111,6 +111,10 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     # a last tile of 8 lanes or fewer in blocks of 12 positions (AVX2)
     (24, 16, 1, 1, 5, 7, (1, 1), (1, 1)),  # 35 positions: 2 blocks and 11 more
     (40, 9, 3, 1, 6, 6, (1, 1), (1, 1)),  # 32 + 8 lanes
+    # a last tile of 16 lanes or fewer in blocks of 16 positions (AVX-512)
+    (16, 24, 1, 1, 8, 9, (1, 1), (1, 1)),  # 72 positions: 4 blocks and 8 more
+    (8, 48, 1, 1, 7, 7, (1, 1), (1, 1)),  # 49: 3 blocks, the last 4 moved back
+    (48, 6, 3, 3, 7, 8, (1, 1), (1, 1)),  # 32 + 16 lanes over 30 positions
 ]
 
 
@@ -206,7 +210,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
 
 
 #: the geometries of data/kernels/conv_check.c
-CONV_CHECK_GEOMETRIES = 32
+CONV_CHECK_GEOMETRIES = 34
 
 
 @pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55"])

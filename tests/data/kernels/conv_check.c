@@ -99,6 +99,9 @@ int main(void) {
       {64, 64, 1, 1, 6, 19, 0, 0, 0, 0, 1, 1, 1, 1, 0}, /* pointwise: blocks of 12 */
       {20, 8, 2, 2, 3, 6, 0, 0, 0, 0, 1, 1, 1, 1, 0},   /* 10 positions: 8, then 4 */
       {16, 4, 1, 1, 1, 3, 0, 0, 0, 0, 1, 1, 1, 1, 0},   /* 3: fewer than a block */
+      /* a last tile of 16 lanes or fewer (AVX-512: blocks of 16 positions) */
+      {8, 24, 1, 1, 7, 7, 0, 0, 0, 0, 1, 1, 1, 1, 0},   /* 49: 3 blocks, 4 moved back */
+      {48, 6, 3, 3, 8, 7, 0, 0, 0, 0, 1, 1, 1, 1, 0},   /* 32 + 16 lanes, 30: 16 + 16 */
       /* two tiles at once (AVX-512): blocks of 6, and a rest of 1 or 5 */
       {64, 16, 1, 1, 1, 13, 0, 0, 0, 0, 1, 1, 1, 1, 0},
       {96, 8, 3, 3, 3, 19, 0, 0, 0, 0, 1, 1, 1, 1, 0},
