@@ -122,10 +122,11 @@ void TFRT_DWCONV16_FN(const tfrt_weight *w, size_t w_offset, const uint16_t *x,
 #endif
 
 #ifdef TFRT_QCONV16_FN
-/* xq = round(x / s_x) from halves (tfrt_q_image's arithmetic), the slack
- * zeroed; returns s_x, NaN if x has NaN or Inf. The largest |x| is found on
- * the bits: for finite halves, a larger magnitude is a larger number. */
-static float tfrt_q_image16(const uint16_t *x, size_t size, int8_t *xq) {
+/* xq = round(x / s_x) for size halves (tfrt_q_image's arithmetic);
+ * returns s_x, or NaN (xq untouched) if x has NaN or Inf. The largest |x|
+ * is found on the bits: for finite halves, a larger magnitude is a larger
+ * number. */
+static float tfrt_q_halves(const uint16_t *x, size_t size, int8_t *xq) {
   uint32_t top_bits = 0;
   for (size_t i = 0; i < size; i++) {
     const uint32_t m = x[i] & 0x7fffu;
@@ -136,39 +137,28 @@ static float tfrt_q_image16(const uint16_t *x, size_t size, int8_t *xq) {
   size_t i = 0;
   for (; i + 2 <= size; i += 2) {
     const struct tfrt_f2 v = tfrt_h2f2(tfrt_h_word(x + i));
-    const float a = v.lo * inv, b = v.hi * inv;
-    xq[i] = (int8_t)((int32_t)(a + (a < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
-    xq[i + 1] = (int8_t)((int32_t)(b + (b < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
+    xq[i] = tfrt_q_byte(v.lo * inv);
+    xq[i + 1] = tfrt_q_byte(v.hi * inv);
   }
-  if (i < size) {
-    const float a = tfrt_h2f(x[i]) * inv;
-    xq[i] = (int8_t)((int32_t)(a + (a < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
-  }
-  for (size_t k = 0; k < TFRT_Q_SLACK; k++) xq[size + k] = 0;
+  if (i < size) xq[i] = tfrt_q_byte(tfrt_h2f(x[i]) * inv);
   return top / 127.0f;
 }
 
+/* The image's tfrt_q_halves, the slack zeroed. */
+static float tfrt_q_image16(const uint16_t *x, size_t size, int8_t *xq) {
+  const float x_scale = tfrt_q_halves(x, size, xq);
+  if (x_scale == x_scale)
+    for (size_t k = 0; k < TFRT_Q_SLACK; k++) xq[size + k] = 0;
+  return x_scale;
+}
+
 /* tfrt_q_pixel of the f16 pixel at element `at` of x: its c halves into
- * xq, zeros to c4; returns the pixel's scale, NaN if it has NaN or Inf. */
-static float tfrt_q_pixel16(const void *image, size_t at, size_t c, int8_t *restrict xq) {
-  const uint16_t *restrict x = (const uint16_t *)image + at;
-  const size_t c4 = (c + 3) / 4 * 4;
-  uint32_t top_bits = 0;
-  for (size_t i = 0; i < c; i++) {
-    const uint32_t m = x[i] & 0x7fffu;
-    top_bits = m > top_bits ? m : top_bits;
-  }
-  for (size_t i = c; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
-  if (top_bits >= 0x7c00u) {
-    for (size_t i = 0; i < c; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
-    return __builtin_nanf("");
-  }
-  const float top = tfrt_h2f((uint16_t)top_bits), inv = top > 0 ? 127.0f / top : 0.0f;
-  for (size_t i = 0; i < c; i++) {
-    const float a = tfrt_h2f(x[i]) * inv;
-    xq[i] = (int8_t)((int32_t)(a + (a < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
-  }
-  return top / 127.0f;
+ * xq, zeros to c4; returns the pixel's scale, NaN (and zeros) if it has
+ * NaN or Inf. */
+static float tfrt_q_pixel16(const void *image, size_t at, size_t c, int8_t *xq) {
+  const float scale = tfrt_q_halves((const uint16_t *)image + at, c, xq);
+  for (size_t i = scale == scale ? c : 0; i < (c + 3) / 4 * 4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+  return scale;
 }
 
 /* TFRT_QCONV_FN on f16 images: x the padded image [ih][iw][c]; the scratch

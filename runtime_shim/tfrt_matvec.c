@@ -2151,8 +2151,8 @@ static void tfrt_conv_avx512_half(const struct tfrt_conv *g, const float *w, con
     for (ox += P; ox >= g->ow; ox -= g->ow) oy++;
   }
   const size_t rest = positions - p0;
-  const size_t size = rest > 8 ? 16 : rest > 4 ? 8 : 4, start = positions - size;
   if (rest == 0) return;
+  const size_t size = rest > 8 ? 16 : rest > 4 ? 8 : 4, start = positions - size;
   if (size == 16)
     tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 16);
   else if (size == 8)

@@ -45,7 +45,7 @@ void TFRT_QCONV_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_of
 #define TFRT_Q_SLACK 16
 /* Positions a pointwise call quantizes at a time: whole AVX-512 blocks of
  * 8 and of 6 (int8_weights.py QCONV_BLOCK; 8 left a part block of 2 after
- * one of 6, at the cost of a whole one: 1.25x a MobileNetV3's inference). */
+ * each block of 6 of a layer of two tiles, which costs a whole block). */
 #define TFRT_Q_BLOCK 24
 
 struct tfrt_qconv {
@@ -56,8 +56,9 @@ struct tfrt_qconv {
 static size_t tfrt_q_run(const struct tfrt_qconv *g, size_t r) { return TFRT_RUN_START(g, r); }
 
 /* Where the patch of output position p starts: p's pixel where positions
- * are the image's pixels (a 1x1 layer of stride 1; no division, which
- * took 6% of a DS-CNN's int8 inference). */
+ * are the image's pixels (a 1x1 layer of stride 1), without the divisions
+ * of TFRT_PATCH_START (perf: the block function computing them, 6% of a
+ * DS-CNN's int8 inference, most of it those). */
 static size_t tfrt_q_patch(const struct tfrt_qconv *g, size_t p) {
   if (g->iw == g->ow && g->sw == 1 && g->sh == 1) return p * g->c;
   return TFRT_PATCH_START(g, p);
@@ -362,23 +363,20 @@ static inline __attribute__((always_inline)) void tfrt_q_range(
 #endif
 }
 
+/* round(v), half away from zero, as the int8 byte the kernel reads. */
+static inline int8_t tfrt_q_byte(float v) {
+  return (int8_t)((int32_t)(v + (v < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
+}
+
 /* xq = round(x / s_x), half away from zero, and the slack zeroed; returns
  * s_x (NaN if x has NaN or Inf). */
 static float tfrt_q_image(const float *x, size_t size, int8_t *xq) {
   const float top = tfrt_i8_absmax(x, size);
   if (top != top) return top; /* (NaN has no int8 value) */
   const float inv = top > 0 ? 127.0f / top : 0.0f;
-  for (size_t i = 0; i < size; i++) {
-    const float v = x[i] * inv;
-    xq[i] = (int8_t)((int32_t)(v + (v < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
-  }
+  for (size_t i = 0; i < size; i++) xq[i] = tfrt_q_byte(x[i] * inv);
   for (size_t i = 0; i < TFRT_Q_SLACK; i++) xq[size + i] = 0;
   return top / 127.0f;
-}
-
-/* round(v), half away from zero, as the int8 byte the kernel reads. */
-static inline int8_t tfrt_q_byte(float v) {
-  return (int8_t)((int32_t)(v + (v < 0 ? -0.5f : 0.5f)) ^ TFRT_Q_OFFSET);
 }
 
 /* xq[i] = tfrt_q_byte(x[i] * inv) for n inputs, 16 at a time in a loop of
@@ -443,12 +441,9 @@ static float tfrt_q_pixel(const float *restrict x, size_t c, size_t c4, int8_t *
 TFRT_UNUSED
 static float tfrt_q_pixel(const float *restrict x, size_t c, size_t c4, int8_t *restrict xq) {
   const float top = tfrt_i8_absmax(x, c);
-  if (top != top) { /* (NaN has no int8 value) */
-    for (size_t i = 0; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
-    return top;
-  }
-  tfrt_q_scaled(x, c, top > 0 ? 127.0f / top : 0.0f, xq);
-  for (size_t i = c; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
+  if (top == top) tfrt_q_scaled(x, c, top > 0 ? 127.0f / top : 0.0f, xq);
+  /* zeros past c, or for all of a pixel with NaN or Inf (no int8 value) */
+  for (size_t i = top == top ? c : 0; i < c4; i++) xq[i] = (int8_t)TFRT_Q_OFFSET;
   return top / 127.0f;
 }
 #endif

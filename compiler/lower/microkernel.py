@@ -574,7 +574,8 @@ def patches_as_rows(g: ConvGeometry) -> ConvGeometry:
     one image of ``batch`` positions of kh*kw*c channels (the same memory,
     the same weight rows): an N-stream step's streamed convolutions, one
     position per stream, take the kernel's blocks of positions instead of a
-    call per stream that fills one position of a block (a 4x slower step).
+    call per stream that fills one position of a block (bench_streams'
+    conv1d64 at 8 streams: 23.6 us a step that way, 6.8 this way).
     Likewise a 1x1 convolution of stride 1 over a batch is one over an
     image of all the batch's pixels. Other geometries are returned as they
     are (a call per image)."""
