@@ -19,7 +19,7 @@
  * A pointwise convolution (kh = kw = 1: its patch is one pixel) quantizes
  * each position's c inputs with a scale of their own instead, TFRT_Q_BLOCK
  * positions at a time into xq (tfrt_q_pointwise): one loud pixel no longer
- * coarsens every other (a MobileNetV3's 1x1 layers: 1.7x the error of
+ * coarsens every other (a MobileNetV3's 1x1 layers: 1.8x the error of
  * LiteRT's, whose XNNPACK quantizes them by pixel too), the scratch is
  * TFRT_Q_BLOCK pixels instead of the image, and NaN or Inf in a pixel
  * gives NaN outputs at its position only (TensorFlow's).
