@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..streamify_keras import circular
 from ..streamify_keras.time_rules import same_pads_nothing, windowed_plan
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
@@ -313,7 +314,9 @@ def time_length(s: SeqOp) -> int | None:
 def reduce_over_time(s: SeqOp):
     """A reduction whose axes include the time axis."""
     if mode(s) == "window" and s.frames.length is not None:
-        window = _window(s, "window", _reduced_frames(s))
+        frames = _reduced_frames(s)
+        reduced = _reduce_in_place(s, s.x if frames is None else frames)
+        window = _window(s, "window", frames) if reduced is None else reduced
         (y,) = emit_with(s, {0: window})[:1]
         s.set([y], [step(_window_valid(s))])
         return
@@ -344,6 +347,27 @@ def _window(s: SeqOp, role: str, frames=None):
                                        s.a, f, s.node.name)
     s.em.row(s.node, role, buffer=kept, window=f.length)
     return window
+
+
+def _reduce_in_place(s: SeqOp, frames):
+    """For Mean / Sum / Max / Min over a window: the window's reduction
+    along time (kept, of size 1) from a circular buffer of ``frames``
+    (streamify_keras/circular.py), on which the node then reduces the rest
+    as it would the window; None where the window keeps an ordered ring
+    buffer (a window ending more than a chunk back, integer frames, or
+    axes before time that are not of size 1)."""
+    f = s.frames
+    keep = f.length + f.lag - f.n
+    kind = s.op.lower() if s.op in RUNNING else None
+    if (not circular.applies(kind, f.lag, f.n, keep) or not frames.dtype.is_floating
+            or any(d != 1 for d in frames.shape[:s.a])):
+        return None
+    rows = s.em.time.ring((s.node.name, "window"), frames, keep, s.a, s.node.name)
+    fresh = take_frames(frames, s.a, 0, f.n - f.lag) if f.n > f.lag else None
+    with s.em_scope():
+        reduced = circular.reduce_window(rows, fresh, kind, s.a, f.length)
+    s.em.row(s.node, "window in place", buffer=keep, window=f.length)
+    return reduced
 
 
 def _reduced_frames(s: SeqOp):

@@ -241,6 +241,18 @@ class Replay:
         self.new_values.append(cat[:, -keep:])
         return cat
 
+    def ring(self, name: str, frames, keep: int, layer: str = ""):
+        """A circular buffer of the last ``keep`` frames before ``frames``'s
+        chunk (module circular): returns its rows, in no order; its new value
+        has the chunk's newest frames over the oldest rows, and a head state
+        (``name/head``) says where the next write goes."""
+        from . import circular
+
+        rows = self.take_state(name, (1, keep, *frames.shape[2:]), layer)
+        head = self.take_state(f"{name}/head", (1,), layer)
+        self.new_values.extend(circular.write(rows, head, frames, axis=1))
+        return rows
+
     def step_index(self):
         """m, the number of the current step (saturating), a float scalar."""
         import tensorflow as tf

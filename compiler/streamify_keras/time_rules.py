@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import circular
 from .replay import SEQ, VEC, NeedFrames, NotIncremental, Replay, Seq, Streamed, layer_error
 
 
@@ -210,16 +211,39 @@ class WindowReduceRule:
             return _running_pool(replay, op, x)
         self._check(op, seq, replay.mode)
         need = seq.length + seq.lag
+        keep = need - seq.n
         pooled = _pooled_frames(op, x.value)
-        cat = replay.buffer(f"{op.name}/window", x.value if pooled is None else pooled,
-                            need - seq.n, op.name)
-        first = int(cat.shape[1]) - need
-        window = cat[:, first:first + seq.length]
-        with tf.name_scope(op.name):
-            y = op(window) if pooled is None else _pool_over_time(op, window, x.value)
-        replay.row(op, "window" if pooled is None else "window of pooled frames",
-                   buffer=max(0, need - seq.n), window=seq.length)
+        frames = x.value if pooled is None else pooled
+        kind = _pooling_kind(op, x.value)
+        if circular.applies(kind, seq.lag, seq.n, keep):
+            # (module circular: the frames stay where they were written)
+            rows = replay.ring(f"{op.name}/window", frames, keep, op.name)
+            fresh = frames[:, :seq.n - seq.lag] if seq.n > seq.lag else None
+            with tf.name_scope(op.name):
+                reduced = circular.reduce_window(rows, fresh, kind, 1, seq.length)
+                y = _pool_over_time(op, reduced, x.value)
+            role = "window in place" if pooled is None else "window of pooled frames in place"
+        else:
+            cat = replay.buffer(f"{op.name}/window", frames, keep, op.name)
+            first = int(cat.shape[1]) - need
+            window = cat[:, first:first + seq.length]
+            with tf.name_scope(op.name):
+                y = op(window) if pooled is None else _pool_over_time(op, window, x.value)
+            role = "window" if pooled is None else "window of pooled frames"
+        replay.row(op, role, buffer=max(0, keep), window=seq.length)
         return Streamed(y, VEC, valid_from=max(x.valid_from, replay.window_first_step))
+
+
+def _pooling_kind(op, value) -> str | None:
+    """"mean" or "max" for a global average or max pooling of channels-last
+    frames (``value``: a chunk of them): the window reductions that need no
+    order of their frames (module circular); else None."""
+    kind = type(op).__name__
+    if (not kind.startswith(("GlobalAveragePooling", "GlobalMaxPooling"))
+            or getattr(op, "data_format", "channels_last") != "channels_last"
+            or len(value.shape) < 3):
+        return None
+    return "max" if "Max" in kind else "mean"
 
 
 def _pooled_frames(op, value):

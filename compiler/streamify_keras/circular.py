@@ -1,0 +1,72 @@
+"""A window that is only reduced over time, kept as a circular buffer.
+
+A sliding window whose frames are only reduced along time (the mean, sum,
+max or min of the last W frames: a global pooling over a keyword spotter's
+window) does not need its frames in order. Its ring buffer then keeps each
+frame where it was written: a step writes its newest frames over the
+oldest rows, which a head index (a state of its own) points to, and the
+reduction reads the rows as they lie. The ordered ring buffer
+(``Replay.buffer``) instead copies the whole window into a temporary
+(``concat``) and shifts its state by the step's frames (a copy of the rest
+of it): for the streamed DS-CNN's pooling window 25 rows of 64 floats a
+step, where this writes one row in place (IREE's scatter updates the
+state's buffer itself, after the reduction has read it).
+
+The reduction combines the buffer's rows (the frames before this step's
+chunk) with the chunk's frames that fall in the window. That holds where
+the window ends at most ``n`` frames before the chunk's last (``lag <=
+n``): then its oldest frames are exactly the buffer's. A window ending
+further back would have to leave out the buffer's newest rows, and keeps
+the ordered ring buffer.
+"""
+from __future__ import annotations
+
+#: reductions of a window that do not depend on the order of its frames
+ORDER_FREE = ("mean", "sum", "max", "min")
+
+
+def applies(kind: str | None, lag: int, n: int, keep: int) -> bool:
+    """Whether a window reduced by ``kind``, ending ``lag`` frames before the
+    last of a chunk of ``n``, with a buffer of ``keep`` frames, can use a
+    circular buffer (module docstring)."""
+    return kind in ORDER_FREE and 0 <= lag <= n and keep > 0
+
+
+def reduce_window(rows, fresh, kind: str, axis: int, length: int):
+    """The ``kind`` reduction over ``axis`` (kept, of size 1) of a window of
+    ``length`` frames: the buffer's ``rows`` and the chunk's frames ``fresh``
+    (None when none of them is in the window yet)."""
+    import tensorflow as tf
+
+    parts = [rows] if fresh is None else [rows, fresh]
+    if kind in ("mean", "sum"):
+        total = tf.add_n([tf.reduce_sum(p, axis=axis, keepdims=True) for p in parts])
+        return total / float(length) if kind == "mean" else total
+    reduce, combine = ((tf.reduce_max, tf.maximum) if kind == "max"
+                       else (tf.reduce_min, tf.minimum))
+    out = reduce(parts[0], axis=axis, keepdims=True)
+    for p in parts[1:]:
+        out = combine(out, reduce(p, axis=axis, keepdims=True))
+    return out
+
+
+def write(rows, head, frames, axis: int):
+    """(new rows, new head): the newest of ``frames`` (this step's chunk,
+    along ``axis``) written over the oldest rows, from row ``head`` (a float
+    vector of one element) on. Every axis before ``axis`` has size 1."""
+    import tensorflow as tf
+
+    keep = int(rows.shape[axis])
+    count = min(int(frames.shape[axis]), keep)
+    newest = tf.reshape(frames, [-1, *frames.shape[axis + 1:]])[-count:]
+    # A head set from outside (set_state) may be any float, NaN too: the
+    # row it names is clamped into the buffer before the conversion, whose
+    # result would otherwise be undefined, and every write stays inside it.
+    finite = tf.where(tf.math.is_finite(head[0]), head[0], 0.0)
+    start = tf.cast(tf.clip_by_value(finite, 0.0, float(keep - 1)), tf.int32)
+    at = tf.math.floormod(start + tf.range(count), keep)
+    lead = tf.zeros([count, axis], tf.int32)
+    indices = tf.concat([lead, at[:, None]], axis=1)
+    new_rows = tf.tensor_scatter_nd_update(rows, indices, newest)
+    new_head = tf.math.floormod(head + float(count), float(keep))
+    return new_rows, new_head
