@@ -1,7 +1,7 @@
 """A window only reduced over time streams through a circular buffer
 (compiler/streamify_keras/circular.py): each step writes its newest frames
-over the oldest rows, where a head state points, and nothing else of the
-buffer moves. Checked on the reduction itself against the sliding window,
+over the oldest rows, where the head (kept in the buffer's last row)
+points, and nothing else of the buffer moves. Checked on the reduction itself against the sliding window,
 and through built C libraries (Keras and frozen-graph models) against
 TensorFlow over 100+ steps, with the state saved and restored mid-stream."""
 from __future__ import annotations
@@ -35,31 +35,34 @@ def test_the_buffer_reduces_the_sliding_window(kind, n, lag, length):
     steps, width = 40, 3
     stream = rng.normal(size=(steps * n, width)).astype(np.float32)
     padded = np.concatenate([np.zeros((length + lag, width), np.float32), stream])
-    rows = tf.zeros((1, keep, width))
-    head = tf.zeros((1,))
+    buffer = tf.zeros((1, keep + 1, width))
     for m in range(steps):
         chunk = tf.constant(stream[None, m * n:(m + 1) * n])
         fresh = chunk[:, :n - lag] if n > lag else None
+        rows = circular.rows(buffer, 1)
+        assert rows.shape == (1, keep, width)
         got = circular.reduce_window(rows, fresh, kind, 1, length).numpy()
         last = (m + 1) * n - 1 - lag + length + lag  # index of the window's end in padded
         want = REDUCE[kind](padded[last - length + 1:last + 1], axis=0)
         np.testing.assert_allclose(got.reshape(-1), want, rtol=1e-6, atol=1e-6)
-        rows, head = circular.write(rows, head, chunk, axis=1)
-        assert float(head.numpy()[0]) == ((m + 1) * min(n, keep)) % keep
+        buffer = circular.write(buffer, chunk, axis=1)
+        assert float(buffer[0, keep, 0]) == ((m + 1) * min(n, keep)) % keep
 
 
 @pytest.mark.parametrize("head,row", [(float("nan"), 0), (float("inf"), 0), (-3.0, 0),
                                       (1e9, 3), (2.0, 2), (2.7, 2)])
 def test_a_head_set_from_outside_writes_inside_the_buffer(head, row):
-    """set_state may hand the head any float: the write lands on one row of
-    the buffer (the head clamped into it), never outside."""
+    """set_state may hand the head (the first element of the buffer's last
+    row) any float: the write lands on one row of the buffer (the head
+    clamped into it), never outside, and the head moves past it."""
     import tensorflow as tf
 
-    rows = np.arange(4 * 2, dtype=np.float32).reshape(1, 4, 2)
-    new, _ = circular.write(tf.constant(rows), tf.constant([head]),
-                            tf.constant([[[-1.0, -1.0]]]), axis=1)
-    changed = np.flatnonzero((new.numpy() != rows).any(axis=2)[0])
+    buffer = np.arange(5 * 2, dtype=np.float32).reshape(1, 5, 2)
+    buffer[0, 4] = [head, 0.0]
+    new = circular.write(tf.constant(buffer), tf.constant([[[-1.0, -1.0]]]), axis=1).numpy()
+    changed = np.flatnonzero((new[:, :4] != buffer[:, :4]).any(axis=2)[0])
     assert changed.tolist() == [row]
+    assert new[0, 4, 0] == (row + 1) % 4
 
 
 def _pooled_cnn(pooling: str):
@@ -91,8 +94,7 @@ def test_a_pooled_window_is_written_in_place(pooling, tmp_path):
                       Progress(enabled=False)).path
     lib = harness.load(out)
     name = f"{model.layers[-2].name}/window"
-    assert name in [s[0] for s in lib.state_specs] and f"{name}/head" in \
-        [s[0] for s in lib.state_specs]
+    assert name in [s[0] for s in lib.state_specs]
     stream = library_stream(lib, model, "pool")
     steps = 120 + stream.first_valid_step
     xs = np.random.default_rng(4).normal(size=(steps, *lib.input_shape)).astype(np.float32)
@@ -108,25 +110,29 @@ def test_a_pooled_window_is_written_in_place(pooling, tmp_path):
     lib.step(xs[60])
     after = lib.get_state()
     rows_before, rows_after = _state(lib, name, before), _state(lib, name, after)
-    moved = (rows_before != rows_after).reshape(rows_before.shape[1], -1).any(axis=1)
+    keep = rows_before.shape[1] - 1  # (the last row holds the head)
+    moved = (rows_before != rows_after)[0, :keep].reshape(keep, -1).any(axis=1)
     assert moved.sum() == 1, moved
-    keep = rows_before.shape[1]
-    head = _state(lib, f"{name}/head", before)[0]
+    head = rows_before[0, keep, 0]
     assert np.flatnonzero(moved).tolist() == [int(head)]
-    assert _state(lib, f"{name}/head", after)[0] == (head + 1) % keep
+    assert rows_after[0, keep, 0] == (head + 1) % keep
     lib.set_state(before)
     np.testing.assert_array_equal(lib.step_n(xs[60:]), got[60:])
 
 
 def test_a_graph_window_mean_is_written_in_place(tmp_path):
     """A frozen graph's reduce_mean over a window (the TF1 SVDF graph): its
-    buffer has a head state, and the library verifies against TensorFlow."""
+    buffer ends in the head, and the library verifies against TensorFlow."""
     path, _ = G.write("svdf_tf1", tmp_path)
     out = build_model(str(path), BuildOptions(out_dir=tmp_path / "lib"),
                       Progress(enabled=False)).path
     lib = harness.load(out)
-    heads = [s[0] for s in lib.state_specs if s[0].endswith("head0")]
-    assert len(heads) == 1, [s[0] for s in lib.state_specs]
+    (name,) = [s[0] for s in lib.state_specs if s[0].startswith("Mean")]
+    lib.step_n(np.ones((5, *lib.input_shape), np.float32))
+    buffer = _state(lib, name, lib.get_state())
+    keep = buffer.shape[1] - 1
+    written = 5 * min(lib.stream.frames_per_step, keep)
+    assert buffer.reshape(-1)[keep * buffer[0, 0].size] == written % keep  # the head, 5 steps on
     (result,) = verify(str(path), out, steps=120 + lib.stream.first_valid_step, seed=1,
                        tol=1e-5)
     assert result.ok and result.steps >= 100, result

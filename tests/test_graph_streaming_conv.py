@@ -155,12 +155,14 @@ def test_manifest_header_and_state(models):
 def test_window_of_a_mean_keeps_one_vector_a_frame(models):
     """Mean over time and width over a fixed window (a frozen
     GlobalAveragePooling2D): the window state holds each frame's mean over
-    its width, not the frame (numerics: test_library_matches_tensorflow)."""
+    its width, not the frame, in a circular buffer of the 2 frames before
+    the step's chunk and a row for its head (streamify_keras/circular.py;
+    numerics: test_library_matches_tensorflow)."""
     out = _built(models, "ds_cnn")
     shapes = {s["name"]: s["shape"] for s in
               json.loads((out / "ds_cnn.json").read_text())["state"]}
     mean = [sh for n, sh in shapes.items() if "global_average_pooling" in n]
-    assert mean == [[1, 2, 1, 6]], shapes
+    assert mean == [[1, 3, 1, 6]], shapes
 
 
 def test_inspect_shows_streaming_per_node(models, capsys):

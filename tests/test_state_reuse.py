@@ -24,11 +24,15 @@ WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 
 
-def _kws():
+def _kws(head: str):
     """ARM's DS-CNN shape, narrower (16 channels, 2 blocks), over its
-    49-frame window: a ring buffer a layer and the global average pooling's
-    window, which its last reduction reads after the step has copied the
-    window's new value (the staged write: without it, an error of 3e-3)."""
+    49-frame window: a ring buffer a layer, then ``head``: "pool", the
+    global average pooling of a window kept as a circular buffer (streamify_
+    keras/circular.py: IREE updates it on its own buffer, which @reset and
+    @set_state pack with the rest), or "flatten", the window flattened from
+    an ordered ring buffer, which the last layer reads after the step has
+    copied the window's new value (the staged write: without it, the pooling
+    had an error of 3e-3)."""
     import keras
     from keras import layers as L
 
@@ -41,14 +45,14 @@ def _kws():
         h = L.ZeroPadding2D(((0, 0), (1, 1)))(h)
         h = L.DepthwiseConv2D((3, 3), activation="relu")(h)
         h = L.Conv2D(16, (1, 1), activation="relu", kernel_initializer="he_normal")(h)
-    h = L.GlobalAveragePooling2D()(h)
+    h = L.GlobalAveragePooling2D()(h) if head == "pool" else L.Flatten()(h)
     return keras.Model(x, L.Dense(12)(h))
 
 
-@pytest.fixture(scope="module")
-def kws(tmp_path_factory):
+@pytest.fixture(scope="module", params=["pool", "flatten"])
+def kws(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("reuse")
-    model = _kws()
+    model = _kws(request.param)
     model.save(tmp / "kws.keras")
     out = build_model(str(tmp / "kws.keras"), BuildOptions(out_dir=tmp / "lib"),
                       Progress(enabled=False)).path
@@ -63,15 +67,18 @@ def _function(text: str, name: str) -> str:
 
 def test_the_context_holds_the_state_once(kws):
     """One block of the state's size in the arena, and none of the state's
-    functions allocates a second one; the step stages the pooling window."""
-    _, out = kws
+    functions allocates a second one; the step stages the flattened window,
+    and updates the circular one where it lies."""
+    model, out = kws
     manifest = json.loads((out / "kws.json").read_text())
     state_block = -(-manifest["state_bytes"] // 64) * 64
     assert manifest["arena_pools"] == [[state_block, 1]], manifest["arena_pools"]
     assert manifest["arena_bytes"] == state_block
     text = (out / "src" / "kws.c").read_text()
     step = _function(text, "kws_vm_step_direct")
-    assert "allocate" not in step and "the staged bytes" in step
+    assert "allocate" not in step
+    flattened = type(model.layers[-2]).__name__ == "Flatten"
+    assert ("the staged bytes" in step) == flattened
     assert "allocate" not in _function(text, "kws_vm_get_state")
     for name in ("kws_vm_reset", "kws_vm_set_state"):
         assert "takes the old one's block" in _function(text, name), name

@@ -44,9 +44,13 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
         module.collect()
         step = module.prog.step
         ops = {symbol(op.attributes["sym_name"]): op for op in module.func_ops()}
-        module.state_reuse = plan_state_reuse(module, ops)
+        module.state_reuse = plan_state_reuse(module, ops, None)
         if step is not None:
             module.direct_plan = plan_direct_step(module, ops[step.vm_name], step)
+        if module.direct_plan is not None and module.direct_plan.in_place is not None:
+            # (a step that keeps the old buffer lets @reset take its block
+            # in more cases: emit/state_reuse.py)
+            module.state_reuse = plan_state_reuse(module, ops, module.direct_plan.in_place)
         plan_memory(module)  # (before emitting: it may change the size an allocation asks for)
         for vm_name, fn_op in ops.items():
             info = module.functions[vm_name]

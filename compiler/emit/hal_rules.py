@@ -61,23 +61,25 @@ def _buffer_allocate(fe, op, groups):
     fe.line(f"{r1} = tfrt_retain({r0});")
 
 
-def _release_old_state(fe, global_sym: str) -> None:
-    """The state global's buffer released before the new state is allocated,
+def _release_old_state(fe, global_syms: tuple[str, ...]) -> None:
+    """The state globals' buffer released before the new state is allocated,
     which takes its block (emit/state_reuse.py), with this function's own
     references to it (@reset's loads)."""
-    g = fe.module.global_by_sym[global_sym].cname
     fe.line("/* the new state takes the old one's block (emit/state_reuse.py) */")
-    fe.line(f"tfrt_release(rt, ctx->g.{g}); ctx->g.{g} = NULL;")
-    for local in _loads_of(fe, g):
-        fe.line(f"tfrt_release(rt, {local}); {local} = NULL;")
+    for sym in global_syms:
+        g = fe.module.global_by_sym[sym].cname
+        fe.line(f"tfrt_release(rt, ctx->g.{g}); ctx->g.{g} = NULL;")
+        for local in _loads_of(fe, g):
+            fe.line(f"tfrt_release(rt, {local}); {local} = NULL;")
 
 
-def _bind_old_state(fe, global_sym: str, new: str) -> None:
+def _bind_old_state(fe, global_syms: tuple[str, ...], new: str) -> None:
     """@reset's loads of the old state bound to the new buffer: its
     dispatches read them only to route the initial values (emit/state_reuse.py)."""
-    g = fe.module.global_by_sym[global_sym].cname
-    for local in _loads_of(fe, g):
-        fe.line(f"{local} = tfrt_retain({new});")
+    for sym in global_syms:
+        g = fe.module.global_by_sym[sym].cname
+        for local in _loads_of(fe, g):
+            fe.line(f"{local} = tfrt_retain({new});")
 
 
 def _loads_of(fe, g: str) -> list[str]:

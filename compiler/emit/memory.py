@@ -102,6 +102,9 @@ def plan_memory(module: VMModule) -> None:
                         continue
                     cls = alloc_class.get(op.operands[0])
                     site = alloc_site.get(op.operands[0])
+                    if (direct is not None and direct.in_place is not None and site is not None
+                            and site[0] == direct.in_place.site):
+                        continue  # the old buffer, stored back (emit/state_reuse.py)
                     stores.setdefault(g, []).append(
                         (fn_name, site[0] if site is not None else None,
                          site[1] if site is not None else 1, cls if cls is not None else -1))
@@ -155,10 +158,12 @@ def _init_buffers_grown(stores: dict[str, list[_Store]]) -> dict[str, int]:
 def _held_by_globals(stores: dict[str, list[_Store]], grown: dict[str, int]
                      ) -> list[set[int]]:
     """The size classes of the buffers globals keep alive, one set per buffer
-    holder: each global on its own, except globals that only ``__init``
-    stores, from the same known allocations, which share one holder (init
-    runs once per context, so they hold the same buffers). A global in
-    ``grown`` holds one buffer of that class."""
+    holder: each global on its own, except globals that are only ever
+    stored from the same known allocations, which share one holder: every
+    call that stores one of them stores the same buffer into all (weights
+    that init lays out; the state globals IREE packs into one buffer in
+    @reset and @set_state). A global in ``grown`` holds one buffer of that
+    class."""
     holders: list[set[int]] = []
     shared: dict[frozenset, set[int]] = {}
     for g, entries in stores.items():
@@ -166,7 +171,7 @@ def _held_by_globals(stores: dict[str, list[_Store]], grown: dict[str, int]
         # (a site in a loop may fill the globals with several buffers)
         sources = frozenset((fn, site if weight == 1 else None)
                             for fn, site, weight, _ in entries)
-        if sources and all(fn == "__init" and site is not None for fn, site in sources):
+        if sources and all(site is not None for _, site in sources):
             shared.setdefault(sources, set()).update(classes)
         else:
             holders.append(classes)

@@ -65,8 +65,8 @@ class StateReuse:
     """What the state functions of one module reuse of the old state, planned
     once (``plan_state_reuse``) for the memory plan and the emitters."""
 
-    # function -> allocation site -> the global whose block it takes
-    replaced: dict[str, dict[tuple[int, int], str]] = field(default_factory=dict)
+    # function -> allocation site -> the globals whose block it takes
+    replaced: dict[str, dict[tuple[int, int], tuple[str, ...]]] = field(default_factory=dict)
     # function (@get_state) -> its views of the state itself
     views: dict[str, StateViews] = field(default_factory=dict)
 
@@ -78,19 +78,23 @@ class StateReuse:
         return sites
 
 
-def plan_state_reuse(module, fn_ops: dict) -> StateReuse:
+def plan_state_reuse(module, fn_ops: dict, in_place: InPlace | None) -> StateReuse:
     """``@reset``'s, ``@set_state``'s and ``@get_state``'s reuse of the old
-    state (module docstring); ``fn_ops``: the ``vm.func`` ops by name. None
-    on GPU backends, whose buffers live on the device."""
+    state (module docstring); ``fn_ops``: the ``vm.func`` ops by name;
+    ``in_place``: the direct step's plan to write its new state over the
+    old one, or None. None on GPU backends, whose buffers live on the
+    device."""
     reuse = StateReuse()
     prog = module.prog
     if module.host_sync:
         return reuse
-    sizes = _stored_sizes(module)
+    stores = _buffer_stores(module)
+    # the step leaves the old buffer in the global it writes in place
+    if in_place is not None and prog.step is not None:
+        stores[prog.step.vm_name].pop(in_place.global_sym, None)
     for info in (prog.reset, prog.set_state):
         if info is not None:
-            replaced = _replaced_globals(module, fn_ops[info.vm_name], info is prog.reset,
-                                         sizes)
+            replaced = _replaced_globals(module, fn_ops[info.vm_name], info, stores)
             if replaced:
                 reuse.replaced[info.vm_name] = replaced
     if prog.get_state is not None:
@@ -100,31 +104,37 @@ def plan_state_reuse(module, fn_ops: dict) -> StateReuse:
     return reuse
 
 
-def _replaced_globals(module, fn_op, is_reset: bool, sizes: dict[str, set]
-                      ) -> dict[tuple[int, int], str]:
-    """The allocation sites of ``@reset`` / ``@set_state`` whose buffer takes
-    the block of the global it is stored into (module docstring): site ->
-    the global. The function has one block; it loads the global (if at all)
-    before the allocation, and only uses what it loaded as a dispatch's
-    binding (``@reset``); the buffer is the size every function but
-    ``@__init`` stores there (``sizes``)."""
+def _replaced_globals(module, fn_op, info, stores: dict
+                      ) -> dict[tuple[int, int], tuple[str, ...]]:
+    """The allocation sites of ``@reset`` / ``@set_state`` (``info``) whose
+    buffer takes the block of the globals it is stored into (module
+    docstring): site -> those globals. The function has one block; it loads
+    them (if at all) before the allocation, and only uses what it loaded as
+    a dispatch's binding (``@reset``); every other function but ``@__init``
+    stores into them nothing, or a buffer of the same size that it stores
+    into the same globals (``stores``): where IREE packs several globals
+    into one buffer, they share one block, released together."""
     blocks = list(fn_op.regions[0].blocks)
     if len(blocks) != 1:
         return {}
     ops = list(blocks[0].operations)
+    is_reset = info is module.prog.reset
     out = {}
-    for site, g in _stores_of_allocations(ops).items():
+    for site, shared in _allocation_globals(ops).items():
         loads = [i for i, op in enumerate(ops) if op.name == "vm.global.load.ref"
-                 and symbol(op.attributes["global"]) == g]
+                 and symbol(op.attributes["global"]) in shared]
         size = const_int(ops[site].operands[1])
-        if size is None or sizes.get(g) != {size}:
+        if size is None or not all(
+                fn_stores.get(g, (size, shared)) == (size, shared)
+                for fn, fn_stores in stores.items() if fn != info.vm_name for g in shared):
             continue
         # @reset's reads of the old state, bound to the new buffer, stay in
         # it: the old state is never larger (@__init's may be smaller)
         if loads and not (is_reset and max(loads) < site and _bound_only(ops, loads)
-                          and all(n is not None and n <= size for n in _init_sizes(module, g))):
+                          and all(n is not None and n <= size
+                                  for g in shared for n in _init_sizes(module, g))):
             continue
-        out[(0, site)] = g
+        out[(0, site)] = shared
     return out
 
 
@@ -186,8 +196,6 @@ def _state_views(fn_op) -> StateViews | None:
             return None
     if not views or any(r not in sources for r in views.values()):
         return None
-    if len({loaded[src] for src, _ in sources.values()}) != 1:
-        return None
     return StateViews((0, site), copies, {v: sources[r] for v, r in views.items()})
 
 
@@ -200,11 +208,11 @@ def plan_in_place(module, ops: list, kept: set[tuple[int, int]], scratch_end: in
     if len(kept) != 1 or prog.reset is None:
         return None
     site = next(iter(kept))
-    stores = _stores_of_allocations(ops)
-    g = stores.get(site[1])
+    shared = _allocation_globals(ops).get(site[1], ())
     size = const_int(ops[site[1]].operands[1])
-    if g is None or size is None or _stored_sizes(module).get(g) != {size}:
+    if len(shared) != 1 or size is None or not _holds(module, shared[0], size):
         return None
+    g = shared[0]
     if not _reset_stores(module, g):
         return None
     # the old state's layout is the one the function that stored it left
@@ -222,9 +230,9 @@ def plan_in_place(module, ops: list, kept: set[tuple[int, int]], scratch_end: in
 # What the functions store
 
 
-def _stores_of_allocations(ops: list) -> dict[int, str]:
-    """Allocation op index -> the buffer global it is stored into (where it
-    is stored into exactly one, once)."""
+def _allocation_globals(ops: list) -> dict[int, tuple[str, ...]]:
+    """Allocation op index -> the buffer globals it is stored into, sorted
+    (IREE packs several globals into one buffer; each is stored once)."""
     site_of, stored = {}, {}
     for i, op in enumerate(ops):
         callee = symbol(op.attributes["callee"]) if "callee" in op.attributes else ""
@@ -236,27 +244,49 @@ def _stores_of_allocations(ops: list) -> dict[int, str]:
         elif op.name == "vm.global.store.ref" and op.operands[0] in site_of:
             stored.setdefault(site_of[op.operands[0]], []).append(
                 symbol(op.attributes["global"]))
-    return {s: gs[0] for s, gs in stored.items() if len(gs) == 1}
+    return {s: tuple(sorted(gs)) for s, gs in stored.items() if len(set(gs)) == len(gs)}
 
 
-def _stored_sizes(module) -> dict[str, set]:
-    """Buffer global -> the sizes of what the functions but ``@__init``
-    store there (None: not an allocation of a constant size)."""
-    sizes: dict[str, set] = {}
+def _buffer_stores(module) -> dict[str, dict[str, tuple[int | None, tuple[str, ...]]]]:
+    """Function but ``@__init`` -> buffer global it stores -> (the size of
+    the allocation stored there, None where it is not one allocation of a
+    constant size; the globals that allocation is stored into)."""
+    out: dict[str, dict] = {}
     for fn_op in module.func_ops():
-        if symbol(fn_op.attributes["sym_name"]) == "__init":
+        name = symbol(fn_op.attributes["sym_name"])
+        if name == "__init":
             continue
+        fn = out.setdefault(name, {})
         for block in fn_op.regions[0].blocks:
             ops = list(block.operations)
-            allocs = _stores_of_allocations(ops)
-            stored_sites = {}
-            for site, g in allocs.items():
-                stored_sites.setdefault(g, set()).add(const_int(ops[site].operands[1]))
+            allocated = {g: (const_int(ops[site].operands[1]), shared)
+                         for site, shared in _allocation_globals(ops).items() for g in shared}
             for op in ops:
                 if op.name == "vm.global.store.ref":
                     g = symbol(op.attributes["global"])
-                    sizes.setdefault(g, set()).update(stored_sites.get(g, {None}))
-    return sizes
+                    store = allocated.get(g, (None, (g,)))
+                    fn[g] = store if fn.get(g, store) == store else (None, (g,))
+    return out
+
+
+def _holds(module, g: str, size: int) -> bool:
+    """Whether every buffer that a function but ``@__init`` stores into
+    ``g`` has ``size`` bytes or more, the first ``size`` of them ``g``'s
+    alone. A global that IREE updates in place in ``@step`` (a circular
+    buffer's scatter, streamify_keras/circular.py) has a buffer of its own
+    there, while ``@reset`` and ``@set_state`` pack it with the others:
+    it must lie past the bytes the step writes."""
+    ints = _stored_ints(module)
+    for fn, stores in _buffer_stores(module).items():
+        if g not in stores:
+            continue
+        n, shared = stores[g]
+        if n is None or n < size:
+            return False
+        offsets = [ints.get(fn, {}).get(f"{h}__offset") for h in shared if h != g]
+        if any(off is None or off < size for off in offsets):
+            return False
+    return True
 
 
 def _init_sizes(module, g: str) -> set:
@@ -268,11 +298,11 @@ def _init_sizes(module, g: str) -> set:
             continue
         for block in fn_op.regions[0].blocks:
             ops = list(block.operations)
-            allocs = _stores_of_allocations(ops)
-            sizes |= {const_int(ops[site].operands[1]) for site, glob in allocs.items()
-                      if glob == g}
+            allocs = _allocation_globals(ops)
+            sizes |= {const_int(ops[site].operands[1]) for site, shared in allocs.items()
+                      if g in shared}
             if any(op.name == "vm.global.store.ref" and symbol(op.attributes["global"]) == g
-                   for op in ops) and g not in allocs.values():
+                   for op in ops) and not any(g in shared for shared in allocs.values()):
                 sizes.add(None)
     return sizes
 

@@ -89,16 +89,14 @@ class TimeState:
         """A circular buffer of the last ``keep`` frames before ``value``'s
         chunk along ``axis`` (streamify_keras/circular.py): returns its rows,
         in no order; its new value has the chunk's newest frames over the
-        oldest rows, where a head state (key + "head") points."""
+        oldest rows, and its last row says where the next write goes."""
         from ..streamify_keras import circular
 
         shape = [int(d) for d in value.shape]
-        shape[axis] = keep
-        rows = self.take(key, np.zeros(shape, value.dtype.as_numpy_dtype), layer, "buf")
-        head_key = (key, "head")
-        head = self.take(head_key, np.zeros((1,), np.float32), layer, "head")
-        self.new_states[key], self.new_states[head_key] = circular.write(rows, head, value, axis)
-        return rows
+        shape[axis] = keep + 1
+        buffer = self.take(key, np.zeros(shape, value.dtype.as_numpy_dtype), layer, "buf")
+        self.new_states[key] = circular.write(buffer, value, axis)
+        return circular.rows(buffer, axis)
 
     def step_index(self):
         """m, the number of the current step (saturating), a float scalar."""

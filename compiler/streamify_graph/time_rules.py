@@ -354,12 +354,12 @@ def _reduce_in_place(s: SeqOp, frames):
     along time (kept, of size 1) from a circular buffer of ``frames``
     (streamify_keras/circular.py), on which the node then reduces the rest
     as it would the window; None where the window keeps an ordered ring
-    buffer (a window ending more than a chunk back, integer frames, or
-    axes before time that are not of size 1)."""
+    buffer (a window ending more than a chunk back, frames other than
+    float32, or axes before time that are not of size 1)."""
     f = s.frames
     keep = f.length + f.lag - f.n
     kind = s.op.lower() if s.op in RUNNING else None
-    if (not circular.applies(kind, f.lag, f.n, keep) or not frames.dtype.is_floating
+    if (not circular.applies(kind, f.lag, f.n, keep) or frames.dtype != np.float32
             or any(d != 1 for d in frames.shape[:s.a])):
         return None
     rows = s.em.time.ring((s.node.name, "window"), frames, keep, s.a, s.node.name)

@@ -10,7 +10,8 @@ reduction reads the rows as they lie. The ordered ring buffer
 (``concat``) and shifts its state by the step's frames (a copy of the rest
 of it): for the streamed DS-CNN's pooling window 25 rows of 64 floats a
 step, where this writes one row in place (IREE's scatter updates the
-state's buffer itself, after the reduction has read it).
+state's buffer itself, after the reduction has read it). The head is the
+first element of one more row at the end of the buffer (``write``).
 
 The reduction combines the buffer's rows (the frames before this step's
 chunk) with the chunk's frames that fall in the window. That holds where
@@ -50,23 +51,44 @@ def reduce_window(rows, fresh, kind: str, axis: int, length: int):
     return out
 
 
-def write(rows, head, frames, axis: int):
-    """(new rows, new head): the newest of ``frames`` (this step's chunk,
-    along ``axis``) written over the oldest rows, from row ``head`` (a float
-    vector of one element) on. Every axis before ``axis`` has size 1."""
+def rows(buffer, axis: int):
+    """The frame rows of a circular ``buffer`` (all but its last along
+    ``axis``, which holds the head: ``write``)."""
+    index = [slice(None)] * len(buffer.shape)
+    index[axis] = slice(0, int(buffer.shape[axis]) - 1)
+    return buffer[tuple(index)]
+
+
+def write(buffer, frames, axis: int):
+    """The new value of a circular ``buffer``: the newest of ``frames``
+    (this step's chunk, along ``axis``) written over its oldest rows, from
+    the row its head names on. Every axis before ``axis`` has size 1.
+
+    The buffer is ``keep`` frame rows and one more, whose first element is
+    the head. Kept in a state of its own, the head's new value was packed
+    by IREE with the other states' new values and written before the last
+    read of the old head, so the step could no longer write its new state
+    over the old one (emit/state_reuse.py): the context grew from 20.8 to
+    64.4 KB for the streamed DS-CNN on a Cortex-M4. In the buffer, both
+    writes are scatters that IREE runs on the state's own buffer once the
+    step's reads of it are done."""
     import tensorflow as tf
 
-    keep = int(rows.shape[axis])
+    keep = int(buffer.shape[axis]) - 1
     count = min(int(frames.shape[axis]), keep)
     newest = tf.reshape(frames, [-1, *frames.shape[axis + 1:]])[-count:]
+    head_at = [0] * len(buffer.shape)
+    head_at[axis] = keep
+    head = buffer[tuple(head_at)]
     # A head set from outside (set_state) may be any float, NaN too: the
     # row it names is clamped into the buffer before the conversion, whose
     # result would otherwise be undefined, and every write stays inside it.
-    finite = tf.where(tf.math.is_finite(head[0]), head[0], 0.0)
+    finite = tf.where(tf.math.is_finite(head), head, tf.zeros_like(head))
     start = tf.cast(tf.clip_by_value(finite, 0.0, float(keep - 1)), tf.int32)
     at = tf.math.floormod(start + tf.range(count), keep)
-    lead = tf.zeros([count, axis], tf.int32)
-    indices = tf.concat([lead, at[:, None]], axis=1)
-    new_rows = tf.tensor_scatter_nd_update(rows, indices, newest)
-    new_head = tf.math.floormod(head + float(count), float(keep))
-    return new_rows, new_head
+    # (zeros made from ``at``, not a constant: vectorised over streams,
+    # pfor tiled a constant with an op TensorFlow's importer then refused)
+    indices = tf.stack([tf.zeros_like(at)] * axis + [at], axis=1)
+    buffer = tf.tensor_scatter_nd_update(buffer, indices, newest)
+    next_head = tf.cast(tf.math.floormod(start + count, keep), buffer.dtype)
+    return tf.tensor_scatter_nd_update(buffer, [head_at], next_head[None])

@@ -244,14 +244,13 @@ class Replay:
     def ring(self, name: str, frames, keep: int, layer: str = ""):
         """A circular buffer of the last ``keep`` frames before ``frames``'s
         chunk (module circular): returns its rows, in no order; its new value
-        has the chunk's newest frames over the oldest rows, and a head state
-        (``name/head``) says where the next write goes."""
+        has the chunk's newest frames over the oldest rows, and its last row
+        says where the next write goes."""
         from . import circular
 
-        rows = self.take_state(name, (1, keep, *frames.shape[2:]), layer)
-        head = self.take_state(f"{name}/head", (1,), layer)
-        self.new_values.extend(circular.write(rows, head, frames, axis=1))
-        return rows
+        buffer = self.take_state(name, (1, keep + 1, *frames.shape[2:]), layer)
+        self.new_values.append(circular.write(buffer, frames, axis=1))
+        return circular.rows(buffer, axis=1)
 
     def step_index(self):
         """m, the number of the current step (saturating), a float scalar."""
