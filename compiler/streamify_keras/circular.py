@@ -4,14 +4,19 @@ A sliding window whose frames are only reduced along time (the mean, sum,
 max or min of the last W frames: a global pooling over a keyword spotter's
 window) does not need its frames in order. Its ring buffer then keeps each
 frame where it was written: a step writes its newest frames over the
-oldest rows, which a head index (a state of its own) points to, and the
-reduction reads the rows as they lie. The ordered ring buffer
-(``Replay.buffer``) instead copies the whole window into a temporary
-(``concat``) and shifts its state by the step's frames (a copy of the rest
-of it): for the streamed DS-CNN's pooling window 25 rows of 64 floats a
-step, where this writes one row in place (IREE's scatter updates the
-state's buffer itself, after the reduction has read it). The head is the
-first element of one more row at the end of the buffer (``write``).
+oldest rows, which a head index points to, and the reduction reads the
+rows as they lie. The ordered ring buffer (``Replay.buffer``) instead
+copies the whole window into a temporary (``concat``) and shifts its state
+by the step's frames (a copy of the rest of it): for the streamed DS-CNN's
+pooling window 25 rows of 64 floats a step, where this writes one row in
+place (IREE's scatter updates the state's buffer itself, after the
+reduction has read it). The head is the first element of one more row at
+the end of the buffer (``write``).
+
+A convolution's window stays an ordered ring buffer: its kernels read the
+window's rows in order from one block of memory. Read as one slice per
+row from a circular buffer, the rows became a dispatch each in IREE, and
+the streamed DS-CNN's context on a Cortex-M4 grew from 18 to 74 KB.
 
 The reduction combines the buffer's rows (the frames before this step's
 chunk) with the chunk's frames that fall in the window. That holds where
@@ -66,12 +71,12 @@ def write(buffer, frames, axis: int):
 
     The buffer is ``keep`` frame rows and one more, whose first element is
     the head. Kept in a state of its own, the head's new value was packed
-    by IREE with the other states' new values and written before the last
-    read of the old head, so the step could no longer write its new state
-    over the old one (emit/state_reuse.py): the context grew from 20.8 to
-    64.4 KB for the streamed DS-CNN on a Cortex-M4. In the buffer, both
-    writes are scatters that IREE runs on the state's own buffer once the
-    step's reads of it are done."""
+    by IREE with the other states' new values, written by a dispatch bound
+    to that whole buffer before the step's last reads of the old state,
+    where the step can no longer write its new state over the old one
+    (emit/state_reuse.py). In the buffer, both writes are scatters that
+    IREE runs on the state's own buffer once the step's reads of it are
+    done."""
     import tensorflow as tf
 
     keep = int(buffer.shape[axis]) - 1
