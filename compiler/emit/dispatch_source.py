@@ -33,6 +33,11 @@ _INT_OPS = {
 #: ops that neither compute on a loaded tensor nor write memory
 _INERT = {"arith.constant", "tensor.empty", "hal.interface.constant.load",
           "hal.interface.binding.subspan", "func.return"}
+#: the loads and stores of a binding's slices
+_SLICE_OPS = ("iree_tensor_ext.dispatch.tensor.load", "iree_tensor_ext.dispatch.tensor.store")
+#: the ops ``accessed_ranges`` follows (the rest computes on loaded values)
+_RANGE_OPS = {"arith.constant", "hal.interface.constant.load", "hal.interface.binding.subspan",
+              "util.assume.int", *_SLICE_OPS, *_INT_OPS}
 _EXPORT = re.compile(r"hal\.executable\.export public @([\w$.-]+)")
 _ELEMENT_BYTES = {"f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2, "i8": 1, "i1": 1,
                   "f64": 8, "i64": 8}
@@ -86,6 +91,24 @@ def elementwise_writes(path: Path, export: str, constants: list[int | None]
         return None if fn is None else _walk(fn, constants)
 
 
+def accessed_ranges(path: Path, export: str, constants: list[int | None]
+                    ) -> Effects | None:
+    """The loads and stores of dispatch ``export``, whatever it computes
+    between them (their ``stores`` list no sources), or None where an
+    offset is not known or a binding is used other than by a load or a
+    store of a slice (a call of tfaot's kernels takes the binding's
+    pointer: what it touches is not in the source)."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        try:
+            module = ir.Module.parse(path.read_text())
+        except ir.MLIRError:
+            return None
+        fn = _function(module, export)
+        return None if fn is None else _walk(fn, constants, ranges_only=True)
+
+
 def _function(module, export: str):
     for op in _ops_within(module.operation):
         if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == export:
@@ -101,7 +124,9 @@ def _ops_within(op):
                 yield from _ops_within(inner.operation)
 
 
-def _walk(fn, constants: list[int | None]) -> Effects | None:
+def _walk(fn, constants: list[int | None], ranges_only: bool = False) -> Effects | None:
+    """``elementwise_writes``'s walk; ``ranges_only``: only the loads' and
+    stores' ranges (``accessed_ranges``)."""
     ints: dict = {}       # value -> its integer
     spans: dict = {}      # subspan value -> (binding, byte offset)
     sources: dict = {}    # tensor value -> the loads it is elementwise of
@@ -109,6 +134,11 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
     for op in fn.regions[0].blocks[0].operations:
         op = op.operation
         name = op.name
+        if ranges_only and name not in _SLICE_OPS and any(
+                v in spans for inner in [op, *_ops_within(op)] for v in inner.operands):
+            return None  # (a binding used some other way, maybe in a loop's body)
+        if ranges_only and name not in _RANGE_OPS:
+            continue
         if name == "arith.constant":
             value = _int_attr(op.attributes["value"])
             if value is not None:
@@ -122,6 +152,10 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
             args = [ints.get(v) for v in op.operands]
             if None not in args:
                 ints[op.results[0]] = _INT_OPS[name](args)
+        elif name == "util.assume.int":  # (facts about its operands, passed through)
+            for v, r in zip(op.operands, op.results):
+                if v in ints:
+                    ints[r] = ints[v]
         elif name == "hal.interface.binding.subspan":
             binding = _int_attr(op.attributes["binding"])
             offset = ints.get(op.operands[0]) if len(op.operands) else 0
@@ -136,8 +170,11 @@ def _walk(fn, constants: list[int | None]) -> Effects | None:
             effects.loads.append(access)
         elif name == "iree_tensor_ext.dispatch.tensor.store":
             access = _access(op, spans, op.operands[1], op.operands[1].type, 2)
-            if access is None or op.operands[0] not in sources:
+            if access is None or (op.operands[0] not in sources and not ranges_only):
                 return None
+            if ranges_only:
+                effects.stores.append((access, []))
+                continue
             effects.stores.append((access, sources[op.operands[0]]))
         elif name == "tensor.empty":
             sources[op.results[0]] = []

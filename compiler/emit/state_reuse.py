@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dispatch_source import elementwise_writes
+from .dispatch_source import accessed_ranges, elementwise_writes
 from .vm_rules import call_groups
 from .vmir import const_int, rodata_sym, symbol
 
@@ -446,6 +446,8 @@ def _accesses(module, ops: list, g: str, site: int, layout: dict[str, int], size
             source = module.executable_sources.get(names.get(op.operands[1]))
             if source is not None and acc.reads_old and acc.writes_new:
                 _check_in_place(acc, op, source, names[op.operands[1]], role, ints)
+            if source is not None and not acc.in_place and (acc.reads_old or acc.writes_new):
+                _narrow(acc, op, source, names[op.operands[1]], role, ints)
             if acc.reads_old or acc.writes_new:
                 out.append(acc)
         elif name == "vm.global.store.ref":
@@ -535,6 +537,36 @@ def _check_in_place(acc: _Access, op, source, export: str, role: dict, ints: dic
                 return
         new_writes.append(rng)
     acc.in_place, acc.reads_old, acc.writes_new = True, old_reads, new_writes
+
+
+def _narrow(acc: _Access, op, source, export: str, role: dict, ints: dict) -> None:
+    """Where the dispatch's source shows the slices it loads and stores
+    (dispatch_source.accessed_ranges), its ranges of the old and the new
+    state become those slices' bytes, not its bindings' (the copies of a
+    batched ring buffer that IREE writes as dispatches, bound to the whole
+    state, each touch one stream's rows of one buffer)."""
+    groups = call_groups(op)
+    consts = [_int(c, ints) for c in (groups[5] if len(groups) > 5 else [])]
+    effects = accessed_ranges(source, export, consts)
+    if effects is None:
+        return
+    where = {k: (role.get(buf), _int(off, ints))
+             for k, (buf, off, _) in enumerate(groups[6] if len(groups) > 6 else [])}
+
+    def ranges(accesses: list, wanted: str) -> list | None:
+        out = []
+        for a in accesses:
+            r, base = where.get(a.binding, (None, None))
+            if r == wanted:
+                if base is None:
+                    return None
+                out.append((base + a.start, base + a.end))
+        return out
+
+    stores = [s for s, _ in effects.stores]
+    narrowed = (ranges(effects.loads, "old"), ranges(stores, "new"), ranges(effects.loads, "new"))
+    if None not in narrowed:
+        acc.reads_old, acc.writes_new, acc.reads_new = narrowed
 
 
 def _int(value, ints: dict) -> int | None:
