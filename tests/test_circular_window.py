@@ -1,9 +1,10 @@
 """A window only reduced over time streams through a circular buffer
 (compiler/streamify_keras/circular.py): each step writes its newest frames
 over the oldest rows, where the head (kept in the buffer's last row)
-points, and nothing else of the buffer moves. Checked on the reduction itself against the sliding window,
-and through built C libraries (Keras and frozen-graph models) against
-TensorFlow over 100+ steps, with the state saved and restored mid-stream."""
+points, and nothing else of the buffer moves. Checked on the reduction
+itself against the sliding window, and through built C libraries (Keras
+and frozen-graph models) against TensorFlow over 100+ steps, with the
+state saved and restored mid-stream."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,7 +43,8 @@ def test_the_buffer_reduces_the_sliding_window(kind, n, lag, length):
         rows = circular.rows(buffer, 1)
         assert rows.shape == (1, keep, width)
         got = circular.reduce_window(rows, fresh, kind, 1, length).numpy()
-        last = (m + 1) * n - 1 - lag + length + lag  # index of the window's end in padded
+        end = (m + 1) * n - 1 - lag  # the window's last frame in the stream
+        last = end + length + lag  # its index in padded
         want = REDUCE[kind](padded[last - length + 1:last + 1], axis=0)
         np.testing.assert_allclose(got.reshape(-1), want, rtol=1e-6, atol=1e-6)
         buffer = circular.write(buffer, chunk, axis=1)

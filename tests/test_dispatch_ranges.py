@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfaot.emit.dispatch_source import Access, accessed_ranges
+from tfaot.emit.dispatch_source import Access, accessed_ranges, binding_extents
 
 _LAYOUT = ('layout(<constants = 2, bindings = [#hal.pipeline.binding<storage_buffer, '
            '"ReadOnly|Indirect">, #hal.pipeline.binding<storage_buffer, Indirect>], '
@@ -31,13 +31,16 @@ func.func @copy_rows() {{
 }}
 """
 
-# a binding whose pointer goes to a call: what the callee touches is unknown
+# bindings whose views go to a call (tfaot's kernels): what the callee
+# touches is not in the source, but it stays within each view's shape
 _CALL = f"""
-func.func private @kernel(!iree_tensor_ext.dispatch.tensor<readonly:tensor<2x3x4xf32>>)
+func.func private @kernel(memref<2x3x4xf32>, memref<8xi8>)
 func.func @call_kernel() {{
   %c0 = arith.constant 0 : index
-  %0 = hal.interface.binding.subspan {_LAYOUT} binding(0) alignment(64) offset(%c0) flags("ReadOnly|Indirect") : !iree_tensor_ext.dispatch.tensor<readonly:tensor<2x3x4xf32>>
-  func.call @kernel(%0) : (!iree_tensor_ext.dispatch.tensor<readonly:tensor<2x3x4xf32>>) -> ()
+  %c128 = arith.constant 128 : index
+  %0 = hal.interface.binding.subspan {_LAYOUT} binding(0) alignment(64) offset(%c0) flags("ReadOnly|Indirect") : memref<2x3x4xf32>
+  %1 = hal.interface.binding.subspan {_LAYOUT} binding(1) alignment(64) offset(%c128) flags(Indirect) : memref<8xi8>
+  func.call @kernel(%0, %1) : (memref<2x3x4xf32>, memref<8xi8>) -> ()
   return
 }}
 """
@@ -61,3 +64,10 @@ def test_a_copy_touches_the_rows_it_names(source):
 def test_an_offset_not_known_or_a_binding_passed_on_is_no_answer(source):
     assert accessed_ranges(source, "copy_rows", [None, 640]) is None
     assert accessed_ranges(source, "call_kernel", []) is None
+
+
+def test_a_call_touches_its_views_and_writes_the_writable_ones(source):
+    assert binding_extents(source, "call_kernel", []) == [(0, 0, 96, False), (1, 128, 136, True)]
+    assert binding_extents(source, "copy_rows", [64, 640]) == [(0, 64, 160, False),
+                                                              (1, 640, 704, True)]
+    assert binding_extents(source, "copy_rows", [None, 640]) is None

@@ -109,6 +109,71 @@ def accessed_ranges(path: Path, export: str, constants: list[int | None]
         return None if fn is None else _walk(fn, constants, ranges_only=True)
 
 
+def binding_extents(path: Path, export: str, constants: list[int | None]
+                    ) -> list[tuple[int, int, int, bool]] | None:
+    """Each binding view of dispatch ``export`` as (binding, start, end,
+    writable): the bytes of its static shape from the binding's start, and
+    whether its flags let the dispatch write it; None where an offset or a
+    shape is not known. For a dispatch that passes its bindings to a call
+    (tfaot's kernels, which touch a view within its shape only)."""
+    from iree.compiler import ir
+
+    with ir.Context():
+        try:
+            module = ir.Module.parse(path.read_text())
+        except ir.MLIRError:
+            return None
+        fn = _function(module, export)
+        if fn is None:
+            return None
+        ints: dict = {}
+        out = []
+        for op in _ops_within(fn):
+            name = op.name
+            if name == "arith.constant":
+                value = _int_attr(op.attributes["value"])
+                if value is not None:
+                    ints[op.results[0]] = value
+            elif name == "hal.interface.constant.load":
+                ordinal = _int_attr(op.attributes["ordinal"])
+                if ordinal is not None and ordinal < len(constants):
+                    if constants[ordinal] is not None:
+                        ints[op.results[0]] = constants[ordinal]
+            elif name in _INT_OPS:
+                args = [ints.get(v) for v in op.operands]
+                if None not in args:
+                    ints[op.results[0]] = _INT_OPS[name](args)
+            elif name == "util.assume.int":
+                ints.update({r: ints[v] for v, r in zip(op.operands, op.results) if v in ints})
+            elif name == "hal.interface.binding.subspan":
+                extent = _extent(op, ints)
+                if extent is None:
+                    return None
+                out.append(extent)
+        return out
+
+
+def _extent(op, ints: dict) -> tuple[int, int, int, bool] | None:
+    """A subspan's (binding, start, end, writable), from its offset and the
+    static shape of its memref or tensor (no strided layout)."""
+    binding = _int_attr(op.attributes["binding"])
+    offset = ints.get(op.operands[0]) if len(op.operands) else 0
+    match = re.fullmatch(r"(?:memref<|!iree_tensor_ext\.dispatch\.tensor<\w+:tensor<)"
+                         r"((?:\d+x)*)(\w+)>+", str(op.results[0].type))
+    if binding is None or offset is None or match is None:
+        return None
+    width = _ELEMENT_BYTES.get(match.group(2))
+    if width is None:
+        return None
+    count = 1
+    for d in match.group(1).split("x")[:-1]:
+        count *= int(d)
+    # (IREE's descriptor flags, printed flags("ReadOnly|Indirect"): bit 0 is ReadOnly)
+    flags = _int_attr(op.attributes["descriptor_flags"]) \
+        if "descriptor_flags" in op.attributes else 0
+    return binding, offset, offset + count * width, not (flags or 0) & 1
+
+
 def _function(module, export: str):
     for op in _ops_within(module.operation):
         if op.name == "func.func" and str(op.attributes["sym_name"]).strip('"') == export:

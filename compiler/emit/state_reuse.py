@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .dispatch_source import accessed_ranges, elementwise_writes
+from .dispatch_source import (Access, Effects, accessed_ranges, binding_extents,
+                              elementwise_writes)
 from .vm_rules import call_groups
 from .vmir import const_int, rodata_sym, symbol
 
@@ -547,12 +548,18 @@ def _narrow(acc: _Access, op, source, export: str, role: dict, ints: dict) -> No
     (dispatch_source.accessed_ranges), its ranges of the old and the new
     state become those slices' bytes, not its bindings' (the copies of a
     batched ring buffer that IREE writes as dispatches, bound to the whole
-    state, each touch one stream's rows of one buffer)."""
+    state, each touch one stream's rows of one buffer); for a call of
+    tfaot's kernels, the views it passes, written where not read-only
+    (dispatch_source.binding_extents)."""
     groups = call_groups(op)
     consts = [_int(c, ints) for c in (groups[5] if len(groups) > 5 else [])]
     effects = accessed_ranges(source, export, consts)
-    if effects is None:
-        return
+    if effects is None:  # (a call of tfaot's kernels: each view, within its shape)
+        extents = binding_extents(source, export, consts)
+        if extents is None:
+            return
+        effects = Effects([Access(b, start, end) for b, start, end, _ in extents],
+                          [(Access(b, start, end), []) for b, start, end, w in extents if w])
     where = {k: (role.get(buf), _int(off, ints))
              for k, (buf, off, _) in enumerate(groups[6] if len(groups) > 6 else [])}
 
