@@ -26,7 +26,8 @@ the old one's memory wherever that is safe:
 Where the old state is read is known from the copies' ranges and from the
 dispatches' sources, where they show the slices each loads and stores
 (``dispatch_source.accessed_ranges``: an N-stream step's ring buffers are
-copied by dispatches bound to the whole state), else from their bindings.
+copied by dispatches bound to the whole state) or the views a call of
+tfaot's kernels passes (``binding_extents``), else from their bindings.
 A dispatch bound to the whole packed state buffer
 whose only push constants are offsets the state's globals hold (IREE
 passes a packed global's offset that way) reads from those offsets up to
