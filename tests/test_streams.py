@@ -318,8 +318,8 @@ def test_the_n_stream_context_holds_its_state_once(built, name):
     stream's rows each touches (emit/dispatch_source.py accessed_ranges),
     and a call of tfaot's kernels that reads the LSTM's new state for the
     GRU writes only its output view (binding_extents). The 2-stream int8
-    DS-CNN of bench_mcu on a Cortex-M4: a context of 89.9 KB before, 67.8
-    KB now. Numbers: the tests above."""
+    DS-CNN of bench_mcu on a Cortex-M4: a context of 89,920 B before,
+    67,776 B now. Numbers: the tests above."""
     _, _, many_dir = built(name)
     manifest = json.loads((many_dir / f"{name}.json").read_text())
     state_block = -(-manifest["state_bytes"] // 64) * 64
