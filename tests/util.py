@@ -26,3 +26,23 @@ def x86_isa_flags(isa: str) -> list[str] | None:
         if " avx2 " not in cpu or " fma " not in cpu:
             return None
     return flags
+
+
+def stream_matches_keras(lib, model, name: str, compared: int, seed: int, atol: float = 1e-5):
+    """Runs the library ``lib`` over ``compared`` steps past its first valid
+    one, from random frames (``seed``), and asserts that its outputs are
+    Keras's on at least 100 of them (the others undefined, before the
+    stream's window fills); returns (frames, outputs)."""
+    import numpy as np
+
+    from tfaot.verify import keras_reference, library_stream
+
+    stream = library_stream(lib, model, name)
+    steps = compared + stream.first_valid_step
+    xs = np.random.default_rng(seed).normal(size=(steps, *lib.input_shape)).astype(np.float32)
+    want = keras_reference(model, xs, stream=stream, step_output=lib.output_shape)
+    got = lib.step_n(xs)
+    defined = ~np.isnan(want.reshape(steps, -1)).any(axis=1)
+    assert defined.sum() >= 100
+    np.testing.assert_allclose(got[defined], want[defined], rtol=0, atol=atol)
+    return xs, got

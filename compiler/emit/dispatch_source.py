@@ -17,6 +17,7 @@ own.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,15 +81,7 @@ def elementwise_writes(path: Path, export: str, constants: list[int | None]
     """The loads and stores of dispatch ``export`` (its source at ``path``),
     or None where some op is not elementwise or some offset is unknown.
     ``constants``: the push constants' values (None where not known)."""
-    from iree.compiler import ir
-
-    with ir.Context():
-        try:
-            module = ir.Module.parse(path.read_text())
-        except ir.MLIRError:
-            return None
-        fn = _function(module, export)
-        return None if fn is None else _walk(fn, constants)
+    return _in_function(path, export, lambda fn: _walk(fn, constants))
 
 
 def accessed_ranges(path: Path, export: str, constants: list[int | None]
@@ -98,15 +91,7 @@ def accessed_ranges(path: Path, export: str, constants: list[int | None]
     offset is not known or a binding is used other than by a load or a
     store of a slice (a call of tfaot's kernels takes the binding's
     pointer: what it touches is not in the source)."""
-    from iree.compiler import ir
-
-    with ir.Context():
-        try:
-            module = ir.Module.parse(path.read_text())
-        except ir.MLIRError:
-            return None
-        fn = _function(module, export)
-        return None if fn is None else _walk(fn, constants, ranges_only=True)
+    return _in_function(path, export, lambda fn: _walk(fn, constants, ranges_only=True))
 
 
 def binding_extents(path: Path, export: str, constants: list[int | None]
@@ -116,41 +101,73 @@ def binding_extents(path: Path, export: str, constants: list[int | None]
     whether its flags let the dispatch write it; None where an offset or a
     shape is not known. For a dispatch that passes its bindings to a call
     (tfaot's kernels, which touch a view within its shape only)."""
-    from iree.compiler import ir
-
-    with ir.Context():
-        try:
-            module = ir.Module.parse(path.read_text())
-        except ir.MLIRError:
-            return None
-        fn = _function(module, export)
-        if fn is None:
-            return None
+    def extents(fn):
         ints: dict = {}
         out = []
         for op in _ops_within(fn):
-            name = op.name
-            if name == "arith.constant":
-                value = _int_attr(op.attributes["value"])
-                if value is not None:
-                    ints[op.results[0]] = value
-            elif name == "hal.interface.constant.load":
-                ordinal = _int_attr(op.attributes["ordinal"])
-                if ordinal is not None and ordinal < len(constants):
-                    if constants[ordinal] is not None:
-                        ints[op.results[0]] = constants[ordinal]
-            elif name in _INT_OPS:
-                args = [ints.get(v) for v in op.operands]
-                if None not in args:
-                    ints[op.results[0]] = _INT_OPS[name](args)
-            elif name == "util.assume.int":
-                ints.update({r: ints[v] for v, r in zip(op.operands, op.results) if v in ints})
-            elif name == "hal.interface.binding.subspan":
-                extent = _extent(op, ints)
-                if extent is None:
-                    return None
-                out.append(extent)
+            if _track_int(op, ints, constants) or op.name != "hal.interface.binding.subspan":
+                continue
+            extent = _extent(op, ints)
+            if extent is None:
+                return None
+            out.append(extent)
         return out
+
+    return _in_function(path, export, extents)
+
+
+def _in_function(path: Path, export: str, visit):
+    """``visit(fn)`` on dispatch ``export``'s function in the source at
+    ``path``, in its MLIR context; None where it does not parse or has no
+    such function."""
+    parsed = _parsed(path.read_text())
+    if parsed is None:
+        return None
+    context, module = parsed
+    with context:
+        fn = _function(module, export)
+        return None if fn is None else visit(fn)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str):
+    """(context, module) of one executable's source, or None: the state
+    reuse asks about each dispatch of a step once per layout and analysis,
+    and the sources are few. Keyed by the text: a rebuild into the same
+    folder rewrites the files."""
+    from iree.compiler import ir
+
+    context = ir.Context()
+    with context:
+        try:
+            return context, ir.Module.parse(text)
+        except ir.MLIRError:
+            return None
+
+
+def _track_int(op, ints: dict, constants: list[int | None]) -> bool:
+    """Records in ``ints`` the integer ``op`` computes where its operands'
+    are known (a constant, a push constant, index arithmetic, IREE's
+    ``util.assume.int`` passing its operands through); whether ``op`` is one
+    of those."""
+    name = op.name
+    if name == "arith.constant":
+        value = _int_attr(op.attributes["value"])
+        if value is not None:
+            ints[op.results[0]] = value
+    elif name == "hal.interface.constant.load":
+        ordinal = _int_attr(op.attributes["ordinal"])
+        if ordinal is not None and ordinal < len(constants) and constants[ordinal] is not None:
+            ints[op.results[0]] = constants[ordinal]
+    elif name in _INT_OPS:
+        args = [ints.get(v) for v in op.operands]
+        if None not in args:
+            ints[op.results[0]] = _INT_OPS[name](args)
+    elif name == "util.assume.int":
+        ints.update({r: ints[v] for v, r in zip(op.operands, op.results) if v in ints})
+    else:
+        return False
+    return True
 
 
 def _extent(op, ints: dict) -> tuple[int, int, int, bool] | None:
@@ -204,23 +221,9 @@ def _walk(fn, constants: list[int | None], ranges_only: bool = False) -> Effects
             return None  # (a binding used some other way, maybe in a loop's body)
         if ranges_only and name not in _RANGE_OPS:
             continue
-        if name == "arith.constant":
-            value = _int_attr(op.attributes["value"])
-            if value is not None:
-                ints[op.results[0]] = value
-            sources[op.results[0]] = []
-        elif name == "hal.interface.constant.load":
-            ordinal = _int_attr(op.attributes["ordinal"])
-            if ordinal is not None and ordinal < len(constants) and constants[ordinal] is not None:
-                ints[op.results[0]] = constants[ordinal]
-        elif name in _INT_OPS:
-            args = [ints.get(v) for v in op.operands]
-            if None not in args:
-                ints[op.results[0]] = _INT_OPS[name](args)
-        elif name == "util.assume.int":  # (facts about its operands, passed through)
-            for v, r in zip(op.operands, op.results):
-                if v in ints:
-                    ints[r] = ints[v]
+        if _track_int(op, ints, constants):
+            if name == "arith.constant":
+                sources[op.results[0]] = []
         elif name == "hal.interface.binding.subspan":
             binding = _int_attr(op.attributes["binding"])
             offset = ints.get(op.operands[0]) if len(op.operands) else 0

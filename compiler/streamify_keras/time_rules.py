@@ -255,12 +255,10 @@ def _pooled_frames(op, value):
     the frames' means is the mean (every frame has the same size)."""
     import tensorflow as tf
 
-    kind = type(op).__name__
-    if (not kind.startswith(("GlobalAveragePooling", "GlobalMaxPooling"))
-            or len(value.shape) <= 3 or getattr(op, "data_format", "channels_last")
-            != "channels_last"):
+    kind = _pooling_kind(op, value)
+    if kind is None or len(value.shape) <= 3:
         return None
-    reduce = tf.reduce_max if "Max" in kind else tf.reduce_mean
+    reduce = tf.reduce_max if kind == "max" else tf.reduce_mean
     return reduce(value, axis=list(range(2, len(value.shape) - 1)))
 
 
