@@ -17,7 +17,10 @@ throughput. With ``--weights-dtype int8`` the libraries store int8 weights
 dynamic-range int8 (the converter's ``Optimize.DEFAULT``), batched the same.
 ``conv1d64``, a keyword spotter's convolutions over time (ring buffers),
 has no LiteRT row: LiteRT's batched step here carries recurrent state only;
-its baseline is the one-stream library.
+its baseline is the one-stream library. Also per library: its context
+(the footprint's RAM) and the CPU time of one ``reset_stream`` call through
+ctypes (a stream leaving and another joining; once per library, after the
+timed passes).
 
     .venv/bin/python bench/bench_streams.py [--streams 1,4,8,16,32]
         [--models lstm512,...] [--steps N] [--repeats R] [--no-litert]
@@ -160,6 +163,7 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
             lites.append(LiteRTTimer(flatbuffer, steps))
             differences.append(litert_difference(timers[-1], flatbuffer))
     times = time_interleaved(timers + lites, args.repeats)
+    resets = [reset_stream_us(t.lib) for t in timers]
     base_cpu, base_wall = times[0]
     rows = []
     for i, (n, (cpu_us, wall_us)) in enumerate(zip(counts, times)):
@@ -169,7 +173,9 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
                "stream_steps_per_cpu_s": n / cpu_us * 1e6,
                "stream_steps_per_wall_s": n / wall_us * 1e6,
                "speedup_cpu": n * base_cpu / cpu_us,
-               "speedup_wall": n * base_wall / wall_us}
+               "speedup_wall": n * base_wall / wall_us,
+               "context_bytes": timers[i].lib.manifest["footprint"]["ram_bytes"],
+               "reset_stream_cpu_us": resets[i]}
         if lites:
             lite_cpu, lite_wall = times[len(counts) + i]
             row.update(litert_cpu_us_per_step=lite_cpu, litert_wall_us_per_step=lite_wall,
@@ -179,16 +185,30 @@ def measure(name: str, counts: list[int], tmp: Path, args) -> list[dict]:
     return rows
 
 
+def reset_stream_us(lib, calls: int = 200) -> float:
+    """CPU µs of one ``reset_stream`` call (the best of 5 runs of ``calls``),
+    the Python call included (about 1 µs)."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.thread_time()
+        for i in range(calls):
+            lib.reset_stream(i % lib.streams)
+        best = min(best, (time.thread_time() - start) / calls * 1e6)
+    return best
+
+
 def print_table(rows: list[dict]) -> None:
     lite = any("litert_cpu_us_per_step" in r for r in rows)
     print(f"{'model':<10} {'N':>3} {'CPU us/step':>12} {'stream-steps/CPU s':>19} "
-          f"{'x one stream (CPU)':>19} {'x (wall)':>9}"
+          f"{'x one stream (CPU)':>19} {'x (wall)':>9} {'context KiB':>12} "
+          f"{'reset_stream us':>16}"
           + (f" {'LiteRT us/step':>15} {'x LiteRT (CPU)':>15} {'x (wall)':>9} {'|diff|':>8}"
              if lite else ""))
     for r in rows:
         print(f"{r['model']:<10} {r['streams']:>3} {r['cpu_us_per_step']:>12.1f} "
               f"{r['stream_steps_per_cpu_s']:>19,.0f} {r['speedup_cpu']:>19.2f} "
-              f"{r['speedup_wall']:>9.2f}"
+              f"{r['speedup_wall']:>9.2f} {r['context_bytes'] / 1024:>12.1f} "
+              f"{r['reset_stream_cpu_us']:>16.1f}"
               + (f" {r['litert_cpu_us_per_step']:>15.1f} {r['vs_litert_cpu']:>15.2f} "
                  f"{r['vs_litert_wall']:>9.2f} {r['litert_max_abs_difference']:>8.1e}"
                  if "litert_cpu_us_per_step" in r else ""))

@@ -51,6 +51,9 @@ def translate(vm_asm: str, prefix: str, host_sync: bool = False,
             # (a step that keeps the old buffer lets @reset take its block
             # in more cases: emit/state_reuse.py)
             module.state_reuse = plan_state_reuse(module, ops, module.direct_plan.in_place)
+        get_state = module.prog.get_state
+        module.prog.get_state_aliases = (get_state is not None
+                                         and get_state.vm_name in module.state_reuse.views)
         plan_memory(module)  # (before emitting: it may change the size an allocation asks for)
         for vm_name, fn_op in ops.items():
             info = module.functions[vm_name]

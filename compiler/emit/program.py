@@ -169,6 +169,9 @@ class VMProgram:
     containers: list[tuple[str, Rodata]] = field(default_factory=list)
     pools: list[tuple[int, int]] = field(default_factory=list)         # (size, count)
     view_count: int = 1
+    #: @get_state returns views of the state itself (emit/state_reuse.py):
+    #: writing through them changes the state (one stream's rows: c_api)
+    get_state_aliases: bool = False
     view_rank: int = 1      # the most dimensions of a view the program creates
     executable_count: int = 1
     ops_used: dict[str, int] = field(default_factory=dict)

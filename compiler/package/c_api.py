@@ -53,6 +53,24 @@ def tensor_dict(t: TensorInfo) -> dict:
             "length": bool(getattr(t, "length", False))}
 
 
+def stream_fill(state, streams: int) -> dict | None:
+    """How reset_stream writes one stream's rows of ``state`` (a StateInfo of
+    the N-stream program) back to their initial value: ``{"zero": True}``
+    or ``{"word": w}`` (one 32-bit word repeated: a running max's
+    -FLT_MAX); None for any other value (then the rows are reset by
+    staging, ApiModel.writes_stream_rows), or when it is not known here."""
+    import numpy as np
+
+    if state.initial is None:
+        return None
+    one = np.ascontiguousarray(np.asarray(state.initial, dtype=state.dtype)[0]).tobytes()
+    if one.count(0) == len(one):
+        return {"zero": True}
+    if len(one) % 4 == 0 and one == one[:4] * (len(one) // 4):
+        return {"word": f"0x{int.from_bytes(one[:4], 'little'):08X}u"}
+    return None
+
+
 def c_int(value: int, ctype: str) -> str:
     """An integer literal of a token id bound, for comparison with ``ctype``."""
     if ctype in ("int64_t", "uint64_t") and not -(1 << 31) <= value < (1 << 31):
@@ -165,6 +183,9 @@ class ApiModel:
         if step.direct is not None:
             _check_direct_step(step.direct, model.inputs, model.outputs)
         model.state_bytes, model.state_slot_bytes = state_layout(model.states)
+        if model.stream.streams > 1:
+            for t, info in zip(model.states, sig.states):
+                t["stream_fill"] = stream_fill(info, model.stream.streams)
         _check_state_functions(vm, name, len(model.states))
         return model
 
@@ -197,7 +218,7 @@ class ApiModel:
             get_fn=vm.get_state if has_states else None,
             set_fn=vm.set_state if has_states else None,
             state_bytes=self.state_bytes, state_slot_bytes=self.state_slot_bytes,
-            stage_state=self.stages_state,
+            stage_state=self.stages_state, stream_rows=self.writes_stream_rows,
             footprint=footprint or {"code_bytes": 0, "weight_bytes": 0},
             signature=emit_mod.function_signature,
             statuses=statuses,
@@ -218,8 +239,23 @@ class ApiModel:
         if not self.states:
             return False
         set_state = self.vm.set_state
-        return (self.stream.streams > 1 or self.compiled.target.shim_backend != "cpu"
+        many = self.stream.streams > 1 and not self.writes_stream_rows
+        return (many or self.compiled.target.shim_backend != "cpu"
                 or set_state is None or set_state.dispatches > 0)
+
+    @property
+    def writes_stream_rows(self) -> bool:
+        """Whether set_stream_state and reset_stream write one stream's rows
+        of the state where they lie, through @get_state's views: where
+        those are of the state itself (emit/state_reuse.py: CPU programs)
+        and every state's initial value is known (``stream_fill``). Else
+        they stage the whole state in the context, change one stream's
+        rows and load it back: a copy of all streams' state kept in the
+        context (85 KB for 2 streams of the 49x40 DS-CNN) and written
+        three times per call."""
+        return (self.stream.streams > 1 and self.vm.get_state_aliases
+                and self.compiled.target.shim_backend == "cpu"
+                and all(t.get("stream_fill") is not None for t in self.states))
 
     def weights_blob(self) -> bytes:
         """NAME.weights (--weights=file); b"" when the weights are in the library."""
