@@ -16,7 +16,15 @@ the end of the buffer (``write``).
 A convolution's window stays an ordered ring buffer: its kernels read the
 window's rows in order from one block of memory. Read as one slice per
 row from a circular buffer, the rows became a dispatch each in IREE, and
-the streamed DS-CNN's context on a Cortex-M4 grew from 18 to 74 KB.
+the streamed DS-CNN's context on a Cortex-M4 grew from 18 to 74 KB. A
+mirrored ring (each frame written twice, L rows apart, so that any L
+consecutive slots lie in order: the window a dynamic slice whose start
+became the kernel's input offset) cost more than the copies it saved: a
+dilated TCN (six causal Conv1D(64, 3), dilations 1 to 32, one frame a
+step) went from 4.8 to 5.3 us a step on x86-64 and from a 50.6 to a 70.3
+KB context, the head's index arithmetic and the writes being IREE
+dispatches of their own (13 dispatches a step became 44), the mirror
+doubling the state.
 
 The reduction combines the buffer's rows (the frames before this step's
 chunk) with the chunk's frames that fall in the window. That holds where
