@@ -69,7 +69,14 @@ def test_conv1d_same_over_time():
     # 'same' padding in a recurrent model cannot.
     m = keras.Sequential([_seq(), layers.Conv1D(4, 3, padding="same", name="conv"),
                           layers.LSTM(4)])
-    _expect(m, "'conv'", "Conv1D", "padding='same'")
+    _expect(m, "'conv'", "Conv1D", "padding='same'", "'valid' or 'causal'")
+
+
+def test_pooling_same_over_time_suggests_what_pooling_takes():
+    # Keras pooling has no padding='causal': the fix named is one it takes
+    m = keras.Sequential([_seq(), layers.MaxPooling1D(3, strides=2, padding="same",
+                                                      name="pool")])
+    _expect(m, "'pool'", "padding='valid' (or a causal ZeroPadding1D")
 
 
 def test_flatten_over_growing_sequence():

@@ -123,7 +123,8 @@ def _windowed(s: SeqOp):
             s.fail("convolves a tensor that is already space-to-batch convolved")
         dil *= s2b[1]
         padding = "same" if s2b[2] else padding
-    plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s))
+    plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s),
+                         pooling=s.op in POOL_OPS)
     out_s2b = ("out", 1, 0, s2b[3]) if s2b else None
     attrs = _time_stride_one(s) if plan["unstrided"] else {}
     if s2b:  # the space-to-batch pair's dilations, on the conv itself

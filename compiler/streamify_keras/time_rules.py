@@ -53,7 +53,8 @@ class WindowedRule:
         if padding == "same" and same_pads_nothing(k, s, dil, seq.length):
             padding = "valid"
         return windowed_plan(k, s, dil, padding, seq, mode,
-                             lambda why: NotIncremental(op, why))
+                             lambda why: NotIncremental(op, why),
+                             pooling=hasattr(op, "pool_size"))
 
     def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
         plan = self.plan(op, seq, mode)
@@ -87,13 +88,14 @@ class WindowedRule:
 
 
 def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
-                  refuse) -> dict:
+                  refuse, pooling: bool = False) -> dict:
     """How a convolution or pooling with kernel ``k``, stride ``s`` and
     dilation ``dil`` along time streams an input chunk ``seq``: the ring
     buffer (``keep`` frames before the chunk), the slice of buffer + chunk it
     runs on (``offset``, ``frames``) and the output's ``Seq``. Shared by the
     Keras and the graph streamifiers. Raises NeedFrames, or ``refuse(why)``
-    (an exception) when the layer cannot stream incrementally.
+    (an exception) when the layer cannot stream incrementally. ``pooling``:
+    the layer pools (no causal padding to suggest).
     """
     eff = dil * (k - 1) + 1
     unstrided = s > 1 and _one_output(seq.length, eff, s, padding)
@@ -108,9 +110,11 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
     if eff == 1 and s == 1:
         return {"per_step": True, "out": seq, "unstrided": unstrided}
     if padding == "same":
+        fix = ("padding='valid' (or a causal ZeroPadding1D before it)" if pooling
+               else "padding='valid' or 'causal' in time")
         raise refuse(f"pads the time axis (padding='same', kernel {k} in time), so its "
-                     "outputs near the end depend on frames not yet received; use "
-                     "padding='valid' or 'causal' in time to stream it")
+                     f"outputs near the end depend on frames not yet received; use {fix} "
+                     "to stream it")
     if seq.n % s:
         raise NeedFrames(s // _gcd(seq.n, s))
     delay, end, length = seq.delay, seq.end, seq.length
