@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import output_dir, sizes
-from .errors import TfaotError
+from .errors import TfaotError, first_line
 from .frontend.load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
@@ -71,15 +71,7 @@ def load_and_streamify(model_path: str, progress: Progress,
     _note_signature(loaded, model_path, progress)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
-            from .streamify_keras import streamify_keras
-
-            program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
-                                      fixed_window=fixed_window)
-            progress.note(f"{model_path}: {program.report['choice']}")
-            for note in program.report.get("notes", []):
-                progress.note(f"{model_path}: {note}")
-            for warning in program.report.get("warnings", []):
-                progress.warn(f"{model_path}: {warning}")
+            program = _streamify_keras(loaded, model_path, fixed_window, progress)
         else:  # (the graph streamifier prints its own notes)
             from .streamify_graph import streamify_graph
 
@@ -92,6 +84,43 @@ def load_and_streamify(model_path: str, progress: Progress,
             program = batch_streams(program, streams)
     if check_sizes is not None:
         check_sizes(program, loaded)
+    return program
+
+
+def _streamify_keras(loaded, model_path: str, fixed_window: str, progress: Progress):
+    """The Keras streamifier's step; where it refuses a layer, the step of
+    the model's traced graph (frontend/keras_graph.py) if that streams,
+    else the Keras streamifier's error (it names the layer)."""
+    from .streamify_keras import streamify_keras
+
+    try:
+        program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
+                                  fixed_window=fixed_window)
+    except TfaotError as refusal:
+        program = _graph_of_keras(loaded, fixed_window, refusal)
+        progress.note(f"{model_path}: streams from its TensorFlow graph, not layer by "
+                      f"layer, because {first_line(str(refusal)).split('; ')[0]}")
+        return program
+    progress.note(f"{model_path}: {program.report['choice']}")
+    for note in program.report.get("notes", []):
+        progress.note(f"{model_path}: {note}")
+    for warning in program.report.get("warnings", []):
+        progress.warn(f"{model_path}: {warning}")
+    return program
+
+
+def _graph_of_keras(loaded, fixed_window: str, refusal: TfaotError):
+    """The graph streamifier's step of the Keras model's traced graph; raises
+    ``refusal`` where that fails too (or the model cannot be traced)."""
+    from .frontend.keras_graph import keras_as_graph
+    from .streamify_graph import streamify_graph
+
+    try:
+        graph = keras_as_graph(loaded.keras_model, loaded.path)
+        program = streamify_graph(graph, fixed_window=fixed_window)
+    except Exception:  # (whatever the trace or the graph path says, the layer's refusal is clearer)
+        raise refusal from None
+    program.report["keras_graph"] = True  # (verify's reference: the same graph)
     return program
 
 
@@ -198,7 +227,8 @@ def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
                       manifest_path: Path) -> None:
     """The graph options of the build and the state pairs fed back, in the
     manifest: ``tfaot verify`` cuts and runs the original graph the same way
-    unless told otherwise."""
+    unless told otherwise; and whether a Keras model streamed from its
+    traced graph (``_graph_of_keras``), which verify then runs."""
     cut = {k: v for k, v in (("inputs", graph.inputs), ("outputs", graph.outputs),
                              ("time_axis", graph.time_axis), ("state", graph.state),
                              ("signature", graph.signature))
@@ -207,7 +237,9 @@ def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
         manifest["graph_cut"] = cut
     if report.get("state_feedback"):
         manifest["state_feedback"] = report["state_feedback"]
-    if cut or report.get("state_feedback"):
+    if report.get("keras_graph"):
+        manifest["keras_graph"] = True  # streamed from the Keras model's traced graph
+    if cut or report.get("state_feedback") or report.get("keras_graph"):
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 

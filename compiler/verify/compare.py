@@ -114,6 +114,15 @@ def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
     lib_dir = lib.dir
     graph_options = build_cut(lib, graph_options)
     loaded = load_model(model_path, graph_options)
+    if loaded.keras_model is not None and lib.manifest.get("keras_graph"):
+        # built from the model's traced graph (pipeline._graph_of_keras):
+        # the reference runs that graph, with the build's step shapes
+        from dataclasses import replace
+
+        from ..frontend.keras_graph import keras_as_graph
+
+        loaded = replace(loaded, graph=keras_as_graph(loaded.keras_model, loaded.path),
+                         keras_model=None)
     with _reference_errors(model_path):
         if tol is not None:
             return _make_case(loaded, lib, rng, steps, tol, model_path, lib_dir)
