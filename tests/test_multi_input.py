@@ -318,6 +318,49 @@ def test_a_conditioning_vector_added_to_every_frame_is_held(tmp_path):
     assert proc.returncode != 0 and "not per time step" in proc.stderr, proc.stderr
 
 
+def test_an_initial_state_from_a_conditioning_input_is_held(tmp_path):
+    """LSTM(features, initial_state=[Dense(cond), Dense(cond)]): the stream's
+    first frame starts from the state the conditioning vector gives (it was
+    refused as "gets its initial state from another tensor"), later steps
+    carry their own; the input is held, the library equals Keras over 120
+    steps, after a reset too with another vector, and verify passes. An
+    initial state computed from the sequence (an encoder's last output) is
+    still refused."""
+    import json
+
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 4), name="features")
+    cond = keras.Input((3,), name="cond")
+    h0, c0 = L.Dense(6, activation="tanh")(cond), L.Dense(6)(cond)
+    y = L.Dense(2)(L.LSTM(6, return_sequences=True)(x, initial_state=[h0, c0]))
+    model = keras.Model([x, cond], y)
+    path, out = tmp_path / "init.keras", tmp_path / "lib"
+    model.save(path)
+    _build(path, out)
+    manifest = json.loads((out / "init.json").read_text())
+    assert [i.get("held", False) for i in manifest["inputs"]] == [False, True]
+    lib = harness.load(out)
+    rng = np.random.default_rng(6)
+    for _ in range(2):  # the second sequence after a reset, from its own state
+        xs = rng.normal(size=(1, STEPS, 4)).astype(np.float32)
+        c = rng.normal(size=(1, 3)).astype(np.float32)
+        lib.reset()
+        got = lib.step_n((np.swapaxes(xs, 0, 1), np.repeat(c[None], STEPS, 0)))
+        want = np.asarray(model([xs, c]))[0]
+        np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 2), want, rtol=0, atol=1e-5)
+    _verify(path, out)
+    encoded = L.LSTM(6)(x)
+    seq2seq = keras.Model(x, L.GRU(6)(x, initial_state=encoded))
+    seq2seq.save(tmp_path / "s2s.keras")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(tmp_path / "s2s.keras"),
+                           "-o", str(tmp_path / "s2s"), "-q"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "known only once the sequence has ended" in proc.stderr, \
+        proc.stderr
+
+
 def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     """The conditioning model above, multiplied in and written by Keras 3's
     model.export(): the graph's per-step input, Reshape((1, C)), meets the

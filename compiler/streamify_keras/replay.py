@@ -506,6 +506,9 @@ class Replay:
         seq = x.seq
         # (before taking the layer's states: every state's new value follows it)
         mask = self.frame_numbers(seq) >= 0.0 if seq.dirty and seq.delay > 0 else None
+        initial = _initial_states(layer, kwargs)
+        first = self.frame_numbers(seq) <= 0.0 if initial else None
+        self.broadcasts |= bool(initial)  # (its input is held: one value a stream)
         user_mask = self._frame_mask(layer, kwargs.get("mask"), seq)
         states = [self.take_state(f"{layer.name}/{state_name(layer, i)}", shape, layer.name)
                   for i, shape in enumerate(shapes)]
@@ -513,6 +516,9 @@ class Replay:
         zero_output = getattr(layer, "zero_output_for_mask", False)
         with tf.name_scope(layer.name):
             for i in range(seq.n):
+                if initial:  # the stream's first frame starts from the given state
+                    states = [tf.where(first[i], tf.broadcast_to(h, tf.shape(s)), s)
+                              for h, s in zip(initial, states)]
                 y, new_states = _cell_call(cell, x.value[:, i], cell_states(layer, states))
                 new_states = tree.flatten(new_states)
                 # frames from before the stream, and masked frames (Keras's
@@ -565,9 +571,7 @@ class Replay:
                                         "on future samples")
         # Neither streams frame by frame; over a fixed window the model still
         # runs as one whole inference per step (NotIncremental falls back).
-        if kwargs.get("initial_state") is not None:
-            raise NotIncremental(layer, "gets its initial state from another tensor; "
-                                        "tfaot needs the layer's own initial state")
+        _initial_states(layer, kwargs)
         if x.meta != SEQ:
             raise NotIncremental(layer, "reads a tensor that has no time axis of the "
                                         "model input (e.g. after a last-output layer)")
@@ -633,6 +637,24 @@ def _is_elementwise_op(op) -> bool:
 
 def layer_error(op, reason: str) -> TfaotError:
     return TfaotError(f"layer '{op.name}' ({type(op).__name__}) {reason}")
+
+
+def _initial_states(layer, kwargs) -> list:
+    """The values of a recurrent layer's ``initial_state`` argument (empty
+    without one): each computed from the model's inputs that are not the
+    sequence (a conditioning vector), which the stream's first frame starts
+    from. One computed from the sequence (an encoder's last output) is
+    known only once the sequence has ended."""
+    initial = kwargs.get("initial_state")
+    if initial is None:
+        return []
+    leaves = _leaves(initial)
+    if not all(isinstance(v, Streamed) and v.meta == VEC and v.constant for v in leaves):
+        raise NotIncremental(layer, "gets its initial state from a tensor computed from the "
+                                    "sequence, known only once the sequence has ended; "
+                                    "tfaot streams an initial state computed from the "
+                                    "model's other inputs")
+    return [v.value for v in leaves]
 
 
 def _leaves(structure) -> list:
