@@ -17,38 +17,23 @@ from pathlib import Path
 def keras_as_graph(model, path: Path):
     """``model`` (a functional Keras model) traced with a batch of one and
     its other dimensions as declared, frozen, as a graph_cut.LoadedGraph."""
+    import keras
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
 
+    from ..streamify_keras import output_names
     from .graph_cut import graph_def_to_loaded
 
     specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype, name="x_t" if i == 0 else f"x_t{i}")
              for i, x in enumerate(model.inputs)]
-    names = output_names(model)
+    names = output_names(model, len(model.outputs))
 
     def call(*xs):
-        ys = model(list(xs) if len(xs) > 1 else xs[0], training=False)
-        ys = ys if isinstance(ys, (list, tuple)) else [ys]
+        ys = keras.tree.flatten(model(list(xs) if len(xs) > 1 else xs[0], training=False))
         return [tf.identity(y, name=n) for y, n in zip(ys, names)]
 
     frozen = convert_variables_to_constants_v2(tf.function(call).get_concrete_function(*specs))
     graph_def = frozen.graph.as_graph_def()
     return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)
 
-
-def output_names(model) -> list[str]:
-    """The step outputs' names as the Keras path gives them: ``y_t`` for one
-    output, else each output layer's name (``y_t{i}`` without one)."""
-    if len(model.outputs) == 1:
-        return ["y_t"]
-    names, seen = [], set()
-    for i, tensor in enumerate(model.outputs):
-        history = getattr(tensor, "_keras_history", None)
-        name = getattr(history[0], "name", None) if history else None
-        name = name or f"y_t{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        names.append(name)
-    return names

@@ -356,12 +356,19 @@ def _output_specs(model, values) -> tuple[TensorInfo, ...]:
     output, named after its key in a dict of named outputs, or the Keras
     output tensor ("y_t" + index if unnamed)."""
     values = list(values)
-    if len(values) == 1:
-        return (TensorInfo("y_t", _output_dtype(values[0]),
-                           tuple(int(d) for d in values[0].shape)),)
-    specs, seen = [], set()
+    return tuple(TensorInfo(name, _output_dtype(v), tuple(int(d) for d in v.shape))
+                 for name, v in zip(output_names(model, len(values)), values))
+
+
+def output_names(model, count: int) -> list[str]:
+    """The names of a model's ``count`` step outputs: "y_t" for one; else
+    each output's key in a dict of named outputs, or its Keras layer's
+    name ("y_t" + index if unnamed)."""
+    if count == 1:
+        return ["y_t"]
+    names, seen = [], set()
     keys = _output_keys(model)
-    for i, v in enumerate(values):
+    for i in range(count):
         tensor = model.outputs[i] if i < len(model.outputs) else None
         history = getattr(tensor, "_keras_history", None)
         name = keys[i] if keys else getattr(history[0], "name", None) if history else None
@@ -369,8 +376,8 @@ def _output_specs(model, values) -> tuple[TensorInfo, ...]:
         if name in seen:
             name = f"{name}_{i}"
         seen.add(name)
-        specs.append(TensorInfo(name, _output_dtype(v), tuple(int(d) for d in v.shape)))
-    return tuple(specs)
+        names.append(name)
+    return names
 
 
 # --------------------------------------------------------------------------
