@@ -265,3 +265,34 @@ def test_erf_gelu_builds_and_matches_tensorflow(tmp_path):
     ref = model.predict(xs.reshape(1, 120, 6), verbose=0)[0]
     got = harness.load(out).step_n(xs).reshape(ref.shape)
     np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
+
+
+TAN_MODULE = f"""module {{
+  func.func @tan(%x: tensor<{N}xf32>) -> tensor<{N}xf32> {{
+    %y = stablehlo.tan %x : tensor<{N}xf32>
+    return %y : tensor<{N}xf32>
+  }}
+}}
+"""
+
+
+def test_tan_matches_float64():
+    """tan written out (every target: IREE's gave a non-finite value at
+    float32(pi/2), whose tan is -2.3e7, and 2.8e-3 relative error near the
+    poles): within 3 ulps of tan in float64 for |x| < 1e4, the floats next
+    to the first poles included; NaN and the infinities give NaN."""
+    text, count = activations.expand_tan(TAN_MODULE)
+    assert count == 1 and "stablehlo.tan" not in text
+    module = compile_with_iree(text, cpu="generic")
+    rng = np.random.default_rng(0)
+    poles = np.float32(np.pi / 2) * np.array([1, -1, 3, -3], np.float32)
+    near = (poles[:, None] + np.arange(-300, 300) * np.spacing(poles)[:, None]).ravel()
+    x = np.concatenate([rng.uniform(-10, 10, 1000), rng.uniform(-1e4, 1e4, 500),
+                        np.geomspace(1e-30, 1e-3, 100), near, [0.0, np.nan, np.inf, -np.inf]])
+    x = np.resize(x.astype(np.float32), N)
+    got = module.tan(x).to_host().astype(np.float64)
+    finite = np.isfinite(x)
+    want = np.tan(x[finite].astype(np.float64))
+    ulps = np.abs(got[finite] - want) / np.spacing(np.abs(want).astype(np.float32))
+    assert ulps.max() <= 3.0, (ulps.max(), x[finite][np.argmax(ulps)])
+    assert np.isnan(got[~finite]).all()

@@ -1,6 +1,7 @@
 """tanh and logistic as one exponential and one division, for cores without
-vector units (Cortex-M); and TensorFlow's erf, which IREE cannot compile, as
-a rational function (every target, ``expand_erf``).
+vector units (Cortex-M); TensorFlow's erf, which IREE cannot compile, as
+a rational function (every target, ``expand_erf``); and tan, which IREE
+approximates loosely near its poles (every target, ``expand_tan``).
 
 IREE's approximations cost about 85 estimated M4 cycles a logistic (an exp
 whose rounding calls floorf: FPv4 has no VRINTM) and 67 a tanh (a degree
@@ -265,6 +266,61 @@ def _erf_expansion(match: re.Match, prefix: str) -> list[str]:
 
     numerator = w.binary("multiply", x, polynomial(_ERF_P))
     result = w.binary("divide", numerator, polynomial(_ERF_Q))
+    return w.finish(result, match)
+
+
+_TAN = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<result>%[\w.$#-]+) = stablehlo\.tan (?P<operand>%[\w.$#-]+) : "
+    r"(?P<type>tensor<(?:\d+x)*f32>)[ \t]*$", re.M)
+#: pi/2 in four parts: 8, 11 and 12 significant bits (k times each exact
+#: for |k| < 2^12) and the rest. Cephes' three (its DP1..DP3 for pi/4,
+#: doubled) left 10 ulps at float32(3 pi/2), where x - 3 pi/2 is 1.2e-8
+#: and the third product's rounding is not small beside it.
+_HALF_PI = (1.5703125, 4.837512969970703125e-4, 7.549533620476723e-08,
+            2.5633440682570896e-12)
+#: tan(r) = r + r^3 p(r^2) on |r| <= pi/4 (Cephes' tanf), highest power first
+_TAN_POLY = (9.38540185543e-3, 3.11992232697e-3, 2.44301354525e-2, 5.34112807005e-2,
+             1.33387994085e-1, 3.33331568548e-1)
+
+
+def expand_tan(mlir_text: str) -> tuple[str, int]:
+    """``mlir_text`` with each f32 ``stablehlo.tan`` of static shape written
+    out (every target): IREE's approximation is off by 2.8e-3 relative near
+    the poles, where TensorFlow's tan is within an ulp. Written out: x
+    reduced by k pi/2 (k = round(x 2/pi), pi/2 in four parts), tan of the
+    remainder r by Cephes' polynomial, and -1/tan(r) for odd k; within 3
+    ulps for |x| < 1e4, next to the poles too (tests/test_activations.py).
+    Returns the text and how many were."""
+    return _expand_matches(_TAN, mlir_text, _tan_expansion, "%tfaot_tan")
+
+
+def _tan_expansion(match: re.Match, prefix: str) -> list[str]:
+    ftype = match["type"]
+    w = _Writer(prefix, ftype)
+    x = match["operand"]
+    rounder = w.const(_ROUNDER)
+
+    def rounded(v: str) -> str:  # to the nearest integer (|v| < 2^22), without a libm call
+        return w.binary("subtract", w.binary("add", v, rounder), rounder)
+
+    k = rounded(w.binary("multiply", x, w.const(2 / 3.141592653589793)))
+    r = x
+    for part in _HALF_PI:
+        r = w.binary("subtract", r, w.binary("multiply", k, w.const(part)))
+    z = w.binary("multiply", r, r)
+    p = w.const(_TAN_POLY[0])
+    for coefficient in _TAN_POLY[1:]:
+        p = w.binary("add", w.binary("multiply", p, z), w.const(coefficient))
+    t = w.binary("add", r, w.binary("multiply", w.binary("multiply", r, z), p))
+    # k odd: k - 2 round((k - 1/2) / 2) is 1 (0 for even k)
+    half = rounded(w.binary("multiply", w.binary("subtract", k, w.const(0.5)), w.const(0.5)))
+    odd = w.binary("subtract", k, w.binary("multiply", half, w.const(2.0)))
+    btype = ftype[:-len("f32>")] + "i1>"
+    is_odd = w.op(f'"stablehlo.compare"({odd}, {w.const(0.5)}) {{comparison_direction = '
+                  f"#stablehlo<comparison_direction GT>}} : ({ftype}, {ftype}) -> {btype}")
+    cotangent = w.binary("divide", w.const(-1.0), t)
+    result = w.op(f'"stablehlo.select"({is_odd}, {cotangent}, {t}) : '
+                  f"({btype}, {ftype}, {ftype}) -> {ftype}")
     return w.finish(result, match)
 
 

@@ -27,7 +27,8 @@ SquaredDifference BiasAdd BiasAddV1 AddN Relu Relu6 Elu Selu LeakyRelu Gelu Sigm
 Softplus Softsign Exp Expm1 Log Log1p Sqrt Rsqrt Square Neg Abs Sign Floor Ceil Round Rint Cast
 Erf Erfc Reciprocal Inv Select SelectV2 ClipByValue Equal NotEqual Greater GreaterEqual Less
 LessEqual LogicalAnd LogicalOr LogicalNot ZerosLike OnesLike Sin Cos IsNan IsFinite IsInf
-HardSigmoid Swish Atan Atan2 Mish
+HardSigmoid Swish Atan Atan2 Mish Tan Asin Acos Sinh Cosh Asinh Acosh Atanh
+Xlogy Xdivy Xlog1py TruncateMod Lgamma Digamma
 ComplexAbs Real Imag Angle Conj Complex
 BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift RightShift
 """.split())
