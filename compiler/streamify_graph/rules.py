@@ -160,6 +160,44 @@ def _transpose(s: SeqOp):
     s.set(s.emit(), [seq(perm.index(s.a))])
 
 
+@rule("Slice")
+def _slice(s: SeqOp):
+    """tf.slice of the other axes: per frame, the whole time axis kept."""
+    s.others_static()
+    begin, size = ([int(v) for v in s.const(k)] for k in (1, 2))
+    if begin[s.a] != 0 or size[s.a] != -1:
+        s.fail(f"slices the time axis (begin {begin[s.a]}, size {size[s.a]}); only the "
+               "whole sequence streams (a tf.slice of its other axes)")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("Tile")
+def _tile(s: SeqOp):
+    """Tiles of the other axes: per frame."""
+    s.others_static()
+    if int(s.const(1)[s.a]) != 1:
+        s.fail("repeats the time axis")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("ReverseV2")
+def _reverse(s: SeqOp):
+    """Reversed other axes: per frame; reversed time would need the future."""
+    s.others_static()
+    if s.a in {int(d) % s.rank for d in np.atleast_1d(s.const(1))}:
+        s.fail("reverses the time axis: step t would depend on later frames")
+    s.set(s.emit(), [seq(s.a)])
+
+
+@rule("OneHot")
+def _one_hot(s: SeqOp):
+    """One-hot vectors of each frame's indices (token ids): per frame, the
+    new axis at ``axis`` (-1: last)."""
+    s.others_static()
+    axis = s.node.attr["axis"].i
+    s.set(s.emit(), [seq(s.a + 1 if 0 <= axis <= s.a else s.a)])
+
+
 @rule("ExpandDims")
 def _expand_dims(s: SeqOp):
     s.others_static()
