@@ -48,6 +48,11 @@ CLASSES = textwrap.dedent('''
     class RunningSum(keras.layers.Layer):
         def call(self, x):
             return ops.cumsum(x, axis=1)
+
+
+    class Centered(keras.layers.Layer):
+        def call(self, x):
+            return x - ops.mean(x, axis=1, keepdims=True)
 ''')
 
 KERAS2_CLASS = textwrap.dedent('''
@@ -112,6 +117,10 @@ def user_model(tmp_path):
     mixing = keras.Sequential([keras.Input((None, 5)), keras.layers.GRU(8, return_sequences=True),
                                mine.RunningSum(), keras.layers.Dense(3)])
     mixing.save(tmp_path / "mixing.keras")
+    centered = keras.Sequential([keras.Input((None, 5)),
+                                 keras.layers.GRU(8, return_sequences=True), mine.Centered(),
+                                 keras.layers.Dense(3)])
+    centered.save(tmp_path / "centered.keras")
     keras.saving.get_custom_objects().clear()  # (what the user's run registered)
     return tmp_path, classes
 
@@ -129,13 +138,23 @@ def test_without_the_file_the_class_is_named(user_model, capsys):
     assert len(err.strip().splitlines()) == 1 and not (tmp / "lib").exists(), err
 
 
-def test_a_custom_layer_that_mixes_time_is_refused_by_name(user_model, capsys):
+def test_a_custom_layer_that_needs_later_frames_is_refused_by_name(user_model, capsys):
+    """Each frame minus the mean over the whole sequence: neither the layer
+    probe nor the model's traced graph streams it."""
     tmp, classes = user_model
-    assert main(["build", str(tmp / "mixing.keras"), "-o", str(tmp / "lib"),
+    assert main(["build", str(tmp / "centered.keras"), "-o", str(tmp / "lib"),
                  "--custom-objects", str(classes)]) == 1
     err = capsys.readouterr().err
-    assert "(RunningSum) mixes time steps" in err, err
+    assert "(Centered) mixes time steps" in err, err
     assert not (tmp / "lib").exists()
+
+
+def test_a_custom_running_sum_streams_from_its_graph(user_model, capsys):
+    """A cumulative sum over time mixes time steps, which the layer probe
+    refuses, but only earlier ones: the model's traced graph streams it as
+    a running sum (pipeline._graph_of_keras), and it verifies."""
+    tmp, classes = user_model
+    _build_and_verify(tmp / "mixing.keras", str(classes), capsys)
 
 
 @pytest.mark.parametrize("content,expect", [

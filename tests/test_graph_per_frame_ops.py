@@ -104,7 +104,8 @@ def test_the_time_axis_itself_is_still_refused(tmp_path, capsys):
 
     spec = tf.TensorSpec([1, None, 4], tf.float32, name="x")
     for name, fn, why in (
-            ("backwards", lambda x: tf.reverse(tf.tanh(x), [1]), "reverses the time axis"),
+            ("backwards", lambda x: tf.reverse(tf.tanh(x), [1]),
+             "reverses the time axis (axis 1 of input"),
             ("late", lambda x: tf.slice(tf.tanh(x), [0, 2, 0], [-1, -1, -1]),
              "slices the time axis (begin 2, size -1)")):
         path = _frozen(tmp_path, name, fn, spec)

@@ -185,7 +185,7 @@ def _reverse(s: SeqOp):
     """Reversed other axes: per frame; reversed time would need the future."""
     s.others_static()
     if s.a in {int(d) % s.rank for d in np.atleast_1d(s.const(1))}:
-        s.fail("reverses the time axis: step t would depend on later frames")
+        s.unsupported()  # (which says why a reversed time axis cannot stream)
     s.set(s.emit(), [seq(s.a)])
 
 
