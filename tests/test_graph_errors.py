@@ -256,11 +256,13 @@ def test_an_op_of_unknown_time_behaviour_is_named_as_unsupported():
     assert "levels" in msg and "Bucketize" in msg and "does not know how it treats" in msg, msg
 
 
-@pytest.mark.parametrize("length", [40, 64])
-def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, length):
-    """An MFCC front end's DCT is an RFFT of 40 points, which iree-compile
-    failed on deep inside; the load now names the node and says what to do.
-    A power-of-two FFT passes (IREE compiles those)."""
+@pytest.mark.parametrize("op, length, refused", [("rfft", 40, False), ("rfft", 64, False),
+                                                  ("rfft", 1500, True), ("irfft", 40, True)])
+def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, op, length, refused):
+    """iree-compile failed deep inside on an FFT of 40 points; the load names
+    the node and says what to do. A power-of-two FFT passes (IREE compiles
+    those), and so does a 1-D real FFT of up to 1024 points, which
+    lower/dft.py writes out (an MFCC front end's DCT: tests/test_dft.py)."""
     import tensorflow as tf
 
     from tfaot.frontend.load_graph import load_graph
@@ -268,16 +270,19 @@ def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, length):
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, (1, 10, length), name="x")
-        tf.abs(tf.signal.rfft(x, fft_length=[length], name="spectrum"), name="y")
+        fft = tf.signal.rfft if op == "rfft" else tf.signal.irfft
+        tf.abs(fft(tf.complex(x, x) if op == "irfft" else x, fft_length=[length],
+                   name="spectrum"), name="y")
     path = tmp_path / "fft.pb"
     path.write_bytes(g.as_graph_def().SerializeToString())
-    if length == 64:
+    if not refused:
         assert load_graph(path).graph_def is not None
         return
     with pytest.raises(TfaotError) as e:
         load_graph(path)
     msg = str(e.value)
-    assert "'spectrum' (RFFT)" in msg and "length 40" in msg and "--inputs" in msg, msg
+    assert f"'spectrum' ({op.upper()})" in msg and f"length {length}" in msg, msg
+    assert "--inputs" in msg, msg
 
 
 def test_a_saved_model_taking_strings_is_refused_at_load(tmp_path):

@@ -93,8 +93,12 @@ _REAL_FFT_OPS = {"RFFT", "IRFFT", "RFFT2D", "IRFFT2D", "RFFT3D", "IRFFT3D"}
 def _check_fft_lengths(graph_def, path: Path) -> None:
     """IREE lowers an FFT of a power-of-two length only (a tf.signal.stft
     of 40 samples failed inside iree-compile): say so before any stage
-    runs, naming the node, and how to do without it."""
+    runs, naming the node, and how to do without it; except for a 1-D real
+    FFT that lower/dft.py writes out (tf.signal.dct's of 80 for 40 mel
+    bins)."""
     from tensorflow.python.framework import tensor_util
+
+    from ..lower.dft import MAX_LENGTH, writes_out
 
     nodes = {n.name: n for n in graph_def.node}
     for node in graph_def.node:
@@ -103,14 +107,17 @@ def _check_fft_lengths(graph_def, path: Path) -> None:
         length = nodes.get(node.input[1].split(":")[0].lstrip("^"))
         if length is None or length.op != "Const":
             continue
-        bad = [int(n) for n in tensor_util.MakeNdarray(length.attr["value"].tensor).ravel()
-               if n < 1 or n & (n - 1)]
+        lengths = [int(n) for n in tensor_util.MakeNdarray(length.attr["value"].tensor).ravel()]
+        if node.op == "RFFT" and writes_out(lengths[0]):
+            continue  # as matrix products (lower/dft.py)
+        bad = [n for n in lengths if n < 1 or n & (n - 1)]
         if bad:
             raise TfaotError(
                 f"{path}: node '{node.name}' ({node.op}) is an FFT of length {bad[0]}, and IREE "
-                "compiles FFTs of power-of-two lengths only: cut the front end off with "
-                "--inputs at the tensor the network starts from (the firmware computes the "
-                "features), or give the frames a power-of-two FFT length")
+                "compiles FFTs of power-of-two lengths only (tfaot writes out a 1-D real FFT "
+                f"of up to {MAX_LENGTH}): cut the front end off with --inputs at the tensor "
+                "the network starts from (the firmware computes the features), or give the "
+                "frames a power-of-two FFT length")
 
 
 def read_graph_def(path: Path):

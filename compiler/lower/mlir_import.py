@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from .activations import expand_erf, expand_tan
+from .dft import expand_rfft
 from .dilated_conv import fold_dilated_convs
 from .kernel_calls import retire
 from .matvec_sums import merge_matvec_sums
@@ -47,6 +48,7 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True,
     # (after the wrap, which prints the module in the pretty form the rewrite reads)
     text, _ = expand_erf(_wrap(hlo_text, program, matvec_layout, join_products))
     text, _ = expand_tan(text)
+    text, _ = expand_rfft(text)
     _refuse_custom_calls(text, program.source)
     return text
 

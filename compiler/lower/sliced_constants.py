@@ -53,8 +53,9 @@ def fold_constant_slices(func_op) -> int:
 
     count = 0
     for op in list(func_op.regions[0].blocks[0].operations):
-        if op.operation.name != "stablehlo.constant":
-            continue
+        if op.operation.name != "stablehlo.constant" or str(
+                ir.RankedTensorType(op.results[0].type).element_type) != "f32":
+            continue  # (a complex constant, tf.signal.dct's, has no DenseElementsAttr view)
         value = ir.DenseElementsAttr(op.attributes["value"])
         users = [use.owner for use in op.results[0].uses]
         if (value.is_splat or str(value.type.element_type) != "f32" or not users
