@@ -14,17 +14,23 @@ from tfaot.streamify_graph.state_feedback import find_pairs, parse_pairs
 STEPS = 120
 
 
-def _step_graph():
+def _step_graph(defaults: bool = False):
     """One LSTM step written by hand in a TF1 session, frozen; the state is
-    fed in and read out by the caller."""
+    fed in and read out by the caller (``defaults``: its inputs are
+    placeholder_with_default, zeros)."""
     import tensorflow as tf
+
+    def state_input(name):
+        if defaults:
+            return tf.compat.v1.placeholder_with_default(tf.zeros([1, 16]), [1, 16], name=name)
+        return tf.compat.v1.placeholder(tf.float32, [1, 16], name=name)
 
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(3)
         x = tf.compat.v1.placeholder(tf.float32, [1, 10], name="input_node")
-        c = tf.compat.v1.placeholder(tf.float32, [1, 16], name="previous_state_c")
-        h = tf.compat.v1.placeholder(tf.float32, [1, 16], name="previous_state_h")
+        c = state_input("previous_state_c")
+        h = state_input("previous_state_h")
         w = tf.compat.v1.get_variable("w", [26, 64])
         b = tf.compat.v1.get_variable("b", [64])
         i, f, gg, o = tf.split(tf.matmul(tf.concat([x, h], 1), w) + b, 4, axis=1)
@@ -91,6 +97,26 @@ def test_found_pairs_stream_through_the_library(step_graph, tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(step_graph), str(out), "--steps", str(STEPS)]) == 0
     assert f"over {STEPS} steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_state_inputs_with_defaults_are_state_too(tmp_path, capsys, named):
+    """The same step with its state inputs written as placeholder_with_default
+    (zeros): they were folded to their defaults without a word, so the
+    library restarted from zero state every step, and --state said they
+    were no inputs. Now they pair as plain placeholders do, found by their
+    names or named by --state, and the library carries the state."""
+    path = tmp_path / "defaults.pb"
+    path.write_bytes(_step_graph(defaults=True).SerializeToString())
+    out = tmp_path / "lib"
+    state = ["--state", "previous_state_c=new_state_c,previous_state_h=new_state_h"]
+    assert main(["-q", "build", str(path), "-o", str(out), *(state if named else [])]) == 0
+    manifest = json.loads((out / "defaults.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["input_node"]
+    assert [s["name"] for s in manifest["state"]] == ["previous_state_c", "previous_state_h"]
+    xs = np.random.default_rng(1).normal(size=(STEPS, 1, 10)).astype(np.float32)
+    want = _run_graph(_step_graph(defaults=True), xs)
+    np.testing.assert_allclose(harness.load(out).step_n(xs), want, rtol=0, atol=1e-5)
 
 
 def _step_module(path) -> callable:

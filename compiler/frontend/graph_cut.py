@@ -60,7 +60,8 @@ class LoadedGraph:
 
 
 def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
-                        output_specs=None, details: dict | None = None) -> LoadedGraph:
+                        output_specs=None, details: dict | None = None,
+                        state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
     """Find the inputs/outputs of an in-memory frozen GraphDef and cut it to them.
 
     ``input_specs`` may name any tensor (``NAME`` or ``NAME:INDEX``), not only
@@ -68,7 +69,10 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
     place) and everything that only fed it is dropped. Nodes the outputs do
     not need are dropped too. The graph as given stays in
     ``details["source_graph_def"]`` with the tensors to feed in it, so that a
-    reference can run the original graph.
+    reference can run the original graph. Without ``input_specs``, a
+    ``placeholder_with_default`` is an input where it is a state fed back
+    (``_state_defaults``; ``state_inputs``: the inputs --state names), else
+    its default is used.
     """
     import tensorflow as tf
 
@@ -125,6 +129,7 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                                       {node_of(t) for t in feeds})
             details["source_graph_def"] = source
     else:
+        graph_def = _state_defaults(graph_def, output_names, state_inputs)
         graph_def, dropped = _prune(graph_def, outputs)
         if dropped:
             details["pruned_nodes"] = dropped
@@ -401,6 +406,31 @@ def _reads_loop_result(node, nodes) -> bool:
     src = nodes.get(node_of(node.input[0]))
     return src is not None and src.op in ("While", "StatelessWhile") and \
         node.name.startswith(src.name + "/")
+
+
+def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):
+    """``graph_def`` with each ``placeholder_with_default`` that is a state
+    fed back made a Placeholder: one --state names, or one whose name pairs
+    with an output's (``previous_state_h`` -> ``new_state_h``:
+    state_feedback.named_like_state). A one-step graph written that way
+    lost its state without a word: its inputs folded to their defaults (the
+    zeros a first step starts from), the state outputs mere outputs. Other
+    defaults (a Keras learning phase, a dropout rate) stay constants."""
+    import tensorflow as tf
+
+    from ..streamify_graph.state_feedback import named_like_state
+
+    chosen = {n.name for n in graph_def.node if n.op == "PlaceholderWithDefault"
+              and (n.name in named or named_like_state(n.name, outputs))}
+    if not chosen:
+        return graph_def
+    promoted = tf.compat.v1.GraphDef()
+    promoted.CopyFrom(graph_def)
+    for node in promoted.node:
+        if node.name in chosen:
+            node.op = "Placeholder"
+            del node.input[:]
+    return promoted
 
 
 def _placeholder_shape(node) -> tuple[int | None, ...] | None:

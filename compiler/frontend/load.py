@@ -76,9 +76,13 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     else:
         from .load_graph import GraphOptions, load_graph
 
+        from ..streamify_graph.state_feedback import parse_pairs
+
         options = _keeping_state_tensors(graph_options or GraphOptions())
+        state_inputs = tuple(a for a, _ in parse_pairs(options.state) or ())
         loaded = LoadedModel(path, fmt, graph=load_graph(
-            path, options.inputs, options.outputs, options.time_axis, options.signature))
+            path, options.inputs, options.outputs, options.time_axis, options.signature,
+            state_inputs))
     _refuse_empty_inputs(loaded)
     return loaded
 

@@ -43,13 +43,16 @@ class GraphOptions:
 
 def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = None,
                outputs: Sequence[str] | str | None = None,
-               time_axis: int | None = None, signature: str | None = None) -> LoadedGraph:
+               time_axis: int | None = None, signature: str | None = None,
+               state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
     """Load a frozen GraphDef (.pb/.pbtxt) or a SavedModel folder (v1 or v2).
 
     ``inputs``: ``NAME:SHAPE`` strings (``"x:1x100x40"``, ``"x:1,?,40"``; a
     comma-separated string of several is accepted too); ``outputs``: node or
     tensor names; ``time_axis``: the time axis of the (first) input;
-    ``signature``: which signature of a SavedModel (default: serving_default).
+    ``signature``: which signature of a SavedModel (default: serving_default);
+    ``state_inputs``: the inputs of the --state pairs (a frozen graph's
+    placeholder_with_default among them becomes an input: graph_cut).
     """
     from .tfenv import quiet_tensorflow
 
@@ -71,7 +74,8 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
                              "no signatures (only SavedModel folders do)")
         graph_def, text = read_graph_def(path)
         graph_def = inline_compiled_calls(graph_def)
-        loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs)
+        loaded = graph_def_to_loaded(graph_def, path, "graphdef", input_specs, output_specs,
+                                     state_inputs=state_inputs)
         loaded.details["text_format"] = text
     _check_fft_lengths(loaded.graph_def, path)
     if time_axis is not None:

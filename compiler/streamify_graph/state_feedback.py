@@ -61,6 +61,14 @@ def _is_state_name(stem: str) -> bool:
     return any(p in _STATE_WORDS for p in stem.split("_"))
 
 
+def named_like_state(name: str, outputs: list[str]) -> bool:
+    """Whether an input named ``name`` says it is a state and one of
+    ``outputs`` has the matching name (``find_pairs``, by names alone)."""
+    stem = _stem(name, _BEFORE)
+    return _is_state_name(stem) and any(_stem(o, _AFTER) == stem and _node(o) != _node(name)
+                                        for o in outputs)
+
+
 def find_pairs(signature: ProgramSignature) -> list[tuple[str, str]]:
     """Input/output pairs whose names say "the state before / after the step"."""
     pairs = []
