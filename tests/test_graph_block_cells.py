@@ -78,18 +78,22 @@ def unrolled_gru_block_cell(x):
     return tf.identity(tf.stack(outputs, 1), name="y")
 
 
-def fused(op: str, seq_len: int | None = None):
+def fused(op: str, seq_len: int | str | None = None):
     """LSTMBlockFusedCell's op over the whole window (time first), a Dense
-    after it; ``seq_len``: its seq_len_max (default: the window)."""
+    after it; ``seq_len``: its seq_len_max (default: the window; "shape":
+    computed from the input's shape, as LSTMBlockFusedCell writes it
+    without a sequence_length)."""
     def graph(x):
         import tensorflow as tf
 
         args = _lstm_args(5, peephole=op == "BlockLSTM")
         frames = x.shape[1]
         extra = {"forget_bias": 1.0} if op == "BlockLSTM" else {}
+        xt = tf.transpose(x, [1, 0, 2])
+        length = (tf.cast(tf.raw_ops.Shape(input=xt)[0], tf.int64) if seq_len == "shape"
+                  else tf.constant(seq_len or frames, tf.int64))
         h = getattr(tf.raw_ops, op)(
-            seq_len_max=tf.constant(seq_len or frames, tf.int64),
-            x=tf.transpose(x, [1, 0, 2]), cs_prev=tf.zeros((1, UNITS)),
+            seq_len_max=length, x=xt, cs_prev=tf.zeros((1, UNITS)),
             h_prev=tf.zeros((1, UNITS)), cell_clip=0.8, **extra, **args)[6]
         dense = tf.constant(_weights(UNITS, 3, 6))
         return tf.identity(tf.matmul(tf.transpose(h, [1, 0, 2]), dense), name="y")
@@ -135,6 +139,34 @@ def test_the_clip_is_in_use():
                                             cell_clip=-1.0, **args)
         clipped.append(float(np.abs(c.numpy()).max()))
     assert max(clipped) > 0.5
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_fused_lstm_whose_length_is_its_inputs_shape(given, tmp_path, capsys):
+    """seq_len_max = cast(shape(x)[0]), as LSTMBlockFusedCell writes it
+    without a sequence_length: tf.get_static_value does not fold it, and the
+    graph was refused ("a shorter or computed length stops the LSTM early")
+    when its input had a fixed length (``given`` False), and with an open
+    one given by --inputs NAME:SHAPE as the refusal advised (``given``: the
+    placeholder kept its open shape in the graph)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    from tfaot.cli import main
+
+    frames = 40
+    fn = tf.function(fused("BlockLSTM", seq_len="shape"),
+                     input_signature=[tf.TensorSpec((1, None if given else frames, FEATURES),
+                                                    tf.float32, name="x")])
+    gd = convert_variables_to_constants_v2(fn.get_concrete_function()).graph.as_graph_def()
+    assert "Shape" in {n.op for n in gd.node}
+    path = gm.write_graph_def(gd, tmp_path / "shape.pb", text=False)
+    cut = ["--inputs", f"x:1x{frames}x{FEATURES}"] if given else []
+    assert main(["-q", "build", str(path), "-o", str(tmp_path / "lib"), *cut]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(tmp_path / "lib"), *cut]) == 0
+    assert f"over {frames} steps" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case,match", [("short", "seq_len_max"), ("open", "open length")])

@@ -243,11 +243,14 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
     replace: dict[str, str] = {}  # "node:idx" -> placeholder name
     new_nodes = []
     inputs, info = [], []
+    shaped: dict[str, tuple] = {}  # a placeholder given a shape -> that shape
     for (node, idx, shape), tensor in zip(cuts, tensors):
         if node.op in ("Placeholder", "PlaceholderV2") and idx == 0:
             dtype = tf.dtypes.as_dtype(node.attr["dtype"].type).name
             inputs.append(GraphInput(node.name, dtype,
                                      shape if shape is not None else _placeholder_shape(node)))
+            if shape is not None:
+                shaped[node.name] = shape
             continue
         if tensor not in facts:
             raise TfaotError(f"{path}: input '{tensor}': node '{node.name}' (op {node.op}) "
@@ -278,6 +281,7 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
         inputs.append(GraphInput(ph_name, dtype, None if shape is None else tuple(shape)))
         info.append({"tensor": tensor, "placeholder": ph_name, "op": node.op,
                      "dtype": dtype, "shape": None if shape is None else list(shape)})
+    graph_def = _with_shapes(graph_def, shaped)
     if not replace:
         gd, _ = _prune(graph_def, outputs)
         return gd, inputs, []
@@ -406,6 +410,22 @@ def _reads_loop_result(node, nodes) -> bool:
     src = nodes.get(node_of(node.input[0]))
     return src is not None and src.op in ("While", "StatelessWhile") and \
         node.name.startswith(src.name + "/")
+
+
+def _with_shapes(graph_def, shapes: dict[str, tuple]):
+    """``graph_def`` with the placeholders of ``shapes`` given those shapes
+    (--inputs NAME:SHAPE on a placeholder): every later stage sees them, a
+    fused LSTM's unrolling too (it saw the graph's open length)."""
+    import tensorflow as tf
+
+    if not shapes:
+        return graph_def
+    shaped = tf.compat.v1.GraphDef()
+    shaped.CopyFrom(graph_def)
+    for node in shaped.node:
+        if node.name in shapes:
+            node.attr["shape"].shape.CopyFrom(tf.TensorShape(list(shapes[node.name])).as_proto())
+    return shaped
 
 
 def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):

@@ -152,10 +152,8 @@ def expand_block_ops(graph_def):
 
 
 def _check_length(node, op) -> None:
-    import tensorflow as tf
-
     steps = op.inputs[1].shape[0]
-    seq_len = tf.get_static_value(op.inputs[0])
+    seq_len = _static_value(op.inputs[0])
     if steps is None:
         raise Fail(f"node '{node.name}' (op {node.op}): a fused LSTM over a sequence of open "
                    "length; tfaot streams it when the length is fixed (give it with --inputs "
@@ -164,6 +162,57 @@ def _check_length(node, op) -> None:
         raise Fail(f"node '{node.name}' (op {node.op}): seq_len_max must be a constant of at "
                    f"least the sequence's {steps} frames (a shorter or computed length "
                    "stops the LSTM early)")
+
+
+def _static_value(tensor):
+    """``tensor``'s value where it is a constant, or computed from static
+    shapes alone: LSTMBlockFusedCell without a sequence_length gives
+    BlockLSTM ``cast(shape(x)[0])``, which tf.get_static_value does not fold
+    (a StridedSlice of a Shape). Such a value is computed with zeros fed for
+    the placeholders whose shapes it reads; None otherwise."""
+    import tensorflow as tf
+
+    value = tf.get_static_value(tensor)
+    if value is not None:
+        return value
+    feeds = {}
+    if not _from_shapes(tensor.op, feeds, set()):
+        return None
+    with tf.compat.v1.Session(graph=tensor.graph) as session:
+        return session.run(tensor, feeds)
+
+
+_SHAPE_OPS = ("Shape", "ShapeN", "Size", "Rank")
+
+
+def _from_shapes(op, feeds: dict, seen: set) -> bool:
+    """Whether ``op``'s value depends on no data, only on static shapes;
+    ``feeds`` gets zeros for the placeholders those shapes are of."""
+    if op.name in seen:
+        return True
+    seen.add(op.name)
+    if op.type in _SHAPE_OPS:
+        if not all(t.shape.is_fully_defined() for t in op.inputs):
+            return False
+        for placeholder in _placeholders(op, set()):
+            t = placeholder.outputs[0]
+            if not t.shape.is_fully_defined():
+                return False
+            feeds[t] = np.zeros(t.shape, t.dtype.as_numpy_dtype)
+        return True
+    if op.type in ("Placeholder", "PlaceholderWithDefault") or op.type.startswith("Var"):
+        return False
+    return all(_from_shapes(t.op, feeds, seen) for t in op.inputs)
+
+
+def _placeholders(op, seen: set) -> list:
+    """The placeholders ``op`` is computed from."""
+    if op.name in seen:
+        return []
+    seen.add(op.name)
+    if op.type == "Placeholder":
+        return [op]
+    return [p for t in op.inputs for p in _placeholders(t.op, seen)]
 
 
 def outer_input(name: str, prefix: str, data_inputs: list[str]) -> str:
