@@ -58,7 +58,7 @@ def fold_constant_slices(func_op) -> int:
             continue  # (a complex constant, tf.signal.dct's, has no DenseElementsAttr view)
         value = ir.DenseElementsAttr(op.attributes["value"])
         users = [use.owner for use in op.results[0].uses]
-        if (value.is_splat or str(value.type.element_type) != "f32" or not users
+        if (value.is_splat or not users
                 or any(u.operation.name != "stablehlo.slice" for u in users)):
             continue
         array = np.array(value, dtype=np.float32).reshape(ir.RankedTensorType(value.type).shape)

@@ -569,8 +569,9 @@ class Replay:
         if layer.go_backwards:
             raise NotIncremental(layer, "has go_backwards=True: step t would depend "
                                         "on future samples")
-        # Neither streams frame by frame; over a fixed window the model still
-        # runs as one whole inference per step (NotIncremental falls back).
+        # Neither this nor an initial state computed from the sequence streams
+        # frame by frame; over a fixed window the model still runs as one
+        # whole inference per step (NotIncremental falls back).
         _initial_states(layer, kwargs)
         if x.meta != SEQ:
             raise NotIncremental(layer, "reads a tensor that has no time axis of the "
