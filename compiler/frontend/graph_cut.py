@@ -418,14 +418,10 @@ def _with_shapes(graph_def, shapes: dict[str, tuple]):
     fused LSTM's unrolling too (it saw the graph's open length)."""
     import tensorflow as tf
 
-    if not shapes:
-        return graph_def
-    shaped = tf.compat.v1.GraphDef()
-    shaped.CopyFrom(graph_def)
-    for node in shaped.node:
-        if node.name in shapes:
-            node.attr["shape"].shape.CopyFrom(tf.TensorShape(list(shapes[node.name])).as_proto())
-    return shaped
+    def shaped(node):
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(list(shapes[node.name])).as_proto())
+
+    return _edited(graph_def, set(shapes), shaped)
 
 
 def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):
@@ -436,21 +432,30 @@ def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):
     lost its state without a word: its inputs folded to their defaults (the
     zeros a first step starts from), the state outputs mere outputs. Other
     defaults (a Keras learning phase, a dropout rate) stay constants."""
-    import tensorflow as tf
-
     from ..streamify_graph.state_feedback import named_like_state
+
+    def promoted(node):
+        node.op = "Placeholder"
+        del node.input[:]
 
     chosen = {n.name for n in graph_def.node if n.op == "PlaceholderWithDefault"
               and (n.name in named or named_like_state(n.name, outputs))}
-    if not chosen:
+    return _edited(graph_def, chosen, promoted)
+
+
+def _edited(graph_def, names: set[str], edit):
+    """A copy of ``graph_def`` with ``edit(node)`` done to each node of
+    ``names``; ``graph_def`` itself when there are none."""
+    import tensorflow as tf
+
+    if not names:
         return graph_def
-    promoted = tf.compat.v1.GraphDef()
-    promoted.CopyFrom(graph_def)
-    for node in promoted.node:
-        if node.name in chosen:
-            node.op = "Placeholder"
-            del node.input[:]
-    return promoted
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    for node in copy.node:
+        if node.name in names:
+            edit(node)
+    return copy
 
 
 def _placeholder_shape(node) -> tuple[int | None, ...] | None:
