@@ -257,12 +257,15 @@ def test_an_op_of_unknown_time_behaviour_is_named_as_unsupported():
 
 
 @pytest.mark.parametrize("op, length, refused", [("rfft", 40, False), ("rfft", 64, False),
-                                                  ("rfft", 1500, True), ("irfft", 40, True)])
+                                                  ("rfft", 1500, False), ("irfft", 40, False),
+                                                  ("rfft", 1031, True), ("irfft", 2053, True),
+                                                  ("rfft2d", 40, True)])
 def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, op, length, refused):
     """iree-compile failed deep inside on an FFT of 40 points; the load names
     the node and says what to do. A power-of-two FFT passes (IREE compiles
-    those), and so does a 1-D real FFT of up to 1024 points, which
-    lower/dft.py writes out (an MFCC front end's DCT: tests/test_dft.py)."""
+    those), and so does a 1-D real FFT that lower/dft.py writes out (an MFCC
+    front end's DCT: tests/test_dft.py): not a prime past 1024, whose DFT
+    matrix is too big, nor a 2-D one."""
     import tensorflow as tf
 
     from tfaot.frontend.load_graph import load_graph
@@ -270,8 +273,10 @@ def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, op, length, refu
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, (1, 10, length), name="x")
-        fft = tf.signal.rfft if op == "rfft" else tf.signal.irfft
-        tf.abs(fft(tf.complex(x, x) if op == "irfft" else x, fft_length=[length],
+        fft = {"rfft": tf.signal.rfft, "irfft": tf.signal.irfft,
+               "rfft2d": tf.signal.rfft2d}[op]
+        lengths = [length, length] if op == "rfft2d" else [length]
+        tf.abs(fft(tf.complex(x, x) if op == "irfft" else x, fft_length=lengths,
                    name="spectrum"), name="y")
     path = tmp_path / "fft.pb"
     path.write_bytes(g.as_graph_def().SerializeToString())

@@ -99,10 +99,10 @@ def _check_fft_lengths(graph_def, path: Path) -> None:
     of 40 samples failed inside iree-compile): say so before any stage
     runs, naming the node, and how to do without it; except for a 1-D real
     FFT that lower/dft.py writes out (tf.signal.dct's of 80 for 40 mel
-    bins)."""
+    bins, frames of 400 samples)."""
     from tensorflow.python.framework import tensor_util
 
-    from ..lower.dft import MAX_LENGTH, writes_out
+    from ..lower.dft import compiles, is_power_of_two
 
     nodes = {n.name: n for n in graph_def.node}
     for node in graph_def.node:
@@ -112,16 +112,18 @@ def _check_fft_lengths(graph_def, path: Path) -> None:
         if length is None or length.op != "Const":
             continue
         lengths = [int(n) for n in tensor_util.MakeNdarray(length.attr["value"].tensor).ravel()]
-        if node.op == "RFFT" and writes_out(lengths[0]):
-            continue  # as matrix products (lower/dft.py)
-        bad = [n for n in lengths if n < 1 or n & (n - 1)]
+        if node.op in ("RFFT", "IRFFT") and compiles(lengths[0]):
+            continue  # (lower/dft.py writes out the others)
+        bad = [n for n in lengths if not is_power_of_two(n)]
         if bad:
+            what = ("a 1-D real FFT of a length whose DFT matrices are too big"
+                    if node.op in ("RFFT", "IRFFT") else
+                    "an FFT over more than one axis of a length other than a power of two")
             raise TfaotError(
-                f"{path}: node '{node.name}' ({node.op}) is an FFT of length {bad[0]}, and IREE "
-                "compiles FFTs of power-of-two lengths only (tfaot writes out a 1-D real FFT "
-                f"of up to {MAX_LENGTH}): cut the front end off with --inputs at the tensor "
-                "the network starts from (the firmware computes the features), or give the "
-                "frames a power-of-two FFT length")
+                f"{path}: node '{node.name}' ({node.op}) is an FFT of length {bad[0]}, "
+                f"{what}; IREE compiles FFTs of power-of-two lengths only: cut the front end "
+                "off with --inputs at the tensor the network starts from (the firmware "
+                "computes the features), or give the frames a power-of-two FFT length")
 
 
 def read_graph_def(path: Path):

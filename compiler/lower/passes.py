@@ -4,7 +4,9 @@ The import stage writes one module for every target; before iree-compile,
 the Target decides which of these rewrites the module gets:
 
 0. ``patch_copies``: convolutions that only copy their patch (streamed
-   ``tf.signal.frame``) become slices.
+   ``tf.signal.frame``) become slices; on GPU targets, ``dft`` writes out
+   every real FFT as matrix products (IREE's own needs a table the GPU
+   host program loses).
 1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
    pooling is a generic loop).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
@@ -28,7 +30,7 @@ import re
 from dataclasses import replace
 
 from ..target import Target
-from . import activations, microkernel, patch_copies, pooling, weight_globals
+from . import activations, dft, microkernel, patch_copies, pooling, weight_globals
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -37,7 +39,9 @@ _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
 def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Target]:
     """``mlir_text`` with the rewrites ``target`` asks for, and the target as decided."""
     mlir_text, _ = patch_copies.copies_for_patch_filters(mlir_text)
-    if not target.is_gpu:
+    if target.is_gpu:
+        mlir_text, _ = dft.expand_ffts(mlir_text, all_lengths=True)
+    else:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
         kinds = target.kernel_kinds or microkernel.KINDS
