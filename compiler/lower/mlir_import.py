@@ -22,8 +22,9 @@ import re
 import numpy as np
 
 from .activations import expand_erf, expand_tan
-from .dft import expand_rfft
+from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
+from .einsum import einsums_as_dot_generals
 from .kernel_calls import retire
 from .matvec_sums import merge_matvec_sums
 from .sliced_constants import fold_constant_slices, slice_constant_operands
@@ -48,7 +49,7 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True,
     # (after the wrap, which prints the module in the pretty form the rewrite reads)
     text, _ = expand_erf(_wrap(hlo_text, program, matvec_layout, join_products))
     text, _ = expand_tan(text)
-    text, _ = expand_rfft(text)
+    text, _ = expand_ffts(text)
     _refuse_custom_calls(text, program.source)
     return text
 
@@ -248,6 +249,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
         check_legality(module, program.source)
         pure = _single_func(module)
         fold_constant_slices(pure)
+        einsums_as_dot_generals(pure)
         dot_generals_as_dots(pure)
         if matvec_layout:
             use_matvec_layout(pure)
