@@ -50,6 +50,16 @@ def test_transposed_conv_over_open_time(strides, words):
     _expect(m, "'up'", "Conv1DTranspose", *words)
 
 
+def test_mel_spectrogram_centers_its_frames():
+    """Keras' MelSpectrogram pads both ends by reflection: it was refused as
+    a layer that 'fails when run on 5 random frames' (its padding is longer)."""
+    x = keras.Input((None,), batch_size=1)
+    mel = layers.MelSpectrogram(fft_length=64, sequence_stride=16, sequence_length=64,
+                                num_mel_bins=8, name="mel")(x)
+    _expect(keras.Model(x, layers.Dense(2)(layers.Permute((2, 1))(mel))), "'mel'",
+            "MelSpectrogram", "reflected samples", "in the firmware", "fixed length")
+
+
 def test_go_backwards():
     m = keras.Sequential([_seq(), layers.GRU(4, go_backwards=True, name="rev_gru")])
     _expect(m, "'rev_gru'", "go_backwards")

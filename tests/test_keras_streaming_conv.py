@@ -265,3 +265,28 @@ def test_verify_reference_of_time_distributed_after_a_time_convolution(tmp_path,
     assert main(["verify", str(path), str(tmp_path / "out"), "--steps", "120"]) == 0
     assert re.fullmatch(r"y_t: max abs error \S+ over 118 steps \(tolerance \S+\): ok",
                         capsys.readouterr().out.strip())
+
+
+@pytest.mark.parametrize("batch", [None, 1])
+def test_a_raw_waveform_input_streams_and_verifies(tmp_path, capsys, batch):
+    """Input (batch, samples), open: a raw-audio front end (a strided Conv1D
+    over samples, a dilated causal one) into a GRU. It built, streaming 8
+    samples a step, but verify said the library took (1, 8) where the model
+    took (1,): a rank-2 input counted as having no time axis."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    samples = keras.Input((None,), batch_size=batch, name="audio")
+    x = keras.layers.Reshape((-1, 1))(samples)
+    x = keras.layers.Conv1D(8, 16, strides=8, activation="relu")(x)
+    x = keras.layers.Conv1D(8, 3, padding="causal", dilation_rate=2)(x)
+    path = tmp_path / "wave.keras"
+    y = keras.layers.GRU(3, return_sequences=True)(x)
+    keras.Model(samples, y).save(path)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    stream = json.loads((out / "wave.json").read_text())["stream"]
+    assert (stream["mode"], stream["frames_per_step"]) == ("prefix", 8), stream
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    assert ": ok" in capsys.readouterr().out

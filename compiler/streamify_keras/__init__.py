@@ -493,12 +493,13 @@ def time_input_shape(model) -> tuple:
 
 def time_length(model) -> int | None | bool:
     """The time input's axis 1: its length, None if open, False if the input
-    has no time axis (rank < 3; token ids: rank < 2)."""
+    has no time axis (rank < 3, but for a waveform (batch, None) of samples;
+    token ids: rank < 2)."""
     streams = input_streams(model)
     tensor = model.inputs[streams.index(True) if True in streams else 0]
     shape = tuple(tensor.shape)
     tokens = getattr(tensor.dtype, "name", str(tensor.dtype)) != "float32"
-    if len(shape) < (2 if tokens else 3):
+    if len(shape) < 2 or (len(shape) == 2 and not tokens and shape[1] is not None):
         return False
     return None if shape[1] is None else int(shape[1])
 

@@ -45,6 +45,11 @@ NOT_STREAMABLE: dict[str, str] = {
     "UpSampling1D": "upsamples the time axis",
     "UpSampling2D": "upsamples the time axis",
     "UpSampling3D": "upsamples the time axis",
+    # (Keras' MelSpectrogram always calls stft with center=True)
+    "MelSpectrogram": "centers its frames: it pads the waveform at both ends with "
+                      "fft_length/2 reflected samples, so its first frames are made of "
+                      "samples that come later; compute the mel features in the firmware "
+                      "and stream the model from the layer after this one",
 }
 
 
