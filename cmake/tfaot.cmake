@@ -35,8 +35,10 @@ function(_tfaot_default_name model out_var)
   if(name STREQUAL "")
     set(name model)
   endif()
+  # (names.py: SYSTEM_LIBRARIES, then STANDARD_HEADERS)
   if(name MATCHES "^[0-9]" OR lower MATCHES "^tfrt" OR name MATCHES
-     "^(c|m|dl|rt|pthread|atomic|gcc|gcc_s|nosys|rdimon)$")
+     "^(c|m|dl|rt|pthread|atomic|gcc|gcc_s|nosys|rdimon)$" OR name MATCHES
+     "^(assert|complex|ctype|errno|fenv|float|inttypes|iso646|limits|locale|math|setjmp|signal|stdalign|stdarg|stdatomic|stdbool|stddef|stdint|stdio|stdlib|stdnoreturn|string|tgmath|threads|time|uchar|wchar|wctype|unistd|pthread|dlfcn|fcntl|strings|alloca|malloc|immintrin|arm_neon|arm_mve|arm_acle)$")
     set(name "m_${name}")
   endif()
   string(SUBSTRING "${name}" 0 63 name)

@@ -22,9 +22,19 @@ SYSTEM_LIBRARIES = frozenset(
     "c m dl rt pthread atomic gcc gcc_s nosys rdimon".split())
 
 
+#: Headers a NAME.h would stand in for: with the output folder on the include
+#: path, `#include <stdint.h>` takes the folder's stdint.h (the C library's,
+#: POSIX's that the runtime includes, and the compilers' vector intrinsics)
+STANDARD_HEADERS = frozenset(
+    "assert complex ctype errno fenv float inttypes iso646 limits locale math setjmp signal "
+    "stdalign stdarg stdatomic stdbool stddef stdint stdio stdlib stdnoreturn string tgmath "
+    "threads time uchar wchar wctype unistd pthread dlfcn fcntl strings alloca malloc "
+    "immintrin arm_neon arm_mve arm_acle".split())
+
+
 def check_name(name: str) -> None:
     """Refuses names that are not C identifiers, collide with the runtime's
-    files or name a system library."""
+    files, a standard header or name a system library."""
     if not name:
         raise TfaotError("model name is empty (--name \"\"); give a C identifier, or leave "
                          "--name out for the model file's stem")
@@ -40,6 +50,11 @@ def check_name(name: str) -> None:
         raise TfaotError(
             f"model name '{name}' would make lib{name}.a, which -l{name} would link instead "
             f"of the system's lib{name}; choose another --name")
+    if name in STANDARD_HEADERS:
+        raise TfaotError(
+            f"model name '{name}' would write {name}.h, which `#include <{name}.h>` takes "
+            f"instead of the system's wherever the output folder is on the include path; "
+            "choose another --name")
     if name.lower() == RESERVED_PREFIX or name.lower().startswith(RESERVED_PREFIX + "_"):
         raise TfaotError(
             f"model name '{name}' is reserved: '{RESERVED_PREFIX}' and '{RESERVED_PREFIX}_*' "
@@ -51,6 +66,6 @@ def default_name(model_path: str) -> str:
     stem = Path(str(model_path).rstrip("/")).name.split(".")[0] or "model"
     name = re.sub(r"[^A-Za-z0-9_]", "_", stem)
     if not name[0].isdigit() and not name.lower().startswith(RESERVED_PREFIX) and \
-            name not in SYSTEM_LIBRARIES:
+            name not in SYSTEM_LIBRARIES | STANDARD_HEADERS:
         return name[:63]
     return f"m_{name}"[:63]

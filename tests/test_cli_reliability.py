@@ -181,6 +181,8 @@ def test_reserved_names_are_refused_up_front(tmp_path, model_file, name):
 @pytest.mark.parametrize("name, words", [
     ("m", "-lm would link instead of the system's libm"),
     ("c", "-lc would link instead of the system's libc"),
+    # (stdint.h in the output folder took the place of <stdint.h>)
+    ("stdint", "would write stdint.h, which `#include <stdint.h>` takes instead"),
     ("n" * 64, "has 64 characters; it prefixes every symbol of the library, so it may have 63"),
     ("", "model name is empty"),  # (it fell back to the default silently)
 ])
@@ -192,12 +194,13 @@ def test_names_of_system_libraries_and_long_names_are_refused(tmp_path, model_fi
     assert not (tmp_path / "o").exists()
 
 
-def test_model_file_named_like_the_runtime_gets_a_safe_default_name(tmp_path, model_file):
-    model = tmp_path / "tfrt.keras"
+@pytest.mark.parametrize("stem", ["tfrt", "math"])
+def test_model_file_named_like_the_runtime_gets_a_safe_default_name(tmp_path, model_file, stem):
+    model = tmp_path / f"{stem}.keras"
     shutil.copy(model_file, model)
     proc = tfaot("build", model, "-o", tmp_path / "o", "-q")
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "o" / "m_tfrt.h").is_file()
+    assert (tmp_path / "o" / f"m_{stem}.h").is_file()
 
 
 @pytest.mark.parametrize("triple, why", [

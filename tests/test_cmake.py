@@ -71,7 +71,8 @@ def test_cmake_default_name_is_the_command_lines(tmp_path):
 
     toolchains.require("cmake")
     stems = ["kws.keras", "kws-v2.keras", "9lives.h5", "tfrt_net.keras", "TFRTx.pb", "m.keras",
-             "a.b.c.pb", "saved model", "x" * 70 + ".keras"]
+             "a.b.c.pb", "saved model", "x" * 70 + ".keras", "math.keras", "stdint.pb",
+             "arm_neon.h5"]
     script = tmp_path / "names.cmake"
     script.write_text(f'include("{cmake_module().as_posix()}")\n' + "".join(
         f'_tfaot_default_name("/models/{stem}" n)\nmessage(STATUS "name=${{n}}")\n'
