@@ -171,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "not take once at init into a RAM copy laid out for IREE's kernels "
                         "(default: on for Linux triples when the model has 16 KiB of weights "
                         "or more and some matrix product is left to IREE's kernels; off for "
-                        "bare metal, where weights stay in flash)")
+                        "bare metal, where weights stay in flash); never for a model with a "
+                        "constant boolean mask (causal attention), which IREE's packing "
+                        "fails on")
     p.add_argument("--matvec", choices=["tfaot", "iree"], default=None,
                    help="who computes constant-weight matrix-vector products and "
                         "convolutions (also depthwise): tfaot's own micro-kernels with weights "

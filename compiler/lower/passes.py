@@ -35,6 +35,12 @@ from . import activations, dft, microkernel, patch_copies, pooling, weight_globa
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
 
+#: A constant boolean table (a causal attention mask): IREE's data tiling
+#: packs it beside the product it masks and fails ("'linalg.pack' op
+#: expected padding_value has 'i8' but got: 'i1'").
+_BOOLEAN_TABLE = re.compile(
+    r"stablehlo\.constant dense<(?:\[[^>]*|\"0x[0-9A-F]*\")> : tensor<(?:\d+x)+i1>", re.I)
+
 
 def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Target]:
     """``mlir_text`` with the rewrites ``target`` asks for, and the target as decided."""
@@ -69,6 +75,8 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if target.activation_tables or target.expand_activations:
         mlir_text, _ = activations.expand(mlir_text, tables=target.activation_tables)
+    if target.pack_weights and _BOOLEAN_TABLE.search(mlir_text):
+        target = replace(target, weight_packing=False)
     if target.pack_weights:
         # With packed weights each matvec is one serial FMA chain per output
         # tile; shorter chains overlap.
