@@ -32,8 +32,21 @@ def _lstm40():
                              keras.layers.Dense(12)])
 
 
+def _broadcast_residual():
+    """BC-ResNet's broadcast residual: each frame plus its mean over
+    frequency. IREE's SPIR-V for the mean fused with the add read the
+    column sums with no barrier: half the channels had the previous step's
+    (lower/gpu_fences.py)."""
+    import keras
+
+    x = keras.Input((None, 2, 16))
+    mean = keras.layers.AveragePooling2D((1, 2))(x)
+    return keras.Model(x, keras.layers.Add()([x, mean]))
+
+
 MODELS = {
     "lstm40": _lstm40,
+    "broadcast_residual": _broadcast_residual,
     "stacked_lstm_last": lambda: keras_models.build("lstm_impl2_stacked_last"),
     "gru_seq": lambda: keras_models.build("gru_reset_after_seq_td"),
     "dense_stateless": lambda: keras_models.build("dense"),

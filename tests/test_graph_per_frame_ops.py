@@ -99,6 +99,45 @@ def test_one_hot_token_ids_stream(tmp_path, capsys):
     _builds_and_verifies(tmp_path, capsys, path, 1)
 
 
+def test_a_constant_repeated_over_the_frames_streams(tmp_path, capsys):
+    """A constant tiled or broadcast to the sequence's frames
+    (``tf.shape(x)[1]``), or a Fill of that shape, then joined to or
+    combined with each frame (a conditioning vector, a bias per feature):
+    refused as "computed from the sequence length" or "not one with the
+    same time axis"; each frame is the same value."""
+    import tensorflow as tf
+
+    w = _weights(4, 6)
+    extra = tf.constant(np.linspace(-1, 1, 3, dtype=np.float32).reshape(1, 1, 3))
+    bias = tf.constant(np.linspace(0, 1, 6, dtype=np.float32))
+
+    def repeated(x):
+        h = tf.einsum("btf,fg->btg", x, w)
+        frames = tf.shape(x)[1]
+        return [tf.identity(tf.concat([h, tf.tile(extra, [1, frames, 1])], -1), name="joined"),
+                tf.identity(h * tf.broadcast_to(bias, tf.shape(h)), name="scaled"),
+                tf.identity(h + tf.fill(tf.shape(h), 0.5), name="shifted")]
+
+    path = _frozen(tmp_path, "repeated", repeated,
+                   tf.TensorSpec([1, None, 4], tf.float32, name="x"))
+    _builds_and_verifies(tmp_path, capsys, path, 3)
+
+
+def test_a_value_of_the_length_itself_is_still_refused(tmp_path, capsys):
+    """A tile by the length along the features too: not one value a frame."""
+    import tensorflow as tf
+
+    def along_features(x):
+        frames = tf.shape(x)[1]
+        return tf.concat([x, tf.tile(tf.ones([1, 1, 1]), [1, frames, frames])], -1)
+
+    path = _frozen(tmp_path, "features", along_features,
+                   tf.TensorSpec([1, None, 4], tf.float32, name="x"))
+    assert main(["-q", "build", path, "-o", str(tmp_path / "features")]) == 1
+    err = capsys.readouterr().err
+    assert "features.pb: node" in err and "Traceback" not in err, err
+
+
 def test_the_time_axis_itself_is_still_refused(tmp_path, capsys):
     import tensorflow as tf
 

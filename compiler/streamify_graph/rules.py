@@ -370,7 +370,7 @@ def _concat(s: SeqOp):
         s.fail("concatenates along the time axis")
     held = {}
     for k in range(n):
-        if s.metas[k].kind == "step" and s.metas[k].held:
+        if s.metas[k].kind == "step" and s.metas[k].held or s.repeats_one_frame(k):
             held[k] = _frames_of_held(s, k)
         elif s.metas[k].kind != "seq" or s.metas[k].axis != s.a:
             s.fail(f"concatenates a time-dependent tensor with input {k} ('{s.ins[k]}'), "
@@ -379,13 +379,14 @@ def _concat(s: SeqOp):
 
 
 def _frames_of_held(s: SeqOp, k: int):
-    """Held input ``k`` (a conditioning vector tiled over the sequence's
-    frames: one frame in the T=1 graph) repeated over the step's frames."""
+    """Input ``k``, one value for every frame (a held conditioning vector
+    or a constant tiled over the sequence's frames: one frame in the T=1
+    graph), repeated over the step's frames."""
     import tensorflow as tf
 
     value, frames = s.tensor(k), s.tensor(s.k0).shape[s.a]
     if value.shape.rank != s.rank or value.shape[s.a] not in (1, frames):
-        s.fail(f"concatenates input {k} ('{s.ins[k]}'), a value of the per-step inputs, "
+        s.fail(f"concatenates input {k} ('{s.ins[k]}'), one value for every frame, "
                "which does not have one frame along the time axis")
     multiples = [1] * s.rank
     multiples[s.a] = frames // value.shape[s.a]

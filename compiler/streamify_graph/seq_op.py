@@ -92,9 +92,77 @@ class SeqOp:
 
     def no_length(self):
         for k, m in enumerate(self.metas):
-            if m.kind == "static_t":
+            if m.kind == "static_t" and not self.repeats_one_frame(k):
                 self.fail(f"input {k} ('{self.ins[k]}') is computed from the sequence "
                           "length, which a stream does not know")
+
+    def repeats_one_frame(self, k: int) -> bool:
+        """Whether input ``k``, computed from the sequence length, is one
+        time-independent value repeated over the sequence's frames: a
+        constant tiled (``tf.tile(c, [1, tf.shape(x)[1], 1])``) or broadcast
+        to the sequence's frames, or a Fill of a constant, whose shape
+        depends on the length at the time axis alone. Then each frame is
+        that value: a per-frame constant."""
+        if self.metas[k].kind != "static_t":
+            return False
+        node = self._source(self.ins[k])
+        if node is None or node.op not in ("Tile", "BroadcastTo", "Fill"):
+            return False
+        value_in, shape_in = (node.input[1], node.input[0]) if node.op == "Fill" else \
+            (node.input[0], node.input[1])
+        value = self.em.metas.get(tname(value_in))
+        if value is None or value.kind != "static" or \
+                self._time_entries(shape_in) != {self.a}:
+            return False
+        source = self.em.tensors.get(tname(value_in))
+        if node.op == "Fill" or source is None:
+            return node.op == "Fill"
+        # (the repeated value has one frame, or none, along the time axis)
+        pos = self.a - (self.rank - source.shape.rank)
+        return pos < 0 or source.shape[pos] == 1
+
+    def _source(self, name: str):
+        """The node that computes tensor ``name``, through identities."""
+        from .graphdef import parse_tensor
+
+        node = self.em.g.nodes.get(parse_tensor(name)[0])
+        while node is not None and node.op in ("Identity", "Snapshot"):
+            node = self.em.g.nodes.get(parse_tensor(node.input[0])[0])
+        return node
+
+    def _time_entries(self, shape: str) -> set[int] | None:
+        """The entries of the shape vector ``shape`` that are a sequence's
+        length (its Shape's time entry, or tf.shape(x)[axis] in a Pack);
+        None where another entry depends on the length in another way."""
+        node = self._source(shape)
+        meta = self.em.metas.get(tname(shape))
+        if node is None or meta is None:
+            return None
+        if node.op == "Shape":
+            return {meta.axis} if meta.kind == "static_t" and meta.axis is not None else set()
+        if node.op != "Pack":
+            return None if meta.kind == "static_t" else set()
+        entries = set()
+        for i, item in enumerate(node.input):
+            if self.em.metas.get(tname(item), Meta("static")).kind != "static_t":
+                continue
+            if not self._is_time_length(item):
+                return None
+            entries.add(i)
+        return entries
+
+    def _is_time_length(self, name: str) -> bool:
+        """``tf.shape(x)[a]`` for x's time axis a."""
+        import tensorflow as tf
+
+        node = self._source(name)
+        if node is None or node.op != "StridedSlice" or node.attr["shrink_axis_mask"].i != 1:
+            return False
+        shape = self.em.metas.get(tname(node.input[0]))
+        begin = tf.get_static_value(self.em.tensors.get(tname(node.input[1])))
+        return (self._source(node.input[0]).op == "Shape" and shape is not None
+                and shape.axis is not None and begin is not None and np.size(begin) == 1
+                and int(np.ravel(begin)[0]) == shape.axis)
 
     def others_static(self, check_length: bool = True):
         """Only input ``k0`` may depend on time."""
