@@ -41,13 +41,22 @@ def test_repeat_vector_decoder_over_open_time():
             "fixed length")
 
 
-@pytest.mark.parametrize("strides, words", [
-    (1, ["kernel - 1 frames past the input's end", "padding='causal'"]),  # it said "upsamples"
-    (2, ["upsamples the time axis"]),
+@pytest.mark.parametrize("strides, padding, words", [
+    (1, "same", ["padding='same' over time", "with padding='valid' it streams"]),
+    (2, "valid", ["upsamples the time axis"]),
 ])
-def test_transposed_conv_over_open_time(strides, words):
-    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, strides=strides, name="up")])
+def test_transposed_conv_over_open_time(strides, padding, words):
+    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, strides=strides, padding=padding,
+                                                         name="up")])
     _expect(m, "'up'", "Conv1DTranspose", *words)
+
+
+def test_transposed_conv_output_past_the_input_end():
+    """Padding 'valid', stride 1: its last kernel - 1 frames are made of
+    frames to come; without a crop after it the output cannot stream (it
+    was an internal error: a slice out of bounds)."""
+    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, name="up")])
+    _expect(m, "runs 2 frame(s) past the input's end", "Cropping1D((0, kernel - 1))")
 
 
 def test_mel_spectrogram_centers_its_frames():

@@ -290,3 +290,48 @@ def test_a_raw_waveform_input_streams_and_verifies(tmp_path, capsys, batch):
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def _crn():
+    """A convolutional recurrent denoiser (Tan and Wang's CRN, small): causal
+    Conv2D encoders striding frequency, an LSTM, Conv2DTranspose decoders
+    with kernel 2 in time whose last frame is cropped, skip connections."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = L.Input((None, 16, 1))
+    e1 = L.Conv2D(8, (2, 3), strides=(1, 2), activation="elu")(L.ZeroPadding2D(((1, 0), (1, 1)))(x))
+    e2 = L.Conv2D(8, (2, 3), strides=(1, 2), activation="elu")(L.ZeroPadding2D(((1, 0), (1, 1)))(e1))
+    r = L.Reshape((-1, 4, 8))(L.LSTM(32, return_sequences=True)(L.Reshape((-1, 32))(e2)))
+    d = L.Conv2DTranspose(8, (2, 3), strides=(1, 2), activation="elu")(L.Concatenate()([r, e2]))
+    d = L.Concatenate()([L.Cropping2D(((0, 1), (0, 1)))(d), e1])
+    d = L.Cropping2D(((0, 1), (0, 1)))(L.Conv2DTranspose(1, (2, 3), strides=(1, 2))(d))
+    return keras.Model(x, d)
+
+
+def _transposed_1d():
+    """Conv1DTranspose of kernel 3 cropped by 2 at the end, then kernel 1
+    ('same'): per frame."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(1)
+    x = L.Input((None, 8))
+    y = L.Cropping1D((0, 2))(L.Conv1DTranspose(6, 3)(x))
+    return keras.Model(x, L.Conv1DTranspose(4, 1, padding="same")(y))
+
+
+@pytest.mark.parametrize("make", [_crn, _transposed_1d])
+def test_transposed_convs_with_stride_one_in_time_stream(tmp_path, capsys, make):
+    """Refused as 'upsamples the time axis': with stride 1 in time a
+    transposed convolution is a causal one with its kernel reversed, once
+    the kernel - 1 frames it adds at the end are cropped."""
+    path = tmp_path / "decoder.keras"
+    make().save(path)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert json.loads((out / "decoder.json").read_text())["stream"]["mode"] == "prefix"
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    assert ": ok" in capsys.readouterr().out

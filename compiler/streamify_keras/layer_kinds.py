@@ -31,7 +31,8 @@ ELEMENTWISE_OPS = {
 }
 
 # Why a layer cannot stream, for the common cases; anything else on a
-# sequence gets the generic message.
+# sequence gets the generic message. (A transposed convolution has a rule
+# (time_rules.TransposedRule) that refuses with not_streamable_reason.)
 NOT_STREAMABLE: dict[str, str] = {
     "Bidirectional": "runs the sequence backwards as well as forwards, so step t "
                      "depends on future samples",
@@ -39,9 +40,6 @@ NOT_STREAMABLE: dict[str, str] = {
     "Attention": "attends over the whole sequence",
     "MultiHeadAttention": "attends over the whole sequence",
     "AdditiveAttention": "attends over the whole sequence",
-    "Conv1DTranspose": "upsamples the time axis",
-    "Conv2DTranspose": "upsamples the time axis",
-    "Conv3DTranspose": "upsamples the time axis",
     "UpSampling1D": "upsamples the time axis",
     "UpSampling2D": "upsamples the time axis",
     "UpSampling3D": "upsamples the time axis",
@@ -54,15 +52,19 @@ NOT_STREAMABLE: dict[str, str] = {
 
 
 def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
-    if kind.endswith("Transpose") and op is not None and \
-            int(np.atleast_1d(getattr(op, "strides", 2))[0]) == 1:
+    if kind.endswith("Transpose"):
+        stride = int(np.atleast_1d(getattr(op, "strides", 2))[0])
+        dilation = int(np.atleast_1d(getattr(op, "dilation_rate", 1))[0])
+        if stride != 1:
+            return "upsamples the time axis"
+        if dilation != 1:
+            return "is a transposed convolution dilated in time"
         # (stride 1 upsamples nothing: with 'valid' each output frame sums
-        # the taps over the frames before it, but the output has kernel - 1
-        # frames more than the input, the last ones made of frames to come)
-        return ("is a transposed convolution: with padding='valid' its output runs "
-                "kernel - 1 frames past the input's end, with 'same' each frame needs "
-                "frames after it (a Conv1D with the kernel reversed and padding='causal' "
-                "computes the valid one's first frames causally)")
+        # the taps over the frames before it, and streams: time_rules.py)
+        return ("is a transposed convolution with padding='same' over time, which "
+                "centers its kernel on frames not yet received (with padding='valid' it "
+                "streams, its output running kernel - 1 frames past the input's end: a "
+                "Cropping of those frames after it keeps the output the input's length)")
     if "Attention" in kind and kwargs.get("use_causal_mask"):
         # Causal attention is incremental, but its state (every earlier
         # frame's keys and values) grows without bound.

@@ -182,6 +182,12 @@ class Replay:
         if y.meta == VEC:
             return y.value
         lag = y.seq.lag
+        if lag < 0:  # (a transposed convolution's last frames, past the input's end)
+            raise TfaotError(
+                f"output {index} runs {-lag} frame(s) past the input's end (a transposed "
+                "convolution with padding='valid' adds kernel - 1 frames at the end, made of "
+                "frames to come): crop them after it (Cropping1D((0, kernel - 1)) or its 2D "
+                "form) to stream it, or give the input a fixed length")
         cat = self.buffer("output/frames" if index == 0 else f"output{index}/frames",
                           y.value, lag + 1 - y.seq.n)
         return cat[:, cat.shape[1] - 1 - lag]

@@ -389,6 +389,50 @@ class CropRule:
         return Streamed(y, SEQ, seq, x.valid_from)
 
 
+class TransposedRule:
+    """Conv1DTranspose/Conv2DTranspose/Conv3DTranspose with stride 1 in time
+    (a CRN or GCRN decoder upsamples frequency only). Kernel 1 in time: per
+    frame. Kernel k, padding 'valid': output frame t is sum_j W[j] x[t-j]
+    (a causal convolution with the kernel reversed), and the output runs
+    k - 1 frames past the input's end, the frames a Cropping at the end
+    removes (the reference's last frame moves k - 1 on: ``Seq.end``). A
+    stride in time upsamples it, and 'same' padding centers the kernel on
+    frames not yet received: both are refused."""
+
+    def plan(self, op, seq: Seq, mode: str) -> dict:
+        from .layer_kinds import not_streamable_reason
+
+        k, s = int(tuple(op.kernel_size)[0]), int(tuple(op.strides)[0])
+        dil = int(tuple(getattr(op, "dilation_rate", (1,)))[0])
+        if k == 1 and s == 1:
+            return {"per_step": True}
+        if s != 1 or dil != 1 or op.padding != "valid" or mode == "window":
+            # (a fixed window falls back to recomputing it)
+            raise NotIncremental(op, not_streamable_reason(type(op).__name__, {}, op))
+        plan = windowed_plan(k, 1, 1, "causal", seq, mode, lambda why: NotIncremental(op, why))
+        plan["out"] = replace(plan["out"], end=plan["out"].end + k - 1)
+        return plan
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        plan = self.plan(op, seq, mode)
+        return [] if plan["per_step"] else [("frames", plan["keep"])]
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        plan = self.plan(op, x.seq, replay.mode)
+        if plan["per_step"]:
+            replay.row(op, "per-step")
+            return replay.apply(op, (x,), {}, SEQ, seq=x.seq, valid_from=x.valid_from)
+        x = replay.clean(x)
+        k, n = plan["k"], x.seq.n
+        cat = replay.buffer(f"{op.name}/frames", x.value, plan["keep"], op.name)
+        window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
+        # (the window's outputs k-1.. are the ones all k taps of which are in it)
+        y = op(window)[:, k - 1:k - 1 + n]
+        replay.row(op, "time conv", buffer=plan["keep"], kernel=k, stride=1, dilation=1,
+                   delay=plan["out"].delay)
+        return Streamed(y, SEQ, plan["out"], x.valid_from)
+
+
 def _gcd(a: int, b: int) -> int:
     import math
 
@@ -412,4 +456,6 @@ RULES = {
         "GlobalMaxPooling1D", "GlobalMaxPooling2D", "GlobalMaxPooling3D")},
     **{kind: PadRule() for kind in ("ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D")},
     **{kind: CropRule() for kind in ("Cropping1D", "Cropping2D", "Cropping3D")},
+    **{kind: TransposedRule() for kind in ("Conv1DTranspose", "Conv2DTranspose",
+                                           "Conv3DTranspose")},
 }
