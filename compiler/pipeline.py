@@ -148,6 +148,10 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
     if others:
         progress.note(f"{model_path}: uses signature '{details['signature']}' (also has "
                       f"{', '.join(others)}; --signature NAME for another)")
+    unused = details.get("unused_inputs")
+    if unused:
+        progress.note(f"{model_path}: no output reads input(s) " +
+                      ", ".join(f"'{k}'" for k in unused) + "; the library does not take them")
 
 
 def _fed_back_state(program, graph_options, model_path: str, progress: Progress):

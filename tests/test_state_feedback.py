@@ -248,3 +248,34 @@ def test_found_pairs(inputs, outputs, pairs):
 def test_parse_pairs():
     assert parse_pairs(None) is None
     assert parse_pairs("a:0=b, c=d:0") == [("a", "b"), ("c", "d")]
+
+
+def test_a_signature_input_no_output_reads_is_left_out(tmp_path, capsys):
+    """Silero VAD's step signature: (input, state, sr), where this step does
+    not read the sample rate. Freezing prunes 'sr', and the first run of the
+    graph failed feeding it ('The name 'sr:0' refers to a Tensor which does
+    not exist'). The library takes input and state, the build says why."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    w = tf.constant(rng.normal(0, 0.3, (52, 32)).astype(np.float32))
+    v = tf.constant(rng.normal(0, 0.3, (32, 1)).astype(np.float32))
+
+    class Step(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 20], tf.float32, name="input"),
+                                      tf.TensorSpec([1, 32], tf.float32, name="state"),
+                                      tf.TensorSpec([], tf.int64, name="sr")])
+        def __call__(self, x, state, sr):
+            h = tf.tanh(tf.concat([x, state], -1) @ w)
+            return {"output": tf.sigmoid(h @ v), "stateN": h}
+
+    model = Step()
+    path = tmp_path / "vad"
+    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out), "--state", "state=stateN"]) == 0
+    assert "no output reads input(s) 'sr'" in capsys.readouterr().err
+    manifest = json.loads((out / "vad.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["input"], manifest["inputs"]
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    assert ": ok" in capsys.readouterr().out

@@ -121,6 +121,7 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                                  + _did_you_mean(node_name, nodes))
             cuts.append((node, int(idx or 0), shape))
         graph_def, inputs, cut_info = _cut(graph_def, path, cuts, outputs)
+        inputs = _read_inputs(graph_def, path, inputs, details)
         feeds = [c["tensor"] for c in cut_info]
         if cut_info:  # the reference feeds the source graph at the cuts
             source = tf.compat.v1.GraphDef()
@@ -154,6 +155,21 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
     if cut_info:
         details["cut"] = cut_info
     return LoadedGraph(path, fmt, graph_def, inputs, outputs, output_names, details)
+
+
+def _read_inputs(graph_def, path: Path, inputs: list, details: dict) -> list:
+    """The inputs some output reads: one none reads (a SavedModel step's
+    sample-rate input, which Silero VAD's signature has) is pruned from the
+    graph, and was fed to it at the first run; ``details["unused_inputs"]``
+    names them (the build says so)."""
+    present = {n.name for n in graph_def.node}
+    unused = [i.name for i in inputs if i.name not in present]
+    if unused and len(unused) == len(inputs):
+        raise TfaotError(f"{path}: no output reads any of the inputs "
+                         f"({', '.join(unused)})")
+    if unused:
+        details["unused_inputs"] = unused
+    return [i for i in inputs if i.name in present]
 
 
 # Ops that decode or preprocess raw data before a network (an audio or image front end).
