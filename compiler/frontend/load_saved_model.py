@@ -121,7 +121,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
                 f"pairs named so are found, others are given with --state IN=OUT)") from None
         raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
                          f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
-    gd = inline_compiled_calls(frozen.graph.as_graph_def())
+    gd = _own_function_names(inline_compiled_calls(frozen.graph.as_graph_def()))
     in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
     outs = [t.name for t in frozen.outputs]
     signature_inputs = [(name, tuple(shape)) for name, shape in zip(in_names, shapes)]
@@ -142,6 +142,36 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
         loaded.output_names = [o if o in by_key else name
                                for o, name in zip(output_specs, loaded.output_names)]
     return loaded
+
+
+def _own_function_names(graph_def):
+    """``graph_def`` with its library's functions renamed (``NAME_tfaot``):
+    the frozen copies of a tf.cond's branches keep the names of the loaded
+    SavedModel's, which TensorFlow's eager context already holds with other
+    bodies, and tracing the step then failed ("Attempting to add a duplicate
+    function with name: __inference_cond_false_...")."""
+    names = {f.signature.name: f"{f.signature.name}_tfaot" for f in graph_def.library.function}
+    if not names:
+        return graph_def
+
+    def rename(attr_map):
+        for value in attr_map.values():
+            if value.HasField("func") and value.func.name in names:
+                value.func.name = names[value.func.name]
+            for func in value.list.func:
+                if func.name in names:
+                    func.name = names[func.name]
+
+    for node in graph_def.node:
+        rename(node.attr)
+    for function in graph_def.library.function:
+        function.signature.name = names[function.signature.name]
+        for node in function.node_def:
+            rename(node.attr)
+    for gradient in graph_def.library.gradient:
+        if gradient.function_name in names:
+            gradient.function_name = names[gradient.function_name]
+    return graph_def
 
 
 #: Ops that write a resource variable.

@@ -397,7 +397,9 @@ def _strip_module(asm: str) -> str:
 
 
 def _tensor_type(t: TensorInfo) -> str:
-    return f"tensor<{'x'.join(str(d) for d in t.shape)}x{dtype(t.dtype, f'tensor {t.name!r}').mlir}>"
+    """``tensor<1x20xf32>``; a scalar's ``tensor<i64>`` (a sample rate input)."""
+    dims = "".join(f"{d}x" for d in t.shape)
+    return f"tensor<{dims}{dtype(t.dtype, f'tensor {t.name!r}').mlir}>"
 
 
 def _dense(value: np.ndarray, name: str = "float32") -> str:
