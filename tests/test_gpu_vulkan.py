@@ -36,7 +36,7 @@ def _broadcast_residual():
     """BC-ResNet's broadcast residual: each frame plus its mean over
     frequency. IREE's SPIR-V for the mean fused with the add read the
     column sums with no barrier: half the channels had the previous step's
-    (lower/gpu_fences.py)."""
+    (lower/gpu_workarounds.py)."""
     import keras
 
     x = keras.Input((None, 2, 16))
@@ -44,9 +44,22 @@ def _broadcast_residual():
     return keras.Model(x, keras.layers.Add()([x, mean]))
 
 
+def _masked_gru():
+    """Masking before a recurrent layer: its 'any feature not the mask
+    value' is an or-reduction of booleans, which came out false on Vulkan
+    for every frame (the GRU never left its initial state)."""
+    import keras
+
+    keras.utils.set_random_seed(6)
+    x = keras.Input((None, 4))
+    h = keras.layers.GRU(8, return_sequences=True)(keras.layers.Masking(0.0)(x))
+    return keras.Model(x, h)
+
+
 MODELS = {
     "lstm40": _lstm40,
     "broadcast_residual": _broadcast_residual,
+    "masked_gru": _masked_gru,
     "stacked_lstm_last": lambda: keras_models.build("lstm_impl2_stacked_last"),
     "gru_seq": lambda: keras_models.build("gru_reset_after_seq_td"),
     "dense_stateless": lambda: keras_models.build("dense"),

@@ -8,8 +8,9 @@ the Target decides which of these rewrites the module gets:
    concatenation's constant parts are added after it (IREE lost their
    buffers: iree-notes 1.4); on GPU targets, ``dft`` writes out
    every real FFT as matrix products (IREE's own needs a table the GPU
-   host program loses) and ``gpu_fences`` keeps reductions across rows
-   out of their consumers' kernels (IREE's SPIR-V for the fusion races).
+   host program loses) and ``gpu_workarounds`` rewrites what IREE's GPU
+   code gets wrong (a reduction across rows fused with its consumers, a
+   reduction of booleans).
 1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
    pooling is a generic loop).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
@@ -33,8 +34,8 @@ import re
 from dataclasses import replace
 
 from ..target import Target
-from . import (activations, constant_concats, dft, gpu_fences, microkernel, patch_copies,
-               pooling, weight_globals)
+from . import (activations, constant_concats, dft, gpu_workarounds, microkernel,
+               patch_copies, pooling, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -52,7 +53,8 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
     mlir_text, _ = constant_concats.constants_added_to_concats(mlir_text)
     if target.is_gpu:
         mlir_text, _ = dft.expand_ffts(mlir_text, all_lengths=True)
-        mlir_text, _ = gpu_fences.fence_row_reductions(mlir_text)
+        mlir_text, _ = gpu_workarounds.fence_row_reductions(mlir_text)
+        mlir_text, _ = gpu_workarounds.integer_boolean_reductions(mlir_text)
     else:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
