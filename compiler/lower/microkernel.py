@@ -235,11 +235,17 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         back_to_f32: list = []  # the f32 forms of kernels' f16 results (_half_call)
         count = 0
         ops = function_ops(module)
+        # Decided before any rewrite: a value the rewrites create may take
+        # the address of one they erased, and a set of values (hashed by
+        # address) then took it for a constant; which convolutions stayed
+        # IREE's changed from build to build.
         constant = _constant_values(ops)
+        constant_input = [_input_is_constant(op, constant) for op in ops]
+        del constant
         matvec_min = (max(min_weights, int8_min_weights(int8_min)) if dtype == "int8"
                       else min_weights)
-        for op in ops:
-            if _input_is_constant(op, constant):
+        for op, input_is_constant in zip(ops, constant_input):
+            if input_is_constant:
                 continue
             w, conv, streams = _kernel_of(op, kinds, dtype, min_weights, matvec_min)
             if w is None:
