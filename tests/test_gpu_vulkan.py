@@ -56,8 +56,25 @@ def _masked_gru():
     return keras.Model(x, h)
 
 
+def _same_pools():
+    """An Inception-style block: a 1x1 convolution, an AveragePooling2D
+    and a MaxPooling2D padded 'same' with stride 1, and the input,
+    concatenated. The average's counts (a pooling of a constant) failed in
+    iree-compile's Vulkan host program ('util.buffer.subspan'), and so did
+    a fence on the max pooling before the concatenation."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(7)
+    x = keras.Input((16, 16, 8))
+    return keras.Model(x, L.concatenate([
+        L.Conv2D(4, 1)(x), L.AveragePooling2D(2, strides=1, padding="same")(x),
+        L.MaxPooling2D(3, strides=1, padding="same")(x), x]))
+
+
 MODELS = {
     "lstm40": _lstm40,
+    "same_pools": _same_pools,
     "broadcast_residual": _broadcast_residual,
     "masked_gru": _masked_gru,
     "stacked_lstm_last": lambda: keras_models.build("lstm_impl2_stacked_last"),
