@@ -59,9 +59,8 @@ def _masked_gru():
 def _same_pools():
     """An Inception-style block: a 1x1 convolution, an AveragePooling2D
     and a MaxPooling2D padded 'same' with stride 1, and the input,
-    concatenated. The average's counts (a pooling of a constant) failed in
-    iree-compile's Vulkan host program ('util.buffer.subspan'), and so did
-    a fence on the max pooling before the concatenation."""
+    concatenated. A fence on the max pooling before the concatenation failed
+    in iree-compile's Vulkan host program ('util.buffer.subspan')."""
     import keras
     from keras import layers as L
 
@@ -72,9 +71,20 @@ def _same_pools():
         L.MaxPooling2D(3, strides=1, padding="same")(x), x]))
 
 
+def _average_same():
+    """AveragePooling2D padded 'same' with stride 1: a fence on the pooling of
+    its constant counts failed in iree-compile's Vulkan host program
+    ('util.buffer.subspan'); only a reduction broadcast back is fenced."""
+    import keras
+
+    x = keras.Input((16, 16, 8))
+    return keras.Model(x, keras.layers.AveragePooling2D(2, strides=1, padding="same")(x))
+
+
 MODELS = {
     "lstm40": _lstm40,
     "same_pools": _same_pools,
+    "average_same": _average_same,
     "broadcast_residual": _broadcast_residual,
     "masked_gru": _masked_gru,
     "stacked_lstm_last": lambda: keras_models.build("lstm_impl2_stacked_last"),

@@ -18,18 +18,10 @@
   Masking layer asks whether any feature of a frame is not the mask value
   with one; on Vulkan every frame came out masked (the recurrent layer after
   it never left its initial state).
-* ``fold_constant_windows``: a sum over windows of a constant (the count of
-  valid elements an average pooling with padding 'same' divides by) is
-  computed here. IREE left it to the step, and its Vulkan host program
-  failed to compile ("failed to legalize operation 'util.buffer.subspan'":
-  NASNetMobile, any AveragePooling2D(padding='same')). The counts vary
-  along the padded axes only: the constant keeps those and is broadcast.
 """
 from __future__ import annotations
 
 import re
-
-import numpy as np
 
 
 def fence_row_reductions(mlir_text: str) -> tuple[str, int]:
@@ -127,73 +119,3 @@ def integer_boolean_reductions(mlir_text: str) -> tuple[str, int]:
 
     return _BOOLEAN_REDUCE.sub(replace, mlir_text), count
 
-
-def fold_constant_windows(mlir_text: str) -> tuple[str, int]:
-    """Rewrites each ``reduce_window`` sum of a splat constant as the
-    constant it is; returns the text and how many were."""
-    from .mlir_import import rewrite_each_op
-
-    return rewrite_each_op(mlir_text, "stablehlo.reduce_window", _fold_window)
-
-
-def _splat(value):
-    """The one f32 value of a splat ``stablehlo.constant`` ``value``, else None."""
-    from iree.compiler import ir
-
-    owner = value.owner
-    if not isinstance(owner, ir.OpView) or owner.operation.name != "stablehlo.constant":
-        return None
-    attr = ir.DenseElementsAttr(owner.attributes["value"])
-    if not attr.is_splat or str(ir.RankedTensorType(value.type).element_type) != "f32":
-        return None
-    return float(np.array(attr, dtype=np.float32).ravel()[0])
-
-
-def _fold_window(op) -> bool:
-    from iree.compiler import ir
-
-    if op.operation.name != "stablehlo.reduce_window" or len(op.operands) != 2:
-        return False
-    x, init = _splat(op.operands[0]), _splat(op.operands[1])
-    body = list(op.operation.regions[0].blocks[0].operations)
-    attrs = {a: op.attributes[a] for a in op.attributes}
-    if (x is None or init is None or len(body) != 2 or body[0].operation.name != "stablehlo.add"
-            or any(name in attrs and any(v != 1 for v in ir.DenseI64ArrayAttr(attrs[name]))
-                   for name in ("base_dilations", "window_dilations"))):
-        return False
-    shape = ir.RankedTensorType(op.operands[0].type).shape
-    window = list(ir.DenseI64ArrayAttr(attrs["window_dimensions"]))
-    strides = list(ir.DenseI64ArrayAttr(attrs["window_strides"])) \
-        if "window_strides" in attrs else [1] * len(shape)
-    pads = np.array(ir.DenseElementsAttr(attrs["padding"]), dtype=np.int64).reshape(-1, 2) \
-        if "padding" in attrs else np.zeros((len(shape), 2), np.int64)
-    sums = _window_sums(np.full(shape, x, np.float64), window, strides, pads) + init
-    out_type = ir.RankedTensorType(op.results[0].type)
-    if list(sums.shape) != list(out_type.shape):
-        return False
-    # (only the padded axes vary: one row along each of the others, broadcast)
-    kept = [i for i in range(sums.ndim) if pads[i].any()]
-    small = sums[tuple(slice(None) if i in kept else slice(0, 1) for i in range(sums.ndim))]
-    small = np.ascontiguousarray(small.astype(np.float32))
-    with ir.InsertionPoint(op), op.location:
-        constant = ir.Operation.create("stablehlo.constant", results=[ir.RankedTensorType.get(
-            small.shape, out_type.element_type)], attributes={
-            "value": ir.DenseElementsAttr.get(small)})
-        full = ir.Operation.create(
-            "stablehlo.broadcast_in_dim", results=[out_type], operands=[constant.results[0]],
-            attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get(range(sums.ndim))})
-    op.results[0].replace_all_uses_with(full.results[0])
-    op.operation.erase()
-    return True
-
-
-def _window_sums(x: np.ndarray, window: list[int], strides: list[int], pads) -> np.ndarray:
-    """The sums over each window of ``x`` padded with zeros (float64)."""
-    padded = np.pad(x, [(int(a), int(b)) for a, b in pads])
-    out = padded
-    for axis, (size, step) in enumerate(zip(window, strides)):
-        length = (out.shape[axis] - size) // step + 1
-        taps = [np.take(out, range(k, k + (length - 1) * step + 1, step), axis=axis)
-                for k in range(size)]
-        out = np.sum(taps, axis=0)
-    return out

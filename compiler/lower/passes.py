@@ -10,7 +10,7 @@ the Target decides which of these rewrites the module gets:
    every real FFT as matrix products (IREE's own needs a table the GPU
    host program loses) and ``gpu_workarounds`` rewrites what IREE's GPU
    code gets wrong (a reduction across rows fused with its consumers, a
-   reduction of booleans, a pooling of a constant).
+   reduction of booleans).
 1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
    pooling is a generic loop).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
@@ -55,7 +55,6 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = dft.expand_ffts(mlir_text, all_lengths=True)
         mlir_text, _ = gpu_workarounds.fence_row_reductions(mlir_text)
         mlir_text, _ = gpu_workarounds.integer_boolean_reductions(mlir_text)
-        mlir_text, _ = gpu_workarounds.fold_constant_windows(mlir_text)
     else:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
     if target.matvec_kernel == "tfaot":
