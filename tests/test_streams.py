@@ -363,3 +363,23 @@ def test_one_streams_rows_are_written_where_they_lie(built, name):
     assert f"return {name}_leave(ctx, {name}_write_stream_rows(ctx, stream, NULL));" in text
     if name == "running_max":
         assert "const uint32_t w = 0xFF7FFFFFu;" in text
+
+
+def test_a_step_pfor_cannot_batch_is_refused_in_one_line(tmp_path):
+    """A Resizing layer: TensorFlow's vectorization logged 200 lines (a
+    Python traceback at ERROR level) before tfaot's one-line refusal."""
+    import subprocess
+    import sys
+
+    import keras
+
+    x = keras.Input((8, 8, 1))
+    y = keras.layers.Conv2D(2, 3)(keras.layers.Resizing(6, 6, interpolation="nearest")(x))
+    keras.Model(x, y).save(tmp_path / "resized.keras")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "-q", "build", "resized.keras",
+                           "-o", "out", "--streams", "2"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "--streams 2: TensorFlow cannot batch the step" in lines[0], lines
+    assert "ResizeNearestNeighbor" in lines[0], lines

@@ -47,7 +47,7 @@ def batch_streams(program: StepProgram, count: int) -> StepProgram:
                                  fallback_to_while_loop=False)
 
     try:
-        with _shared_filter_depthwise_conv():
+        with _shared_filter_depthwise_conv(), _quiet_pfor():
             batched = tf.function(pure_step, input_signature=specs,
                                   autograph=False).get_concrete_function()
     except Exception as e:  # pfor names the op it has no batched form of
@@ -71,6 +71,22 @@ def _repeat(initial, count: int):
     if initial is None:
         return None
     return np.repeat(np.asarray(initial)[None], count, axis=0)
+
+
+@contextlib.contextmanager
+def _quiet_pfor():
+    """pfor logs each op it cannot batch at ERROR level, with a Python
+    traceback (200 lines for a Resizing layer): the one line tfaot says
+    after it is the message; the logger is silenced meanwhile."""
+    import logging
+
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager
