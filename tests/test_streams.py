@@ -383,3 +383,18 @@ def test_a_step_pfor_cannot_batch_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "--streams 2: TensorFlow cannot batch the step" in lines[0], lines
     assert "ResizeNearestNeighbor" in lines[0], lines
+
+
+def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys):
+    """A strided Conv2DTranspose builds with one stream; batched for two it
+    is an op with no StableHLO lowering, which said nothing of --streams."""
+    import keras
+
+    x = keras.Input((8, 8, 2))
+    keras.Model(x, keras.layers.Conv2DTranspose(4, 2, strides=2, padding="same")(x)).save(
+        tmp_path / "up.keras")
+    assert main(["-q", "build", str(tmp_path / "up.keras"), "-o", str(tmp_path / "out"),
+                 "--streams", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "Conv2DBackpropInput" in err and "for --streams" in err, err
+    assert "builds with one stream" in err, err

@@ -202,8 +202,12 @@ def check_legality(module, source: str) -> None:
     visit(module.operation)
     if bad:
         shown = "; ".join(dict.fromkeys(bad))  # unique, in order
+        # (--streams: TensorFlow's vectorization wrote the step's ops in
+        # batched forms, under its 'pfor' scope, of which not all lower)
+        hint = ("; these are the batched forms of ops that TensorFlow wrote for --streams "
+                "(the model builds with one stream)" if "/pfor/" in shown else "")
         raise TfaotError(f"{source}: {len(bad)} op(s) have no StableHLO lowering: "
-                         f"{_shorten(shown)}")
+                         f"{_shorten(shown)}{hint}")
 
 
 def _describe_illegal(op_name: str, location) -> str:
