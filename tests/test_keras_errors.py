@@ -174,3 +174,12 @@ def test_channels_first_input_is_not_told_unknown_features(head):
         layers.GlobalAveragePooling1D(data_format="channels_first")(h)
     _expect(keras.Model(x, y), "(1, 8, None) is open on axis 2, not on axis 1",
             "channels_first", "--whole-window")
+
+
+def test_a_hash_table_lookup_is_named():
+    """IntegerLookup streamed failed deep in the lowering ('mhlo.concatenate'
+    op operand #1 ... tensor<*xf32>) without naming the layer."""
+    x = keras.Input((3,), dtype="int32", batch_size=1)
+    ids = layers.IntegerLookup(vocabulary=[3, 7, 11, 42], name="ids")(x)
+    y = layers.Dense(2)(layers.Flatten()(layers.Embedding(5, 4)(ids)))
+    _expect(keras.Model(x, y), "'ids' (IntegerLookup)", "hash table", "before the model")

@@ -66,6 +66,7 @@ def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "auto")
     input's rank (``stream_choice``).
     """
     _scope_safe_names(model)
+    _check_lookups(model, source)
     plan = _plan(model, source, fixed_window)
     with _unrolled_rnns(model):  # a whole-window RNN: no TensorList loop to import
         if plan["mode"] == "recompute":
@@ -502,6 +503,23 @@ def time_length(model) -> int | None | bool:
     if len(shape) < 2 or (len(shape) == 2 and not tokens and shape[1] is not None):
         return False
     return None if shape[1] is None else int(shape[1])
+
+
+#: Keras layers that look their inputs up in a TensorFlow hash table
+LOOKUP_LAYERS = ("IntegerLookup", "StringLookup", "TextVectorization")
+
+
+def _check_lookups(model, source: str) -> None:
+    """A hash-table lookup has no StableHLO lowering: said naming the layer
+    (streamed, the build failed deep in the lowering on a ConcatV2)."""
+    for layer in _all_layers(model):
+        kind = type(layer).__name__
+        if kind in LOOKUP_LAYERS:
+            raise TfaotError(
+                f"{source}: layer '{layer.name}' ({kind}) looks its inputs up in a hash table, "
+                "which TensorFlow's converter to StableHLO cannot lower; map the values to "
+                "their indices before the model (in the firmware: a table of the vocabulary) "
+                "and build the model from the layer after it")
 
 
 def _check_batch(model, batch) -> None:
