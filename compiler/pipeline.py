@@ -227,16 +227,17 @@ class BuiltLibrary:
     manifest: dict
 
 
-def _record_graph_cut(manifest: dict, graph: GraphOptions, report: dict,
+def _record_graph_cut(manifest: dict, graph: GraphOptions | None, report: dict,
                       manifest_path: Path) -> None:
     """The graph options of the build and the state pairs fed back, in the
     manifest: ``tfaot verify`` cuts and runs the original graph the same way
     unless told otherwise; and whether a Keras model streamed from its
     traced graph (``_graph_of_keras``), which verify then runs."""
-    cut = {k: v for k, v in (("inputs", graph.inputs), ("outputs", graph.outputs),
-                             ("time_axis", graph.time_axis), ("state", graph.state),
-                             ("signature", graph.signature))
-           if v is not None}
+    cut = {} if graph is None else {
+        k: v for k, v in (("inputs", graph.inputs), ("outputs", graph.outputs),
+                          ("time_axis", graph.time_axis), ("state", graph.state),
+                          ("signature", graph.signature))
+        if v is not None}
     if cut:
         manifest["graph_cut"] = cut
     if report.get("state_feedback"):
@@ -303,7 +304,7 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                          activations=options.activations,
                          intermediates=options.intermediates)
     target = replace(target, streams=options.streams)
-    detect_format(Path(model_path))
+    fmt = detect_format(Path(model_path))
     sizes.check_model_files(model_path, options.limits, target)
     out_path = Path(options.out_dir or Path("build") / name)
     out = output_dir.prepare(out_path, model_path, force=options.force)
@@ -323,8 +324,9 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                                  target=target, workdir=temps, progress=progress,
                                  stream=program.stream)
         sizes.check_built(model_path, manifest.get("footprint", {}), options.limits)
-        _record_graph_cut(manifest, options.graph_options, program.report,
-                          out.staging / f"{name}.json")
+        # (the graph options of a Keras build were ignored, as the CLI warns)
+        _record_graph_cut(manifest, None if fmt in ("keras", "h5") else options.graph_options,
+                          program.report, out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)
         if options.intermediates == "f16" and manifest.get("intermediates") == "f32":

@@ -99,6 +99,15 @@ def test_graph_flags_on_a_keras_model_are_warned_about(keras_file, capsys):
     assert len(warning) == 1 and "--inputs" in warning[0] and "--state" in warning[0]
 
 
+def test_ignored_graph_flags_are_not_kept_in_the_manifest(keras_file, tmp_path, capsys):
+    """They were written to its graph_cut, which verify then applied to a
+    frozen graph of the same network (and refused its input's shape)."""
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(keras_file), "-o", str(out), "--inputs", "x:1x3"]) == 0
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert "graph_cut" not in manifest, manifest.get("graph_cut")
+
+
 def test_weights_file_without_large_constants_is_warned_about(tmp_path, capsys):
     import keras
 
