@@ -8,11 +8,11 @@
   lets other threads read every column's sum with no barrier in between:
   on lavapipe half the channels read the sums of the previous step. With a
   ``stablehlo.optimization_barrier`` on the reduction's result (where it
-  is broadcast back over the rows) the reduction is a dispatch of its own, whose result the next dispatch reads
-  after the pipeline barrier the runtime puts between dispatches
-  (runtime_shim/tfrt_vulkan.c). Reductions over the innermost axis (a
-  layer norm's, a softmax's) take another code path, which is right, and
-  stay fused.
+  is broadcast back over the rows) the reduction is a dispatch of its own,
+  whose result the next dispatch reads after the pipeline barrier the
+  runtime puts between dispatches (runtime_shim/tfrt_vulkan.c). Reductions
+  over the innermost axis (a layer norm's, a softmax's) take another code
+  path, which is right, and stay fused.
 * ``integer_boolean_reductions``: an ``or`` (``and``) reduction of booleans
   is a ``maximum`` (``minimum``) of 0/1 integers compared with 0. Keras'
   Masking layer asks whether any feature of a frame is not the mask value
@@ -118,4 +118,3 @@ def integer_boolean_reductions(mlir_text: str) -> tuple[str, int]:
         return "\n".join(match["indent"] + line for line in lines)
 
     return _BOOLEAN_REDUCE.sub(replace, mlir_text), count
-
