@@ -76,7 +76,8 @@ def load_and_streamify(model_path: str, progress: Progress,
             from .streamify_graph import streamify_graph
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
-            program = _fed_back_state(program, graph_options, model_path, progress)
+            program = _fed_back_state(program, graph_options, model_path, progress,
+                                      loaded.graph.details.get("loop_initial_states", ()))
         _refuse_float64(program, model_path)
         if streams != 1:
             from .lower.streams import batch_streams
@@ -154,11 +155,20 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
                       ", ".join(f"'{k}'" for k in unused) + "; the library does not take them")
 
 
-def _fed_back_state(program, graph_options, model_path: str, progress: Progress):
-    """A graph whose caller feeds its state back: that state kept inside."""
+def _fed_back_state(program, graph_options, model_path: str, progress: Progress,
+                    in_loops=()):
+    """A graph whose caller feeds its state back: that state kept inside.
+    ``in_loops``: state inputs that were a time loop's initial state, the
+    loop's own state now (graph_cut._loop_initial_states)."""
     from .streamify_graph import state_feedback
 
+    if in_loops:
+        progress.note(f"{model_path}: keeps the time loop's state that input(s) " +
+                      ", ".join(f"'{name}'" for name in in_loops) + " started from (zeros at "
+                      "reset; the loop's final state is the state after each step)")
     pairs = state_feedback.parse_pairs(graph_options.state if graph_options else None)
+    if pairs is not None:
+        pairs = [(a, b) for a, b in pairs if a not in in_loops]
     if pairs is None:
         pairs = state_feedback.find_pairs(program.signature)
         if pairs:

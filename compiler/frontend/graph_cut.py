@@ -106,8 +106,13 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                              "consumed by another (give them with --outputs NAME,...)")
         outputs = [f"{n.name}:0" for n in outs]
         output_names = [n.name for n in outs]
+    graph_def, loop_states = _loop_initial_states(graph_def, output_names, state_inputs)
+    if loop_states and input_specs:
+        input_specs = [(n, sh) for n, sh in input_specs if node_of(n) not in loop_states]
     details = dict(details or {})
     details["source_graph_def"] = graph_def
+    if loop_states:
+        details["loop_initial_states"] = loop_states
     inputs: list[GraphInput] = []
     feeds: list[str] = []
     cut_info: list[dict] = []
@@ -457,6 +462,60 @@ def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):
     chosen = {n.name for n in graph_def.node if n.op == "PlaceholderWithDefault"
               and (n.name in named or named_like_state(n.name, outputs))}
     return _edited(graph_def, chosen, promoted)
+
+
+#: the nodes that take a loop variable's initial value
+_LOOP_ENTRIES = ("Enter", "RefEnter", "While", "StatelessWhile")
+
+
+def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
+    """``graph_def`` with each state input (one --state names, or one whose
+    name pairs with an output's) that only sets a time loop's initial state
+    made zeros, and the names of those inputs. A TF1 dynamic_rnn fed
+    ``previous_state_c`` or a Keras recurrent layer's ``initial_state``
+    input, exported: such a loop was refused ("the initial value of state
+    ... depends on the input"). Streamed, the loop's state is the stream's,
+    from zeros at reset; its final value, an output, is the state after
+    each step."""
+    import numpy as np
+    import tensorflow as tf
+
+    from ..streamify_graph.state_feedback import named_like_state
+
+    nodes = {n.name: n for n in graph_def.node}
+    users: dict[str, list] = {}
+    for n in graph_def.node:
+        for i in n.input:
+            if not i.startswith("^"):
+                users.setdefault(node_of(i), []).append(n)
+
+    def feeds_loops_only(name: str, depth: int = 0) -> bool:
+        found = users.get(name, [])
+        return bool(found) and depth < 8 and all(
+            u.op in _LOOP_ENTRIES and not (u.op == "Enter" and u.attr["is_constant"].b)
+            or u.op == "Identity" and feeds_loops_only(u.name, depth + 1) for u in found)
+
+    chosen = {}
+    for n in graph_def.node:
+        if n.op not in ("Placeholder", "PlaceholderWithDefault") or not (
+                n.name in named or named_like_state(n.name, outputs)):
+            continue
+        shape = _placeholder_shape(n)
+        if shape is None or any(d is None for d in shape[1:]) or not feeds_loops_only(n.name):
+            continue
+        dtype = tf.dtypes.as_dtype(n.attr["dtype"].type)
+        chosen[n.name] = np.zeros([1 if d is None else d for d in shape], dtype.as_numpy_dtype)
+
+    def zeros(node):
+        value = chosen[node.name]
+        node.op = "Const"
+        del node.input[:]
+        dtype = node.attr["dtype"].type
+        node.attr.clear()
+        node.attr["dtype"].type = dtype
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+
+    return _edited(graph_def, set(chosen), zeros), sorted(chosen)
 
 
 def _edited(graph_def, names: set[str], edit):

@@ -44,12 +44,14 @@ def saved_model_version(path: Path, saved_model=None) -> int:
 
 
 def load_saved_model(path: Path, input_specs, output_specs,
-                     signature: str | None = None) -> LoadedGraph:
+                     signature: str | None = None,
+                     state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
     """``signature``: the signature to load (default: serving_default, else
-    the first by name); the choice and the others are in the details."""
+    the first by name); the choice and the others are in the details.
+    ``state_inputs``: the inputs of the --state pairs (graph_cut)."""
     sm = read_saved_model(path)
     if saved_model_version(path, sm) == 2:
-        return _load_saved_model_v2(path, input_specs, output_specs, signature)
+        return _load_saved_model_v2(path, input_specs, output_specs, signature, state_inputs)
     tags = list(sm.meta_graphs[0].meta_info_def.tags) or ["serve"]
     return _load_saved_model_v1(path, tags, input_specs, output_specs, signature)
 
@@ -71,7 +73,8 @@ def signature_details(key: str, sigs) -> dict:
     return {"signature": key, "signatures": sorted(sigs)}
 
 
-def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> LoadedGraph:
+def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
+                         state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -132,7 +135,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature) -> Lo
     by_key = dict(zip(out_keys, outs))
     out_specs = None if output_specs is None else [by_key.get(o, o) for o in output_specs]
     loaded = graph_def_to_loaded(
-        gd, path, "savedmodel", cuts or signature_inputs, out_specs,
+        gd, path, "savedmodel", cuts or signature_inputs, out_specs, state_inputs=state_inputs,
         details={"savedmodel_version": 2, **signature_details(key, sigs),
                  "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
     if output_specs is None:

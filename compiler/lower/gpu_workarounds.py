@@ -1,18 +1,23 @@
 """GPU targets: rewrites around IREE's GPU code generation bugs (3.13.0).
 
-* ``fence_row_reductions``: a reduction across rows is kept out of its
-  consumers' kernel. IREE's SPIR-V code for a reduction over an axis other
-  than the innermost, fused with an elementwise consumer of its result
-  (BC-ResNet's broadcast residual: a frame plus its mean over frequency),
-  sums each column into workgroup memory with one thread per column, then
-  lets other threads read every column's sum with no barrier in between:
-  on lavapipe half the channels read the sums of the previous step. With a
-  ``stablehlo.optimization_barrier`` on the reduction's result (where it
-  is broadcast back over the rows) the reduction is a dispatch of its own,
-  whose result the next dispatch reads after the pipeline barrier the
-  runtime puts between dispatches (runtime_shim/tfrt_vulkan.c). Reductions
-  over the innermost axis (a layer norm's, a softmax's) take another code
-  path, which is right, and stay fused.
+* ``fence_row_reductions``: a row reduction's result broadcast back over
+  the rows is computed in a kernel of its own. IREE's SPIR-V code for a
+  reduction over an axis other than the innermost (a mean over frequency,
+  a convolution over its taps), fused with an elementwise consumer of its
+  result broadcast back (BC-ResNet's broadcast residual), sums each column
+  into workgroup memory with one thread per column, then lets other
+  threads read every column's sum with no barrier in between: on lavapipe
+  half the channels read the sums of the previous step. With a
+  ``stablehlo.optimization_barrier`` on the broadcast's operand, the
+  reduction is a dispatch of its own, whose result the broadcast's
+  dispatch reads after the pipeline barrier the runtime puts between
+  dispatches (runtime_shim/tfrt_vulkan.c). Reductions over the innermost
+  axis (a layer norm's, a softmax's, Masking's) take another code path,
+  which is right, and stay fused. The fence is put nowhere else: IREE's
+  Vulkan host program then failed to compile ("failed to legalize
+  operation 'util.buffer.subspan'") for an Inception block (a max pooling
+  before a concatenation) and a masked GRU, and still does for a whole
+  BC-ResNet block (said as an IREE bug, pointing to --target cpu).
 * ``integer_boolean_reductions``: an ``or`` (``and``) reduction of booleans
   is a ``maximum`` (``minimum``) of 0/1 integers compared with 0. Keras'
   Masking layer asks whether any feature of a frame is not the mask value
@@ -25,65 +30,61 @@ import re
 
 
 def fence_row_reductions(mlir_text: str) -> tuple[str, int]:
-    """Rewrites qualifying reductions; returns the text and how many were."""
+    """Fences each broadcast of a row reduction's result; returns the text
+    and how many were."""
     from .mlir_import import rewrite_each_op
 
-    return rewrite_each_op(mlir_text, "stablehlo.reduce", _fence)
+    return rewrite_each_op(mlir_text, "stablehlo.broadcast_in_dim", _fence)
 
 
 def _reduces_rows(op) -> bool:
-    """Whether ``op`` reduces some axis but not its operand's innermost."""
+    """Whether ``op`` sums across rows: a reduction of some axis but not its
+    operand's innermost, a pooling window, or a convolution (over its taps)."""
     from iree.compiler import ir
 
-    if op.operation.name not in ("stablehlo.reduce", "stablehlo.reduce_window"):
+    name = op.operation.name
+    if name in ("stablehlo.reduce_window", "stablehlo.convolution"):
+        return True
+    if name != "stablehlo.reduce":
         return False
     last = ir.RankedTensorType(op.operands[0].type).rank - 1
-    if op.operation.name == "stablehlo.reduce":
-        axes = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-    elif op.operation.name == "stablehlo.reduce_window":
-        window = list(ir.DenseI64ArrayAttr(op.attributes["window_dimensions"]))
-        axes = [i for i, size in enumerate(window) if size > 1]
+    axes = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
     return bool(axes) and last not in axes
 
 
-def _broadcast_back(op, depth: int = 4) -> bool:
-    """Whether a ``broadcast_in_dim`` takes ``op``'s result within ``depth``
-    ops (through reshapes and elementwise math): the reduction's result is
-    spread back over the rows, the fusion IREE gets wrong. A fence
-    elsewhere is not only useless: before a concatenation (a max pooling
-    branch of an Inception block) it made the Vulkan host program fail to
-    compile ("failed to legalize operation 'util.buffer.subspan'")."""
-    if depth == 0:
+def _from_row_reduction(value, depth: int = 6) -> bool:
+    """Whether ``value`` is a row reduction's result, through at most
+    ``depth`` reshapes and elementwise ops (an average's division)."""
+    from iree.compiler import ir
+
+    owner = value.owner
+    if not isinstance(owner, ir.OpView) or depth == 0:
         return False
-    for result in op.results:
-        for use in result.uses:
-            user = use.owner
-            name = user.operation.name if hasattr(user, "operation") else user.name
-            if name == "stablehlo.broadcast_in_dim":
-                return True
-            if name in _PASSING and _broadcast_back(user, depth - 1):
-                return True
-    return False
+    if _reduces_rows(owner):
+        return True
+    return owner.operation.name in _PASSING and any(
+        _from_row_reduction(v, depth - 1) for v in owner.operands)
 
 
-#: ops between a reduction and the broadcast of its result (an average's division)
+#: ops between a row reduction and the broadcast of its result
 _PASSING = {"stablehlo.reshape", "stablehlo.divide", "stablehlo.multiply", "stablehlo.add",
-            "stablehlo.subtract", "stablehlo.convert", "stablehlo.sqrt", "stablehlo.rsqrt"}
+            "stablehlo.subtract", "stablehlo.convert", "stablehlo.sqrt", "stablehlo.rsqrt",
+            "stablehlo.logistic", "stablehlo.tanh", "stablehlo.maximum", "stablehlo.minimum",
+            "stablehlo.negate", "stablehlo.exponential"}
 
 
 def _fence(op) -> bool:
+    """A barrier between a row reduction's result and its broadcast back."""
     from iree.compiler import ir
 
-    if not _reduces_rows(op) or not _broadcast_back(op):
+    if op.operation.name != "stablehlo.broadcast_in_dim" or \
+            not _from_row_reduction(op.operands[0]):
         return False
-    results = list(op.results)
-    with ir.InsertionPoint.after(op), op.location:
-        fence = ir.Operation.create("stablehlo.optimization_barrier",
-                                    results=[r.type for r in results], operands=results)
-    for result, fenced in zip(results, fence.results):
-        for use in list(result.uses):
-            if use.owner.operation != fence.operation:
-                use.owner.operands[use.operand_number] = fenced
+    value = op.operands[0]
+    with ir.InsertionPoint(op), op.location:
+        fence = ir.Operation.create("stablehlo.optimization_barrier", results=[value.type],
+                                    operands=[value])
+    op.operands[0] = fence.results[0]
     return True
 
 
