@@ -243,6 +243,10 @@ def _sig(inputs, outputs):
     (["x", "prev/state"], ["y", "next/state"], [("prev/state", "next/state")]),
     (["x", "bias_in"], ["y", "bias_out"], []),  # not named a state
     (["x", "hidden"], ["y", "hidden"], []),  # the same name is not a pair
+    # Silero VAD's and PyTorch's names: state -> stateN, h -> hn, c -> cn
+    (["input", "state", "sr"], ["output", "stateN"], [("state", "stateN")]),
+    (["x", "h", "c"], ["y", "hn", "cn"], [("h", "hn"), ("c", "cn")]),
+    (["x", "bias"], ["y", "biasn"], []),  # not named a state
 ])
 def test_found_pairs(inputs, outputs, pairs):
     assert find_pairs(_sig(inputs, outputs)) == pairs

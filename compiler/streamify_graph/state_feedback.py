@@ -57,6 +57,14 @@ def _stem(name: str, words: tuple[str, ...]) -> str:
     return "_".join(parts)
 
 
+def _stems_after(name: str) -> set[str]:
+    """The stems an output named ``name`` may pair by: less an after-word
+    (``new_state_h``), or less a trailing ``n`` (Silero VAD's and
+    PyTorch's ``state`` -> ``stateN``, ``h`` -> ``hn``, ``c`` -> ``cn``)."""
+    stem = _stem(name, _AFTER)
+    return {stem, stem[:-1]} if len(stem) > 1 and stem.endswith("n") else {stem}
+
+
 def _is_state_name(stem: str) -> bool:
     return any(p in _STATE_WORDS for p in stem.split("_"))
 
@@ -65,7 +73,7 @@ def named_like_state(name: str, outputs: list[str]) -> bool:
     """Whether an input named ``name`` says it is a state and one of
     ``outputs`` has the matching name (``find_pairs``, by names alone)."""
     stem = _stem(name, _BEFORE)
-    return _is_state_name(stem) and any(_stem(o, _AFTER) == stem and _node(o) != _node(name)
+    return _is_state_name(stem) and any(stem in _stems_after(o) and _node(o) != _node(name)
                                         for o in outputs)
 
 
@@ -77,7 +85,7 @@ def find_pairs(signature: ProgramSignature) -> list[tuple[str, str]]:
         if not _is_state_name(stem):
             continue
         matches = [o for o in signature.outputs
-                   if _stem(o.name, _AFTER) == stem and o.name != inp.name
+                   if stem in _stems_after(o.name) and o.name != inp.name
                    and tuple(o.shape) == tuple(inp.shape) and o.dtype == inp.dtype
                    and inp.dtype == "float32"]
         if len(matches) == 1:
