@@ -325,3 +325,41 @@ def test_a_step_that_branches_on_a_scalar_input_builds(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def test_a_time_loop_started_from_state_inputs_streams(tmp_path, capsys):
+    """A TF1 dynamic_rnn whose initial state is previous_state_c/h (fed back
+    by the caller, new_state_c/h out), as DeepSpeech-style graphs export it:
+    refused ("the initial value of state ... depends on the input"). The
+    loop's state is the stream's now, from zeros at reset."""
+    import tensorflow as tf
+
+    import graph_models
+
+    tf1, cells = tf.compat.v1, graph_models.legacy_cells()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [1, None, 6], name="input_node")
+        c0 = tf1.placeholder(tf.float32, [1, 8], name="previous_state_c")
+        h0 = tf1.placeholder(tf.float32, [1, 8], name="previous_state_h")
+        cell = cells.LSTMCell(8, initializer=tf1.glorot_uniform_initializer(seed=1))
+        outs, final = tf1.nn.dynamic_rnn(cell, x, initial_state=cells.LSTMStateTuple(c0, h0))
+        w = tf.constant(np.random.default_rng(5).normal(size=(8, 3)).astype(np.float32))
+        tf.identity(tf.einsum("btf,fg->btg", outs, w), name="logits")
+        tf.identity(final.c, name="new_state_c")
+        tf.identity(final.h, name="new_state_h")
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            frozen = tf1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), ["logits", "new_state_c", "new_state_h"])
+    path = tmp_path / "ds.pb"
+    path.write_bytes(frozen.SerializeToString())
+    out = tmp_path / "lib"
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    assert "keeps the time loop's state that input(s) 'previous_state_c'" in \
+        capsys.readouterr().err
+    manifest = json.loads((out / "ds.json").read_text())
+    assert [i["name"] for i in manifest["inputs"]] == ["input_node"], manifest["inputs"]
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(": ok" in line for line in lines), lines

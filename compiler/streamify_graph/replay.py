@@ -578,7 +578,9 @@ class Emitter:
                 if m.kind not in STATIC_KINDS:
                     raise Fail(f"loop '{loop.name}': the initial value of state {v.index} "
                                f"('{v.operand}') depends on the input ({m}); only constant "
-                               "initial states can be streamed")
+                               "initial states can be streamed (a state input the caller "
+                               "feeds back: name its pair with --state IN=OUT, and the loop "
+                               "keeps it, from zeros at reset)")
                 input_map[f"{v.arg}:0"] = self.state_inputs[(loop.name, v.index)]
                 fetch.append(v.ret)
                 out_metas[v.index] = STEP
