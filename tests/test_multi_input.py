@@ -1,6 +1,7 @@
 """Models with several inputs (two feature streams; features + a per-step
 token or conditioning input): the typed NAME_inputs struct, the harness,
 verify, a C driver, against TensorFlow."""
+import json
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,12 @@ def _refused(model, out) -> str:
                            "-q"], capture_output=True, text=True)
     assert proc.returncode != 0, proc.stderr
     return proc.stderr
+
+
+def _held_inputs(out) -> list[tuple[str, bool]]:
+    """(name, held) of each input of the library built into ``out``."""
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    return [(i["name"], i.get("held", False)) for i in manifest["inputs"]]
 
 
 def _verify(path, out, *extra):
@@ -295,8 +302,6 @@ def test_a_conditioning_vector_added_to_every_frame_is_held(tmp_path):
     is held (one value a stream: header, manifest), the library equals
     Keras over a sequence with one conditioning vector, and verify holds it
     fixed. A value pooled from the sequence is still no conditioning vector."""
-    import json
-
     import keras
     import tensorflow as tf
 
@@ -310,8 +315,7 @@ def test_a_conditioning_vector_added_to_every_frame_is_held(tmp_path):
     path, out = tmp_path / "cond.keras", tmp_path / "lib"
     model.save(path)
     _build(path, out)
-    manifest = json.loads((out / "cond.json").read_text())
-    assert [i.get("held", False) for i in manifest["inputs"]] == [False, True]
+    assert _held_inputs(out) == [("features", False), ("cond", True)]
     assert "#define COND_INPUT1_HELD 1" in (out / "cond.h").read_text()
     rng = np.random.default_rng(4)
     xs = rng.normal(size=(1, STEPS, 5)).astype(np.float32)
@@ -334,8 +338,6 @@ def test_an_initial_state_from_a_conditioning_input_is_held(tmp_path):
     steps, after a reset too with another vector, and verify passes. An
     initial state computed from the sequence (an encoder's last output) is
     still refused."""
-    import json
-
     import keras
     from keras import layers as L
 
@@ -348,8 +350,7 @@ def test_an_initial_state_from_a_conditioning_input_is_held(tmp_path):
     path, out = tmp_path / "init.keras", tmp_path / "lib"
     model.save(path)
     _build(path, out)
-    manifest = json.loads((out / "init.json").read_text())
-    assert [i.get("held", False) for i in manifest["inputs"]] == [False, True]
+    assert _held_inputs(out) == [("features", False), ("cond", True)]
     lib = harness.load(out)
     rng = np.random.default_rng(6)
     for _ in range(2):  # the second sequence after a reset, from its own state
@@ -372,8 +373,6 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     whole-sequence tensor"). It streams, the input is held, and the library
     equals the SavedModel; the sequence times its own running mean still
     does not stream that way."""
-    import json
-
     import keras
     import tensorflow as tf
 
@@ -391,8 +390,7 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     path, out = tmp_path / "sm", tmp_path / "lib"
     model.export(path, verbose=False)
     _build(path, out)
-    manifest = json.loads(next(out.glob("*.json")).read_text())
-    held = {i["name"]: i.get("held", False) for i in manifest["inputs"]}
+    held = dict(_held_inputs(out))
     assert held == {"cond": True, "features": False}, held
     rng = np.random.default_rng(4)
     xs = rng.normal(size=(1, STEPS, 5)).astype(np.float32)
@@ -414,8 +412,6 @@ def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
     the sequence's frames and concatenates it to each frame before a GRU
     (refused: "mixes a per-step tensor with a whole-sequence tensor"): the
     vector's input is held, and the library equals the graph over 120 steps."""
-    import json
-
     import keras
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
@@ -440,9 +436,7 @@ def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
     path, out = tmp_path / "concat_cond.pb", tmp_path / "lib"
     path.write_bytes(graph_def.SerializeToString())
     _build(path, out)
-    manifest = json.loads((out / "concat_cond.json").read_text())
-    assert {i["name"]: i.get("held", False) for i in manifest["inputs"]} == \
-        {"x": False, "cond": True}
+    assert dict(_held_inputs(out)) == {"x": False, "cond": True}
     rng = np.random.default_rng(6)
     xs = rng.normal(size=(1, STEPS, 4)).astype(np.float32)
     c = rng.normal(size=(1, 3)).astype(np.float32)

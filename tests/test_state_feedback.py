@@ -257,6 +257,23 @@ def test_parse_pairs():
     assert parse_pairs("a:0=b, c=d:0") == [("a", "b"), ("c", "d")]
 
 
+def _vad_step(path, step):
+    """A SavedModel of ``step(input[1, 20], state[1, 32], sr)``, Silero VAD's
+    signature (its sample rate a scalar int64)."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 20], tf.float32, name="input"),
+                                      tf.TensorSpec([1, 32], tf.float32, name="state"),
+                                      tf.TensorSpec([], tf.int64, name="sr")])
+        def __call__(self, x, state, sr):
+            return step(x, state, sr)
+
+    model = Step()
+    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    return path
+
+
 def test_a_signature_input_no_output_reads_is_left_out(tmp_path, capsys):
     """Silero VAD's step signature: (input, state, sr), where this step does
     not read the sample rate. Freezing prunes 'sr', and the first run of the
@@ -268,17 +285,11 @@ def test_a_signature_input_no_output_reads_is_left_out(tmp_path, capsys):
     w = tf.constant(rng.normal(0, 0.3, (52, 32)).astype(np.float32))
     v = tf.constant(rng.normal(0, 0.3, (32, 1)).astype(np.float32))
 
-    class Step(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([1, 20], tf.float32, name="input"),
-                                      tf.TensorSpec([1, 32], tf.float32, name="state"),
-                                      tf.TensorSpec([], tf.int64, name="sr")])
-        def __call__(self, x, state, sr):
-            h = tf.tanh(tf.concat([x, state], -1) @ w)
-            return {"output": tf.sigmoid(h @ v), "stateN": h}
+    def step(x, state, sr):
+        h = tf.tanh(tf.concat([x, state], -1) @ w)
+        return {"output": tf.sigmoid(h @ v), "stateN": h}
 
-    model = Step()
-    path = tmp_path / "vad"
-    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    path = _vad_step(tmp_path / "vad", step)
     out = tmp_path / "lib"
     assert main(["build", str(path), "-o", str(out), "--state", "state=stateN"]) == 0
     assert "no output reads input(s) 'sr'" in capsys.readouterr().err
@@ -298,18 +309,12 @@ def test_a_step_that_branches_on_a_scalar_input_builds(tmp_path, capsys):
     rng = np.random.default_rng(4)
     w = tf.constant(rng.normal(0, 0.3, (52, 32)).astype(np.float32))
 
-    class Step(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([1, 20], tf.float32, name="input"),
-                                      tf.TensorSpec([1, 32], tf.float32, name="state"),
-                                      tf.TensorSpec([], tf.int64, name="sr")])
-        def __call__(self, x, state, sr):
-            x = tf.cond(sr > 12000, lambda: x, lambda: x * 0.5)
-            h = tf.tanh(tf.concat([x, state], -1) @ w)
-            return {"output": tf.reduce_mean(h, -1, keepdims=True), "stateN": h}
+    def step(x, state, sr):
+        x = tf.cond(sr > 12000, lambda: x, lambda: x * 0.5)
+        h = tf.tanh(tf.concat([x, state], -1) @ w)
+        return {"output": tf.reduce_mean(h, -1, keepdims=True), "stateN": h}
 
-    model = Step()
-    path = tmp_path / "vad"
-    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    path = _vad_step(tmp_path / "vad", step)
     out = tmp_path / "lib"
     # (in a process of its own: in this one TensorFlow already holds the
     # branches as traced here, and the clash does not show)

@@ -482,18 +482,22 @@ def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
 
     from ..streamify_graph.state_feedback import named_like_state
 
-    nodes = {n.name: n for n in graph_def.node}
     users: dict[str, list] = {}
     for n in graph_def.node:
         for i in n.input:
             if not i.startswith("^"):
                 users.setdefault(node_of(i), []).append(n)
 
+    def sets_initial_value(user) -> bool:
+        # (an Enter of a constant holds a value every iteration reads)
+        return user.op in _LOOP_ENTRIES and not (user.op == "Enter"
+                                                 and user.attr["is_constant"].b)
+
     def feeds_loops_only(name: str, depth: int = 0) -> bool:
         found = users.get(name, [])
         return bool(found) and depth < 8 and all(
-            u.op in _LOOP_ENTRIES and not (u.op == "Enter" and u.attr["is_constant"].b)
-            or u.op == "Identity" and feeds_loops_only(u.name, depth + 1) for u in found)
+            sets_initial_value(u) or u.op == "Identity" and feeds_loops_only(u.name, depth + 1)
+            for u in found)
 
     chosen = {}
     for n in graph_def.node:

@@ -121,9 +121,7 @@ def _rfft(ops: "_Ops", x: str, result: str, n: int) -> None:
     bins = n // 2 + 1
     factors = split(n)
     if factors is None:
-        re_m, im_m = _roots(n, bins, n, -1)
-        spectrum = (ops.matmul(x, [n], ops.const(re_m)), ops.matmul(x, [n], ops.const(im_m)))
-        ops.complex(spectrum, [bins], result)
+        ops.complex(ops.real_by_complex(x, [n], _roots(n, bins, n, -1)), [bins], result)
         return
     n2, n1 = factors  # the bigger factor first: its product is real by complex
     # Only the columns d of the last product that reach a bin j = c + n1 d <= n/2.
@@ -213,9 +211,7 @@ class _Ops:
         return self._emit(f"stablehlo.negate {a} : {self._type(last)}")
 
     def real_by_complex(self, x: str, x_last: list[int], matrix) -> tuple[str, str]:
-        out = (self.matmul(x, x_last, self.const(matrix[0])),
-               self.matmul(x, x_last, self.const(matrix[1])))
-        return out
+        return tuple(self.matmul(x, x_last, self.const(part)) for part in matrix)
 
     def complex_by_complex(self, x: tuple[str, str], x_last: list[int], matrix) -> tuple[str, str]:
         m_re, m_im = self.const(matrix[0]), self.const(matrix[1])

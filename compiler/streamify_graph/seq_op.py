@@ -114,9 +114,11 @@ class SeqOp:
         if value is None or value.kind != "static" or \
                 self._time_entries(shape_in) != {self.a}:
             return False
+        if node.op == "Fill":
+            return True  # (of a scalar: one value)
         source = self.em.tensors.get(tname(value_in))
-        if node.op == "Fill" or source is None:
-            return node.op == "Fill"
+        if source is None:
+            return False
         # (the repeated value has one frame, or none, along the time axis)
         pos = self.a - (self.rank - source.shape.rank)
         return pos < 0 or source.shape[pos] == 1
