@@ -281,6 +281,49 @@ def test_verify_command(built, tmp_path, name, builder):
         assert r.steps >= 100 and r.ok
 
 
+def _stateful_one_frame():
+    """The usual Keras streaming recipe: batch_shape (1, 1, F), stateful=True,
+    called once per frame with the state carried between calls."""
+    import keras
+    from keras import layers as L
+    x = keras.Input(batch_shape=(1, 1, 5))
+    h = L.GRU(8, stateful=True, return_sequences=True)(x)
+    return keras.Model(x, L.Dense(2)(L.LSTM(8, stateful=True, return_sequences=True)(h)))
+
+
+def _stateful_chunks():
+    """Stateful over chunks of 4 frames, a last output per chunk."""
+    import keras
+    from keras import layers as L
+    x = keras.Input(batch_shape=(1, 4, 5))
+    return keras.Model(x, L.Dense(2)(L.LSTM(8, stateful=True)(x)))
+
+
+@pytest.mark.parametrize("name,builder,compared", [("stateful_1", _stateful_one_frame, 120),
+                                                   ("stateful_4", _stateful_chunks, 30)])
+def test_verify_carries_a_stateful_models_state(built, name, builder, compared):
+    """A stateful model of fixed length T is Keras called T frames at a time
+    with its state carried: verify compares one run of 120 steps against
+    that (each chunk's last step for a last output), not T-frame runs from
+    reset, which would pass a library that lost its state between calls."""
+    from tfaot.verify import verify
+    from tfaot.verify.keras_reference import keras_stateful_reference
+    model, out = built(name, builder)
+    results = verify(str(out.parent / f"{name}.keras"), out, steps=120, seed=0, tol=TOL)
+    assert [(r.ok, r.steps, r.unit) for r in results] == [(True, compared, "steps")], results
+    # The reference itself: Keras over the chunks, state carried, is the
+    # library stepped over all 120 frames without a reset.
+    lib = harness.load(out)
+    xs = np.random.default_rng(3).normal(size=(120, *lib.input_shape)).astype(np.float32)
+    want = keras_stateful_reference(model, [xs], model.inputs[0].shape[1],
+                                    lib.output_shapes)[0]
+    lib.reset()
+    got = np.stack([lib.step(x) for x in xs])
+    defined = ~np.ma.getmaskarray(want).reshape(len(want), -1).any(axis=1)
+    assert defined.sum() == compared
+    assert np.abs(got[defined] - np.ma.getdata(want)[defined]).max() <= TOL
+
+
 def _fixed_window_average():
     import keras
     from keras import layers as L

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import TfaotError, first_line
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, embedding_rows,
+                              has_stateful_layers, keras_stateful_reference,
                               fixed_time_length, keras_multi_input_reference, keras_reference,
                               keras_reference_model, library_stream, output_heads, random_inputs)
 from .graph import GraphReference, build_cut, feedback_reference, token_limit  # noqa: F401
@@ -180,6 +181,8 @@ def _make_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) ->
     else:
         stream = library_stream(lib, loaded.keras_model, model_path)
         fixed = fixed_time_length(loaded.keras_model) if stream.mode == "prefix" else None
+        if fixed is not None and _carries_state(loaded, lib, stream):
+            return _stateful_case(loaded, lib, rng, steps, fixed, tol, model_path, lib_dir)
         if fixed is not None and steps > fixed:
             return _sequences_case(loaded, lib, rng, steps, fixed, tol, model_path, lib_dir)
     xs, wants = _inputs_and_references(loaded, lib, rng, steps, model_path, lib_dir)
@@ -202,6 +205,29 @@ def _sequences_case(loaded, lib, rng, steps: int, length: int, tol: float, model
                 mine.add(k, step, stream, value)
     return Case(runs, checks, tol, f"steps in {sequences} sequences of {length} frames",
                 signature(lib))
+
+
+def _carries_state(loaded, lib, stream) -> bool:
+    """Whether a fixed-length Keras model keeps its state from call to call
+    (``stateful=True`` recurrent layers: it streams as Keras runs it, not
+    from reset every T frames), with every input streamed a frame a step."""
+    return (has_stateful_layers(loaded.keras_model) and all(lib.input_streamed)
+            and stream.frames_per_step == 1)
+
+
+def _stateful_case(loaded, lib, rng, steps: int, length: int, tol: float, model_path,
+                   lib_dir) -> Case:
+    """A model with stateful recurrent layers: one run of ``steps`` frames
+    (rounded up to whole calls of ``length``) against Keras called on each
+    chunk in turn, its state carried between the calls."""
+    check_input_shape(loaded.keras_model, lib, model_path, lib_dir,
+                      library_stream(lib, loaded.keras_model, model_path))
+    steps = -(-steps // length) * length
+    xs = [random_inputs(rng, (steps, *shape), dt, embedding_rows(loaded.keras_model))
+          for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+    wants = keras_stateful_reference(keras_reference_model(loaded, keep_stateful=True), xs,
+                                     length, lib.output_shapes)
+    return _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
 
 
 def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):

@@ -151,17 +151,53 @@ def check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
                          f"{model_path} takes {show(expected)}; was it built from this model?")
 
 
-def keras_reference_model(loaded):
+def keras_reference_model(loaded, keep_stateful: bool = False):
     """The model to take reference outputs from: the file read by the
     framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``),
-    a subclassed model or custom blocks as the file defines them."""
+    a subclassed model or custom blocks as the file defines them; its
+    stateful recurrent layers made stateless unless ``keep_stateful``."""
     from ..frontend import keras2
 
     if keras2.is_keras2_file(loaded.path, loaded.format):
-        return _without_stateful_layers(keras2.load_reference(loaded.path, loaded.format))
-    if loaded.keras_original is not None:  # the user's own calls, not their trace
-        return _without_stateful_layers(loaded.keras_original)
-    return _without_stateful_layers(loaded.keras_model)
+        model = keras2.load_reference(loaded.path, loaded.format)
+    elif loaded.keras_original is not None:  # the user's own calls, not their trace
+        model = loaded.keras_original
+    else:
+        model = loaded.keras_model
+    return model if keep_stateful else _without_stateful_layers(model)
+
+
+def has_stateful_layers(model) -> bool:
+    """Whether ``model`` has a recurrent layer with ``stateful=True``."""
+    layers = getattr(model, "_flatten_layers", lambda: [])()
+    return any(getattr(layer, "stateful", False) for layer in layers)
+
+
+def keras_stateful_reference(model, xs: list, length: int, step_outputs) -> list:
+    """What each step must return for a model with stateful recurrent layers
+    (input (1, T, ...), T = ``length``), per output ``(steps, *step
+    output)``, masked where not defined: the model called on consecutive
+    T-frame chunks of the streamed inputs ``xs`` ((steps, 1, ...) each), its
+    state carried from call to call as Keras does, from ``reset_states``.
+    A sequence output defines every step, a last output each chunk's last."""
+    import tensorflow as tf
+
+    for layer in model._flatten_layers():
+        if getattr(layer, "stateful", False) and hasattr(layer, "reset_states"):
+            layer.reset_states()
+    steps = len(xs[0])
+    frames = [x.reshape(1, steps, *x.shape[2:]) for x in xs]
+    wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
+    for start in range(0, steps - length + 1, length):
+        chunk = [f[:, start:start + length] for f in frames]
+        ys = tf.nest.flatten(model(chunk if len(chunk) > 1 else chunk[0], training=False))
+        for want, y, shape in zip(wants, ys, step_outputs):
+            y = np.asarray(y)
+            if y.ndim == len(shape) + 1:  # the output keeps the time axis
+                want[start:start + length] = np.swapaxes(y, 0, 1)
+            else:
+                want[start + length - 1] = y
+    return wants
 
 
 def _without_stateful_layers(model):
