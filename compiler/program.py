@@ -99,6 +99,11 @@ class StreamInfo:
     ``streams`` (``--streams N``): independent streams one context steps
     together; every input, output and state then has a leading axis of N
     (stream i's tensors are row i), in front of the one stream's shape.
+
+    ``end_pads``: graph nodes that pad the sequence's end with as many zeros
+    as its length asks for (YAMNet's whole patches); they only complete
+    the last window of a sequence that ends, so the stream passes its
+    frames through them, and its reference is the model without them.
     """
 
     mode: str = "stateless"
@@ -110,19 +115,26 @@ class StreamInfo:
     delay: int = 0                    # frames between the window's end and the step's last
     recompute: str = ""               # why each step recomputes the whole window ("" = no)
     streams: int = 1                  # independent streams per context (--streams)
+    end_pads: tuple[str, ...] = ()    # end paddings passed through (graph nodes)
 
     def to_json(self) -> dict[str, Any]:
-        return {"mode": self.mode, "time_axis": self.time_axis,
+        data = {"mode": self.mode, "time_axis": self.time_axis,
                 "fixed_length": self.fixed_length, "frames_per_step": self.frames_per_step,
                 "window": self.window, "first_valid_step": self.first_valid_step,
                 "delay": self.delay, "recompute": self.recompute, "streams": self.streams}
+        if self.end_pads:
+            data["end_pads"] = list(self.end_pads)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "StreamInfo":
         if not data:
             return cls()
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in known}
+        if "end_pads" in fields:
+            fields["end_pads"] = tuple(fields["end_pads"])
+        return cls(**fields)
 
 
 @dataclass

@@ -54,15 +54,66 @@ def _frames_model(length: int, step: int, pad_end: bool = False):
     return Frames()
 
 
-def _built_and_verified(module, tmp_path: Path, tol: float) -> tuple[float, dict]:
+def _yamnet_like(padded: bool = True):
+    """YAMNet's signature in small: a waveform (None,) without a batch axis,
+    padded at the end to whole patches (features.pad_waveform), an STFT,
+    a log mel spectrogram, patches of 12 of its frames every 6
+    (tf.signal.frame along axis 0, the patches a batch) and a small
+    convolutional net per patch; outputs the scores, the embeddings and the
+    spectrogram (48 of its frames a step: a step returns the last)."""
+    import keras
+    import tensorflow as tf
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    window, hop, patch, patch_hop = 64, 16, 12, 6
+    patch_in = keras.Input((patch, 20))
+    h = L.Reshape((patch, 20, 1))(patch_in)
+    h = L.Conv2D(4, 3, strides=2, padding="same", activation="relu")(h)
+    h = L.DepthwiseConv2D(3, padding="same", activation="relu")(h)
+    emb = L.GlobalAveragePooling2D()(L.Conv2D(6, 1, activation="relu")(h))
+    net = keras.Model(patch_in, [L.Dense(5, activation="sigmoid")(emb), emb])
+    mel = tf.constant(np.random.default_rng(2).random((window // 2 + 1, 20)).astype(np.float32))
+
+    def pad_waveform(wav):
+        least = window - hop + patch * hop  # one patch
+        n = tf.shape(wav)[0]
+        padding = tf.maximum(0, least - n)
+        after = tf.maximum(n, least) - least
+        hops = tf.cast(tf.math.ceil(after / (patch_hop * hop)), tf.int32)
+        padding += patch_hop * hop * hops - after
+        return tf.pad(wav, [[0, padding]], mode="CONSTANT", constant_values=0.0)
+
+    module = tf.Module()
+    module.net = net
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def serve(waveform):
+        wav = pad_waveform(waveform) if padded else waveform
+        spectrum = tf.abs(tf.signal.stft(wav, frame_length=window, frame_step=hop))
+        log_mel = tf.math.log(tf.matmul(spectrum, mel) + 1e-3)
+        scores, embeddings = net(tf.signal.frame(log_mel, patch, patch_hop, axis=0))
+        return {"scores": scores, "embeddings": embeddings, "spectrogram": log_mel}
+
+    module.serve = serve
+    return module, serve
+
+
+def _built(module, tmp_path: Path, signatures=None) -> tuple[Path, Path]:
     import tensorflow as tf
 
     from tfaot.pipeline import BuildOptions, Progress, build_model
-    from tfaot.verify.compare import verify
 
     model, out = tmp_path / "sm", tmp_path / "lib"
-    tf.saved_model.save(module, str(model))
+    tf.saved_model.save(module, str(model), signatures=signatures)
     build_model(str(model), BuildOptions(out_dir=out), Progress(False))
+    return model, out
+
+
+def _built_and_verified(module, tmp_path: Path, tol: float) -> tuple[float, dict]:
+    from tfaot.verify.compare import verify
+
+    model, out = _built(module, tmp_path)
     (result,) = verify(str(model), out, steps=STEPS, seed=0, tol=tol)
     assert result.steps >= 100 and result.mismatch is None, result
     return result.max_abs_error, json.loads((out / "sm.json").read_text())
@@ -124,17 +175,58 @@ def test_frames_padded_at_the_end_are_refused_by_node(tmp_path, capsys):
     assert not (tmp_path / "lib").exists()
 
 
-def _conv_text(filters: np.ndarray, stride: int) -> str:
+@pytest.mark.parametrize("padded", [True, False])
+def test_a_yamnet_like_waveform_model_streams(tmp_path, padded):
+    """A waveform without a batch axis is time (it was taken for a batch and
+    traced at one sample); both frame ops stream, the patches' net runs
+    once a step (96 samples: 6 STFT hops); the end padding, computed from
+    the length, is left out with a note, and verify's reference is the
+    model without it; the STFT's identity filter is not in the library."""
+    from tfaot.verify.compare import verify
+
+    module, serve = _yamnet_like(padded)
+    model, out = _built(module, tmp_path, signatures={"serving_default": serve})
+    manifest = json.loads((out / "sm.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [96]
+    assert [o["shape"] for o in manifest["outputs"]] == [[6], [5], [20]]
+    pads = manifest["stream"].get("end_pads", [])
+    assert (len(pads) == 1 and pads[0].endswith("/Pad")) if padded else not pads, pads
+    assert manifest["footprint"]["weight_bytes"] < 64 * 64 * 4, manifest["footprint"]
+    results = verify(str(model), out, steps=STEPS, seed=0, tol=None)
+    assert [r.output for r in results] == ["embeddings", "scores", "spectrogram"]
+    for r in results:
+        assert r.ok and r.steps >= 100, r
+
+
+def test_a_batch_of_scalars_stays_a_batch(tmp_path):
+    """An input (None,) that no frame op cuts is still a batch of one value
+    each (a step is one inference on one value)."""
+    import tensorflow as tf
+
+    module = tf.Module()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def serve(x):
+        return {"y": tf.tanh(2.0 * x + 1.0)}
+
+    module.serve = serve
+    _, out = _built(module, tmp_path, signatures={"serving_default": serve})
+    manifest = json.loads((out / "sm.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [1] and manifest["stream"]["mode"] == "stateless"
+
+
+def _conv_text(filters: np.ndarray, stride: int, positions: int = 1) -> str:
     taps = filters.shape[0]
+    rows = taps + (positions - 1) * stride
     hexval = filters.astype("<f4").tobytes().hex().upper()
     return f"""
-func.func @main(%x: tensor<1x{taps}x1x1xf32>) -> tensor<1x1x1x{taps}xf32> {{
+func.func @main(%x: tensor<1x{rows}x1x1xf32>) -> tensor<1x{positions}x1x{taps}xf32> {{
   %w = stablehlo.constant dense<"0x{hexval}"> : tensor<{taps}x1x1x{taps}xf32>
   %y = stablehlo.convolution(%x, %w) dim_numbers = [b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f],
     window = {{stride = [{stride}, 1], pad = [[0, 0], [0, 0]], rhs_dilate = [1, 1]}}
     {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}}
-    : (tensor<1x{taps}x1x1xf32>, tensor<{taps}x1x1x{taps}xf32>) -> tensor<1x1x1x{taps}xf32>
-  return %y : tensor<1x1x1x{taps}xf32>
+    : (tensor<1x{rows}x1x1xf32>, tensor<{taps}x1x1x{taps}xf32>) -> tensor<1x{positions}x1x{taps}xf32>
+  return %y : tensor<1x{positions}x1x{taps}xf32>
 }}
 """
 
@@ -149,3 +241,16 @@ def test_only_a_filter_that_copies_its_patch_becomes_a_slice():
     assert count == 1 and "stablehlo.convolution" not in text and "stablehlo.slice" in text
     for other in (2 * eye, eye[::-1]):
         assert copies_for_patch_filters(_conv_text(other, 8))[1] == 0
+
+
+def test_a_filter_copying_several_patches_becomes_slices_of_them():
+    """Three output positions 5 rows apart (a step of several frames): a
+    slice each, from rows 0, 5 and 10, concatenated."""
+    from tfaot.lower.patch_copies import copies_for_patch_filters
+
+    eye = np.eye(8, dtype=np.float32)[:, None, None, :]
+    text, count = copies_for_patch_filters(_conv_text(eye, 5, positions=3))
+    assert count == 1 and "stablehlo.convolution" not in text, text
+    assert text.count("stablehlo.slice") == 3 and "stablehlo.concatenate" in text
+    for start in (0, 5, 10):
+        assert f"[0:1, {start}:{start + 8}, 0:1, 0:1]" in text, text

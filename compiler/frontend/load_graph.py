@@ -67,7 +67,8 @@ def load_graph(path: str | os.PathLike, inputs: Sequence[str] | str | None = Non
             raise TfaotError(f"{path}: a folder, but not a SavedModel (no saved_model.pb inside)")
         from .load_saved_model import load_saved_model
 
-        loaded = load_saved_model(path, input_specs, output_specs, signature, state_inputs)
+        loaded = load_saved_model(path, input_specs, output_specs, signature, state_inputs,
+                                  time_axis)
     else:
         if signature is not None:
             raise TfaotError(f"--signature {signature}: {path} is a frozen graph, which has "

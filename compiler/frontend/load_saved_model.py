@@ -45,13 +45,17 @@ def saved_model_version(path: Path, saved_model=None) -> int:
 
 def load_saved_model(path: Path, input_specs, output_specs,
                      signature: str | None = None,
-                     state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
+                     state_inputs: tuple[str, ...] = (),
+                     time_axis: int | None = None) -> LoadedGraph:
     """``signature``: the signature to load (default: serving_default, else
     the first by name); the choice and the others are in the details.
-    ``state_inputs``: the inputs of the --state pairs (graph_cut)."""
+    ``state_inputs``: the inputs of the --state pairs (graph_cut).
+    ``time_axis``: the first input's (--time-axis): an open axis 0 that is
+    time (a waveform ``(None,)``) stays open instead of becoming batch 1."""
     sm = read_saved_model(path)
     if saved_model_version(path, sm) == 2:
-        return _load_saved_model_v2(path, input_specs, output_specs, signature, state_inputs)
+        return _load_saved_model_v2(path, input_specs, output_specs, signature, state_inputs,
+                                    time_axis)
     tags = list(sm.meta_graphs[0].meta_info_def.tags) or ["serve"]
     return _load_saved_model_v1(path, tags, input_specs, output_specs, signature)
 
@@ -74,7 +78,8 @@ def signature_details(key: str, sigs) -> dict:
 
 
 def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
-                         state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
+                         state_inputs: tuple[str, ...] = (),
+                         time_axis: int | None = None) -> LoadedGraph:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
@@ -93,7 +98,8 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     # --inputs naming a signature input gives its shape; any other name is a
     # tensor of the graph to cut it at, as in a frozen graph
     cuts = [(n, sh) for n, sh in input_specs or [] if n.partition(":")[0] not in in_keys]
-    shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, k))
+    shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, k),
+                               open_first=k == in_keys[0] and time_axis in (0, None))
               for k in in_keys]
     out_keys = sorted(sig.structured_outputs)
 
@@ -210,7 +216,12 @@ def _override(input_specs, key: str):
     return None
 
 
-def _batch_one_shape(path: Path, key: str, in_key: str, spec, override) -> list:
+def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
+                     open_first: bool = False) -> list:
+    """The shape to trace input ``in_key`` at: an open axis 0 is batch 1,
+    unless ``open_first`` and it is the time axis: given so (--time-axis 0),
+    or the only axis (a waveform ``(None,)``, which the streamifier tells
+    from a batch of scalars by the frames cut from it)."""
     shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
     if override is not None:
         if shape is not None and (len(shape) != len(override) or any(
@@ -221,7 +232,7 @@ def _batch_one_shape(path: Path, key: str, in_key: str, spec, override) -> list:
     if shape is None:
         raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
                          "give its shape with --inputs NAME:SHAPE")
-    if shape and shape[0] is None:
+    if shape and shape[0] is None and not open_first:
         shape[0] = 1  # batch 1
     return shape
 

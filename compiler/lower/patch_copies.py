@@ -2,18 +2,24 @@
 
 The streamifier writes ``tf.signal.frame`` over a sequence of open length
 as a convolution with the identity as filter (streamify_graph/
-signal_frames.py): a ring buffer then streams it. In the step that
-convolution has one output position, whose ``L`` outputs are the window's
-first ``L`` samples: computed, they cost ``L * L`` multiply-adds and an
-``L x L`` filter in flash (an STFT of 400-sample frames: 160,000 and 640
-KB), where a slice of the window is the same value. Only convolutions with
-one output position, no padding or dilation, and a filter that is exactly
-the identity over the patch (``f[k, j] = 1`` where ``j = k``, per channel
-for a depthwise one) are rewritten.
+signal_frames.py): a ring buffer then streams it. In the step, output
+position ``p`` of that convolution is the ``L`` samples of the window from
+``p * S`` on: computed, each costs ``L * L`` multiply-adds, and the filter
+``L x L`` floats in flash (an STFT of 400-sample frames: 160,000 and 640
+KB), where a slice of the window is the same value. A step of several
+frames (YAMNet's 48 STFT frames per patch) has a slice per position,
+concatenated. Only convolutions along one axis, with at most
+``MAX_POSITIONS`` output positions, no padding or dilation, and a filter
+that is exactly the identity over the patch (``f[k, j] = 1`` where ``j =
+k``, per channel for a depthwise one) are rewritten.
 """
 from __future__ import annotations
 
 import numpy as np
+
+
+#: The most output positions written as slices (one op each).
+MAX_POSITIONS = 512
 
 
 def copies_for_patch_filters(mlir_text: str) -> tuple[str, int]:
@@ -26,11 +32,9 @@ def copies_for_patch_filters(mlir_text: str) -> tuple[str, int]:
 
 
 def _is_patch_copy(op) -> bool:
-    from .microkernel import constant_conv
-
-    g = constant_conv(op, min_weights=0)
-    if (g is None or (g.batch, g.oh, g.ow, g.iw, g.kw) != (1, 1, 1, 1, 1) or g.sh < 1
-            or any(sum(p) for p in g.pad) or g.dh != 1):
+    g = _geometry(op)
+    if (g is None or (g.batch, g.ow, g.iw, g.kw) != (1, 1, 1, 1) or g.sh < 1
+            or not 1 <= g.oh <= MAX_POSITIONS or any(sum(p) for p in g.pad) or g.dh != 1):
         return False
     taps = g.kh
     if g.depthwise:  # weights [taps, c * taps]: channel c's output j is its tap j
@@ -41,8 +45,9 @@ def _is_patch_copy(op) -> bool:
 
 
 def _replace(op) -> bool:
-    """``op`` (1, H, 1, C) -> (1, 1, 1, C * taps) becomes the first ``taps``
-    rows of its input, channel-major."""
+    """``op`` (1, H, 1, C) -> (1, P, 1, C * taps) becomes, for each output
+    position p, the ``taps`` rows of its input from ``p * stride`` on,
+    channel-major; the positions concatenated."""
     from .kernel_calls import retire
 
     from iree.compiler import ir
@@ -50,21 +55,43 @@ def _replace(op) -> bool:
     x = op.operands[0]
     x_type = ir.RankedTensorType(x.type)
     y_type = ir.RankedTensorType(op.results[0].type)
-    channels = x_type.shape[3]
+    channels, positions = x_type.shape[3], y_type.shape[1]
     taps = y_type.shape[3] // channels
-    f32 = x_type.element_type
+    stride = _geometry(op).sh
     with ir.InsertionPoint(op), op.location:
-        rows = ir.Operation.create(
-            "stablehlo.slice", results=[ir.RankedTensorType.get([1, taps, 1, channels], f32)],
-            operands=[x], attributes={
-                "start_indices": ir.DenseI64ArrayAttr.get([0, 0, 0, 0]),
-                "limit_indices": ir.DenseI64ArrayAttr.get([1, taps, 1, channels]),
-                "strides": ir.DenseI64ArrayAttr.get([1, 1, 1, 1])}).results[0]
-        if channels > 1:  # (1, taps, 1, C) -> (1, 1, C, taps): channel c's taps together
-            rows = ir.Operation.create(
-                "stablehlo.transpose",
-                results=[ir.RankedTensorType.get([1, 1, channels, taps], f32)], operands=[rows],
-                attributes={"permutation": ir.DenseI64ArrayAttr.get([0, 2, 3, 1])}).results[0]
-        y = ir.Operation.create("stablehlo.reshape", results=[y_type], operands=[rows]).results[0]
+        one = ir.RankedTensorType.get([1, 1, 1, channels * taps], x_type.element_type)
+        parts = [_patch(x, p * stride, taps, channels, one) for p in range(positions)]
+        y = parts[0] if positions == 1 else ir.Operation.create(
+            "stablehlo.concatenate", results=[y_type], operands=parts,
+            attributes={"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)}
+        ).results[0]
     retire(op, 1, y)
     return True
+
+
+def _geometry(op):
+    """The constant convolution's geometry (microkernel.constant_conv), or None."""
+    from .microkernel import constant_conv
+
+    return constant_conv(op, min_weights=0)
+
+
+def _patch(x, start: int, taps: int, channels: int, one_type):
+    """Rows ``start .. start + taps`` of ``x`` (1, H, 1, C) as (1, 1, 1, C *
+    taps), channel c's taps together."""
+    from iree.compiler import ir
+
+    f32 = ir.RankedTensorType(x.type).element_type
+    rows = ir.Operation.create(
+        "stablehlo.slice", results=[ir.RankedTensorType.get([1, taps, 1, channels], f32)],
+        operands=[x], attributes={
+            "start_indices": ir.DenseI64ArrayAttr.get([0, start, 0, 0]),
+            "limit_indices": ir.DenseI64ArrayAttr.get([1, start + taps, 1, channels]),
+            "strides": ir.DenseI64ArrayAttr.get([1, 1, 1, 1])}).results[0]
+    if channels > 1:  # (1, taps, 1, C) -> (1, 1, C, taps): channel c's taps together
+        rows = ir.Operation.create(
+            "stablehlo.transpose",
+            results=[ir.RankedTensorType.get([1, 1, channels, taps], f32)], operands=[rows],
+            attributes={"permutation": ir.DenseI64ArrayAttr.get([0, 2, 3, 1])}).results[0]
+    return ir.Operation.create("stablehlo.reshape", results=[one_type],
+                               operands=[rows]).results[0]

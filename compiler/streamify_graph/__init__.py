@@ -73,13 +73,22 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
 #: stack of strided and dilated convolutions before the RNN (a Keras 3
 #: export of a CRNN) turns 13 frames into none, and TensorFlow failed
 #: ("Tried to stack elements of an empty list"); the .keras file built.
-LONGER_PROBES = (67, 257)
+LONGER_PROBES = (67, 257, 65543)
+
+#: The test waveform of a graph taking one (``(None,)``): 4 s at 16 kHz.
+#: Cut into frames and those into patches (YAMNet: 96 frames of 160 samples
+#: each), a short one gave a single patch, whose size-1 axis the replay
+#: could not tell from any other (or TensorFlow ran out of samples).
+WAVEFORM_PROBE = 65543
 
 
 def _streamify_probing(loaded, probe_T: int, fixed_window: str) -> StepProgram:
     """``_streamify_simplified`` on a test sequence of ``probe_T`` frames,
     then on longer ones while TensorFlow fails to run the graph on it."""
     first = None
+    if loaded.inputs and loaded.inputs[0].shape is not None \
+            and tuple(loaded.inputs[0].shape) == (None,):
+        probe_T = max(probe_T, WAVEFORM_PROBE)
     for T in (probe_T, *(t for t in LONGER_PROBES if t > probe_T)):
         try:
             return _streamify_simplified(loaded, T, fixed_window)
@@ -152,6 +161,15 @@ def _frames_as_convolutions(loaded):
     return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 
+def _is_waveform(loaded) -> bool:
+    """Whether the time input is a waveform of open length (``(None,)``, no
+    batch axis) that the graph cuts into frames (YAMNet's signature): its
+    axis is time, not a batch of scalars."""
+    shape = loaded.inputs[0].shape
+    return (shape is not None and tuple(shape) == (None,)
+            and bool(loaded.details.get("frames_as_convolutions")))
+
+
 def simplified(loaded):
     """``loaded`` with its graph run through grappler (``simplify.py``), or (None, why)."""
     import dataclasses
@@ -200,7 +218,8 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
                      "set it with --time-axis if that is wrong)")
     why = not_window
     if not mode:
-        mode, why = choose_mode(g, shape, a, inp.time_axis is not None, fixed_window, inp.dtype)
+        mode, why = choose_mode(g, shape, a, inp.time_axis is not None or _is_waveform(loaded),
+                                fixed_window, inp.dtype)
     stateless = mode == "stateless"
     if stateless:
         a = None  # no loop: the step is one inference on the input as it is
@@ -352,6 +371,12 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         report["stream_notes"] = [window_note(stream, inp.name, why)]
     if stateless and fixed_window == "whole" and time_like(shape):
         report["mode"] += "; whole-window build (--whole-window)"
+    if stream.end_pads:
+        report["stream_notes"] = report.get("stream_notes", []) + [
+            f"node '{stream.end_pads[0]}' pads the sequence's end with zeros, as many as its "
+            "length asks for: they complete the last window of a sequence that ends, and a "
+            "stream does not end, so they are left out (each step's output is the model's "
+            "on the frames so far, unpadded)"]
     counted = _counter_notes(g, states, [i for i, s, _, _ in step_inputs if not s])
     if counted:
         report["stream_notes"] = report.get("stream_notes", []) + counted

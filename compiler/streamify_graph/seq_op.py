@@ -105,7 +105,7 @@ class SeqOp:
         that value: a per-frame constant."""
         if self.metas[k].kind != "static_t":
             return False
-        node = self._source(self.ins[k])
+        node = self.source_node(self.ins[k])
         if node is None or node.op not in ("Tile", "BroadcastTo", "Fill"):
             return False
         value_in, shape_in = (node.input[1], node.input[0]) if node.op == "Fill" else \
@@ -123,7 +123,7 @@ class SeqOp:
         pos = self.a - (self.rank - source.shape.rank)
         return pos < 0 or source.shape[pos] == 1
 
-    def _source(self, name: str):
+    def source_node(self, name: str):
         """The node that computes tensor ``name``, through identities."""
         from .graphdef import parse_tensor
 
@@ -136,7 +136,7 @@ class SeqOp:
         """The entries of the shape vector ``shape`` that are a sequence's
         length (its Shape's time entry, or tf.shape(x)[axis] in a Pack);
         None where another entry depends on the length in another way."""
-        node = self._source(shape)
+        node = self.source_node(shape)
         meta = self.em.metas.get(tname(shape))
         if node is None or meta is None:
             return None
@@ -157,12 +157,12 @@ class SeqOp:
         """``tf.shape(x)[a]`` for x's time axis a."""
         import tensorflow as tf
 
-        node = self._source(name)
+        node = self.source_node(name)
         if node is None or node.op != "StridedSlice" or node.attr["shrink_axis_mask"].i != 1:
             return False
         shape = self.em.metas.get(tname(node.input[0]))
         begin = tf.get_static_value(self.em.tensors.get(tname(node.input[1])))
-        return (self._source(node.input[0]).op == "Shape" and shape is not None
+        return (self.source_node(node.input[0]).op == "Shape" and shape is not None
                 and shape.axis is not None and begin is not None and np.size(begin) == 1
                 and int(np.ravel(begin)[0]) == shape.axis)
 

@@ -36,7 +36,7 @@ def frames_as_convolutions(graph_def):
     g = tf.Graph()
     try:
         with g.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
+            tf.graph_util.import_graph_def(_without_control_inputs(graph_def), name="")
     except Exception:  # noqa: BLE001 - a broken graph: the streamifier names its fault
         return graph_def, 0
     found = []
@@ -48,6 +48,18 @@ def frames_as_convolutions(graph_def):
     if not found:
         return graph_def, 0
     return _rewritten(graph_def, found), len(found)
+
+
+def _without_control_inputs(graph_def):
+    """A copy of ``graph_def`` to probe: an inlined function's control edges
+    made a frame op fed its input ask for the graph's placeholders too."""
+    import tensorflow as tf
+
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    for n in copy.node:
+        n.input[:] = [i for i in n.input if not i.startswith("^")]
+    return copy
 
 
 class _Frame:
@@ -72,29 +84,34 @@ def _frame_op(g, scope: str) -> _Frame | None:
         return None
     x, y = next(iter(reads)), next(iter(gives))
     shape = x.shape
-    if (x.dtype != np.float32 or shape.rank not in (2, 3) or shape[1] is not None
-            or y.shape.rank != shape.rank + 1):
+    if x.dtype != np.float32 or shape.rank is None or y.shape.rank != shape.rank + 1:
         return None
-    return _probed(g, scope, x, y)
+    if shape.rank in (2, 3) and shape[1] is None:
+        return _probed(g, scope, x, y, batched=True)
+    if shape.rank in (1, 2) and shape[0] is None:  # (time[, channels]): no batch axis
+        return _probed(g, scope, x, y, batched=False)
+    return None
 
 
-def _probed(g, scope: str, x, y) -> _Frame | None:
+def _probed(g, scope: str, x, y, batched: bool) -> _Frame | None:
     """``_Frame`` where the scope gives the frames of ``x`` on both test
-    waveforms (a ramp: every sample a different exact value)."""
+    waveforms (a ramp: every sample a different exact value). ``batched``:
+    ``x`` is (batch, time[, channels]), else (time[, channels])."""
     import tensorflow as tf
 
     found = None
-    channels = x.shape[2] if x.shape.rank == 3 else None
-    if x.shape.rank == 3 and channels is None:
+    channels = x.shape[x.shape.rank - 1] if x.shape.rank == 2 + batched else None
+    if x.shape.rank == 2 + batched and channels is None:
         return None
     for n in _PROBE_LENGTHS:
         shape = (1, n) if channels is None else (1, n, channels)
         ramp = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
         try:
             with tf.compat.v1.Session(graph=g) as sess:
-                frames = sess.run(y, {_origin(x): ramp})
+                frames = sess.run(y, {_origin(x): ramp if batched else ramp[0]})
         except Exception:  # noqa: BLE001 - not a frame op this pass knows
             return None
+        frames = frames if batched else frames[None]
         if frames.ndim != ramp.ndim + 1 or frames.shape[1] < 2:
             return None
         length = frames.shape[2]
@@ -154,7 +171,13 @@ def _rewritten(graph_def, found: list[_Frame]):
         sub = tf.Graph()
         with sub.as_default():
             holder = tf.compat.v1.placeholder(tf.float32, f.x.shape, name="in0")
-            out = tf.identity(convolution_frames(holder, f.length, f.step), name="frames")
+            if f.x.shape[0] is None and (f.x.shape.rank == 1 or f.x.shape[1] is not None):
+                # (time[, channels]): the frames of a batch of one
+                batch = tf.expand_dims(holder, 0)
+                frames = tf.squeeze(convolution_frames(batch, f.length, f.step), 0)
+            else:
+                frames = convolution_frames(holder, f.length, f.step)
+            out = tf.identity(frames, name="frames")
         prefix = f"{f.scope}/tfaot_frames/"
         for n in sub.as_graph_def().node:
             if n.op == "Placeholder":

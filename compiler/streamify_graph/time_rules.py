@@ -260,6 +260,9 @@ def _batch_to_space(s: SeqOp):
 def _pad(s: SeqOp):
     import tensorflow as tf
 
+    if s.k0 == 0 and s.metas[1].kind == "static_t" and s.op != "MirrorPad" \
+            and _pads_end_of_time_only(s):
+        return _end_pad(s)
     s.others_static()
     if s.k0 != 0:
         s.unsupported()
@@ -282,6 +285,52 @@ def _pad(s: SeqOp):
     frames = replace(frames, delay=frames.delay - before, end=frames.end + before)
     s.em.row(s.node, "time pad", pad=before)
     s.set([y], [seq(s.a, frames)])
+
+
+def _pads_end_of_time_only(s: SeqOp) -> bool:
+    """Whether the paddings ``s`` takes (computed from the sequence length)
+    are ``[[0, n]]`` at the time axis and constant zeros elsewhere, written
+    as the rows of a Pack (tf.pad(x, [[0, n]]) of a length-dependent n:
+    YAMNet pads its waveform to a whole number of patches so), with zeros
+    as the pad value."""
+    if s.op == "PadV2" and s.metas[2].kind != "static":
+        return False
+    rows = s.source_node(s.ins[1])
+    if rows is None or rows.op != "Pack" or len(rows.input) != s.rank:
+        return False
+    for axis, row in enumerate(rows.input):
+        pair = s.source_node(row)
+        if pair is not None and pair.op == "Pack" and len(pair.input) == 2:
+            entries = [_constant_of(s, pair.input[0]), None if axis == s.a else
+                       _constant_of(s, pair.input[1])]
+        else:
+            entries = list(np.ravel(_constant_of(s, row))) if axis != s.a else [None]
+        wanted = [0, None] if axis == s.a else [0, 0]
+        if [None if e is None else int(e) for e in entries] != wanted:
+            return False
+    return s.op == "Pad" or float(s.const(2)) == 0.0
+
+
+def _constant_of(s: SeqOp, name: str):
+    """The value of a Const node ``name`` (through identities), else None."""
+    import tensorflow as tf
+
+    node = s.source_node(name)
+    if node is None or node.op != "Const":
+        return None
+    return tf.make_ndarray(node.attr["value"].tensor)
+
+
+def _end_pad(s: SeqOp):
+    """Zeros after a sequence's last frame, as many as its length asks for:
+    they only complete the last window of a sequence that ends, which a
+    stream never does, so the stream passes its frames through."""
+    import tensorflow as tf
+
+    s.em.row(s.node, "end pad", pad="after the last frame (dropped)")
+    with s.em_scope():
+        y = tf.identity(s.x)
+    s.set([y], [seq(s.a)])
 
 
 # --------------------------------------------------------------------------

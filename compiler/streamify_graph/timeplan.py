@@ -146,7 +146,9 @@ def stream_info(planned: Planned | None, a, dynamic: bool, shape) -> StreamInfo:
     return StreamInfo(mode=plan.mode, time_axis=a,
                       fixed_length=None if dynamic else int(shape[a]),
                       frames_per_step=plan.frames, window=plan.window,
-                      first_valid_step=planned.first_valid_step, delay=plan.delay)
+                      first_valid_step=planned.first_valid_step, delay=plan.delay,
+                      end_pads=tuple(r["name"] for r in planned.rows
+                                     if r["role"] == "end pad"))
 
 
 def mode_text(stream: StreamInfo, base: str) -> str:

@@ -54,7 +54,7 @@ from .replay import (  # noqa: F401
 )
 
 FIXED_WINDOW_CHOICES = stream_choice.CHOICES
-MAX_FRAMES_PER_STEP = 4096
+MAX_FRAMES_PER_STEP = 65536
 
 
 def streamify_keras(model, source: str, fmt: str, *, fixed_window: str = "auto") -> StepProgram:

@@ -61,7 +61,7 @@ class GraphReference:
         self.step_output = tuple(lib.output_shapes[index])
         self.source = loaded.path
         self.streamed = list(lib.input_streamed)
-        self._run = _session_runner(loaded.graph, index)
+        self._run = _session_runner(loaded.graph, index, self.stream.end_pads)
         self._lib = lib
         self._rank = None
         if len(loaded.graph.inputs) != len(lib.input_shapes):
@@ -201,7 +201,8 @@ class GraphReference:
         fixed = st.fixed_length
         full = run(0, steps * p if fixed is None else min(steps * p, fixed))
         if full.ndim == len(self.step_output) + 1:  # a sequence output: its last frames
-            axis = next(d for d in range(1, full.ndim)
+            # (axis 0 last: time there is an output without a batch axis)
+            axis = next(d for d in (*range(1, full.ndim), 0)
                         if full.shape[:d] + full.shape[d + 1:] == self.step_output)
             # outputs per step; a fixed-length graph runs on no other length:
             # one per step from the first valid step (P = the strides' product)
@@ -229,15 +230,17 @@ class GraphReference:
                          f"{full.shape} (step output {tuple(self.step_output)})")
 
 
-def _session_runner(graph, index: int = 0):
+def _session_runner(graph, index: int = 0, end_pads=()):
     """A function running output ``index`` of the original graph in a TF1 session.
 
     The graph as the file has it (before any cut or simplification), fed at
-    the streamed input: a tensor inside the graph when --inputs cut it there.
+    the streamed input: a tensor inside the graph when --inputs cut it there;
+    without the paddings of a sequence's end the stream passes through
+    (``end_pads``, StreamInfo).
     """
     import tensorflow as tf
 
-    source = graph.details.get("source_graph_def", graph.graph_def)
+    source = _without_pads(graph.details.get("source_graph_def", graph.graph_def), end_pads)
     # Where each input is fed in the graph as given: the cut tensor, or the
     # Placeholder itself.
     cut = {c["placeholder"]: c["tensor"] for c in graph.details.get("cut") or []}
@@ -249,6 +252,30 @@ def _session_runner(graph, index: int = 0):
     fetch = graph.outputs[index] if index is not None else list(graph.outputs)
     # One array per input, in the graph's input order (= the feeds' order).
     return lambda xs: session.run(fetch, dict(zip(feeds, xs)))
+
+
+def _without_pads(graph_def, pads):
+    """``graph_def`` with the Pad nodes named ``pads`` made identities."""
+    if not pads:
+        return graph_def
+    import tensorflow as tf
+
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    found = set()
+    for n in copy.node:
+        if n.name in pads:
+            found.add(n.name)
+            data = [i for i in n.input if not i.startswith("^")]
+            n.op = "Identity"
+            n.input[:] = data[:1] + [i for i in n.input if i.startswith("^")]
+            for key in [k for k in n.attr if k != "T"]:
+                del n.attr[key]
+    missing = sorted(set(pads) - found)
+    if missing:
+        raise TfaotError(f"the library passes the padding of node '{missing[0]}' through, "
+                         "which the model's graph does not have; was it built from this model?")
+    return copy
 
 
 def feedback_reference(graph, lib, xs: list[np.ndarray]) -> list[np.ndarray]:
