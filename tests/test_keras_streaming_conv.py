@@ -225,6 +225,27 @@ def test_same_padding_in_a_recurrent_model_is_refused():
     _expect(m, "'c_same'", "Conv1D", "padding='same'")
 
 
+@pytest.mark.parametrize("kernel, streams", [(3, True), (2, False)])
+def test_same_pooling_streams_only_where_the_prefixes_fill_whole_strides(kernel, streams):
+    """MaxPooling1D(2, padding='same') pads nothing on an even prefix, which
+    steps of 2 frames give after a valid Conv1D of kernel 3; after one of
+    kernel 2 every prefix is odd and its last pooled frame half padding
+    (the next frame changes it): that streamed was 0.94 off, now refused."""
+    import keras
+    from keras import layers as L
+
+    m = keras.Sequential([K._open(), L.Conv1D(4, kernel), L.MaxPooling1D(2, padding="same",
+                                                                          name="pool"),
+                          L.GRU(3)])
+    if not streams:
+        _expect(m, "'pool'", "padding='same'", "padding='valid'")
+        return
+    program = streamify_keras(m, "m.keras", "keras")
+    assert program.stream.frames_per_step == 2
+    rows = {row["name"]: row for row in program.report["layers"]}
+    assert rows["pool"]["role"] == "time pool", rows["pool"]
+
+
 def test_global_pooling_over_open_time_is_a_running_pool():
     # (numerics: tests/test_keras_published.py); a Flatten there is refused
     import keras

@@ -116,7 +116,7 @@ def _windowed(s: SeqOp):
         s.fail(f"works across the time axis {s.a} (its channel axis)")
     k, stride, dil, padding = _time_params(s, spatial)
     if s.node.attr["padding"].s == b"SAME" and not s2b and \
-            same_pads_nothing(k, stride, dil, s.frames.length):
+            same_pads_nothing(k, stride, dil, s.frames):
         padding = "valid"
     if s2b:
         if s2b[0] != "in":

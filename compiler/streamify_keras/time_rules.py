@@ -50,7 +50,7 @@ class WindowedRule:
         """The buffer this layer needs for an input chunk ``seq`` and the
         output's ``Seq``; raises NeedFrames / NotIncremental."""
         k, s, dil, padding = self.params(op)
-        if padding == "same" and same_pads_nothing(k, s, dil, seq.length):
+        if padding == "same" and same_pads_nothing(k, s, dil, seq):
             padding = "valid"
         return windowed_plan(k, s, dil, padding, seq, mode,
                              lambda why: NotIncremental(op, why),
@@ -136,16 +136,21 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
             "k": k, "stride": s, "dilation": dil, "unstrided": unstrided}
 
 
-def same_pads_nothing(k: int, s: int, dil: int, length: int | None) -> bool:
+def same_pads_nothing(k: int, s: int, dil: int, seq: Seq) -> bool:
     """Whether ``same`` padding in time adds no frame: TensorFlow pads
     ``(ceil(T/s) - 1) * s + eff - T`` frames, none when the kernel's reach
     is at most the stride (``MaxPooling1D(2, padding='same')``) and the
-    length is a multiple of the stride. A stream's steps end on whole strides
-    (``NeedFrames``), and a fixed window must be such a multiple; then the
-    layer is a ``valid`` one (it was refused, or fell back to recomputing
-    the window)."""
+    length T is a multiple of the stride: a fixed window's, or each
+    prefix's a step ends on. A step holds whole strides (``NeedFrames``),
+    so the prefix at step m, ``(m+1)*n + end + 1`` frames (``Seq``), is
+    such a multiple when ``end + 1`` is (not after a valid convolution of
+    kernel 2: the prefixes are odd, and their last pooled frame is half
+    padding, which the next step's frame changes). Then the layer is a
+    ``valid`` one; else it was refused, or fell back to recomputing the
+    window."""
     eff = dil * (k - 1) + 1
-    return s > 1 and eff <= s and (length is None or length % s == 0)
+    whole = (seq.end + 1) % s == 0 if seq.length is None else seq.length % s == 0
+    return s > 1 and eff <= s and whole
 
 
 def _one_output(length: int | None, eff: int, s: int, padding: str) -> bool:
