@@ -6,7 +6,7 @@ Models ported from PyTorch put Permutes around layers written for
 Keras streamifier refuses a layer that moves the time axis, the graph
 streamifier follows the axis through the transposes. The library is
 checked against Keras itself over 120 steps, and by ``tfaot verify``
-(which then runs the same traced graph); a model neither path streams
+(Keras itself, else the same traced graph); a model neither path streams
 keeps the Keras refusal, which names the layer. (No channels_first
 convolution here: TensorFlow runs none on CPUs without AVX-512, see
 test_keras_fixed_time.)
@@ -82,6 +82,25 @@ def test_a_permuted_convolution_streams_from_the_graph(built, capsys):
     np.testing.assert_allclose(lib.step_n(xs).reshape(STEPS, 3), want, rtol=0, atol=1e-5)
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def test_verify_takes_keras_itself_as_the_reference(built, monkeypatch, capsys):
+    """Of a library streamed from the traced graph, verify's reference is
+    eager Keras where Keras takes the library's stream (the graph, traced
+    for an open time axis, ran a GRU's loop over a wrong length after a
+    dilated channels_first Conv1D, and verify failed a right library)."""
+    import tfaot.frontend.keras_graph as keras_graph
+
+    _, path, out = built("permuted")
+    if not (out / "permuted.json").exists():
+        assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+
+    def no_graph(*args, **kwargs):
+        raise AssertionError("verify traced the Keras model")
+
+    monkeypatch.setattr(keras_graph, "keras_as_graph", no_graph)
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    assert "over 120 steps" in capsys.readouterr().out
 
 
 def test_a_time_last_input_streams_over_its_last_axis(built, capsys):
