@@ -195,6 +195,29 @@ def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
     assert re.fullmatch(r"\S+: max abs error \S+ over 150 steps \(tolerance 1e-05\): ok", line)
 
 
+def _keras2_shape_reshape():
+    """A CRNN written the Keras 2 way: ``tf.reshape(h, [-1, tf.shape(h)[1],
+    C])`` between the convolution and the GRU, a list mixing a tensor and
+    numbers in the op layer's arguments, which Keras 3 refused to call
+    ("you cannot mix tensors and non-tensors")."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(5)
+    L = tf_keras.layers
+    x = tf_keras.Input((None, 12))
+    h = L.Conv2D(4, (3, 3), strides=(1, 2), activation="relu")(tf.expand_dims(x, -1))
+    h = tf.reshape(h, [-1, tf.shape(h)[1], h.shape[2] * h.shape[3]])
+    return tf_keras.Model(x, L.Dense(3)(L.GRU(8)(h)))
+
+
+def test_keras2_reshape_by_a_shape_tensor_streams(tmp_path, capsys):
+    path = tmp_path / "crnn.h5"
+    _keras2_shape_reshape().save(path)
+    line = _build_and_verify(path, tmp_path / "crnn", 120, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over \d+ steps \(tolerance \S+\): ok", line), line
+
+
 def _build_and_verify(path, out, steps: int, capsys) -> str:
     """Build ``path`` into ``out`` and verify it over ``steps`` steps: verify's line."""
     assert main(["build", str(path), "-o", str(out), "-q"]) == 0

@@ -153,6 +153,10 @@ def _register():
 
         def call(self, *args, **kwargs):
             kwargs.pop("name", None)  # names the TensorFlow op, not an argument
+            if MIXED_LISTS in kwargs:  # (see _op_node)
+                *args, tensors = args
+                kwargs.update({key: _filled(template, tensors)
+                               for key, template in kwargs.pop(MIXED_LISTS).items()})
             if CONSTANT_FIRST in kwargs:  # (see _op_node)
                 name, value, key = kwargs.pop(CONSTANT_FIRST)
                 # (a tensor of the other operand's dtype, as TensorFlow's
@@ -458,7 +462,47 @@ def _op_node(node, function=None):
     else:  # a list of tensors, each entry repeating the keyword arguments
         first = [_tensor_ref(entry) for entry in node]
         kwargs = node[0][3] if len(node[0]) > 3 else {}
-    return {"args": [first], "kwargs": _tensor_refs(kwargs)}
+    kwargs, tensors = _unmixed(kwargs)
+    extra = [[_tensor_ref(t) for t in tensors]] if tensors else []
+    return {"args": [first, *extra], "kwargs": _tensor_refs(kwargs)}
+
+
+def _unmixed(kwargs: dict) -> tuple[dict, list]:
+    """Keyword arguments whose lists mix tensors and Python values
+    (``tf.reshape(h, [-1, tf.shape(h)[1], 152])``), which Keras 3 refuses
+    in a call ("you cannot mix tensors and non-tensors"), as a template
+    with numbered holes (under ``MIXED_LISTS``), and the tensors that fill
+    them, which the call takes as its last positional argument; TFOpLambda
+    fills the holes back in."""
+    tensors, templates = [], {}
+
+    def hole(value):
+        if _is_tensor_triple(value):
+            tensors.append(value)
+            return {HOLE: len(tensors) - 1}
+        return [hole(v) for v in value] if isinstance(value, list) else value
+
+    for key, value in kwargs.items():
+        if isinstance(value, list) and not _is_tensor_triple(value) and \
+                _has_tensor(value) and not all(map(_is_tensor_triple, value)):
+            templates[key] = hole(value)
+    if not templates:
+        return kwargs, []
+    rest = {k: v for k, v in kwargs.items() if k not in templates}
+    return {**rest, MIXED_LISTS: templates}, tensors
+
+
+def _has_tensor(value) -> bool:
+    if _is_tensor_triple(value):
+        return True
+    return isinstance(value, list) and any(map(_has_tensor, value))
+
+
+def _filled(template, tensors):
+    """``template`` (``_unmixed``) with its holes filled by ``tensors``."""
+    if isinstance(template, dict) and HOLE in template:
+        return tensors[template[HOLE]]
+    return [_filled(v, tensors) for v in template] if isinstance(template, list) else template
 
 
 def _first_parameter(function: str) -> str:
@@ -480,6 +524,9 @@ _CONSTANT_VALUE = "_CONSTANT_VALUE"
 #: The keyword argument of such a call in Keras 3's form: [the first
 #: parameter's name, its value, the keyword of the tensor passed first].
 CONSTANT_FIRST = "tfaot_constant_first"
+#: A call's keyword lists that mixed tensors and values, with holes
+#: (``{HOLE: i}``) for the tensors (``_unmixed``).
+MIXED_LISTS, HOLE = "tfaot_mixed_lists", "tfaot_hole"
 
 
 def _is_tensor_triple(value) -> bool:
