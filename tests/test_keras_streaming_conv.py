@@ -246,6 +246,19 @@ def test_same_pooling_streams_only_where_the_prefixes_fill_whole_strides(kernel,
     assert rows["pool"]["role"] == "time pool", rows["pool"]
 
 
+def test_a_windows_left_padding_is_said_as_it_is():
+    """A fixed window padded before its first frame only recomputes the
+    window each step; the reason says where the padding goes (it said
+    "both ends")."""
+    import keras
+    from keras import layers as L
+
+    m = keras.Sequential([keras.Input((20, 4)), L.ZeroPadding1D((2, 0), name="zp"),
+                          L.Conv1D(3, 3), L.Flatten(), L.Dense(2)])
+    stream = streamify_keras(m, "m.keras", "keras", fixed_window="stream").stream
+    assert "'zp'" in stream.recompute and "(2 frames before)" in stream.recompute, stream
+
+
 def test_global_pooling_over_open_time_is_a_running_pool():
     # (numerics: tests/test_keras_published.py); a Flatten there is refused
     import keras

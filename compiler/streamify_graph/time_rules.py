@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..streamify_keras import circular
-from ..streamify_keras.time_rules import same_pads_nothing, windowed_plan
+from ..streamify_keras.time_rules import pad_ends, same_pads_nothing, windowed_plan
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -274,8 +274,8 @@ def _pad(s: SeqOp):
     if s.op == "MirrorPad" or (s.op == "PadV2" and float(s.const(2)) != 0.0):
         s.fail("pads the time axis with values other than zeros")
     if mode(s) == "window":
-        raise refuse(s)("pads the time axis at both ends of each window, so a sliding "
-                        "window cannot reuse earlier outputs")
+        raise refuse(s)(f"pads the time axis of each window ({pad_ends(before, after)}), so "
+                        "a sliding window cannot reuse earlier outputs")
     if after:
         s.fail(f"pads {after} frame(s) after the last frame, which streaming cannot know")
     x, frames = s.em.time.clean(s.x, s.a, s.frames)

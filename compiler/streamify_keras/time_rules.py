@@ -343,6 +343,14 @@ def _time_pad(op) -> tuple[tuple[int, int], list[tuple[int, int]]]:
     return pairs[0], pairs[1:]
 
 
+def pad_ends(before: int, after: int) -> str:
+    """Where a zero padding in time goes, in words: "2 frames before"."""
+    def frames(n):
+        return f"{n} frame{'s' if n != 1 else ''}"
+    parts = [f"{frames(before)} before"] * bool(before) + [f"{frames(after)} after"] * bool(after)
+    return " and ".join(parts)
+
+
 class PadRule:
     """ZeroPadding1D/2D/3D: zeros before the first frame (prefix mode)."""
 
@@ -354,8 +362,9 @@ class PadRule:
 
         (before, after), others = _time_pad(op)
         if (before or after) and replay.mode == "window":
-            raise NotIncremental(op, "pads the time axis at both ends of each window, so a "
-                                     "sliding window cannot reuse earlier outputs")
+            raise NotIncremental(op, f"pads the time axis of each window "
+                                     f"({pad_ends(before, after)}), so a sliding window "
+                                     "cannot reuse earlier outputs")
         if after:
             raise layer_error(op, f"pads {after} frame(s) after the last frame, which "
                                   "streaming cannot know")
