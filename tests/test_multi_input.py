@@ -219,6 +219,23 @@ int main(void) {
         assert np.abs(y[0] - printed[t]).max() <= 1e-6
 
 
+def test_verify_of_two_streams_into_time_distributed(tmp_path):
+    """Two streamed inputs, a GRU and a TimeDistributed head: traced for an
+    open time axis, Keras 3's TimeDistributed gave one frame where eager
+    Keras gives all, and verify stopped on an IndexError (its reference
+    now checks each trace against an eager call, as for one input)."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(23)
+    a, b = keras.Input((None, 3), name="a"), keras.Input((None, 3), name="b")
+    h = L.GRU(8, return_sequences=True)(L.Concatenate()([a, b]))
+    path, out = tmp_path / "td.keras", tmp_path / "td"
+    keras.Model([a, b], L.TimeDistributed(L.Dense(2))(h)).save(path)
+    _build(path, out)
+    _verify(path, out)
+
+
 def _two_placeholder_graph():
     """A frozen TF graph: placeholders feat (1, ?, 6) and aux (1, ?, 3) ->
     Concatenate -> GRU(10, sequences) -> Dense(4)."""

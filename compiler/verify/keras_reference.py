@@ -46,9 +46,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
               if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
     fixed = fixed_time_length(model) if stream.mode == "prefix" else None
     wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
-    import tensorflow as tf
-
-    call = _traced(model)
+    call = _any_length_call(model, every_output=True)
     for m in range(stream.first_valid_step, steps):
         end = (m + 1) * p
         if stream.mode == "window":
@@ -62,9 +60,8 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
             if end > fixed:
                 break
             args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
-        ys = tf.nest.flatten(call(args))  # (a dict of named outputs: by name)
+        ys = call(args)  # (a dict of named outputs: by name)
         for want, y, shape in zip(wants, ys, step_outputs):
-            y = np.asarray(y)
             if y.ndim == len(shape) + 1:  # the output keeps the time axis
                 want[m] = y[:, end - start - 1]
             elif fixed is None or end == fixed:
@@ -303,31 +300,39 @@ def _traced(model):
     return tf.function(lambda args: model(args, training=False), reduce_retracing=True)
 
 
-def _any_length_call(model):
-    """``model`` (``_traced``) on an input of any time length, as an array;
-    a model that cannot be traced so is called eagerly. Each new trace's
-    first result is checked against an eager call: traced for an open time
-    axis, Keras 3's TimeDistributed after a convolution over time returned
-    one frame where eager Keras returns all."""
+def _any_length_call(model, every_output: bool = False):
+    """``model`` (``_traced``) on an input of any time length, as an array
+    (``every_output``: a list of arrays, one per output); a model that
+    cannot be traced so is called eagerly. Each new trace's first result
+    is checked against an eager call: traced for an open time axis, Keras
+    3's TimeDistributed after a convolution over time, or after a
+    recurrent layer in a model of several inputs, returned one frame where
+    eager Keras returns all."""
+    import tensorflow as tf
+
     traced, traces = _traced(model), 0
+    arrays = (lambda y: [np.asarray(v) for v in tf.nest.flatten(y)]) if every_output \
+        else _output
+    same = (lambda a, b: len(a) == len(b) and all(map(_same, a, b))) if every_output \
+        else _same
 
     def call(v):
         nonlocal traced, traces
         if traced is not None:
             try:
-                got = _output(traced(v))
+                got = arrays(traced(v))
             except Exception:  # noqa: BLE001 - a layer that needs static shapes
                 traced = None
             else:
                 if traced.experimental_get_tracing_count() == traces:
                     return got
                 traces = traced.experimental_get_tracing_count()
-                eager = _output(model(v))
-                if _same(got, eager):
+                eager = arrays(model(v, training=False))
+                if same(got, eager):
                     return got
                 traced = None
                 return eager
-        return _output(model(v))
+        return arrays(model(v, training=False))
 
     return call
 
