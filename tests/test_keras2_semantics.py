@@ -260,6 +260,31 @@ def test_keras2_depthwise_separable_and_transposed_convolutions_load(tmp_path, c
                                "config": {"name": "d", "groups": 2}})
 
 
+def _keras2_transfer_learning():
+    """The transfer-learning file: input -> Rescaling -> a base model (as
+    keras.applications gives one) -> pooling -> head, in Keras 2. Keras 2
+    numbers the outer call of the base as its node 1, which Keras 3's
+    loader took literally ("disconnected nodes")."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(6)
+    L = tf_keras.layers
+    base_in = tf_keras.Input((12, 12, 3))
+    h = L.Conv2D(4, 3, strides=2, activation="relu")(base_in)
+    base = tf_keras.Model(base_in, L.DepthwiseConv2D(3, padding="same")(h), name="base")
+    x = tf_keras.Input((12, 12, 3))
+    h = base(L.Rescaling(1 / 127.5, offset=-1)(x))
+    return tf_keras.Model(x, L.Dense(3, activation="softmax")(L.GlobalAveragePooling2D()(h)))
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras2_model_with_a_base_model_inside_loads(tmp_path, capsys, suffix):
+    path = tmp_path / f"tl{suffix}"
+    _keras2_transfer_learning().save(path)
+    line = _build_and_verify(path, tmp_path / "tl", 100, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over 100 steps \(tolerance \S+\): ok", line), line
+
+
 def _keras2_slash_names():
     """Layer names with '/', as tf_keras's MobileNetV3 writes them
     ('Conv/BatchNorm'), one whose '_' spelling is taken ('enc_bn'), and a

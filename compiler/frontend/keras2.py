@@ -284,7 +284,7 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
     list of what was changed ("layer 'lstm' recurrent_activation=hard_sigmoid").
     """
     changes: list[str] = []
-    config = _slash_free_names(config)
+    config = _nested_model_calls(_slash_free_names(config))
 
     def walk(node, layer_name):
         if isinstance(node, list):
@@ -335,6 +335,45 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
         return out
 
     return walk(config, None), changes
+
+
+#: Keras 2 classes of a model used as a layer (a keras.applications base).
+MODEL_CLASSES = ("Functional", "Model", "Sequential")
+
+
+def _nested_model_calls(config: Any) -> Any:
+    """``config`` with calls of a nested model renumbered for Keras 3.
+
+    Keras 2 counts a model's own inputs as its node 0, so the outer model's
+    call of it is node 1 (``['base', 1, 0, {}]``); Keras 3 keeps no such
+    node, and its loader looked for node 1 of a model called once: the
+    usual transfer-learning file (input -> Rescaling -> a keras.applications
+    base -> head) did not load ("disconnected nodes"). (Keras 3 itself
+    takes that 1 off for the model's outputs, not for its layers' inputs.)"""
+    if isinstance(config, list):
+        return [_nested_model_calls(v) for v in config]
+    if not isinstance(config, dict):
+        return config
+    config = {k: _nested_model_calls(v) for k, v in config.items()}
+    layers = config.get("config", {}).get("layers") if isinstance(config.get("config"),
+                                                                  dict) else None
+    if not isinstance(layers, list):
+        return config
+    models = {layer["config"].get("name") for layer in layers
+              if isinstance(layer, dict) and layer.get("class_name") in MODEL_CLASSES
+              and isinstance(layer.get("config"), dict)}
+    if not models:
+        return config
+
+    def renumbered(ref):
+        if _is_tensor_triple(ref) and ref[0] in models and ref[1] >= 1:
+            return [ref[0], ref[1] - 1, *ref[2:]]
+        return [renumbered(v) for v in ref] if isinstance(ref, list) else ref
+
+    new_layers = [{**layer, "inbound_nodes": renumbered(layer["inbound_nodes"])}
+                  if isinstance(layer, dict) and "inbound_nodes" in layer else layer
+                  for layer in layers]
+    return {**config, "config": {**config["config"], "layers": new_layers}}
 
 
 def _batch_norm_axis(config: dict, layer_name) -> dict:
