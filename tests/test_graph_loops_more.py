@@ -364,3 +364,30 @@ def test_strided_conv_before_static_rnn_through_library(tmp_path):
     print(f"stride-2 conv -> static_rnn(GRUCell): .so vs TF max abs error {err:.3g} over "
           f"{len(got)} steps")
     assert err <= TOL, err
+
+
+def test_a_tf1_saved_model_returning_its_loops_final_state(tmp_path, capsys):
+    """simple_save of a v1 dynamic_rnn whose signature returns the final
+    state (the loop's Exit) besides the outputs: the Exit is an output of
+    the loop now, and the build stopped on a KeyError (a tfaot bug)."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    tf1 = tf.compat.v1
+    with gm.tf1_graph(18):
+        x = tf1.placeholder(tf.float32, [1, None, 6], name="input")
+        y, state = tf1.nn.dynamic_rnn(gm.legacy_cells().GRUCell(10), x, dtype=tf.float32)
+        w = tf.constant(np.random.default_rng(18).normal(size=(10, 3)).astype(np.float32))
+        out = tf.tensordot(y, w, 1)
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            tf1.saved_model.simple_save(sess, str(tmp_path / "sm"), inputs={"input": x},
+                                        outputs={"out": out, "state": state})
+    model, out_dir = str(tmp_path / "sm"), str(tmp_path / "lib")
+    assert main(["build", model, "-o", out_dir, "-q"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["verify", model, out_dir, "--steps", "100"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["out", "state"], lines
+    assert all("over 100 steps" in line and line.endswith(": ok") for line in lines), lines

@@ -168,7 +168,8 @@ def test_verify_command_on_window_and_prefix(built, capsys):
         _, path, out = built(name)
         assert main(["verify", str(path), str(out), "--steps", "130"]) == 0, name
         line = capsys.readouterr().out.strip()
-        assert re.fullmatch(r"y_t: max abs error \S+ over \d+ steps \(tolerance 1e-05\): ok",
+        # (the tolerance grows with the weighted layers: verify.compare.F32_LAYERS)
+        assert re.fullmatch(r"y_t: max abs error \S+ over \d+ steps \(tolerance \S+\): ok",
                             line), line
 
 

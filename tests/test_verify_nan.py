@@ -191,3 +191,37 @@ def test_random_uint8_inputs_take_every_pixel_value():
     assert pixels.dtype == np.uint8 and len(np.unique(pixels)) > 200
     assert set(np.unique(random_inputs(rng, (200,), np.int32, None))) == {0, 1}
     assert random_inputs(rng, (200,), np.int64, 30).max() < 30
+
+
+def test_default_f32_tolerance_grows_with_the_weighted_layers():
+    """Each convolution or matrix product rounds its sums, its own way in
+    TensorFlow and in the library, and carries the errors before it: the
+    default f32 tolerance covers 4 such layers and grows with their count
+    past that (a MobileNetV2's 54 differ from TensorFlow by 1.5e-5, over
+    1e-5), counted in a Keras model or in a graph."""
+    from types import SimpleNamespace
+
+    import keras
+    import tensorflow as tf
+
+    from tfaot.verify.compare import default_tolerance, weighted_layers
+
+    L = keras.layers
+    inner = keras.Sequential([keras.Input((8, 8, 4)), L.SeparableConv2D(4, 3), L.Conv2D(4, 1)])
+    x = keras.Input((8, 8, 3))
+    h = inner(L.Conv2D(4, 3, padding="same")(x))
+    model = keras.Model(x, L.Dense(2)(L.Flatten()(L.DepthwiseConv2D(3)(h))))
+    assert weighted_layers(SimpleNamespace(keras_model=model)) == 5  # (the nested ones too)
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 6])])
+    def graph(v):
+        return tf.matmul(tf.nn.relu(tf.matmul(v, tf.ones([6, 6]))), tf.ones([6, 2]))
+    graph_def = graph.get_concrete_function().graph.as_graph_def()
+    loaded = SimpleNamespace(keras_model=None, graph=SimpleNamespace(graph_def=graph_def))
+    assert weighted_layers(loaded) == 2
+
+    lib = SimpleNamespace(manifest={"weights_dtype": "f32"})
+    assert default_tolerance(lib, None, 2) == default_tolerance(lib, None, 4) == 1e-5
+    assert default_tolerance(lib, None, 54) == pytest.approx(1.35e-4)
+    lib = SimpleNamespace(manifest={"weights_dtype": "int8"})
+    assert default_tolerance(lib, None, 54) == pytest.approx(0.05)

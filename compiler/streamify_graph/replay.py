@@ -208,9 +208,13 @@ class Emitter:
                 continue
             self.emit(node)
         ys = []
+        # A v1 loop's Exit named as an output (a TF1 SavedModel's signature
+        # returning the final state) is now an output of the loop's node.
+        loop_outputs = {exit_: inner for inner, exit_ in self.g.alias.items()}
         for out in self.loaded.outputs:
-            t, m = self.tensors.get(tname(out)), self.metas.get(tname(out))
-            node = self.g.nodes[parse_tensor(out)[0]]
+            inner = loop_outputs.get(tname(out), tname(out))
+            t, m = self.tensors.get(inner), self.metas.get(inner)
+            node = self.g.nodes[parse_tensor(inner)[0]]
             if m is not None and m.kind == "item" and int(m.key) == m.axis - 1:
                 m = STEP  # the last time step: what the stream has at this step
             if m is None or t is None or m.kind in LIST_KINDS or m.kind in ("dead", "item"):
@@ -692,3 +696,4 @@ class Emitter:
             if v.kind in ("passthrough", "frames") and \
                     out_metas[v.index].kind not in LIST_KINDS:
                 self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)
+
