@@ -248,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="sequence length (default: 200)")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: 0)")
     p.add_argument("--tol", type=float, default=None,
-                   help="max abs error allowed (default: 1e-5; 1e-3 for a library built with "
+                   help="max abs error allowed (default: 1e-5, times L/4 for a model of L > 4 "
+                        "convolutions and matrix products (f32 rounding grows with depth); "
+                        "1e-3 for a library built with "
                         "--weights-dtype=f16, 1e-2 with bf16, 5e-2 with int8; 5e-2 "
                         "with --intermediates=f16; each times "
                         "TensorFlow's largest |output| where that is over 1; with --case: "
