@@ -114,15 +114,16 @@ def nested_loops(frames=None, features=4, seed=0):
 
 
 def static_rnn(cell="lstm_peephole_proj", frames=20, features=6, units=10, cond=0,
-               head="seq", seq_len=None, seed=0):
+               head="seq", seq_len=None, seed=0, batch=1):
     """static_rnn over ``frames`` unstacked steps; ``cond`` > 0: a second input
     ``c`` (1, cond), a conditioning vector concatenated to every step's input;
     ``seq_len``: a sequence_length, an int (a constant) or "placeholder" (an int32
-    Placeholder ``seq_len`` of shape [1])."""
+    Placeholder ``seq_len`` of shape [1]); ``batch``: the input's batch
+    (None: open, as published graphs have it)."""
     import tensorflow as tf
 
     with gm.tf1_graph(seed) as g:
-        x = tf.compat.v1.placeholder(tf.float32, (1, frames, features), name="x")
+        x = tf.compat.v1.placeholder(tf.float32, (batch, frames, features), name="x")
         steps = tf.unstack(x, frames, 1)
         if cond:
             c = tf.compat.v1.placeholder(tf.float32, (1, cond), name="c")

@@ -391,3 +391,17 @@ def test_a_tf1_saved_model_returning_its_loops_final_state(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["out", "state"], lines
     assert all("over 100 steps" in line and line.endswith(": ok") for line in lines), lines
+
+
+def test_static_rnn_over_an_open_batch_streams(tmp_path):
+    """static_rnn over an input [None, T, F] (how published graphs come): its
+    zero state is zeros of tf.shape(frame)[0] rows, which differed from the
+    later steps' state, so nothing streamed (one whole inference per
+    step); with the batch made 1 the shape is a constant and the cell
+    streams a frame a step."""
+    gd = glm.static_rnn(cell="lstm", frames=STEPS, batch=None, head="seq")
+    program = _streamed(gd, "open_batch")
+    assert program.stream.mode == "prefix" and program.stream.frames_per_step == 1
+    assert not program.report.get("notes"), program.report.get("notes")
+    x = np.random.default_rng(7).normal(size=(1, STEPS, 6)).astype(np.float32)
+    _compare(_build(gd, tmp_path, "open_batch"), gd, x, "static_rnn, open batch")
