@@ -493,3 +493,33 @@ def test_a_reversed_scan_says_it_runs_backwards():
         streamify_graph(graph_def_to_loaded(g.as_graph_def(), Path("rev.pb"), "graphdef"))
     msg = str(e.value)
     assert "counts down" in msg and "tf.scan(reverse=True)" in msg and "\n" not in msg, msg
+
+
+def test_a_v1_conditional_left_in_the_step_is_named(tmp_path, capsys):
+    """static_rnn with a sequence_length placeholder writes a tf.cond per
+    step, which TF1's freezing (convert_variables_to_constants) lowers to
+    Switch/Merge; where the cells do not stream, the conditional reached
+    TensorFlow's converter, whose MLIR error was printed raw: now one
+    line naming the node and a way out."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(32)
+        x = tf1.placeholder(tf.float32, [1, 10, 4], name="input")
+        length = tf1.placeholder(tf.int32, [1], name="seq_len")
+        ys, _ = tf1.nn.static_rnn(gm.legacy_cells().LSTMCell(6), tf.unstack(x, axis=1),
+                                  sequence_length=length, dtype=tf.float32)
+        tf.identity(tf.stack(ys, 1), name="output")
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            gd = tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
+                                                               ["output"])
+    path = gm.write_graph_def(gd, tmp_path / "cond.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is a TF1 conditional (Switch/Merge" in err and "'rnn/cond" in err, err
+    assert "dynamic_rnn" in err and not (tmp_path / "out").exists()

@@ -148,7 +148,21 @@ def _lower_to_stablehlo(tf_text: str, source: str) -> str:
         return pywrap_mlir.experimental_run_pass_pipeline(
             tf_text, "tf-lower-to-mlprogram-and-hlo", True)
     except Exception as e:
-        raise TfaotError(f"{source}: lowering to StableHLO failed: {first_line(e)}") from None
+        why = first_line(e)
+        v1_cond = _V1_COND.search(str(e))
+        if v1_cond:
+            raise TfaotError(
+                f"{source}: node '{v1_cond[1]}' is a TF1 conditional (Switch/Merge: a tf.cond "
+                "in control flow v1, or frozen by convert_variables_to_constants) that tfaot "
+                "did not stream, and TensorFlow's converter to StableHLO cannot lower it; "
+                "build the model without it (static_rnn's sequence_length writes one per "
+                "step: dynamic_rnn with sequence_length streams)") from None
+        raise TfaotError(f"{source}: lowering to StableHLO failed: {why}") from None
+
+
+#: TensorFlow's converter failing on a v1 conditional left in the step,
+#: with the node's name in its location.
+_V1_COND = re.compile(r"""loc\(fused\["(?:Switch|Merge):", "([^"]+)"\]\)[^\n]*tf_executor\.(?:Switch|Merge)""")
 
 
 # TensorFlow's MLIR prints a boolean constant's hex data packed, 8 elements a
