@@ -369,7 +369,8 @@ def test_strided_conv_before_static_rnn_through_library(tmp_path):
 def test_a_tf1_saved_model_returning_its_loops_final_state(tmp_path, capsys):
     """simple_save of a v1 dynamic_rnn whose signature returns the final
     state (the loop's Exit) besides the outputs: the Exit is an output of
-    the loop now, and the build stopped on a KeyError (a tfaot bug)."""
+    the loop now, and the build stopped on a KeyError (a tfaot bug); and
+    --outputs naming a signature key (it was taken for a node)."""
     import tensorflow as tf
 
     from tfaot.cli import main
@@ -391,6 +392,14 @@ def test_a_tf1_saved_model_returning_its_loops_final_state(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["out", "state"], lines
     assert all("over 100 steps" in line and line.endswith(": ok") for line in lines), lines
+    # --outputs by signature key (the state's node is 'rnn/while/Exit_...')
+    cut = str(tmp_path / "state_only")
+    assert main(["build", model, "-o", cut, "-q", "--outputs", "state"]) == 0, \
+        capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["verify", model, cut, "--steps", "100"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith("state: ") and line.endswith(": ok"), line
 
 
 def test_static_rnn_over_an_open_batch_streams(tmp_path):

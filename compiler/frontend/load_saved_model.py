@@ -262,9 +262,10 @@ def _load_saved_model_v1(path: Path, tags: list[str], input_specs,
             spec_inputs = input_specs
         else:  # every signature input, in the signature's (sorted) order
             spec_inputs = [(_tensor_spec_name(v.name), None) for _, v in in_items]
-        if output_specs:
-            out_tensors = [o if ":" in o else o + ":0" for o in output_specs]
-            out_names = [o.partition(":")[0] for o in output_specs]
+        if output_specs:  # a signature key stands for its tensor (as in v2)
+            by_key = {k: v.name for k, v in out_items}
+            out_tensors = [by_key.get(o) or (o if ":" in o else o + ":0") for o in output_specs]
+            out_names = [o if o in by_key else o.partition(":")[0] for o in output_specs]
         else:
             out_tensors = [v.name for _, v in out_items]
             out_names = [k for k, _ in out_items]
