@@ -523,3 +523,28 @@ def test_a_v1_conditional_left_in_the_step_is_named(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "is a TF1 conditional (Switch/Merge" in err and "'rnn/cond" in err, err
     assert "dynamic_rnn" in err and not (tmp_path / "out").exists()
+
+
+def test_an_audio_front_end_without_a_lowering_names_the_cut(tmp_path, capsys):
+    """A float waveform into AudioSpectrogram and Mfcc (speech_commands'
+    graph fed its decoded samples): neither lowers to StableHLO; the error
+    says they are the front end and where to cut (it said only the ops)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        wav = tf1.placeholder(tf.float32, [16000, 1], name="decoded_sample_data")
+        spectrogram = tf.raw_ops.AudioSpectrogram(input=wav, window_size=480, stride=160,
+                                                  magnitude_squared=True)
+        mfcc = tf.raw_ops.Mfcc(spectrogram=spectrogram, sample_rate=16000,
+                               dct_coefficient_count=10, name="Mfcc")
+        w = tf.constant(np.ones((10, 3), np.float32))
+        tf.identity(tf.tensordot(mfcc, w, 1), name="out")
+    path = gm.write_graph_def(g.as_graph_def(), tmp_path / "front.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "front end" in err and "--inputs Mfcc_1:SHAPE" in err, err

@@ -219,9 +219,35 @@ def check_legality(module, source: str) -> None:
         # (--streams: TensorFlow's vectorization wrote the step's ops in
         # batched forms, under its 'pfor' scope, of which not all lower)
         hint = ("; these are the batched forms of ops that TensorFlow wrote for --streams "
-                "(the model builds with one stream)" if "/pfor/" in shown else "")
+                "(the model builds with one stream)" if "/pfor/" in shown else
+                _front_end_hint(module))
         raise TfaotError(f"{source}: {len(bad)} op(s) have no StableHLO lowering: "
                          f"{_shorten(shown)}{hint}")
+
+
+def _front_end_hint(module) -> str:
+    """Where an audio front end (AudioSpectrogram, Mfcc) is what does not
+    lower: the cut that leaves it to the firmware."""
+    from ..frontend.graph_cut import FRONT_END_OPS
+
+    found = []
+
+    def visit(op):
+        tf_type, node = _tf_origin(str(op.location))
+        if tf_type in FRONT_END_OPS and node:
+            found.append((tf_type, node))
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    if not found:
+        return ""
+    tf_type, node = next((f for f in found if f[0] == "Mfcc"), found[-1])
+    return (f"; they are the model's front end: compute its features in the firmware and "
+            f"build the network after it, e.g. --inputs {node}:SHAPE (the {tf_type} "
+            "node's output, with the shape it has)")
 
 
 def _describe_illegal(op_name: str, location) -> str:
