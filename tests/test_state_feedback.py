@@ -368,3 +368,24 @@ def test_a_time_loop_started_from_state_inputs_streams(tmp_path, capsys):
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(": ok" in line for line in lines), lines
+
+
+def test_an_exported_initial_state_input_is_named_with_its_pair(tmp_path, capsys):
+    """A Keras export whose GRU starts from an input h0 (initial_state):
+    the refusal named the export's inner identity of it ('Func/.../input/
+    _12:0'); it names input 'h0' and the --state pair to give, which
+    builds."""
+    import keras
+
+    keras.utils.set_random_seed(47)
+    x = keras.Input((None, 4), batch_size=1, name="x")
+    h0 = keras.Input((8,), batch_size=1, name="h0")
+    y, h = keras.layers.GRU(8, return_sequences=True, return_state=True)(x, initial_state=h0)
+    path, out = tmp_path / "sm", tmp_path / "lib"
+    keras.Model([x, h0], [keras.layers.Dense(2)(y), h]).export(str(path), verbose=False)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "(input 'h0')" in err and "--state h0=OUT" in err, err
+    assert main(["build", str(path), "-o", str(out), "-q", "--state", "h0=output_1"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0

@@ -238,6 +238,16 @@ class Emitter:
         return y, Meta("seq", axis=m.axis, frames=frames,
                        valid_from=max(m.valid_from, frames.first_step))
 
+    def _graph_input_of(self, tensor: str) -> str | None:
+        """The graph input that ``tensor`` is, through identities (a Keras
+        export's 'Func/.../input/_12' of its 'h0'), else None."""
+        inputs = {i.name for i in self.loaded.inputs}
+        node = self.g.nodes.get(parse_tensor(tensor)[0])
+        while node is not None and node.name not in inputs and node.op in IDENTITY \
+                and node.input:
+            node = self.g.nodes.get(parse_tensor(node.input[0])[0])
+        return node.name if node is not None and node.name in inputs else None
+
     def row(self, node, role: str, **facts) -> None:
         """A line of the report's "layers": how a node streams over time."""
         if self.time.discovering:
@@ -580,11 +590,15 @@ class Emitter:
                 raise Fail(f"loop '{loop.name}': operand '{v.operand}' was not produced")
             if v.kind == "state":
                 if m.kind not in STATIC_KINDS:
+                    source = self._graph_input_of(v.operand)
+                    what = f"input '{source}'" if source else f"'{v.operand}'"
+                    pair = f"--state {source}=OUT" if source else "--state IN=OUT"
                     raise Fail(f"loop '{loop.name}': the initial value of state {v.index} "
-                               f"('{v.operand}') depends on the input ({m}); only constant "
+                               f"({what}) depends on the input ({m}); only constant "
                                "initial states can be streamed (a state input the caller "
-                               "feeds back: name its pair with --state IN=OUT, and the loop "
-                               "keeps it, from zeros at reset)")
+                               f"feeds back: name its pair with {pair}, OUT the output "
+                               "that returns the final state, and the loop keeps it, from "
+                               "zeros at reset)")
                 input_map[f"{v.arg}:0"] = self.state_inputs[(loop.name, v.index)]
                 fetch.append(v.ret)
                 out_metas[v.index] = STEP
