@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import graph_models as gm
@@ -311,6 +312,33 @@ def test_a_saved_model_taking_strings_is_refused_at_load(tmp_path):
     assert "input 'text' is a string placeholder" in msg and "numeric" in msg, msg
 
 
+def test_a_string_lookup_before_an_embedding_suggests_the_embeddings_output(tmp_path):
+    """Words -> a lookup table -> ids -> an embedding (GatherV2) -> GRU: the
+    cut to suggest is the embedding's output (the first float tensor); its
+    dtype went unread (GatherV2 writes it as Tparams), and the GRU's
+    transpose inside its loop was suggested, which did not build."""
+    import tensorflow as tf
+
+    from tfaot.frontend.load import load_model
+
+    table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(["a", "b"]), tf.constant([0, 1], tf.int64)), default_value=0)
+    embedding = tf.constant(np.ones((2, 4), np.float32))
+    module = tf.Module()
+    module.table = table
+
+    @tf.function(input_signature=[tf.TensorSpec((1, None), tf.string)])
+    def serve(words):
+        vectors = tf.gather(embedding, table.lookup(words), name="Gather")
+        return {"y": tf.tanh(tf.cumsum(vectors, axis=1))}
+
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": serve})
+    with pytest.raises(TfaotError) as e:
+        load_model(tmp_path / "sm")
+    msg = str(e.value)
+    assert "input 'words' is a string placeholder" in msg and "/Gather:" in msg, msg
+
+
 def test_float64_inputs_and_outputs_are_refused_before_compiling(tmp_path, capsys):
     """IREE computes float64 as float32: a float64 input reached the package
     stage and failed as a type mismatch naming neither; the build now says
@@ -529,7 +557,6 @@ def test_an_audio_front_end_without_a_lowering_names_the_cut(tmp_path, capsys):
     """A float waveform into AudioSpectrogram and Mfcc (speech_commands'
     graph fed its decoded samples): neither lowers to StableHLO; the error
     says they are the front end and where to cut (it said only the ops)."""
-    import numpy as np
     import tensorflow as tf
 
     from tfaot.cli import main

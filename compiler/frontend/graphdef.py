@@ -37,7 +37,7 @@ def dtype_name(t: int) -> str:
 
 def out_dtype(node) -> int | None:
     """The DataType enum of a node's first output, read from its attributes (best effort)."""
-    for a in ("T", "dtype", "out_type", "DstT", "output_type"):
+    for a in ("T", "dtype", "out_type", "DstT", "output_type", "Tparams", "Tout"):
         if a in node.attr and node.attr[a].type:
             return node.attr[a].type
     return None
