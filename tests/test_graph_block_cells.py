@@ -166,7 +166,7 @@ def test_a_fused_lstm_whose_length_is_its_inputs_shape(given, tmp_path, capsys):
     assert main(["-q", "build", str(path), "-o", str(tmp_path / "lib"), *cut]) == 0
     capsys.readouterr()
     assert main(["verify", str(path), str(tmp_path / "lib"), *cut]) == 0
-    assert f"over {frames} steps" in capsys.readouterr().out
+    assert f"over 200 steps in 5 sequences of {frames} frames" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case,match", [("short", "seq_len_max"), ("open", "open length")])

@@ -104,7 +104,8 @@ def test_verify_fixed_length_conv_front_end_sequence_output(tmp_path, capsys, rn
                                                             compared):
     """A fixed-length graph (102 frames) with a VALID conv (k=3, ``stride``)
     before the RNN and an output per conv frame: verify maps conv output j
-    to step first_valid_step + j (the graph runs on no other length)."""
+    to step first_valid_step + j (the graph runs on no other length), in as
+    many 102-frame sequences from reset as the steps asked need."""
     import graph_loop_models as M
     path = tmp_path / "g.pb"
     path.write_bytes(M.conv_rnn(rnn=rnn, stride=stride, frames=102).SerializeToString())
@@ -114,7 +115,8 @@ def test_verify_fixed_length_conv_front_end_sequence_output(tmp_path, capsys, rn
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     print(line)
-    assert f"over {compared} steps" in line
+    runs = -(-120 // (102 // stride))
+    assert f"over {compared * runs} steps in {runs} sequences of 102 frames" in line, line
 
 
 def _framed_rnn_saved_model(path):

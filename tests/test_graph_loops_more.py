@@ -414,3 +414,16 @@ def test_static_rnn_over_an_open_batch_streams(tmp_path):
     assert not program.report.get("notes"), program.report.get("notes")
     x = np.random.default_rng(7).normal(size=(1, STEPS, 6)).astype(np.float32)
     _compare(_build(gd, tmp_path, "open_batch"), gd, x, "static_rnn, open batch")
+
+
+def test_verify_of_a_fixed_length_graph_runs_sequences_from_reset(tmp_path):
+    """A graph of T = 10 frames defines 10 steps; verify compared those 10
+    only, and now runs enough 10-frame sequences, each from reset, for the
+    steps asked."""
+    from tfaot.verify.compare import verify
+
+    gd = glm.static_rnn(cell="lstm", frames=10, batch=None, head="seq")
+    _build(gd, tmp_path, "ten")
+    (result,) = verify(str(tmp_path / "ten.pb"), tmp_path / "ten", steps=120, seed=0, tol=TOL)
+    assert result.ok and result.steps == 120, result
+    assert result.unit == "steps in 12 sequences of 10 frames", result.unit

@@ -219,6 +219,11 @@ def _make_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) ->
                       for i in range(len(lib.output_shapes))]
         if all(r.fixed_last_output for r in references):
             return _fixed_length_case(references, lib, rng, limit, steps, tol)
+        stream, length = references[0].stream, references[0].steps(steps)
+        if stream.mode == "prefix" and stream.fixed_length is not None and length < steps:
+            # (a graph of T frames defines T steps: several runs from reset)
+            return _sequences_case(loaded, lib, rng, steps, length, tol, model_path, lib_dir,
+                                   frames=stream.fixed_length)
     else:
         stream = library_stream(lib, loaded.keras_model, model_path)
         fixed = fixed_time_length(loaded.keras_model) if stream.mode == "prefix" else None
@@ -231,10 +236,11 @@ def _make_case(loaded, lib, rng, steps: int, tol: float, model_path, lib_dir) ->
 
 
 def _sequences_case(loaded, lib, rng, steps: int, length: int, tol: float, model_path,
-                    lib_dir) -> Case:
-    """A Keras model of fixed length T streamed as a prefix defines T steps
-    from reset: enough sequences of T frames, each from a fresh init, to
-    compare about ``steps`` steps."""
+                    lib_dir, frames: int | None = None) -> Case:
+    """A model of fixed length T streamed as a prefix defines T steps from
+    reset (``length`` of them; ``frames``: T, where a step takes several):
+    enough sequences of them, each from a fresh init, to compare about
+    ``steps`` steps."""
     runs, checks = [], [Checks() for _ in lib.output_shapes]
     sequences = -(-steps // length)
     for k in range(sequences):
@@ -244,8 +250,8 @@ def _sequences_case(loaded, lib, rng, steps: int, length: int, tol: float, model
         for mine, its in zip(checks, one.checks):
             for step, stream, value in zip(its.steps, its.streams, its.values):
                 mine.add(k, step, stream, value)
-    return Case(runs, checks, tol, f"steps in {sequences} sequences of {length} frames",
-                signature(lib))
+    return Case(runs, checks, tol, f"steps in {sequences} sequences of {frames or length} "
+                "frames", signature(lib))
 
 
 def _carries_state(loaded, lib, stream) -> bool:
