@@ -318,3 +318,25 @@ def test_a_cumulative_sum_over_open_time_is_a_running_sum(tmp_path, capsys):
     path.write_bytes(graph.as_graph_def().SerializeToString())
     assert main(["build", str(path), "-o", str(tmp_path / "rev"), "-q"]) == 1
     assert "'Cumsum' (op Cumsum): sums from the last frame backwards" in capsys.readouterr().err
+
+
+def test_a_keras_export_recomputing_its_window_builds(tmp_path, capsys):
+    """A VGGish-like export (patches (None, 12, 8), a 'same' convolution,
+    Flatten, Dense) streams as a window recomputed every step; Keras 3's
+    export orders its frozen weights after the input by control edges,
+    which kept an unfed copy of the input in the step, and the build
+    stopped on TensorFlow's UnliftableError (a tfaot bug)."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(9)
+    x = keras.Input((12, 8))
+    h = L.Conv2D(4, 3, padding="same", activation="relu")(L.Reshape((12, 8, 1))(x))
+    model = keras.Model(x, L.Dense(3)(L.Flatten()(L.MaxPooling2D(2)(h))))
+    path, out = tmp_path / "vgg", tmp_path / "lib"
+    model.export(str(path), verbose=False)
+    line = _build_and_verify_120(path, out, capsys)
+    assert re.fullmatch(r"output_0: max abs error \S+ over 120 steps \(tolerance \S+\): ok",
+                        line), line
+    manifest = json.loads((out / "vgg.json").read_text())
+    assert manifest["stream"]["mode"] == "window" and manifest["stream"]["recompute"]

@@ -187,11 +187,13 @@ def recompute_program(loaded, inp, full, a: int, reason: str) -> StepProgram:
         states.add(("window", "frames"), np.zeros(buffer_shape, np.dtype(inp.dtype)),
                    layer=inp.name, kind="win")
 
+    graph_def = _without_control_edges_from(loaded.graph_def, inp.name)
+
     def pure_step(x_t, *buffer):
         frames = tf.expand_dims(x_t, a)
         if buffer:
             frames = tf.concat([buffer[0], frames], axis=a)
-        ys = tf.graph_util.import_graph_def(loaded.graph_def, input_map={f"{inp.name}:0": frames},
+        ys = tf.graph_util.import_graph_def(graph_def, input_map={f"{inp.name}:0": frames},
                                             return_elements=list(loaded.outputs), name="window")
         if not buffer:
             return tuple(ys)
@@ -216,3 +218,20 @@ def recompute_program(loaded, inp, full, a: int, reason: str) -> StepProgram:
     return StepProgram(source=str(loaded.path), format=loaded.format, signature=sig,
                        pure_step=cf, report=report, stream=stream)
 
+
+def _without_control_edges_from(graph_def, name: str):
+    """``graph_def`` without control edges from node ``name``: a Keras 3
+    export orders its frozen weights after its input so, and imported with
+    the input mapped to the window, those edges kept an unfed copy of the
+    input placeholder in the step (TensorFlow could not freeze it)."""
+    import tensorflow as tf
+
+    edge = f"^{name}"
+    if not any(edge in n.input for n in graph_def.node):
+        return graph_def
+    copy = tf.compat.v1.GraphDef()
+    copy.CopyFrom(graph_def)
+    for n in copy.node:
+        if edge in n.input:
+            n.input[:] = [i for i in n.input if i != edge]
+    return copy
