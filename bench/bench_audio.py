@@ -124,10 +124,11 @@ def litert_window(path: Path, int8: bool) -> bytes:
     were dynamic, and XNNPACK took none of the convolutions)."""
     import tensorflow as tf
 
-    signature = tf.saved_model.load(str(path)).signatures["serving_default"]
+    saved = tf.saved_model.load(str(path))  # (kept: the function reads its variables)
+    signature = saved.signatures["serving_default"]
     window = tf.function(lambda waveform: signature(waveform=waveform)).get_concrete_function(
         tf.TensorSpec([WINDOW_SAMPLES], tf.float32))
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([window])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([window], saved)
     if int8:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     return converter.convert()

@@ -176,7 +176,7 @@ def test_frames_padded_at_the_end_are_refused_by_node(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("padded", [True, False])
-def test_a_yamnet_like_waveform_model_streams(tmp_path, padded):
+def test_a_yamnet_like_waveform_model_streams(tmp_path, capsys, padded):
     """A waveform without a batch axis is time (it was taken for a batch and
     traced at one sample); both frame ops stream, the patches' net runs
     once a step (96 samples: 6 STFT hops); the end padding, computed from
@@ -186,6 +186,9 @@ def test_a_yamnet_like_waveform_model_streams(tmp_path, padded):
 
     module, serve = _yamnet_like(padded)
     model, out = _built(module, tmp_path, signatures={"serving_default": serve})
+    # (the spectrogram runs 6 frames a step: the build says it returns the last)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert len(warnings) == 1 and "output 'spectrogram' has 6 frames per step" in warnings[0]
     manifest = json.loads((out / "sm.json").read_text())
     assert manifest["inputs"][0]["shape"] == [96]
     assert [o["shape"] for o in manifest["outputs"]] == [[6], [5], [20]]

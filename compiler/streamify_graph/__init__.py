@@ -66,6 +66,8 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
 
         for note in program.report.get("notes", []) + program.report.get("stream_notes", []):
             print(f"tfaot: note: {loaded.path}: {note}", file=sys.stderr)
+        for warning in program.report.get("warnings", []):
+            print(f"tfaot: warning: {loaded.path}: {warning}", file=sys.stderr)
     return program
 
 
@@ -423,6 +425,13 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         report["stream_notes"] = [window_note(stream, inp.name, why)]
     if stateless and fixed_window == "whole" and time_like(shape):
         report["mode"] += "; whole-window build (--whole-window)"
+    if planned is not None and planned.faster:
+        report["warnings"] = [
+            f"output '{loaded.output_names[i]}' has {n} frames per step (a step takes "
+            f"{planned.plan.frames} input frames, for the time strides of another output's "
+            f"path) and each step returns the last of them: {n - 1} of every {n} of its "
+            "frames are not returned; build that output alone (--outputs) to get every frame"
+            for i, n in planned.faster.items()]
     if stream.end_pads:
         report["stream_notes"] = report.get("stream_notes", []) + [
             f"node '{stream.end_pads[0]}' pads the sequence's end with zeros, as many as its "

@@ -45,6 +45,8 @@ class Planned:
     rows: list = field(default_factory=list)  # the report's "layers"
     first_valid_step: int = 0
     broadcasts: bool = False  # a per-step input's value broadcast over a sequence
+    # output index -> its frames per step, for outputs faster than the steps
+    faster: dict = field(default_factory=dict)
 
 
 def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
@@ -136,7 +138,9 @@ def plan_stream(mode: str, *, window: int | None, dynamic: bool, replay, arg_spe
         raise NotAWindow("the time axis reaches the output")
     for key, initial, layer, kind in em.time.found:
         states.add(key, initial, layer=layer, kind=kind)
-    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts)
+    faster = {i: m.frames.n for i, m in enumerate(em.output_metas)
+              if m.kind == "seq" and m.frames is not None and m.frames.n > 1}
+    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts, faster)
 
 
 def stream_info(planned: Planned | None, a, dynamic: bool, shape) -> StreamInfo:
