@@ -54,13 +54,14 @@ def _frames_model(length: int, step: int, pad_end: bool = False):
     return Frames()
 
 
-def _yamnet_like(padded: bool = True):
+def _yamnet_like(padded: bool = True, batched: bool = False):
     """YAMNet's signature in small: a waveform (None,) without a batch axis,
     padded at the end to whole patches (features.pad_waveform), an STFT,
     a log mel spectrogram, patches of 12 of its frames every 6
     (tf.signal.frame along axis 0, the patches a batch) and a small
     convolutional net per patch; outputs the scores, the embeddings and the
-    spectrogram (48 of its frames a step: a step returns the last)."""
+    spectrogram (6 of its frames a step: a step returns the last). ``batched``:
+    the waveform comes as (1, None), its row taken."""
     import keras
     import tensorflow as tf
     from keras import layers as L
@@ -87,9 +88,10 @@ def _yamnet_like(padded: bool = True):
     module = tf.Module()
     module.net = net
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    @tf.function(input_signature=[tf.TensorSpec([1, None] if batched else [None], tf.float32)])
     def serve(waveform):
-        wav = pad_waveform(waveform) if padded else waveform
+        wav = waveform[0] if batched else waveform
+        wav = pad_waveform(wav) if padded else wav
         spectrum = tf.abs(tf.signal.stft(wav, frame_length=window, frame_step=hop))
         log_mel = tf.math.log(tf.matmul(spectrum, mel) + 1e-3)
         scores, embeddings = net(tf.signal.frame(log_mel, patch, patch_hop, axis=0))
@@ -175,8 +177,8 @@ def test_frames_padded_at_the_end_are_refused_by_node(tmp_path, capsys):
     assert not (tmp_path / "lib").exists()
 
 
-@pytest.mark.parametrize("padded", [True, False])
-def test_a_yamnet_like_waveform_model_streams(tmp_path, capsys, padded):
+@pytest.mark.parametrize("padded, batched", [(True, False), (False, False), (True, True)])
+def test_a_yamnet_like_waveform_model_streams(tmp_path, capsys, padded, batched):
     """A waveform without a batch axis is time (it was taken for a batch and
     traced at one sample); both frame ops stream, the patches' net runs
     once a step (96 samples: 6 STFT hops); the end padding, computed from
@@ -184,13 +186,13 @@ def test_a_yamnet_like_waveform_model_streams(tmp_path, capsys, padded):
     model without it; the STFT's identity filter is not in the library."""
     from tfaot.verify.compare import verify
 
-    module, serve = _yamnet_like(padded)
+    module, serve = _yamnet_like(padded, batched)
     model, out = _built(module, tmp_path, signatures={"serving_default": serve})
     # (the spectrogram runs 6 frames a step: the build says it returns the last)
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
     assert len(warnings) == 1 and "output 'spectrogram' has 6 frames per step" in warnings[0]
     manifest = json.loads((out / "sm.json").read_text())
-    assert manifest["inputs"][0]["shape"] == [96]
+    assert manifest["inputs"][0]["shape"] == ([1, 96] if batched else [96])
     assert [o["shape"] for o in manifest["outputs"]] == [[6], [5], [20]]
     pads = manifest["stream"].get("end_pads", [])
     assert (len(pads) == 1 and pads[0].endswith("/Pad")) if padded else not pads, pads

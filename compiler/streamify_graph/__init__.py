@@ -77,10 +77,11 @@ def streamify_graph(loaded, probe_T: int = 13, notify: bool = True,
 #: ("Tried to stack elements of an empty list"); the .keras file built.
 LONGER_PROBES = (67, 257, 65543)
 
-#: The test waveform of a graph taking one (``(None,)``): 4 s at 16 kHz.
-#: Cut into frames and those into patches (YAMNet: 96 frames of 160 samples
-#: each), a short one gave a single patch, whose size-1 axis the replay
-#: could not tell from any other (or TensorFlow ran out of samples).
+#: The test waveform of a graph taking one (``(None,)``, or any input the
+#: graph cuts into frames): 4 s at 16 kHz. Cut into frames and those into
+#: patches (YAMNet: 96 frames of 160 samples each), a short one gave a
+#: single patch (padded up to one), whose size-1 axis the replay could not
+#: tell from any other, or TensorFlow ran out of samples.
 WAVEFORM_PROBE = 65543
 
 
@@ -88,8 +89,8 @@ def _streamify_probing(loaded, probe_T: int, fixed_window: str) -> StepProgram:
     """``_streamify_simplified`` on a test sequence of ``probe_T`` frames,
     then on longer ones while TensorFlow fails to run the graph on it."""
     first = None
-    if loaded.inputs and loaded.inputs[0].shape is not None \
-            and tuple(loaded.inputs[0].shape) == (None,):
+    if loaded.inputs and (tuple(loaded.inputs[0].shape or ()) == (None,) or
+                          _frames_as_convolutions(loaded).details.get("frames_as_convolutions")):
         probe_T = max(probe_T, WAVEFORM_PROBE)
     for T in (probe_T, *(t for t in LONGER_PROBES if t > probe_T)):
         try:
