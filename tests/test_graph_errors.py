@@ -575,3 +575,22 @@ def test_an_audio_front_end_without_a_lowering_names_the_cut(tmp_path, capsys):
     assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "front end" in err and "--inputs Mfcc_1:SHAPE" in err, err
+
+
+def test_whole_window_on_an_open_time_axis_is_refused(tmp_path, capsys):
+    """--whole-window asked for a graph whose time axis is open: refused (it
+    streamed, with exit 0)."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    @tf.function(input_signature=[tf.TensorSpec([1, None, 6], tf.float32, name="x")])
+    def per_frame(x):
+        return tf.tanh(tf.tensordot(x, tf.ones([6, 2]), 1))
+
+    graph_def = per_frame.get_concrete_function().graph.as_graph_def()
+    path = gm.write_graph_def(graph_def, tmp_path / "frames.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "--whole-window"]) == 1
+    err = capsys.readouterr().err
+    assert "--whole-window needs a fixed length, and axis 1 of the input is open" in err, err
+    assert not (tmp_path / "lib").exists()

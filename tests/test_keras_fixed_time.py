@@ -183,23 +183,25 @@ def test_fixed_window_layers_across_time_fall_back(tmp_path, capsys, body, how):
 def test_whole_window_is_one_inference_per_step_for_recurrent_models_too():
     """--whole-window on a recurrent model of a fixed length: one whole
     inference per step, as asked (it streamed the recurrence regardless);
-    an open time axis has no window, and streams."""
+    an open time axis has no window: refused (a note said so, and the build
+    gave a stream with exit 0, or with -q said nothing)."""
     import keras
     from keras import layers
 
+    from tfaot.errors import TfaotError
     from tfaot.streamify_keras import stream_info
 
     keras.utils.set_random_seed(4)
-    from tfaot.streamify_keras import _stream_choice
-
-    for length, mode in ((12, "stateless"), (None, "prefix")):
+    for length in (12, None):
         x = keras.Input((length, 4))
         model = keras.Model(x, layers.Dense(3)(layers.LSTM(5)(x)))
-        assert stream_info(model, fixed_window="whole").mode == mode
         assert stream_info(model).mode == "prefix"
-        # the build's note says why the flag did nothing (it was silent)
-        assert ("--whole-window needs a fixed length" in
-                _stream_choice(model, "whole").why) == (length is None)
+        if length is not None:
+            assert stream_info(model, fixed_window="whole").mode == "stateless"
+            continue
+        with pytest.raises(TfaotError, match="--whole-window needs a fixed length, and axis 1 "
+                                             r"of input \(None, None, 4\) is open"):
+            stream_info(model, fixed_window="whole")
 
 
 def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys, monkeypatch):

@@ -69,6 +69,10 @@ def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
         return "stateless", "the input has no time axis"
     if shape[a] is None:  # an open time axis (axis 0 without loops: a batch)
         if explicit_axis or a != 0:
+            if fixed_window == "whole":
+                raise Fail(f"--whole-window needs a fixed length, and axis {a} of the input "
+                           "is open: give its shape with --inputs NAME:SHAPE, or build "
+                           "without --whole-window to stream")
             return "prefix", f"axis {a} of the input is open"
         return "stateless", "the input's only open axis is the batch"
     choice = stream_choice.choose(fixed_window, shape, dtype, axis_given=explicit_axis)

@@ -235,17 +235,18 @@ def _discover(replay: Replay, model, x_specs, streamed) -> tuple[list, list]:
 
 def _stream_choice(model, requested: str) -> stream_choice.Choice:
     """Stream or one inference per step, and why (``stream_choice``)."""
-    # --whole-window needs a window: said where an open time axis ignores it
-    open_axis = (" (--whole-window needs a fixed length: keras.Input((T, ...)))"
-                 if requested == "whole" else "")
+    shape = time_input_shape(model)
+    if requested == "whole" and _has_dynamic_time(model):
+        # (asked for and not done, the build gave a stream with exit 0)
+        raise TfaotError(f"--whole-window needs a fixed length, and axis 1 of input "
+                         f"{_shape_text(shape)} is open: give the input its length "
+                         "(keras.Input((T, ...))), or build without --whole-window to stream")
     if _has_recurrent_layer(model):
         if requested == "whole" and _fixed_length(model) is not None:
             return stream_choice.Choice("whole", "asked with --whole-window")
-        return stream_choice.Choice("stream", "the model has recurrent layers" + open_axis)
-    shape = time_input_shape(model)
+        return stream_choice.Choice("stream", "the model has recurrent layers")
     if _has_dynamic_time(model):
-        return stream_choice.Choice("stream", f"axis 1 of input {_shape_text(shape)} is open"
-                                    + open_axis)
+        return stream_choice.Choice("stream", f"axis 1 of input {_shape_text(shape)} is open")
     streams = input_streams(model)
     tensor = model.inputs[streams.index(True) if True in streams else 0]
     dtype = getattr(tensor.dtype, "name", str(tensor.dtype))
