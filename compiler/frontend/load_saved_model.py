@@ -99,7 +99,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     # tensor of the graph to cut it at, as in a frozen graph
     cuts = [(n, sh) for n, sh in input_specs or [] if n.partition(":")[0] not in in_keys]
     shapes = [_batch_one_shape(path, key, k, kw_specs[k], _override(input_specs, k),
-                               open_first=k == in_keys[0] and time_axis in (0, None))
+                               time_axis if k == in_keys[0] else None)
               for k in in_keys]
     out_keys = sorted(sig.structured_outputs)
 
@@ -217,11 +217,11 @@ def _override(input_specs, key: str):
 
 
 def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
-                     open_first: bool = False) -> list:
+                     time_axis: int | None = None) -> list:
     """The shape to trace input ``in_key`` at: an open axis 0 is batch 1,
-    unless ``open_first`` and it is the time axis: given so (--time-axis 0),
-    or the only axis (a waveform ``(None,)``, which the streamifier tells
-    from a batch of scalars by the frames cut from it)."""
+    unless it may be time: given so (``time_axis`` 0), or the only axis (a
+    waveform ``(None,)``, which the streamifier tells from a batch of
+    scalars by the frames cut from it)."""
     shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
     if override is not None:
         if shape is not None and (len(shape) != len(override) or any(
@@ -232,7 +232,8 @@ def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
     if shape is None:
         raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
                          "give its shape with --inputs NAME:SHAPE")
-    if shape and shape[0] is None and not open_first:
+    may_be_time = time_axis == 0 or (time_axis is None and len(shape) == 1)
+    if shape and shape[0] is None and not may_be_time:
         shape[0] = 1  # batch 1
     return shape
 
