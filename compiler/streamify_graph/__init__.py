@@ -215,9 +215,10 @@ def _shapes_as_constants(graph_def):
             continue
         dtype = tf.as_dtype(n.attr["out_type"].type).as_numpy_dtype
         value = tf.make_tensor_proto(np.array(shape.as_list(), dtype))
-        control = [i for i in n.input if i.startswith("^")]
+        # (ordered after what it read: inside a v1 loop, that keeps it in the loop's frame)
+        after = [f"^{i.split(':')[0]}" if not i.startswith("^") else i for i in n.input]
         n.op = "Const"
-        n.input[:] = control
+        n.input[:] = list(dict.fromkeys(after))
         for key in list(n.attr):
             del n.attr[key]
         n.attr["dtype"].type = tf.as_dtype(dtype).as_datatype_enum
