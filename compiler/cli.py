@@ -546,9 +546,17 @@ def _save_case(args) -> int:
     case.save(path)
     checks = sum(len(c.runs) for c in case.checks)
     print(f"wrote {path}: {checks} checks of {len(case.checks)} output(s) over "
-          f"{len(case.runs)} run(s), tolerance {case.tolerance:g}; check the library with: "
+          f"{len(case.runs)} run(s), {_tolerances(case)}; check the library with: "
           f"tfaot verify --case {path.name} DIR")
     return 0
+
+
+def _tolerances(case) -> str:
+    """'tolerance T', or each output's where they differ."""
+    tols = case.output_tolerances or [case.tolerance]
+    if len(set(tols)) == 1:
+        return f"tolerance {tols[0]:g}"
+    return "tolerances " + ", ".join(f"{t:g}" for t in tols)
 
 
 def _verify_case(args) -> int:

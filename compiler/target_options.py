@@ -6,6 +6,7 @@ are stored (--intermediates), and the checks of options that need tfaot's
 kernels."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import replace
 
 from .errors import TfaotError
@@ -218,6 +219,22 @@ def _check_cpu_fits_triple(cpu: str, triple: str) -> None:
         raise TfaotError(f"--cpu={cpu} is an application (or real-time) core but --triple "
                          f"{triple} is a Cortex-M (M-profile) triple: the firmware's link "
                          "would fail on conflicting architecture profiles")
+    _check_llvm_knows(cpu, triple)
+
+
+def _check_llvm_knows(cpu: str, triple: str) -> None:
+    """A CPU name LLVM does not know failed only in iree-compile, after the
+    model was loaded and streamed."""
+    from .backend.compile import llvm_cpus
+
+    if cpu in ("host", "generic"):
+        return
+    known = llvm_cpus(triple)
+    if known and cpu not in known:
+        close = difflib.get_close_matches(cpu, sorted(known), n=3)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise TfaotError(f"--cpu={cpu} is not a CPU the compiler knows for {triple}; {hint}"
+                         f"host, generic or one of: {', '.join(sorted(known))}")
 
 
 #: Cortex-M cores gcc knows besides ARM_CPU_FLAGS' (built with generic C kernels)

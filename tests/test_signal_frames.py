@@ -164,17 +164,44 @@ def test_frames_with_channels_and_gaps_stream(tmp_path):
     assert err < 1e-5
 
 
-def test_frames_padded_at_the_end_are_refused_by_node(tmp_path, capsys):
-    """pad_end=True frames the end of the sequence, which a stream never
-    reaches: refused with the node named, as before."""
+def _padded_stft_waveform():
+    """A waveform (None,) without a batch axis -> STFT with pad_end=True ->
+    a projection of its magnitudes."""
     import tensorflow as tf
 
-    model = tmp_path / "sm"
-    tf.saved_model.save(_frames_model(20, 8, pad_end=True), str(model))
-    assert main(["build", str(model), "-o", str(tmp_path / "lib"), "-q"]) == 1
+    w = tf.constant(np.random.default_rng(3).normal(size=(33, 4)).astype(np.float32))
+    module = tf.Module()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def serve(wav):
+        spectrum = tf.abs(tf.signal.stft(wav, 64, 24, pad_end=True))
+        return {"y": tf.matmul(spectrum, w)}
+
+    module.serve = serve
+    return module, serve
+
+
+@pytest.mark.parametrize("waveform", [False, True])
+def test_frames_padded_at_the_end_stream_their_whole_frames(tmp_path, capsys, waveform):
+    """pad_end=True goes on framing into zeros after the sequence's end, as
+    many as its length asks for. A stream never ends: it gives the whole
+    frames, says so naming the frame op's Pad, and verify's reference is the
+    model's whole frames. (It was refused; a waveform (None,) was taken for
+    a batch of scalars, a step framing one sample and zeros.)"""
+    from tfaot.verify.compare import verify
+
+    if waveform:
+        module, serve = _padded_stft_waveform()
+        model, out = _built(module, tmp_path, signatures={"serving_default": serve})
+    else:
+        model, out = _built(_frames_model(20, 8, pad_end=True), tmp_path)
     err = capsys.readouterr().err
-    assert "frame/" in err and "sequence length" in err, err
-    assert not (tmp_path / "lib").exists()
+    assert "frame/Pad" in err and "pads the sequence's end with zeros" in err, err
+    manifest = json.loads((out / "sm.json").read_text())
+    assert manifest["inputs"][0]["shape"] == ([24] if waveform else [1, 8, 3]), manifest
+    assert manifest["stream"]["end_pads"][0].endswith("frame/PadV2"), manifest["stream"]
+    (result,) = verify(str(model), out, steps=STEPS, seed=0, tol=None)
+    assert result.ok and result.steps >= 100, result
 
 
 @pytest.mark.parametrize("padded, batched", [(True, False), (False, False), (True, True)])

@@ -75,6 +75,10 @@ def test_pointer_size(triple, pointer):
     ("cpu", "thumbv7em-none-eabihf", "skylake", "CPU for x86 .* is thumbv7em"),
     ("cpu", "thumbv7em-none-eabihf", "cortex-a53", "conflicting architecture profiles"),
     ("cpu", "thumbv7em-none-eabihf", "cortex-m4f", "not a Cortex-M CPU gcc knows"),
+    # a CPU the compiler's LLVM does not know failed only in iree-compile
+    ("cpu", None, "nonsense", "not a CPU the compiler knows"),
+    ("cpu", "x86_64-linux-gnu", "znver44", "did you mean znver4"),
+    ("cpu", "aarch64-linux-gnu", "cortex-a767", "did you mean .*cortex-a76"),
 ])
 def test_bad_choices_are_refused(kind, triple, cpu, message):
     with pytest.raises(TfaotError, match=message):

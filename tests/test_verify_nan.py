@@ -149,8 +149,9 @@ def test_random_boolean_inputs_are_both_values():
 
 def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
     """A head that outputs thousands differs from TensorFlow by f32 rounding
-    of thousands (over 1e-5): the default tolerance is scaled by the largest
-    |output|; an explicit --tol is taken as it is."""
+    of thousands (over 1e-5): the default tolerance is scaled by its largest
+    |output|, each output's by its own (a head of probabilities beside it
+    keeps f32's 1e-5); an explicit --tol is taken as it is."""
     import re
 
     import keras
@@ -159,25 +160,34 @@ def test_default_tolerance_grows_with_the_outputs(tmp_path, capsys):
     from tfaot.verify.compare import output_scale
 
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((None, 8)), keras.layers.GRU(16, return_sequences=True),
-                              keras.layers.Dense(4), keras.layers.Rescaling(3000.0)])
-    model.save(tmp_path / "big.keras")
+    x = keras.Input((None, 8))
+    h = keras.layers.GRU(16, return_sequences=True)(x)
+    big = keras.layers.Rescaling(3000.0, name="big")(keras.layers.Dense(4)(h))
+    probs = keras.layers.Dense(3, activation="softmax", name="probs")(h)
+    keras.Model(x, [big, probs]).save(tmp_path / "big.keras")
     assert main(["build", str(tmp_path / "big.keras"), "-o", str(tmp_path / "out"), "-q"]) == 0
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "big.keras"), str(tmp_path / "out")]) == 0
-    line = capsys.readouterr().out.strip()
-    tol = float(re.search(r"\(tolerance (\S+)\)", line).group(1))
-    assert tol > 1e-5 * 100 and line.endswith(": ok"), line
+    lines = capsys.readouterr().out.strip().splitlines()
+    tols = {re.search(r"(big|probs)", line).group(1):
+            float(re.search(r"\(tolerance (\S+)\)", line).group(1))
+            for line in lines if "tolerance" in line}
+    assert tols["big"] > 1e-5 * 100 and tols["probs"] == 1e-5, lines
+    assert all(line.endswith(": ok") for line in lines if "tolerance" in line), lines
+    assert main(["verify", str(tmp_path / "big.keras"), str(tmp_path / "out"), "--save-case",
+                 str(tmp_path / "case.npz")]) == 0
+    case = Case.load(tmp_path / "case.npz")
+    assert case.output_tolerances == [tols["big"], tols["probs"]]
     assert main(["verify", str(tmp_path / "big.keras"), str(tmp_path / "out"),
                  "--tol", "1e-5"]) in (0, 1)
-    assert "(tolerance 1e-05)" in capsys.readouterr().out
+    assert capsys.readouterr().out.count("(tolerance 1e-05)") == 2
     small = Checks()
     small.add(0, 0, -1, [0.5, -0.25, np.nan])
-    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1.0
+    assert output_scale(small) == 1.0
     small.add(0, 1, -1, [-40.0, np.inf])
-    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 40.0
+    assert output_scale(small) == 40.0
     small.add(0, 2, -1, [1234.5])
-    assert output_scale(Case([], [small], 1e-5, "steps", {})) == 1300.0
+    assert output_scale(small) == 1300.0
 
 
 def test_random_uint8_inputs_take_every_pixel_value():

@@ -24,6 +24,8 @@ docs/notes/iree-notes.md section 0:
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
 import subprocess
@@ -75,6 +77,22 @@ def iree_compile_binary() -> str:
             "iree-base-compiler is not installed; install the pinned version "
             f"(iree-base-compiler=={PINNED_COMPILER_VERSION}.*)") from e
     return find_tool("iree-compile")
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_cpus(triple: str) -> frozenset[str]:
+    """The CPU names iree-compile's LLVM accepts for ``triple``'s
+    architecture (empty if it does not say: no check then). LLVM lists them
+    when asked for an unknown CPU; a misspelt --cpu otherwise failed only in
+    iree-compile, after the model was loaded and streamed."""
+    try:
+        proc = subprocess.run([iree_compile_binary(), f"--iree-llvmcpu-target-triple={triple}",
+                               "--iree-llvmcpu-target-cpu=help", "-", "-o", os.devnull],
+                              input="", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired, TfaotError):
+        return frozenset()
+    m = re.search(r"List of accepted CPUs: (.*)", proc.stdout + proc.stderr)
+    return frozenset(c.strip() for c in m.group(1).split(",")) if m else frozenset()
 
 
 def compiler_version() -> str:

@@ -157,10 +157,10 @@ def _frames_as_convolutions(loaded):
 
     from .signal_frames import frames_as_convolutions
 
-    graph_def, count = frames_as_convolutions(loaded.graph_def)
+    graph_def, count, end_pads = frames_as_convolutions(loaded.graph_def)
     if not count:
         return loaded
-    details = dict(loaded.details, frames_as_convolutions=count)
+    details = dict(loaded.details, frames_as_convolutions=count, frame_end_pads=end_pads)
     return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 
@@ -365,7 +365,7 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         report["unrolled"] = [u.report() for u in g.unrolled.values()]
     if notes:
         report["notes"] = notes
-    stream = stream_info(planned, a, dynamic, shape)
+    stream = stream_info(planned, a, dynamic, shape, loaded.details.get("frame_end_pads", ()))
     report["mode"] = mode_text(stream, report["mode"])
     report["stream"] = stream.to_json()
     if planned is not None and planned.rows:

@@ -14,8 +14,13 @@ lower/patch_copies.py then turns that convolution back into the copy it is.
 A frame op is recognised by what it computes, not by its nodes: a name
 scope that reads one tensor of open length (besides constants), gives one
 tensor, and on two test waveforms gives exactly the frames of some ``L``
-and ``S`` (no ``pad_end`` padding) is replaced; anything else is left as
-it is, for the streamifier's own error.
+and ``S`` is replaced; anything else is left as it is, for the
+streamifier's own error. With ``pad_end`` the frames go on past the last
+whole one, into zeros padded after the sequence as its length asks for; a
+stream never ends, so it gives the whole frames only, as for any padding
+of the end (time_rules._end_pad): the frame op's Pad node is then one of
+the stream's end pads (StreamInfo), and verify's reference takes the
+whole frames too (``frames_as_convolutions`` of the original graph).
 """
 from __future__ import annotations
 
@@ -28,17 +33,18 @@ _PROBE_LENGTHS = (8229, 8352)
 
 def frames_as_convolutions(graph_def):
     """``graph_def`` with each frame op over an open time axis written as a
-    convolution (module docstring), and how many were."""
+    convolution (module docstring), how many were, and the Pad nodes of
+    those that pad the end (``pad_end``)."""
     import tensorflow as tf
 
     if not any(n.op == "GatherV2" for n in graph_def.node):
-        return graph_def, 0
+        return graph_def, 0, ()
     g = tf.Graph()
     try:
         with g.as_default():
             tf.graph_util.import_graph_def(_without_control_inputs(graph_def), name="")
     except Exception:  # noqa: BLE001 - a broken graph: the streamifier names its fault
-        return graph_def, 0
+        return graph_def, 0, ()
     found = []
     for scope in sorted({n.name.rsplit("/", 1)[0] for n in graph_def.node
                          if n.op == "GatherV2" and "/" in n.name}):
@@ -46,8 +52,8 @@ def frames_as_convolutions(graph_def):
         if frame is not None:
             found.append(frame)
     if not found:
-        return graph_def, 0
-    return _rewritten(graph_def, found), len(found)
+        return graph_def, 0, ()
+    return _rewritten(graph_def, found), len(found), tuple(f.pad for f in found if f.pad)
 
 
 def _without_control_inputs(graph_def):
@@ -63,10 +69,12 @@ def _without_control_inputs(graph_def):
 
 
 class _Frame:
-    """A recognised frame op: its scope, input, output, length and step."""
+    """A recognised frame op: its scope, input, output, length and step, and
+    its Pad node if it pads the end (else None)."""
 
-    def __init__(self, scope: str, x, y, length: int, step: int):
+    def __init__(self, scope: str, x, y, length: int, step: int, pad: str | None):
         self.scope, self.x, self.y, self.length, self.step = scope, x, y, length, step
+        self.pad = pad
 
 
 def _frame_op(g, scope: str) -> _Frame | None:
@@ -99,7 +107,7 @@ def _probed(g, scope: str, x, y, batched: bool) -> _Frame | None:
     ``x`` is (batch, time[, channels]), else (time[, channels])."""
     import tensorflow as tf
 
-    found = None
+    found, padded = None, False
     channels = x.shape[x.shape.rank - 1] if x.shape.rank == 2 + batched else None
     if x.shape.rank == 2 + batched and channels is None:
         return None
@@ -118,11 +126,32 @@ def _probed(g, scope: str, x, y, batched: bool) -> _Frame | None:
         step = int(frames[0, 1, 0].ravel()[0] - frames[0, 0, 0].ravel()[0]) // (channels or 1)
         if step < 1 or (found is not None and (length, step) != found):
             return None
-        count = (n - length) // step + 1
-        if frames.shape[1] != count or not np.array_equal(frames, _frames(ramp, length, step)):
+        whole = _frames(ramp, length, step)
+        if frames.shape[1] == whole.shape[1]:
+            if not np.array_equal(frames, whole):
+                return None
+        elif _padded_frames(frames, ramp, length, step):
+            padded = True
+        else:
             return None
         found = (length, step)
-    return _Frame(scope, x, y, *found)
+    pad = [op.name for op in g.get_operations()
+           if op.name.startswith(scope + "/") and op.type in ("Pad", "PadV2")]
+    if padded and len(pad) != 1:
+        return None
+    return _Frame(scope, x, y, *found, pad[0] if padded else None)
+
+
+def _padded_frames(frames: np.ndarray, x: np.ndarray, length: int, step: int) -> bool:
+    """Whether ``frames`` are those of ``x`` (batch, time[, channels]) with
+    its end padded with zeros (``pad_end``: a frame starts at every step of
+    the sequence, the last ones short of samples)."""
+    count = -(-x.shape[1] // step)
+    if frames.shape[1] != count:
+        return False
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (0, max(0, (count - 1) * step + length - x.shape[1]))
+    return np.array_equal(frames, _frames(np.pad(x, pad), length, step))
 
 
 def _origin(x):

@@ -147,7 +147,10 @@ def plan_stream(mode: str, *, window: int | None, dynamic: bool, replay, arg_spe
     return Planned(plan, em.rows, em.first_valid_step, em.broadcasts, faster)
 
 
-def stream_info(planned: Planned | None, a, dynamic: bool, shape) -> StreamInfo:
+def stream_info(planned: Planned | None, a, dynamic: bool, shape,
+                frame_end_pads=()) -> StreamInfo:
+    """``frame_end_pads``: the Pad nodes of the frame ops cut with
+    ``pad_end`` (signal_frames.py), end pads as the plan's are."""
     if planned is None:
         return StreamInfo()
     plan = planned.plan
@@ -155,8 +158,8 @@ def stream_info(planned: Planned | None, a, dynamic: bool, shape) -> StreamInfo:
                       fixed_length=None if dynamic else int(shape[a]),
                       frames_per_step=plan.frames, window=plan.window,
                       first_valid_step=planned.first_valid_step, delay=plan.delay,
-                      end_pads=tuple(r["name"] for r in planned.rows
-                                     if r["role"] == "end pad"))
+                      end_pads=tuple(frame_end_pads) + tuple(
+                          r["name"] for r in planned.rows if r["role"] == "end pad"))
 
 
 def mode_text(stream: StreamInfo, base: str) -> str:

@@ -49,6 +49,13 @@ class Case:
     tolerance: float
     unit: str  # what a check counts in the report ("steps", "sequences of 49 frames")
     library: dict  # the tensors of the library the case was made for (_signature)
+    #: One tolerance per output where they differ (the default's scaled by
+    #: each output's size: compare.output_scale); None: ``tolerance`` for all.
+    output_tolerances: list[float] | None = None
+
+    def tolerance_of(self, k: int) -> float:
+        """The tolerance of output ``k``."""
+        return self.tolerance if self.output_tolerances is None else self.output_tolerances[k]
 
     def where(self, k: int, c: int) -> str:
         """Check ``c`` of output ``k`` in messages."""
@@ -68,7 +75,8 @@ class Case:
             arrays[f"stream{k}"] = np.asarray(checks.streams, np.int64)
             arrays[f"want{k}"] = np.asarray(checks.values, np.float64).reshape(-1, *shape)
         meta = {"version": CASE_VERSION, "runs": [len(xs) for xs in self.runs],
-                "tolerance": self.tolerance, "unit": self.unit, "library": self.library}
+                "tolerance": self.tolerance, "output_tolerances": self.output_tolerances,
+                "unit": self.unit, "library": self.library}
         path = Path(path)
         part = path.with_name(path.name + ".part")
         with open(part, "wb") as f:  # np.savez would append .npz to a bare name
@@ -93,7 +101,8 @@ class Case:
             for k in range(len(meta["library"]["outputs"])):
                 checks.append(Checks(list(data[f"run{k}"]), list(data[f"step{k}"]),
                                      list(data[f"stream{k}"]), list(data[f"want{k}"])))
-        return cls(runs, checks, meta["tolerance"], meta["unit"], meta["library"])
+        return cls(runs, checks, meta["tolerance"], meta["unit"], meta["library"],
+                   meta.get("output_tolerances"))
 
 
 def signature(lib) -> dict:
@@ -128,5 +137,6 @@ def run_case(lib, case: Case, tol: float | None = None) -> list[VerifyResult]:
             got = outputs[run][step][k]
             tally.add(case.where(k, c), got[stream] if stream >= 0 else got, checks.values[c])
         results.append(tally.result(lib.manifest["outputs"][k]["name"],
-                                    case.tolerance if tol is None else tol, unit=case.unit))
+                                    case.tolerance_of(k) if tol is None else tol,
+                                    unit=case.unit))
     return results

@@ -255,14 +255,20 @@ def _session_runner(graph, index: int = 0, end_pads=()):
 
 
 def _without_pads(graph_def, pads):
-    """``graph_def`` with the Pad nodes named ``pads`` made identities."""
+    """``graph_def`` with the Pad nodes named ``pads`` made identities; a
+    frame op's (``pad_end``) goes with its frame op, which gives the whole
+    frames only (as the library does: signal_frames.py)."""
     if not pads:
         return graph_def
     import tensorflow as tf
 
+    from ..streamify_graph.signal_frames import frames_as_convolutions
+
+    names = {n.name for n in graph_def.node}
+    graph_def, _, frame_pads = frames_as_convolutions(graph_def)
     copy = tf.compat.v1.GraphDef()
     copy.CopyFrom(graph_def)
-    found = set()
+    found = set(frame_pads) & names
     for n in copy.node:
         if n.name in pads:
             found.add(n.name)
