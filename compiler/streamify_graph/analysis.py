@@ -61,10 +61,38 @@ def analyse(loaded) -> Graph:
 
 
 def _find_unrolled(g: Graph, loaded) -> None:
-    """Replace an unrolled recurrence (``unrolled.py``) by one pseudo node."""
+    """Replace each unrolled recurrence (``unrolled.py``) by one pseudo node:
+    the first, then the next on what it reads (stacked unrolled layers),
+    until no more are found."""
     import tensorflow as tf
 
-    from .unrolled import UNROLLED_OP, NotUnrolled, find_unrolled, time_consts
+    from .unrolled import UNROLLED_OP
+
+    names = [i.name for i in loaded.inputs]
+    roots = [parse_tensor(o)[0] for o in loaded.outputs]
+    redirect: dict[str, str] = {}
+    while True:
+        # (a layer reading an earlier one's outputs depends on the input
+        # through them, though they are gone from the graph)
+        u = _next_unrolled(g, names + list(redirect), first=not redirect)
+        if u is None:
+            return
+        pseudo = tf.compat.v1.NodeDef(name=u.name, op=UNROLLED_OP)
+        pseudo.input.extend(dict.fromkeys([u.slicer.source] + u.statics +
+                                          [s["init"] for s in u.states]))
+        g.nodes = {k: v for k, v in g.nodes.items() if k not in u.removed}
+        g.nodes[u.name] = pseudo
+        redirect.update({r: u.name for r in u.removed})
+        g.order = _topological(roots, g.nodes, redirect)
+        g.unrolled[u.name] = u
+
+
+def _next_unrolled(g: Graph, dependent: list[str], first: bool):
+    """The next unrolled recurrence of ``g`` on the tensors ``dependent``
+    names, or None; the first search's failure is kept in ``g.not_unrolled``."""
+    import tensorflow as tf
+
+    from .unrolled import NotUnrolled, find_unrolled, time_consts
 
     def const_value(t):
         n = g.nodes.get(parse_tensor(t)[0])
@@ -72,29 +100,20 @@ def _find_unrolled(g: Graph, loaded) -> None:
             return None
         return tf.make_ndarray(n.attr["value"].tensor)
 
-    names = [i.name for i in loaded.inputs]
-    try:
-        u = find_unrolled(g.nodes, g.order, names, const_value)
-    except NotUnrolled as e:
-        # static_rnn with a sequence_length: each copy compares its own
-        # constant time index; retry with those as the copies' time.
-        times = time_consts(g.nodes, g.order, const_value)
+    # Retried: static_rnn with a sequence_length compares a constant time
+    # index in each copy (taken as the copies' time); a frozen Keras 3 cell
+    # computes its static inputs anew in each copy (compared by structure).
+    times = time_consts(g.nodes, g.order, const_value)
+    tries = [(None, False), (times, False), (None, True), (times, True)]
+    first_error = None
+    for t, structural in [(t, s) for t, s in tries if t is None or times]:
         try:
-            if not times:
-                raise e
-            u = find_unrolled(g.nodes, g.order, names, const_value, times)
-        except NotUnrolled:
-            g.not_unrolled = str(e)
-            return
-    pseudo = tf.compat.v1.NodeDef(name=u.name, op=UNROLLED_OP)
-    pseudo.input.extend(dict.fromkeys([u.slicer.source] + u.statics +
-                                      [s["init"] for s in u.states]))
-    nodes = {k: v for k, v in g.nodes.items() if k not in u.removed}
-    nodes[u.name] = pseudo
-    redirect = {r: u.name for r in u.removed}
-    g.order = _topological([parse_tensor(o)[0] for o in loaded.outputs], nodes, redirect)
-    g.nodes = nodes
-    g.unrolled = {u.name: u}
+            return find_unrolled(g.nodes, g.order, dependent, const_value, t, structural)
+        except NotUnrolled as e:
+            first_error = first_error or str(e)
+    if first:
+        g.not_unrolled = first_error
+    return None
 
 
 def _topological(roots: list[str], nodes: dict, redirect: dict[str, str] | None = None, *,

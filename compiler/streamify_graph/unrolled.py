@@ -74,13 +74,15 @@ class NotUnrolled(Exception):
 
 
 def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
-                  const_value, time_consts: dict[str, int] | None = None) -> Unrolled:
+                  const_value, time_consts: dict[str, int] | None = None,
+                  structural: bool = False) -> Unrolled:
     """The unrolled recurrence of the outer graph, or ``NotUnrolled``.
 
     ``input_names``: the graph's inputs (any of them may be sliced);
     ``const_value(tensor)`` returns the value of a Const tensor or None;
     ``time_consts``: {Const node: k}, constants taken as copy k's time index
-    (see ``time_consts()``); the body's are fed from the step counter.
+    (see ``time_consts()``); the body's are fed from the step counter;
+    ``structural``: static tensors computed alike are alike (_Ctx.same_static).
     """
     dep = _input_dependent(nodes, order, input_names)
     slicer = _find_slicer(nodes, order, dep, const_value)
@@ -109,7 +111,7 @@ def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
     if any(not c for c in copies):
         raise NotUnrolled(f"time step {next(k for k, c in enumerate(copies) if not c)} of "
                           f"'{slicer.node}' is not used")
-    ctx = _Ctx(nodes, level, item_level, const_value, time_consts)
+    ctx = _Ctx(nodes, level, item_level, const_value, time_consts, structural)
     # The body: copy N-1's nodes that copy N-2 also has.
     prev_match = ctx.match(copies[N - 2], copies[N - 1], N - 2, N - 1, partial=True)
     cell = set(prev_match.values())
@@ -151,6 +153,7 @@ def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
     body_set = set(body) | {c.name for c in clones.values()}
     statics, states = [], []
     state_index: dict[str, int] = {}
+    value_dep = _input_dependent(nodes, order, input_names, values_only=True)
     body_defs = [nodes[b] for b in body] + list(clones.values())
     for nb in body_defs:
         b = nb.name
@@ -170,7 +173,7 @@ def find_unrolled(nodes: dict, order: list[str], input_names: list[str],
             init = state_reads[0].get((b, pos)) or clone_reads.get((b, pos))
             if init is None or level.get(parse_tensor(init)[0], -1) >= 0:
                 raise NotUnrolled(f"the initial value of state '{t}' depends on the input")
-            if parse_tensor(init)[0] in dep:
+            if parse_tensor(init)[0] in value_dep:
                 # (a state the caller feeds in each call, e.g. DeepSpeech's
                 # previous_state_c: streamed, it would be read once at the
                 # probe and baked in, and the input would do nothing)
@@ -328,9 +331,18 @@ def _pseudo_name(body: list[str], nodes) -> str:
     return name
 
 
-def _input_dependent(nodes, order, input_names) -> set[str]:
+#: Ops that read only their input's shape, not its values.
+SHAPE_OPS = ("Shape", "ShapeN", "Size", "Rank")
+
+
+def _input_dependent(nodes, order, input_names, values_only: bool = False) -> set[str]:
+    """The nodes computed from the inputs; ``values_only``: from their
+    values (not through their shapes only: the zero state of an open batch
+    is a Fill of the input's batch size)."""
     dep = set(input_names)
     for u in order:
+        if values_only and nodes[u].op in SHAPE_OPS:
+            continue
         if any(parse_tensor(i)[0] in dep for i in nodes[u].input if not i.startswith("^")):
             dep.add(u)
     return dep
@@ -387,19 +399,54 @@ _IGNORED_ATTRS = {"_class", "_output_shapes"}
 
 
 class _Ctx:
-    def __init__(self, nodes, level, item_level, const_value, time_consts):
+    def __init__(self, nodes, level, item_level, const_value, time_consts, structural):
         self.nodes = nodes
         self.level = level
         self.item_level = item_level
         self.const_value = const_value
         self._const_key: dict[str, Any] = {}
+        self._same: dict[tuple[str, str], bool] = {}
+        self.structural = structural
         self.time_consts = time_consts  # Const node -> the time step it stands for
 
     def same_static(self, ta: str, tb: str) -> bool:
+        """Whether static tensors ``ta`` and ``tb`` hold the same value: the
+        same tensor, equal constants, or with ``structural``, the same op on
+        such tensors (each copy of a frozen Keras 3 cell reads its weights
+        through Identity nodes of its own, and splits and squeezes its bias
+        itself). Not by default: more equal inputs make the greedy match
+        take the wrong one of two alike nodes (static_rnn's conds)."""
+        ta, tb = self.through_identities(ta), self.through_identities(tb)
         if ta == tb:
             return True
         ka, kb = self.const_key(ta), self.const_key(tb)
-        return ka is not None and ka == kb
+        if ka is not None or kb is not None:
+            return ka == kb
+        if not self.structural:
+            return False
+        if (ta, tb) not in self._same:
+            self._same[(ta, tb)] = self._same_static_op(ta, tb)
+        return self._same[(ta, tb)]
+
+    def _same_static_op(self, ta: str, tb: str) -> bool:
+        (sa, ia), (sb, ib) = parse_tensor(ta), parse_tensor(tb)
+        na, nb = self.nodes.get(sa), self.nodes.get(sb)
+        if na is None or nb is None or ia != ib or not na.input or \
+                self.level.get(sa, -1) >= 0 or self.level.get(sb, -1) >= 0:
+            return False
+        a_ins = [tname(i) for i in na.input if not i.startswith("^")]
+        b_ins = [tname(i) for i in nb.input if not i.startswith("^")]
+        return self.same_attrs(na, nb) and len(a_ins) == len(b_ins) and \
+            all(self.same_static(x, y) for x, y in zip(a_ins, b_ins))
+
+    def through_identities(self, t: str) -> str:
+        """The tensor that Identity nodes pass on as ``t``."""
+        n = self.nodes.get(parse_tensor(t)[0])
+        while n is not None and n.op == "Identity" and n.input and \
+                not n.input[0].startswith("^"):
+            t = tname(n.input[0])
+            n = self.nodes.get(parse_tensor(t)[0])
+        return t
 
     def time_pair(self, a: str, ka: int, b: str, kb: int) -> bool:
         """Whether ``a`` and ``b`` are the time-index constants of copies ka and kb."""
