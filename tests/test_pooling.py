@@ -95,3 +95,30 @@ def test_pooled_model_through_the_so(tmp_path, capsys):
         text = capsys.readouterr().out
         err = float(re.search(r"max abs error (\S+)", text).group(1))
         assert err <= 1e-5, text
+
+
+def test_a_running_mean_stays_the_mean_past_65536_steps(tmp_path):
+    """GlobalAveragePooling1D over an open time axis is a running mean of
+    every frame so far. It was a running sum divided by the stream's step
+    counter, which stops at 65536: past it the output grew (a constant
+    input's mean 1.75 read 2.67 after 100k steps). Through the .so against
+    Keras on the whole prefix, at and past the counter's end."""
+    import keras
+    import numpy as np
+
+    from tfaot import harness
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 2))
+    model = keras.Model(x, keras.layers.GlobalAveragePooling1D()(keras.layers.Conv1D(3, 1)(x)))
+    model.save(tmp_path / "gap.keras")
+    build_model(str(tmp_path / "gap.keras"), BuildOptions(out_dir=tmp_path / "lib"),
+                Progress(enabled=False))
+    lib = harness.load(tmp_path / "lib")
+    steps = 70000
+    xs = (np.random.default_rng(0).random((steps, 2), np.float32) + 0.5)
+    got = lib.step_n(xs.reshape(steps, *lib.input_shape))
+    for t in (99, 65535, steps - 1):
+        want = np.asarray(model(xs[None, :t + 1]))[0]
+        np.testing.assert_allclose(got[t].ravel(), want, rtol=1e-5, atol=1e-5)

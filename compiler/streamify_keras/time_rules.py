@@ -312,19 +312,31 @@ def _running_pool(replay: Replay, op, x: Streamed) -> Streamed:
             best = tf.reduce_max(tf.where(inside, per_frame, _NO_FRAME), axis=1)
             old = replay.take_state(f"{op.name}/max", tuple(best.shape), op.name,
                                     fill=_NO_FRAME)
-            new = tf.maximum(old, best)
-            y = new
+            y = tf.maximum(old, best)
+            replay.new_values.append(y)
         else:
-            total = tf.reduce_sum(tf.where(inside, per_frame, 0.0), axis=1)
-            old = replay.take_state(f"{op.name}/sum", tuple(total.shape), op.name)
-            new = old + total
-            count = tf.maximum(numbers[-1] + 1.0, 1.0)  # frames 0..t
-            y = new / count
-        replay.new_values.append(new)
+            y = _running_mean(replay, op, tf.where(inside, per_frame, 0.0), inside)
         if getattr(op, "keepdims", False):
             y = tf.reshape(y, (1,) * (len(x.value.shape) - 1) + (int(y.shape[-1]),))
     replay.row(op, "running " + ("max" if is_max else "mean"), buffer=max(0, seq.lag))
     return Streamed(y, VEC, valid_from=max(x.valid_from, seq.first_step))
+
+
+def _running_mean(replay: Replay, op, frames, inside):
+    """The mean of every frame so far, updated by this step's ``frames``
+    (those ``inside`` the stream; the others zero). A running mean, not a
+    sum over the saturating step counter (which stops at STEP_CAP: the
+    output grew past 65536 steps); its own count is exact to 2^24 frames,
+    past which each frame weighs 2^-24 (a moving average that long)."""
+    import tensorflow as tf
+
+    total = tf.reduce_sum(frames, axis=1)
+    arrived = tf.reduce_sum(tf.cast(inside, tf.float32))
+    old = replay.take_state(f"{op.name}/mean", tuple(total.shape), op.name)
+    count = replay.take_state(f"{op.name}/count", (1,), op.name) + arrived
+    mean = old + (total - arrived * old) / tf.maximum(count, 1.0)
+    replay.new_values += [mean, count]  # (in the order the states were taken)
+    return mean
 
 
 def _spatial_size(frames) -> int:
