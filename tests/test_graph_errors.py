@@ -594,3 +594,34 @@ def test_whole_window_on_an_open_time_axis_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--whole-window needs a fixed length, and axis 1 of the input is open" in err, err
     assert not (tmp_path / "lib").exists()
+
+
+@pytest.mark.parametrize("keep", [0.8, 1.0])
+def test_dropout_left_on_is_refused_and_keep_prob_one_builds(tmp_path, capsys, keep):
+    """A v1 DropoutWrapper with keep_prob under 1 draws new random numbers at
+    every run: it built, and the library was off by 0.9 (verify failed). It
+    is refused, naming the random op; with keep_prob 1 (a
+    placeholder_with_default, as published graphs have it) the numbers
+    change nothing, and it builds."""
+    import tensorflow as tf
+
+    import graph_loop_models as glm
+    from tfaot.cli import main
+
+    with gm.tf1_graph(0) as g:
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 5), name="x")
+        prob = tf.compat.v1.placeholder_with_default(keep, [], name="keep_prob")
+        from tf_keras.src.layers.rnn.legacy_cell_wrappers import DropoutWrapper
+
+        cell = DropoutWrapper(gm._v1_cell("gru", 8), output_keep_prob=prob)
+        h, _ = tf.compat.v1.nn.dynamic_rnn(cell, x, dtype=tf.float32)
+        tf.identity(h, name="y")
+        path = gm.write_graph_def(glm._freeze(g), tmp_path / "dropout.pb", text=False)
+    code = main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"])
+    err = capsys.readouterr().err
+    if keep < 1:
+        assert code == 1 and "RandomUniform' draws new random numbers" in err, err
+        assert "keep_prob=1" in err and not (tmp_path / "lib").exists()
+    else:
+        assert code == 0, err
+        assert main(["verify", str(path), str(tmp_path / "lib")]) == 0

@@ -238,10 +238,36 @@ def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
                           if "Ragged" in text else "")
                 raise Fail(f"running the graph on a test sequence of shape {x_shape} failed: "
                            f"{text}{ragged}") from None
+            _refuse_randomness(loaded.graph_def, sess, fetch, feed, res)
     shapes = {k[2:]: tuple(int(d) for d in v) for k, v in res.items() if k.startswith("s:")}
     values = {k[2:]: v for k, v in res.items() if k.startswith("v:")}
     outs = [res[f"o:{k}"] for k in range(len(loaded.outputs))]
     return Probe(None if time_axis is None else x_shape[time_axis], shapes, values, outs)
+
+
+#: TensorFlow ops that draw new random numbers at each run (a stateless
+#: random op with a constant seed gives the same numbers every time).
+RANDOM_OPS = {"RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+              "Multinomial", "RandomShuffle", "RandomGamma", "RandomPoisson", "RandomPoissonV2"}
+
+
+def _refuse_randomness(graph_def, sess, fetch: dict, feed: dict, res: dict) -> None:
+    """A graph with random ops whose outputs differ from one run to the next
+    (dropout left on for training: a v1 DropoutWrapper's keep_prob under 1)
+    is refused: it built, and verify failed by 0.9. Dropout whose keep_prob
+    is 1 draws numbers that change nothing, and builds."""
+    nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    random = [n.name for n in nodes if n.op in RANDOM_OPS]
+    if not random:
+        return
+    outputs = [k for k in fetch if k.startswith("o:")]
+    again = sess.run([fetch[k] for k in outputs], feed)
+    if all(np.array_equal(res[k], v, equal_nan=True) for k, v in zip(outputs, again)):
+        return
+    raise Fail(f"node '{random[0]}' draws new random numbers at every run, and the outputs "
+               "change with them (dropout or noise left on for training), which a compiled "
+               "step cannot repeat; export the model for inference (keep_prob=1, "
+               "training=False) and build that")
 
 
 def _probe_value(rng, dtype: str, shape) -> np.ndarray:
