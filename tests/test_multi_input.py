@@ -236,6 +236,26 @@ def test_verify_of_two_streams_into_time_distributed(tmp_path):
     _verify(path, out)
 
 
+@pytest.mark.parametrize("form", ["keras", "saved_model"])
+@pytest.mark.parametrize("conv", ["valid", "strided"])
+def test_verify_of_two_streams_whose_output_is_shorter(tmp_path, form, conv):
+    """Two streamed inputs into a valid convolution (its output 2 frames
+    shorter than the input) or a strided one (2 frames per step): verify
+    stopped on an IndexError (Keras: the output's frame taken at the input's
+    length) or blamed TensorFlow (a SavedModel: only the first input fed)."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(5)
+    a, b = keras.Input((None, 3)), keras.Input((None, 2))
+    layer = L.Conv1D(2, 3) if conv == "valid" else L.Conv1D(2, 2, strides=2)
+    model = keras.Model([a, b], layer(L.Concatenate()([a, b])))
+    path, out = tmp_path / ("m.keras" if form == "keras" else "sm"), tmp_path / "lib"
+    model.save(path) if form == "keras" else model.export(str(path), verbose=False)
+    _build(path, out)
+    _verify(path, out, "--steps", "102" if conv == "valid" else "100")
+
+
 def _two_placeholder_graph():
     """A frozen TF graph: placeholders feat (1, ?, 6) and aux (1, ?, 3) ->
     Concatenate -> GRU(10, sequences) -> Dense(4)."""

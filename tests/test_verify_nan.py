@@ -235,3 +235,27 @@ def test_default_f32_tolerance_grows_with_the_weighted_layers():
     assert default_tolerance(lib, None, 54) == pytest.approx(1.35e-4)
     lib = SimpleNamespace(manifest={"weights_dtype": "int8"})
     assert default_tolerance(lib, None, 54) == pytest.approx(0.05)
+
+
+def test_a_graph_with_half_precision_ops_inside_gets_their_tolerance():
+    """A graph of f32 inputs and outputs that computes a head in float16
+    (cast to half and back) rounds to f16 in TensorFlow and in the library,
+    each its own way: verify failed a right library (9.8e-4, one f16 ulp
+    at 1, over f32's 1e-5)."""
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    from tfaot.verify.compare import COMPUTE_DTYPE_TOLERANCE, default_tolerance
+
+    def graph_def(dtype):
+        @tf.function(input_signature=[tf.TensorSpec([1, 6])])
+        def head(v):
+            w = tf.ones([6, 2], dtype)
+            return tf.cast(tf.matmul(tf.cast(v, dtype), w), tf.float32)
+        return head.get_concrete_function().graph.as_graph_def()
+
+    lib = SimpleNamespace(manifest={"weights_dtype": "f32", "inputs": [{"dtype": "float32"}]})
+    assert default_tolerance(lib, None, 1, graph_def(tf.float32)) == 1e-5
+    assert default_tolerance(lib, None, 1, graph_def(tf.float16)) == \
+        COMPUTE_DTYPE_TOLERANCE["float16"]

@@ -169,7 +169,7 @@ class GraphReference:
             return np.stack([self._run([x[m] for x in xs]) for m in range(steps)])
         if self.stream.mode == "window" or self.stream.first_valid_step or \
                 self.stream.frames_per_step > 1:
-            want = self._windowed(xs[0])
+            want = self._windowed(xs)
             return want if masked else np.ma.filled(want, np.nan)
         seqs = [np.moveaxis(x, 0, self.time_axis) if s else x[0]
                 for x, s in zip(xs, self.streamed)]
@@ -182,16 +182,23 @@ class GraphReference:
                                     for q, s in zip(seqs, self.streamed)])
                          for t in range(steps)])
 
-    def _windowed(self, xs: np.ndarray) -> np.ndarray:
+    def _windowed(self, xs: list[np.ndarray]) -> np.ndarray:
         """Reference per step for a stream whose steps see a window, several
         frames or a conv front end (StreamInfo): the graph on the window that
         ends ``delay`` frames before the step's last frame, or on the prefix
-        up to it (a sequence output: its last frame); masked where undefined."""
-        st, a, steps = self.stream, self.time_axis, len(xs)
+        up to it (a sequence output: its last frame); masked where undefined.
+        ``xs``: one array per input, (steps, *step input); a per-step input
+        holds one value."""
+        st, a, steps = self.stream, self.time_axis, len(xs[0])
         p = st.frames_per_step
-        frames = np.concatenate(list(xs), axis=a) if p > 1 else np.moveaxis(xs, 0, a)
+        sequences = [(np.concatenate(list(x), axis=a) if p > 1 else np.moveaxis(x, 0, a))
+                     if s else None for x, s in zip(xs, self.streamed)]
         want = np.ma.masked_all((steps, *self.step_output), np.float32)
-        run = lambda lo, hi: np.asarray(self._run([np.take(frames, range(lo, hi), axis=a)]))  # noqa
+
+        def run(lo, hi):
+            return np.asarray(self._run([x[0] if q is None else np.take(q, range(lo, hi), axis=a)
+                                         for x, q in zip(xs, sequences)]))
+
         if st.mode == "window":
             for m in range(steps):
                 end = (m + 1) * p - st.delay

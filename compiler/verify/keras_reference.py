@@ -62,8 +62,9 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
             args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
         ys = call(args)  # (a dict of named outputs: by name)
         for want, y, shape in zip(wants, ys, step_outputs):
-            if y.ndim == len(shape) + 1:  # the output keeps the time axis
-                want[m] = y[:, end - start - 1]
+            if y.ndim == len(shape) + 1:  # the output keeps the time axis: its last
+                if y.shape[1]:  # frame (a valid convolution's output is shorter)
+                    want[m] = y[:, -1]
             elif fixed is None or end == fixed:
                 want[m] = y
     return wants
