@@ -60,3 +60,18 @@ def test_frozen_keras3_unrolled_layers_stream(tmp_path, capsys, layers, batch):
         if "steps in" in line else int(re.search(r"over (\d+) sequences of", line).group(1)) \
         * FRAMES
     assert line.endswith(": ok") and count >= 100, line
+
+
+def test_whole_window_runs_the_unrolled_copies(tmp_path, capsys):
+    """--whole-window on an unrolled cell's graph: one whole inference over
+    the graph's fixed length per step, as asked (the option was ignored:
+    the cell streamed)."""
+    model = _frozen(tmp_path, "lstm", 1)
+    out = tmp_path / "lib"
+    assert main(["build", str(model), "-o", str(out), "--whole-window"]) == 0
+    assert "one whole inference per step, because asked with --whole-window" in \
+        capsys.readouterr().err
+    manifest = json.loads((out / "unrolled.json").read_text())
+    assert manifest["inputs"][0]["shape"] == [1, FRAMES, 6] and not manifest["state"]
+    assert main(["verify", str(model), str(out)]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

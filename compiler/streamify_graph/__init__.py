@@ -199,7 +199,7 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     if inp.shape is None:
         raise Fail(f"input '{inp.name}' has an unknown shape; give it with --inputs NAME:SHAPE")
     shape = list(inp.shape)
-    g = analyse(loaded)
+    g = analyse(loaded, unrolled=fixed_window != "whole")
     stateless = not g.loops and not g.unrolled and inp.time_axis is None
     a = inp.time_axis
     axis_hint = ""  # appended to axis errors when the time axis was guessed

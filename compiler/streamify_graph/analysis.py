@@ -35,7 +35,10 @@ class Graph:
     not_unrolled: str = ""  # why no unrolled recurrence was found (for the notice)
 
 
-def analyse(loaded) -> Graph:
+def analyse(loaded, unrolled: bool = True) -> Graph:
+    """The graph's loops, order and (``unrolled``) unrolled recurrences;
+    without ``unrolled`` an unrolled cell stays as its copies (a
+    --whole-window build runs them all)."""
     gd = loaded.graph_def
     _check_references(gd)
     new_nodes, v1_loops, exit_map = functionalize_v1(gd)
@@ -55,7 +58,7 @@ def analyse(loaded) -> Graph:
     needed = _topological(roots, nodes, strict=True)
     _check_py_functions(nodes, needed, loops, gd.library)
     g = Graph(Path(loaded.path), nodes, needed, loops, alias)
-    if not loops and loaded.inputs:
+    if not loops and loaded.inputs and unrolled:
         _find_unrolled(g, loaded)
     return g
 
