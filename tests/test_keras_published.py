@@ -40,6 +40,16 @@ def _masking_sequential_zero_output():
                              L.Dense(2)])
 
 
+def _masking_time_distributed():
+    """A masked GRU tagger's TimeDistributed(Dense) head: Keras passes it the
+    mask, which a Dense does not take (it was refused as a masked layer)."""
+    import keras
+    from keras import layers as L
+    x = keras.Input((None, 5))
+    h = L.GRU(8, return_sequences=True)(L.Masking(0.0)(x))
+    return keras.Model(x, L.TimeDistributed(L.Dense(3))(h))
+
+
 def _lstm_global_average():
     import keras
     from keras import layers as L
@@ -115,6 +125,7 @@ def _encoder_decoder_state():
 MODELS = {
     "masking": (_masking, "prefix", False),
     "masking_seq_zero": (_masking_sequential_zero_output, "prefix", False),
+    "masking_time_distributed": (_masking_time_distributed, "prefix", False),
     "lstm_gap": (_lstm_global_average, "prefix", False),
     "conv_gru_gmp": (_conv_gru_global_max, "prefix", False),
     "bidirectional": (_bidirectional_classifier, "window", True),

@@ -292,6 +292,8 @@ class Replay:
         import keras
 
         kind = type(op).__name__
+        if kwargs.get("mask") is not None and _mask_unused(op):
+            kwargs = {k: v for k, v in kwargs.items() if k != "mask"}
         if kwargs.get("mask") is not None and not is_rnn(op) and self.mode != "stateless":
             # (a fixed-window model falls back to recomputing its window,
             # where the layer takes the mask as Keras gives it)
@@ -662,6 +664,17 @@ def _initial_states(layer, kwargs) -> list:
                                     "tfaot streams an initial state computed from the "
                                     "model's other inputs")
     return [v.value for v in leaves]
+
+
+def _mask_unused(op) -> bool:
+    """Whether ``op`` is a TimeDistributed whose layer takes no mask: Keras
+    passes it the mask, and it passes it on only to a layer that takes one
+    (a Dense head after a masked GRU changes nothing; it was refused)."""
+    import inspect
+
+    inner = getattr(op, "layer", None)
+    return type(op).__name__ == "TimeDistributed" and inner is not None and \
+        "mask" not in inspect.signature(inner.call).parameters
 
 
 def _leaves(structure) -> list:
