@@ -324,3 +324,31 @@ def test_batch_norm_over_several_axes_is_refused():
     with pytest.raises(TfaotError, match="layer 'b' \\(BatchNormalization\\) normalizes over"):
         keras2.rewrite_config({"class_name": "BatchNormalization",
                                "config": {"name": "b", "axis": [1, 2]}})
+
+
+def _keras2_causal_separable(sequential: bool):
+    """A TCN block in Keras 2: a dilated causal SeparableConv1D (Keras 3
+    takes causal padding on Conv1D only) before a GRU."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(4)
+    L = tf_keras.layers
+    sep = L.SeparableConv1D(6, 3, dilation_rate=2, padding="causal", activation="relu")
+    if sequential:
+        return tf_keras.Sequential([tf_keras.Input((None, 4)), sep, L.Dense(2)])
+    x = tf_keras.Input((None, 4))
+    h = L.GRU(5, return_sequences=True)(sep(x))
+    return tf_keras.Model(x, L.Dense(2)(L.Add()([h, L.Dense(5)(x)])))
+
+
+@pytest.mark.parametrize("suffix, sequential", [(".h5", False), (".keras", False),
+                                                (".h5", True)])
+def test_keras2_causal_separable_convolution_streams(tmp_path, capsys, suffix, sequential):
+    """Keras 3 refused to load the file ("The `padding` argument must be
+    ... one of {'same', 'valid'}. Received: causal"); it is a zero padding
+    of the 4 frames before, then a valid convolution, and matches Keras 2
+    over 120 steps."""
+    path = tmp_path / f"tcn{suffix}"
+    _keras2_causal_separable(sequential).save(path)
+    line = _build_and_verify(path, tmp_path / "tcn", 120, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over 120 steps \(tolerance \S+\): ok", line)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TfaotError, first_line
+from .keras2_causal import causal_as_padding
 
 # Keras 2 activation names whose Keras 3 function computes something else.
 CHANGED_ACTIVATIONS = ("hard_sigmoid",)
@@ -284,7 +285,7 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
     list of what was changed ("layer 'lstm' recurrent_activation=hard_sigmoid").
     """
     changes: list[str] = []
-    config = _nested_model_calls(_slash_free_names(config))
+    config = _nested_model_calls(_slash_free_names(causal_as_padding(config)))
 
     def walk(node, layer_name):
         if isinstance(node, list):
