@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TfaotError, first_line
-from .keras2_causal import causal_as_padding
+from .keras2_causal import MODEL_CLASSES, causal_as_padding
 
 # Keras 2 activation names whose Keras 3 function computes something else.
 CHANGED_ACTIVATIONS = ("hard_sigmoid",)
@@ -336,10 +336,6 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
         return out
 
     return walk(config, None), changes
-
-
-#: Keras 2 classes of a model used as a layer (a keras.applications base).
-MODEL_CLASSES = ("Functional", "Model", "Sequential")
 
 
 def _nested_model_calls(config: Any) -> Any:

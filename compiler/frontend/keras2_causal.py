@@ -15,6 +15,7 @@ from typing import Any
 
 #: Layers whose causal padding Keras 3 does not take.
 CAUSAL_ONLY_IN_KERAS2 = ("SeparableConv1D",)
+#: Keras 2 classes of a model (also one used as a layer: a keras.applications base).
 MODEL_CLASSES = ("Functional", "Model", "Sequential")
 
 
