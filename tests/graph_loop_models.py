@@ -35,8 +35,8 @@ def _dense(h, labels, name="y"):
 def seq_len_rnn(cell="lstm", seq_len="const", length=60, frames=None, features=6, units=10,
                 head="seq", seed=0, batch=1):
     """dynamic_rnn with ``sequence_length``: a constant ``[length]`` ("const"), an
-    int32 Placeholder ``seq_len`` of shape [1] ("placeholder"), or one of shape
-    [None] made before ``x`` ("placeholder_first"). ``frames`` None: an open
+    int32 Placeholder ``seq_len`` of shape [1] ("placeholder"), one of shape
+    [None] made before ``x`` ("placeholder_first"), or x's own length ("full"). ``frames`` None: an open
     time axis; ``batch`` None: an open batch (the zero state and outputs are
     shaped by tf.shape(x))."""
     import tensorflow as tf
@@ -49,6 +49,8 @@ def seq_len_rnn(cell="lstm", seq_len="const", length=60, frames=None, features=6
             sl = tf.constant([length], tf.int32, name="seq_len")
         elif seq_len == "placeholder":
             sl = tf.compat.v1.placeholder(tf.int32, (batch,), name="seq_len")
+        elif seq_len == "full":  # every sequence as long as x
+            sl = tf.fill([tf.shape(x)[0]], tf.shape(x)[1])
         outs, state = tf.compat.v1.nn.dynamic_rnn(gm._v1_cell(cell, units), x,
                                                   sequence_length=sl, dtype=tf.float32)
         if head == "seq":

@@ -168,6 +168,18 @@ def test_sequence_length_with_an_open_batch():
         assert np.abs(got - glm.run(gd, {"x:0": x, "seq_len:0": sl})[0]).max() <= TOL
 
 
+@pytest.mark.parametrize("batch", [1, None])
+def test_sequence_length_of_the_whole_input_streams(tmp_path, batch):
+    """sequence_length = tf.fill([batch], tf.shape(x)[1]), as exported graphs
+    write it: every step is inside the sequence (it was refused: "derived
+    from the sequence length"). Through the library against the graph."""
+    gd = glm.seq_len_rnn("gru", "full", batch=batch)
+    lib = _build(gd, tmp_path, "sl_full")
+    x = _x(6, seed=3)
+    got = lib.step_n(np.swapaxes(x, 0, 1))[:, 0]
+    assert np.abs(got - glm.run(gd, {"x:0": x})[0]).max() <= TOL
+
+
 def test_sequence_length_final_state_head():
     """The final state (frozen at the length) read after the loop."""
     gd = glm.seq_len_rnn("basic_lstm", "const", length=30, frames=50, head="state")

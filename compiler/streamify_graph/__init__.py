@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import TfaotError
 from ..program import InputInfo, ProgramSignature, StepProgram, TensorInfo
 from .analysis import analyse, probe
-from .graphdef import FLOAT_TYPES, Fail, NotIncremental, dtype_name, tname
+from .graphdef import FLOAT_TYPES, INT_TYPES, Fail, NotIncremental, dtype_name, tname
 from .replay import Emitter
 from .state import StateRegistry
 from .time_rules import probed_operands
@@ -257,6 +257,8 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     value_of = [v.operand for _, v in state_vars]
     value_of += [st["init"] for u in g.unrolled.values() for st in u.states]
     value_of += probed_operands(g)
+    value_of += [v.operand for _, lp in sorted(g.loops.items()) for v in lp.vars
+                 if v.kind == "passthrough" and v.dtype in INT_TYPES]  # (lengths: Emitter)
     pr = probe(loaded, g, tuple(full), a, shape_of, value_of,
                input_shapes=[tuple(f) for _, _, f, _ in step_inputs])
 

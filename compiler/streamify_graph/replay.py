@@ -476,6 +476,15 @@ class Emitter:
         started = self.time.frame_numbers(frames)[0] >= 0.0
         return tf.where(started, new, old)
 
+    def _is_the_length(self, v) -> bool:
+        """Whether loop variable ``v`` is the sequence length itself in each
+        entry (dynamic_rnn's sequence_length filled with tf.shape(x)[1], as
+        exported graphs have it): at the probe, every entry is its length."""
+        value = self.probe.values.get(v.operand)
+        return value is not None and np.size(value) > 0 and \
+            np.issubdtype(np.asarray(value).dtype, np.integer) and \
+            bool(np.all(np.asarray(value) == self.probe.T))
+
     def _loop_counter(self, loop, v, read_meta):
         """This iteration's value of a loop counter the body compares with a bound
         (``time >= sequence_length``): its start plus its increment times the
@@ -602,7 +611,9 @@ class Emitter:
                                "cannot be streamed")
                 if t is not None and m.kind != "static_t":
                     input_map[f"{v.arg}:0"] = t
-                if m.kind == "static_t":
+                elif m.kind == "static_t" and self._is_the_length(v):
+                    input_map[f"{v.arg}:0"] = _endless(v.dtype)
+                elif m.kind == "static_t":
                     length_args.add(v.arg)
                 out_metas[v.index] = m
         for v in loop.vars:
@@ -673,3 +684,11 @@ class Emitter:
                     out_metas[v.index].kind not in LIST_KINDS:
                 self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)
 
+
+
+def _endless(dtype: int):
+    """A sequence length no stream reaches, of DataType ``dtype`` (int32 or
+    int64): each step's time is below it, as in a sequence of that length."""
+    import tensorflow as tf
+
+    return tf.constant(2 ** 30, tf.as_dtype(dtype))
