@@ -295,3 +295,56 @@ def test_kws_matrix_through_library(kws, tmp_path, cell, rnn, head):
     print(f"kws {cell} {rnn} {head}: max abs error {result.max_abs_error:.3g} "
           f"over {result.steps} steps")
     assert result.ok, result
+
+
+def _training_flag_graph():
+    """A TF1 graph in control flow v2, as TF 2 writes them: is_training =
+    placeholder_with_default(False), a tf.cond (a StatelessIf) adding noise
+    in training, then dynamic_rnn (a While) and a dense layer."""
+    import tensorflow as tf
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(0)
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 5), name="x")
+        training = tf.compat.v1.placeholder_with_default(False, [], name="is_training")
+        h = tf.cond(training, lambda: x + tf.random.normal(tf.shape(x)) * 0.1,
+                    lambda: tf.tanh(x))
+        cell = gm.legacy_cells().GRUCell(6)
+        h, _ = tf.compat.v1.nn.dynamic_rnn(cell, h, dtype=tf.float32)
+        w = tf.compat.v1.get_variable("w", (6, 3))
+        tf.identity(tf.einsum("btf,fo->bto", h, w), name="y")
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return tf.compat.v1.graph_util.convert_variables_to_constants(
+                sess, g.as_graph_def(), ["y"])
+
+
+def test_a_cond_on_a_flag_known_at_build_streams(tmp_path, capsys):
+    """A TF2 cond (If/StatelessIf) on a flag known when the graph is built
+    keeps its live branch (it was refused: "op StatelessIf on a
+    time-dependent tensor"), a frozen TF1 graph's is_training as a tf.Module's
+    captured constant; through the library against TensorFlow."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    path = gm.write_graph_def(_training_flag_graph(), tmp_path / "flag.pb", text=False)
+    assert any(n.op in ("If", "StatelessIf") for n in _training_flag_graph().node)
+    kernel = tf.constant(np.random.default_rng(0).normal(size=(3, 4, 6)).astype(np.float32))
+
+    class Module(tf.Module):
+        flag = tf.constant(True)
+
+        @tf.function(input_signature=[tf.TensorSpec([1, None, 4], tf.float32)])
+        def __call__(self, x):
+            h = tf.nn.conv1d(x, kernel, 1, "VALID")
+            return {"y": tf.cond(self.flag, lambda: tf.nn.relu(h), lambda: tf.tanh(h))}
+
+    module = Module()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    for model in (path, tmp_path / "sm"):
+        out = tmp_path / f"lib_{model.stem}"
+        assert main(["build", str(model), "-o", str(out), "-q"]) == 0, capsys.readouterr().err
+        assert main(["verify", str(model), str(out)]) == 0
+        assert capsys.readouterr().out.strip().endswith(": ok")
