@@ -151,3 +151,26 @@ def test_the_time_axis_itself_is_still_refused(tmp_path, capsys):
         assert main(["-q", "build", path, "-o", str(tmp_path / name)]) == 1
         err = capsys.readouterr().err
         assert why in err and "Traceback" not in err, err
+
+
+def test_products_of_two_sequences_frame_by_frame_stream(tmp_path, capsys):
+    """Two time-dependent operands multiplied within each frame (a per-frame
+    attention score, an outer product): einsum 'btd,btd->bt' and
+    'btd,bte->btde', and a BatchMatMul with time a batch axis of both, were
+    refused ("only input 0 may be" time-dependent). A product across frames
+    ('btd,bsd->bts') is still refused, naming the time label."""
+    import tensorflow as tf
+
+    wq, wk = _weights(4, 6, 1), _weights(4, 6, 2)
+
+    def scores(x):
+        q, k = tf.einsum("btf,fd->btd", x, wq), tf.tanh(tf.einsum("btf,fd->btd", x, wk))
+        bmm = tf.matmul(q[:, :, None, :], k[:, :, :, None])[..., 0, 0]
+        return [tf.einsum("btd,btd->bt", q, k), tf.einsum("btd,bte->btde", q, k), bmm]
+
+    spec = tf.TensorSpec([1, None, 4], tf.float32, name="x")
+    _builds_and_verifies(tmp_path, capsys, _frozen(tmp_path, "scores", scores, spec), 3)
+    across = _frozen(tmp_path, "across", lambda x: tf.einsum("btd,bsd->bts", x, tf.tanh(x)),
+                     spec)
+    assert main(["-q", "build", across, "-o", str(tmp_path / "across")]) == 1
+    assert "contracts or mixes the time axis ('t')" in capsys.readouterr().err

@@ -122,6 +122,8 @@ def _matmul(s: SeqOp):
 
 @rule("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3")
 def _batch_matmul(s: SeqOp):
+    if all(m.kind == "seq" for m in s.metas):
+        return _per_frame_batch_matmul(s)
     s.others_static()
     a, rank = s.a, s.rank
     rows = rank - 1 if s.node.attr["adj_x"].b else rank - 2  # x's axis kept in the result
@@ -139,16 +141,33 @@ def _batch_matmul(s: SeqOp):
     s.set(outs, [seq(a + out_rank - rank)])
 
 
+def _per_frame_batch_matmul(s: SeqOp):
+    """Two sequences multiplied frame by frame: time a batch axis of both
+    (attention scores q @ k^T within each frame)."""
+    ranks = [s.tensor(k).shape.rank for k in range(2)]
+    out = s.emit()
+    out_rank = out[0].shape.rank
+    axes = {m.axis + out_rank - r for m, r in zip(s.metas, ranks)}
+    if len(axes) != 1 or any(m.axis >= r - 2 for m, r in zip(s.metas, ranks)):
+        s.fail("multiplies along the time axis")
+    s.set(out, [seq(axes.pop())])
+
+
 @rule("Einsum")
 def _einsum(s: SeqOp):
+    """Per frame when time keeps one label, in every time-dependent operand
+    (at its time axis) and in the output, and in no constant operand: as
+    'btd,df->btf', or 'btd,btd->bt' between two sequences frame by frame."""
     eq = s.node.attr["equation"].s.decode().replace(" ", "")
     lhs, _, out = eq.partition("->")
     terms = lhs.split(",")
-    if "." in eq or not out or len(terms) != len(s.ins) or \
-            sum(m.kind == "seq" for m in s.metas) != 1:
+    if "." in eq or not out or len(terms) != len(s.ins):
         s.fail(f"einsum '{eq}' on a time-dependent tensor is not supported")
+    timed = [k for k, m in enumerate(s.metas) if m.kind == "seq"]
+    labels = {terms[k][s.metas[k].axis] for k in timed}
     label = terms[s.k0][s.a]
-    if label not in out or any(label in t for k, t in enumerate(terms) if k != s.k0):
+    if len(labels) != 1 or label not in out or \
+            any(label in t for k, t in enumerate(terms) if k not in timed):
         s.fail(f"einsum '{eq}' contracts or mixes the time axis ('{label}')")
     s.set(s.emit(), [seq(out.index(label))])
 
