@@ -348,3 +348,34 @@ def test_a_cond_on_a_flag_known_at_build_streams(tmp_path, capsys):
         assert main(["build", str(model), "-o", str(out), "-q"]) == 0, capsys.readouterr().err
         assert main(["verify", str(model), str(out)]) == 0
         assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_a_time_major_saved_model_streams_over_axis_0(tmp_path, capsys):
+    """A SavedModel taking (None, 1, F), time-major (a tf.scan over axis 0):
+    its open axis 0 was made batch 1 and the loop refused ("makes a list
+    along axis 0, but the time axis is 1"), where the same frozen graph
+    streams over axis 0. One without a loop stays one inference on (1, 1, F)."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    rng = np.random.default_rng(2)
+    wx, wh = (tf.constant(rng.normal(size=s).astype(np.float32) * 0.4) for s in ((6, 8), (8, 8)))
+    spec = tf.TensorSpec([None, 1, 6], tf.float32, name="feats")
+    for name, fn in (("scan", lambda x: {"h": tf.scan(lambda h, xt: tf.tanh(xt @ wx + h @ wh),
+                                                          x, initializer=tf.zeros([1, 8]))}),
+                     ("frames", lambda x: {"h": tf.tanh(x @ wx)})):
+        module = tf.Module()
+        module.f = tf.function(fn, input_signature=[spec])
+        tf.saved_model.save(module, str(tmp_path / name), signatures=module.f)
+        out = tmp_path / f"lib_{name}"
+        assert main(["build", str(tmp_path / name), "-o", str(out)]) == 0
+        err = capsys.readouterr().err
+        manifest = json.loads((out / f"{name}.json").read_text())
+        if name == "scan":
+            assert "streams over axis 0 of input 'feats'" in err, err
+            assert manifest["inputs"][0]["shape"] == [1, 6]
+        else:
+            assert manifest["inputs"][0]["shape"] == [1, 1, 6], manifest["inputs"]
+        assert main(["verify", str(tmp_path / name), str(out)]) == 0
+        assert capsys.readouterr().out.strip().endswith(": ok")

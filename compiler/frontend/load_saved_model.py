@@ -219,9 +219,9 @@ def _override(input_specs, key: str):
 def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
                      time_axis: int | None = None) -> list:
     """The shape to trace input ``in_key`` at: an open axis 0 is batch 1,
-    unless it may be time: given so (``time_axis`` 0), or the only axis (a
+    unless it may be time: given so (``time_axis`` 0), the only axis (a
     waveform ``(None,)``, which the streamifier tells from a batch of
-    scalars by the frames cut from it)."""
+    scalars by the frames cut from it), or before a batch of 1 (time-major)."""
     shape = list(spec.shape.as_list()) if spec.shape.rank is not None else None
     if override is not None:
         if shape is not None and (len(shape) != len(override) or any(
@@ -232,7 +232,10 @@ def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
     if shape is None:
         raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "
                          "give its shape with --inputs NAME:SHAPE")
-    may_be_time = time_axis == 0 or (time_axis is None and len(shape) == 1)
+    # (time-major (None, 1, F...): the streamifier takes axis 0 for time, as
+    # in a frozen graph; it was made batch 1, and the loop's axis 0 refused)
+    time_major = len(shape) >= 3 and shape[1] == 1 and None not in shape[1:]
+    may_be_time = time_axis == 0 or (time_axis is None and (len(shape) == 1 or time_major))
     if shape and shape[0] is None and not may_be_time:
         shape[0] = 1  # batch 1
     return shape
