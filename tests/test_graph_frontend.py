@@ -379,3 +379,22 @@ def test_a_time_major_saved_model_streams_over_axis_0(tmp_path, capsys):
             assert manifest["inputs"][0]["shape"] == [1, 1, 6], manifest["inputs"]
         assert main(["verify", str(tmp_path / name), str(out)]) == 0
         assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_a_cond_pivot_is_not_taken_for_an_output():
+    """A TF1 tf.cond adds an Identity per branch (cond/switch_f); unread
+    where the branch has no constants, it was listed as a second output."""
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+
+    with gm.tf1_graph(0) as g:
+        x = tf.compat.v1.placeholder(tf.float32, (1, None, 3), name="x")
+        training = tf.compat.v1.placeholder_with_default(False, [], name="is_training")
+        tf.identity(tf.cond(training, lambda: x * 0.5, lambda: tf.tanh(x)), name="y")
+    graph_def = g.as_graph_def()
+    assert any(n.name.endswith("switch_f") for n in graph_def.node)
+    loaded = graph_def_to_loaded(graph_def, Path("cond.pb"), "graphdef")
+    assert loaded.outputs == ["y:0"], loaded.outputs

@@ -98,8 +98,10 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                 and out_dtype(n) not in NON_DATA_TYPES]
         if len(outs) > 1:
             # Unused final loop values (the Identity nodes tf.while_loop adds
-            # in the loop's scope) are not outputs when there is anything else.
-            rest = [n for n in outs if not _reads_loop_result(n, nodes)]
+            # in the loop's scope) and cond pivots are not outputs when there
+            # is anything else.
+            rest = [n for n in outs
+                    if not _reads_loop_result(n, nodes) and not _cond_pivot(n, nodes)]
             outs = rest or outs
         if not outs:
             raise TfaotError(f"{path}: cannot find the graph's output: every node is "
@@ -431,6 +433,16 @@ def _reads_loop_result(node, nodes) -> bool:
     src = nodes.get(node_of(node.input[0]))
     return src is not None and src.op in ("While", "StatelessWhile") and \
         node.name.startswith(src.name + "/")
+
+
+def _cond_pivot(node, nodes) -> bool:
+    """The Identity of a Switch's output that a TF1 tf.cond adds for each
+    branch (cond/switch_t, cond/switch_f): unread where a branch has no
+    constants, it was taken for an output."""
+    if node.op != "Identity" or not node.input:
+        return False
+    src = nodes.get(node_of(node.input[0]))
+    return src is not None and src.op in ("Switch", "RefSwitch")
 
 
 def _with_shapes(graph_def, shapes: dict[str, tuple]):
