@@ -230,6 +230,16 @@ def test_default_f32_tolerance_grows_with_the_weighted_layers():
     loaded = SimpleNamespace(keras_model=None, graph=SimpleNamespace(graph_def=graph_def))
     assert weighted_layers(loaded) == 2
 
+    @tf.function(input_signature=[tf.TensorSpec([1, 6])])
+    def unrolled(v):  # one cell's weights, three copies (static_rnn): one layer deep
+        w = tf.ones([6, 6])
+        for _ in range(3):
+            v = tf.tanh(tf.matmul(v, w))
+        return v
+    graph_def = unrolled.get_concrete_function().graph.as_graph_def()
+    loaded = SimpleNamespace(keras_model=None, graph=SimpleNamespace(graph_def=graph_def))
+    assert sum(n.op == "MatMul" for n in graph_def.node) == 3 and weighted_layers(loaded) == 1
+
     lib = SimpleNamespace(manifest={"weights_dtype": "f32"})
     assert default_tolerance(lib, None, 2) == default_tolerance(lib, None, 4) == 1e-5
     assert default_tolerance(lib, None, 54) == pytest.approx(1.35e-4)

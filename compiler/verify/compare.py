@@ -102,15 +102,31 @@ WEIGHTED_OPS = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMat
 
 def weighted_layers(loaded) -> int:
     """How many convolutions and matrix products the model has: a Keras
-    model's layers with a kernel, or a graph's such ops outside loops (a
-    v1 loop's body is in the graph, under its 'while' scope: a cell's
-    products at each step add no depth)."""
+    model's layers with a kernel, or a graph's such ops outside loops, one
+    per weight constant (a v1 loop's body is in the graph, under its 'while'
+    scope, and an unrolled cell's copies share their weights: a cell's
+    products at each step add no depth; a 300-step static_rnn's tolerance
+    was 75 times f32's)."""
     if loaded.keras_model is not None:
         layers = loaded.keras_model._flatten_layers(include_self=False)
         return sum(1 for layer in layers if any(
             hasattr(layer, a) for a in ("kernel", "depthwise_kernel", "pointwise_kernel")))
-    return sum(1 for n in loaded.graph.graph_def.node
-               if n.op in WEIGHTED_OPS and "while/" not in n.name)
+    nodes = {n.name: n for n in loaded.graph.graph_def.node}
+    layers = set()
+    for n in nodes.values():
+        if n.op in WEIGHTED_OPS and "while/" not in n.name:
+            weight = _source(nodes, n.input[1]) if len(n.input) > 1 else None
+            layers.add(weight if weight is not None and nodes[weight].op == "Const" else n.name)
+    return len(layers)
+
+
+def _source(nodes: dict, tensor: str) -> str | None:
+    """The node that gives ``tensor``, through identities; None if missing."""
+    name = tensor.lstrip("^").split(":")[0]
+    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp") and \
+            nodes[name].input:
+        name = nodes[name].input[0].lstrip("^").split(":")[0]
+    return name if name in nodes else None
 
 
 def _graph_dtype_tolerance(manifest: dict, graph_def=None) -> float:
