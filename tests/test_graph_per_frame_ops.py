@@ -174,3 +174,25 @@ def test_products_of_two_sequences_frame_by_frame_stream(tmp_path, capsys):
                      spec)
     assert main(["-q", "build", across, "-o", str(tmp_path / "across")]) == 1
     assert "contracts or mixes the time axis ('t')" in capsys.readouterr().err
+
+
+def test_a_delay_written_as_a_concatenation_of_zeros_streams(tmp_path, capsys):
+    """``concat([zeros, x[:, :-d]], time)``, the sequence d frames late (a
+    difference of frames), was refused ("concatenates along the time
+    axis"); it is tf.pad's padding before the sequence. Zeros after it, or
+    ones before it, are still refused."""
+    import tensorflow as tf
+
+    spec = tf.TensorSpec([1, None, 4], tf.float32, name="x")
+
+    def delays(x):
+        h = tf.tanh(x)
+        return [tf.concat([tf.zeros([1, 1, 4]), h[:, :-1]], 1) - h,
+                tf.concat([tf.zeros([1, 3, 4]), h[:, :-3]], 1) * h]
+
+    _builds_and_verifies(tmp_path, capsys, _frozen(tmp_path, "delays", delays, spec), 2)
+    for name, fn in (("after", lambda x: tf.concat([tf.tanh(x), tf.zeros([1, 1, 4])], 1)),
+                     ("ones", lambda x: tf.concat([tf.ones([1, 1, 4]), tf.tanh(x)], 1))):
+        path = _frozen(tmp_path, name, fn, spec)
+        assert main(["-q", "build", path, "-o", str(tmp_path / name)]) == 1
+        assert "concatenates along the time axis" in capsys.readouterr().err

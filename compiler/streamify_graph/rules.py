@@ -16,7 +16,7 @@ from ..streamify_keras.replay import Seq
 from .graphdef import scope
 from .meta import Meta, seq, step
 from .seq_op import SeqOp, rule
-from .time_rules import crop, emit_with, flatten_window, reduce_over_time
+from .time_rules import crop, emit_with, flatten_window, pad_before, reduce_over_time
 from .time_rules import time_length as _time_length
 
 # Ops that act on each element independently (with broadcasting).
@@ -386,7 +386,10 @@ def _concat(s: SeqOp):
     n = s.node.attr["N"].i
     axis = int(s.const(n)) % s.rank
     if axis == s.a:
-        s.fail("concatenates along the time axis")
+        before = _zeros_before(s, n)
+        if before is None:
+            s.fail("concatenates along the time axis")
+        return pad_before(s, before)
     held = {}
     for k in range(n):
         if s.metas[k].kind == "step" and s.metas[k].held or s.repeats_one_frame(k):
@@ -395,6 +398,21 @@ def _concat(s: SeqOp):
             s.fail(f"concatenates a time-dependent tensor with input {k} ('{s.ins[k]}'), "
                    "which is not one with the same time axis")
     s.set(emit_with(s, held) if held else s.emit(), [seq(s.a)])
+
+
+def _zeros_before(s: SeqOp, n: int) -> int | None:
+    """How many frames of zeros a concatenation along time puts before the
+    sequence (``concat([zeros, x], time)``: a delay, as tf.pad writes it),
+    else None."""
+    if n != 2 or s.k0 != 1 or s.metas[0].kind != "static":
+        return None
+    try:
+        zeros = np.asarray(s.const(0))
+    except Exception:  # noqa: BLE001 - not a constant: not a padding
+        return None
+    if zeros.ndim != s.rank or np.any(zeros != 0):
+        return None
+    return int(zeros.shape[s.a])
 
 
 def _frames_of_held(s: SeqOp, k: int):

@@ -278,10 +278,19 @@ def _pad(s: SeqOp):
                         "a sliding window cannot reuse earlier outputs")
     if after:
         s.fail(f"pads {after} frame(s) after the last frame, which streaming cannot know")
-    x, frames = s.em.time.clean(s.x, s.a, s.frames)
     pads[s.a] = (0, 0)
+    pad_before(s, before, lambda x: tf.pad(x, pads.tolist()))
+
+
+def pad_before(s: SeqOp, before: int, other_axes=lambda x: x):
+    """``before`` frames of zeros before the sequence: a delay of the frames
+    (``other_axes`` pads the frames themselves)."""
+    if mode(s) == "window":
+        raise refuse(s)(f"pads the time axis of each window ({pad_ends(before, 0)}), so "
+                        "a sliding window cannot reuse earlier outputs")
+    x, frames = s.em.time.clean(s.x, s.a, s.frames)
     with s.em_scope():
-        y = tf.pad(x, pads.tolist())
+        y = other_axes(x)
     frames = replace(frames, delay=frames.delay - before, end=frames.end + before)
     s.em.row(s.node, "time pad", pad=before)
     s.set([y], [seq(s.a, frames)])
