@@ -625,3 +625,24 @@ def test_dropout_left_on_is_refused_and_keep_prob_one_builds(tmp_path, capsys, k
     else:
         assert code == 0, err
         assert main(["verify", str(path), str(tmp_path / "lib")]) == 0
+
+
+def test_scan_without_an_initializer_is_refused_with_what_to_do(tmp_path, capsys):
+    """tf.scan without an initializer reads frame 0 outside its loop: it was
+    refused as "an unsupported use of a TensorList/TensorArray"; the error
+    now says to give an initializer."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+
+    from tfaot.cli import main
+
+    fn = tf.function(lambda x: tf.transpose(tf.scan(tf.maximum, tf.transpose(x, [1, 0, 2])),
+                                            [1, 0, 2]),
+                     input_signature=[tf.TensorSpec([1, None, 3], tf.float32, name="x")])
+    graph = convert_variables_to_constants_v2(fn.get_concrete_function()).graph
+    path = gm.write_graph_def(graph.as_graph_def(), tmp_path / "scan.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "reads one frame of the input sequence outside a loop" in err, err
+    assert "give tf.scan an initializer" in err and "Traceback" not in err

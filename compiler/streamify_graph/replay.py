@@ -397,6 +397,10 @@ class Emitter:
                 y = tf.constant(1, tf.int32)
             self.set(node, [y], [STATIC])
             return
+        if op in READ_OPS and metas[0].kind in ("list_in", "ta"):
+            self.fail(node, "reads one frame of the input sequence outside a loop (tf.scan "
+                      "without an initializer starts from frame 0 so), which a stream "
+                      "cannot: give tf.scan an initializer (the state before frame 0)")
         self.fail(node, "an unsupported use of a TensorList/TensorArray outside a loop (inputs: "
                   + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
 
