@@ -134,6 +134,13 @@ def _refuse_float64(program, model_path: str) -> None:
     for what, tensors in (("input", sig.inputs), ("output", sig.outputs),
                           ("state", sig.states)):
         for t in tensors:
+            if t.dtype == "float64" and what == "state":
+                raise TfaotError(
+                    f"{model_path}: state '{t.name}' (what a recurrence carries from one "
+                    "step to the next) is float64, which tfaot cannot compile (IREE "
+                    "computes float64 as float32); keep the recurrence in float32 (its "
+                    "initial state's and cell's dtype: tf.cast in the graph, a Keras "
+                    "layer's dtype)")
             if t.dtype == "float64":
                 raise TfaotError(
                     f"{model_path}: {what} '{t.name}' is float64, which tfaot cannot "

@@ -358,6 +358,30 @@ def test_float64_inputs_and_outputs_are_refused_before_compiling(tmp_path, capsy
     assert "import" not in err and not (tmp_path / "out").exists()
 
 
+def test_a_float64_state_says_to_keep_the_recurrence_in_float32(tmp_path, capsys):
+    """A float64 recurrence between float32 inputs and outputs was told to
+    make the inputs and outputs float32, which they were."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+
+    from tfaot.cli import main
+
+    def fn(x):
+        steps = tf.cast(tf.transpose(x, [1, 0, 2]), tf.float64)
+        h = tf.scan(lambda h, xt: tf.tanh(h + xt), steps, initializer=tf.zeros([1, 3], tf.float64))
+        return tf.cast(tf.transpose(h, [1, 0, 2]), tf.float32)
+
+    spec = tf.TensorSpec([1, None, 3], tf.float32, name="x")
+    graph = convert_variables_to_constants_v2(
+        tf.function(fn, input_signature=[spec]).get_concrete_function()).graph
+    path = gm.write_graph_def(graph.as_graph_def(), tmp_path / "f64.pb", text=False)
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "is float64" in err and "keep the recurrence in float32" in err, err
+    assert "inputs and outputs" not in err
+
+
 def test_a_saved_model_taking_a_ragged_tensor_says_so(tmp_path, capsys):
     """A ragged signature input reaches the graph as its values and row
     splits; the probe, feeding plain tensors, fails in a ragged op: the
