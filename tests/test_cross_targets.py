@@ -161,6 +161,11 @@ def test_cortex_m4_exp_floors_with_tfaot_floorf(tmp_path):
     undefined = _run(["arm-none-eabi-nm", "-u", out / "libacc.a"]).stdout.split()
     defined = _run(["arm-none-eabi-nm", "--defined-only", out / "libacc.a"]).stdout.split()
     assert "floorf" not in undefined and "acc_floorf" in defined
+    # The kernel object a firmware's CMake build links from src/: arm-none-eabi's
+    # ld -r had marked its stack note executable ("requires executable stack").
+    sections = _run(["arm-none-eabi-readelf", "-S", out / "src" / "acc_kernels.o"]).stdout
+    (note,) = [line for line in sections.splitlines() if ".note.GNU-stack" in line]
+    assert "X" not in note.split(".note.GNU-stack")[1].split()[4:], note
 
 
 def test_hard_float_arm_without_cpu_is_refused(tmp_path):

@@ -13,7 +13,7 @@ from .c_api import CTX_ALIGN, ApiModel, tfaot_version
 from .ctx_size import ctx_size_for
 from .footprint import measure_footprint
 from .link import (C_FLAGS, add_libm_shims, add_micro_kernels, c_command, link_library,
-                   rename_query_symbol)
+                   non_executable_stack, rename_query_symbol)
 from .shim import write_shim
 
 
@@ -47,6 +47,7 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
                               workdir / "matvec")
         if toolchain is not None:
             add_libm_shims(target, toolchain, kernels, name, workdir / "libm")
+            non_executable_stack(toolchain, kernels, src)
 
     weights = api.weights_blob()
     if weights:

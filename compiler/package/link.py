@@ -170,6 +170,15 @@ def check_kernels_defined(kernels: Path, toolchain: Toolchain) -> None:
                          f"{MATVEC_SOURCE}")
 
 
+def non_executable_stack(toolchain: Toolchain, obj: Path, src: Path) -> None:
+    """``obj`` (the kernel object a firmware's CMake build links from src/)
+    with its stack note not executable: arm-none-eabi's ld -r marks the
+    merged note executable, and every firmware link warned "requires
+    executable stack"."""
+    run([toolchain.objcopy, "--set-section-flags", ".note.GNU-stack=contents,readonly", obj],
+        src, "marking the kernel object's stack not executable")
+
+
 def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
                  kernels: Path | None, out_dir: Path, workdir: Path) -> tuple[list[str], bytes]:
     """Builds libNAME.a (and libNAME.so for the host) into ``out_dir``.
