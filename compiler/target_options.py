@@ -214,6 +214,11 @@ def _check_cpu_fits_triple(cpu: str, triple: str) -> None:
             and cpu not in _OTHER_CORTEX_M:
         raise TfaotError(f"--cpu={cpu} is not a Cortex-M CPU gcc knows; tfaot's kernels are "
                          f"tuned for {', '.join(ARM_CPU_FLAGS)}")
+    profile = _CORTEX_M_ARCH.get(cpu)
+    if profile and arch.startswith("thumb") and arch != profile:
+        raise TfaotError(f"--cpu={cpu} is a {profile} core but --triple {triple} is {arch}: "
+                         f"give --triple {profile}-{triple.split('-', 1)[1]} (the code and the "
+                         "header would say different cores)")
     if cpu.startswith(("cortex-a", "cortex-x", "cortex-r")) and arch.startswith("thumb") and \
             "none" in triple:
         raise TfaotError(f"--cpu={cpu} is an application (or real-time) core but --triple "
@@ -237,6 +242,14 @@ def _check_llvm_knows(cpu: str, triple: str) -> None:
                          f"host, generic or one of: {', '.join(sorted(known))}")
 
 
+#: The architecture (a triple's first field) of each Cortex-M core: a core
+#: of another one built its own code under the triple's name.
+_CORTEX_M_ARCH = {"cortex-m0": "thumbv6m", "cortex-m0plus": "thumbv6m",
+                  "cortex-m1": "thumbv6m", "cortex-m3": "thumbv7m", "cortex-m4": "thumbv7em",
+                  "cortex-m7": "thumbv7em", "cortex-m23": "thumbv8m.base",
+                  "cortex-m33": "thumbv8m.main", "cortex-m35p": "thumbv8m.main",
+                  "cortex-m52": "thumbv8.1m.main", "cortex-m55": "thumbv8.1m.main",
+                  "cortex-m85": "thumbv8.1m.main"}
 #: Cortex-M cores gcc knows besides ARM_CPU_FLAGS' (built with generic C kernels)
 _OTHER_CORTEX_M = {"cortex-m0", "cortex-m0plus", "cortex-m1", "cortex-m3", "cortex-m23",
                    "cortex-m35p", "cortex-m52", "cortex-m85"}

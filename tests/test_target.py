@@ -75,6 +75,10 @@ def test_pointer_size(triple, pointer):
     ("cpu", "thumbv7em-none-eabihf", "skylake", "CPU for x86 .* is thumbv7em"),
     ("cpu", "thumbv7em-none-eabihf", "cortex-a53", "conflicting architecture profiles"),
     ("cpu", "thumbv7em-none-eabihf", "cortex-m4f", "not a Cortex-M CPU gcc knows"),
+    # a Cortex-M core of another architecture version built its own code under
+    # the triple's name (the header named the triple's)
+    ("cpu", "thumbv8m.main-none-eabihf", "cortex-m4", "give --triple thumbv7em-none-eabihf"),
+    ("cpu", "thumbv7em-none-eabihf", "cortex-m55", "is a thumbv8.1m.main core"),
     # a CPU the compiler's LLVM does not know failed only in iree-compile
     ("cpu", None, "nonsense", "not a CPU the compiler knows"),
     ("cpu", "x86_64-linux-gnu", "znver44", "did you mean znver4"),
