@@ -352,6 +352,14 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                    "this model has no convolution that tfaot's kernels compute")
             progress.warn(f"--intermediates={target.intermediates}: {why}; its tensors "
                           "stay f32")
+        if options.intermediates == "f16" and manifest.get("intermediates") == "f16" and \
+                program.signature.states:
+            # (a streamed DS-CNN on a Cortex-M4: context 3520 -> 5312 B, code
+            # 26.6 -> 36.2 KB, for images of a frame or two)
+            progress.warn("--intermediates=f16 on a streamed step: its state stays f32 and "
+                          "its images are a few frames, so halves save nothing and their "
+                          "conversions add RAM and code; build without it (it pays for "
+                          "whole-inference steps)")
         if options.intermediates is None and manifest.get("intermediates") == "f16":
             progress.note("f16 images between the convolutions (the default for int8 "
                           "whole-inference steps on a Cortex-M4/M7/M33: half their RAM; "
