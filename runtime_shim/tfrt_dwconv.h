@@ -168,8 +168,10 @@ TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
     a##q##1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a##q##1);                     \
   }
 #define TFRT_DW_AVX2_STORE(q)                                                            \
-  _mm256_storeu_ps(y + q * g->n + o0, tfrt_clamp256(clamp, a##q##0));                    \
-  _mm256_storeu_ps(y + q * g->n + o0 + 8, tfrt_clamp256(clamp, a##q##1));
+  _mm256_storeu_ps(y + q * g->n + o0,                                                     \
+                   tfrt_clamp256(clamp, _mm256_add_ps(a##q##0, _mm256_loadu_ps(bias))));  \
+  _mm256_storeu_ps(y + q * g->n + o0 + 8,                                                 \
+                   tfrt_clamp256(clamp, _mm256_add_ps(a##q##1, _mm256_loadu_ps(bias + 8))));
 
 /* The block of 4 with intrinsics: 8 accumulators in registers (gcc kept
  * the C block's on the stack: 11.5 -> 17 GMAC/s, 64 or 300 channels, 3x3,
@@ -177,8 +179,11 @@ TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
 static void tfrt_dwconv_avx2_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
                                   const float *w, float *y, size_t o0) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  __m256 a00 = _mm256_loadu_ps(g->post + 2 + o0), a01 = _mm256_loadu_ps(g->post + 10 + o0),
-         a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01; /* the bias */
+  /* the bias (post + 2) is added at the store: summed onto a large one (a
+   * batch norm's shift), each product was rounded at its scale */
+  const float *bias = g->post + 2 + o0;
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+         a30 = a00, a31 = a00;
   TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
   const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
   TFRT_DW_AVX2_TAP(0) TFRT_DW_AVX2_TAP(1) TFRT_DW_AVX2_TAP(2) TFRT_DW_AVX2_TAP(3)
@@ -196,8 +201,11 @@ static void tfrt_dwconv_avx2_inside(const struct tfrt_dwconv *g, const struct tf
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   const size_t step = g->sw * g->c, i0 = b->i0, i1 = b->i1;
   const float *x = b->xrow + (size_t)b->col * g->c + o0;
-  __m256 a00 = _mm256_loadu_ps(g->post + 2 + o0), a01 = _mm256_loadu_ps(g->post + 10 + o0),
-         a10 = a00, a11 = a01, a20 = a00, a21 = a01, a30 = a00, a31 = a01; /* the bias */
+  /* the bias (post + 2) is added at the store: summed onto a large one (a
+   * batch norm's shift), each product was rounded at its scale */
+  const float *bias = g->post + 2 + o0;
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
+         a30 = a00, a31 = a00;
   for (size_t i = i0; i < i1; i++) {
     for (size_t j = 0; j < g->kw; j++) {
       const float *xt = x + ((i - i0) * g->dh * g->iw + j * g->dw) * g->c;
@@ -223,9 +231,9 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block_avx2(
   enum { P = TFRT_DWCONV_P, V = 2 };
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
   const ptrdiff_t col = b->col, width = (ptrdiff_t)g->iw;
-  __m256 acc[P][V];
+  __m256 acc[P][V]; /* the bias is added at the store (tfrt_dwconv_avx2_edge) */
   for (size_t v = 0; v < V; v++)
-    for (size_t q = 0; q < P; q++) acc[q][v] = _mm256_loadu_ps(g->post + 2 + o0 + 8 * v);
+    for (size_t q = 0; q < P; q++) acc[q][v] = _mm256_setzero_ps();
   const float *xi = b->xrow + o0; /* input row i from channel o0 */
   const float *wi = w + b->i0 * 3 * n + o0;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
@@ -252,7 +260,9 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block_avx2(
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   for (size_t q = 0; q < P; q++)
     for (size_t v = 0; v < V; v++)
-      _mm256_storeu_ps(y + q * n + o0 + 8 * v, tfrt_clamp256(clamp, acc[q][v]));
+      _mm256_storeu_ps(y + q * n + o0 + 8 * v,
+                       tfrt_clamp256(clamp, _mm256_add_ps(acc[q][v], _mm256_loadu_ps(
+                                                                      g->post + 2 + o0 + 8 * v))));
 }
 
 /* One output row of those layers (at least 4 positions and 16 channels):
@@ -306,8 +316,8 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
     const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
     m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1); /* full: no masks */
   TFRT_UNROLL
-    for (size_t q = 0; q < P; q++) /* the sums start at the bias */
-      acc[q][v] = _mm512_maskz_loadu_ps(m[v], g->post + 2 + from);
+    for (size_t q = 0; q < P; q++) /* the bias is added at the store (tfrt_dwconv_avx2_edge) */
+      acc[q][v] = _mm512_setzero_ps();
   }
   TFRT_DW_TAPS_BEGIN(g, b, w, o0, edge)
   __m512 wv[4];
@@ -326,7 +336,10 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
   for (size_t q = 0; q < P; q++)
   TFRT_UNROLL
     for (size_t v = 0; v < V; v++)
-      _mm512_mask_storeu_ps(y + q * n + o0 + 16 * v, m[v], tfrt_clamp512(clamp, acc[q][v]));
+      _mm512_mask_storeu_ps(
+          y + q * n + o0 + 16 * v, m[v],
+          tfrt_clamp512(clamp, _mm512_add_ps(acc[q][v], _mm512_maskz_loadu_ps(
+                                                            m[v], g->post + 2 + o0 + 16 * v))));
 }
 /* (the blocks tfrt_dwconv_positions calls, each its own function: inlined
  * into one, the depthwise layers of a DS-CNN took 15% longer) */
@@ -365,7 +378,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
     const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
     m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1);
     TFRT_UNROLL
-    for (size_t q = 0; q < P; q++) acc[q][v] = _mm512_maskz_loadu_ps(m[v], g->post + 2 + from);
+    for (size_t q = 0; q < P; q++) acc[q][v] = _mm512_setzero_ps(); /* bias: at the store */
   }
   const float *xi = b->xrow + o0; /* input row i from channel o0 */
   const float *wi = w + b->i0 * 3 * n + o0;
@@ -402,7 +415,10 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
   for (size_t q = 0; q < P; q++)
     TFRT_UNROLL
     for (size_t v = 0; v < V; v++)
-      _mm512_mask_storeu_ps(y + q * n + o0 + 16 * v, m[v], tfrt_clamp512(clamp, acc[q][v]));
+      _mm512_mask_storeu_ps(
+          y + q * n + o0 + 16 * v, m[v],
+          tfrt_clamp512(clamp, _mm512_add_ps(acc[q][v], _mm512_maskz_loadu_ps(
+                                                            m[v], g->post + 2 + o0 + 16 * v))));
 }
 
 /* One output row of tfrt_dw3_block's layers (depth multiplier 1, at least
@@ -475,15 +491,16 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const float bias = g->post[2 + o];
-  float a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const float bias = g->post[2 + o]; /* added at the end (tfrt_dwconv_avx2_edge) */
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   const float *xi = b->xrow + o;
   const tfrt_weight *wi = w + b->i0 * 3 * n + o;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
     const float w0 = TFRT_W(wi[0]), w1 = TFRT_W(wi[n]), w2 = TFRT_W(wi[2 * n]);
     TFRT_DW3_ROW_TAPS(float, TFRT_DW3S_X, TFRT_DW3S_MAC)
   }
-  /* tfrt_post's clamp (the bias was the start), on the sides that have a bound */
+  a0 += bias, a1 += bias, a2 += bias, a3 += bias;
+  /* tfrt_post's clamp, on the sides that have a bound */
   const float lo = g->post[0], hi = g->post[1];
   if (lo >= -FLT_MAX)
     a0 = a0 < lo ? lo : a0, a1 = a1 < lo ? lo : a1, a2 = a2 < lo ? lo : a2, a3 = a3 < lo ? lo : a3;
@@ -514,14 +531,16 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const float32x4_t bias = vld1q_f32(g->post + 2 + o);
-  float32x4_t a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const float32x4_t bias = vld1q_f32(g->post + 2 + o); /* added at the end */
+  float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
   const float *xi = b->xrow + o;
   const float *wi = w + b->i0 * 3 * n + o;
   for (size_t i = b->i0; i < b->i1; i++, xi += row, wi += 3 * n) {
     const float32x4_t w0 = vld1q_f32(wi), w1 = vld1q_f32(wi + n), w2 = vld1q_f32(wi + 2 * n);
     TFRT_DW3_ROW_TAPS(float32x4_t, TFRT_DW3V_X, TFRT_DW3V_MAC)
   }
+  a0 = vaddq_f32(a0, bias), a1 = vaddq_f32(a1, bias);
+  a2 = vaddq_f32(a2, bias), a3 = vaddq_f32(a3, bias);
   const float lo = g->post[0], hi = g->post[1];
   vst1q_f32(y + o, tfrt_dw3_clamp_mve(a0, lo, hi));
   vst1q_f32(y + n + o, tfrt_dw3_clamp_mve(a1, lo, hi));
@@ -590,8 +609,8 @@ static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
     const tfrt_weight *w, uint16_t *y, size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1,
     const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const struct tfrt_f2 bias = {g->post[2 + o], g->post[3 + o]};
-  struct tfrt_f2 a0 = bias, a1 = bias, a2 = bias, a3 = bias;
+  const struct tfrt_f2 bias = {g->post[2 + o], g->post[3 + o]}; /* added at the end */
+  struct tfrt_f2 a0 = {0.0f, 0.0f}, a1 = a0, a2 = a0, a3 = a0;
   const uint16_t *xi = xrow + o;
   const tfrt_weight *wi = w + i0 * 3 * n + o;
   for (size_t i = i0; i < i1; i++, xi += row, wi += 3 * n) {
@@ -600,6 +619,8 @@ static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
     const struct tfrt_f2 w2 = {TFRT_W(wi[2 * n]), TFRT_W(wi[2 * n + 1])};
     TFRT_DW3_ROW_TAPS(struct tfrt_f2, TFRT_DW3H_X, TFRT_DW3H_MAC)
   }
+  a0.lo += bias.lo, a0.hi += bias.hi, a1.lo += bias.lo, a1.hi += bias.hi;
+  a2.lo += bias.lo, a2.hi += bias.hi, a3.lo += bias.lo, a3.hi += bias.hi;
   const float lo = g->post[0], hi = g->post[1];
   a0 = tfrt_dw3h_clamp(a0, lo, hi), a1 = tfrt_dw3h_clamp(a1, lo, hi);
   a2 = tfrt_dw3h_clamp(a2, lo, hi), a3 = tfrt_dw3h_clamp(a3, lo, hi);

@@ -1810,8 +1810,8 @@ TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL)
 #define TFRT_M8X2_LANE(l) s0##l += w##l * u, s1##l += w##l * v;
 #define TFRT_M8X2_STORE(l)                                                                  \
   if (l < lanes) {                                                                          \
-    y0[l] = tfrt_clamp_to(lo, hi, s0##l);                                                   \
-    y1[l] = tfrt_clamp_to(lo, hi, s1##l);                                                   \
+    y0[l] = tfrt_clamp_to(lo, hi, s0##l + b##l);                                            \
+    y1[l] = tfrt_clamp_to(lo, hi, s1##l + b##l);                                            \
   }
 
 /* Positions p0 and p0 + 1 (p0 twice at the end) times lanes t..t+7; w
@@ -1822,11 +1822,15 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
   const size_t runs = g->runs, run = g->run, positions = g->positions;
   const size_t p1 = p0 + 1 < positions ? p0 + 1 : p0;
   const float *a0 = x + TFRT_PATCH_START(g, p0), *a1 = x + TFRT_PATCH_START(g, p1);
-  const float *bias = g->post + 2 + t; /* the sums start at the bias */
-  float s00 = bias[0], s01 = bias[1], s02 = bias[2], s03 = bias[3], s04 = bias[4],
-        s05 = bias[5], s06 = bias[6], s07 = bias[7];
-  float s10 = s00, s11 = s01, s12 = s02, s13 = s03, s14 = s04, s15 = s05, s16 = s06,
-        s17 = s07;
+  /* The bias is added at the store, not the sums' start: summed onto a
+   * large bias (a batch norm's shift), each product rounded at the bias's
+   * scale (a conv + batch norm 2.5x TensorFlow's error). Read now: y might
+   * alias post. */
+  const float *bias = g->post + 2 + t;
+  const float b0 = bias[0], b1 = bias[1], b2 = bias[2], b3 = bias[3], b4 = bias[4],
+              b5 = bias[5], b6 = bias[6], b7 = bias[7];
+  float s00 = 0, s01 = 0, s02 = 0, s03 = 0, s04 = 0, s05 = 0, s06 = 0, s07 = 0;
+  float s10 = 0, s11 = 0, s12 = 0, s13 = 0, s14 = 0, s15 = 0, s16 = 0, s17 = 0;
   for (size_t r = 0; r < runs; r++) {
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = a0 + skip, *x1 = a1 + skip, *wl = w + r * run * T;
@@ -1873,11 +1877,11 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
   if (p0 + q < positions) {                                                                \
     float *yq = y + (p0 + q) * g->n + t;                                                   \
     if (lanes == 16) {                                                                     \
-      _mm256_storeu_ps(yq, tfrt_clamp256(clamp, c##q##0));                                 \
-      _mm256_storeu_ps(yq + 8, tfrt_clamp256(clamp, c##q##1));                             \
+      _mm256_storeu_ps(yq, tfrt_clamp256(clamp, _mm256_add_ps(c##q##0, bias0)));           \
+      _mm256_storeu_ps(yq + 8, tfrt_clamp256(clamp, _mm256_add_ps(c##q##1, bias1)));       \
     } else {                                                                               \
-      _mm256_maskstore_ps(yq, low, tfrt_clamp256(clamp, c##q##0));                         \
-      _mm256_maskstore_ps(yq + 8, high, tfrt_clamp256(clamp, c##q##1));                    \
+      _mm256_maskstore_ps(yq, low, tfrt_clamp256(clamp, _mm256_add_ps(c##q##0, bias0)));   \
+      _mm256_maskstore_ps(yq + 8, high, tfrt_clamp256(clamp, _mm256_add_ps(c##q##1, bias1))); \
     }                                                                                      \
   }
 
@@ -1890,10 +1894,10 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
   const float *at[6];
   TFRT_PATCH_STARTS(g, x, p0, 6, positions, at);
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  /* the sums start at the bias (post is padded to whole tiles) */
-  __m256 c00 = _mm256_loadu_ps(g->post + 2 + t), c01 = _mm256_loadu_ps(g->post + 10 + t),
-         c10 = c00, c11 = c01, c20 = c00, c21 = c01, c30 = c00, c31 = c01, c40 = c00, c41 = c01,
-         c50 = c00, c51 = c01;
+  /* the bias is added at the store (tfrt_conv_m8x2; post is padded to whole tiles) */
+  const __m256 bias0 = _mm256_loadu_ps(g->post + 2 + t), bias1 = _mm256_loadu_ps(g->post + 10 + t);
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+         c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   for (size_t r = 0; r < runs; r++, w += run * T) {
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
@@ -1921,7 +1925,8 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
 #define TFRT_AVX2_ROW8(q) c##q = _mm256_fmadd_ps(w0, _mm256_broadcast_ss(x##q + e), c##q);
 #define TFRT_AVX2_STORE8(q)                                                              \
   if (p0 + q < positions)                                                                \
-    _mm256_maskstore_ps(y + (p0 + q) * g->n + t, mask, tfrt_clamp256(clamp, c##q));
+    _mm256_maskstore_ps(y + (p0 + q) * g->n + t, mask,                                   \
+                        tfrt_clamp256(clamp, _mm256_add_ps(c##q, bias)));
 static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                              size_t p0, size_t t) {
   enum { T = TFRT_MATVEC_TILE };
@@ -1929,8 +1934,9 @@ static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const fl
   const float *at[12];
   TFRT_PATCH_STARTS(g, x, p0, 12, positions, at);
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  __m256 c0 = _mm256_loadu_ps(g->post + 2 + t), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0,
-         c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  const __m256 bias = _mm256_loadu_ps(g->post + 2 + t); /* added at the store */
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
+         c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
   for (size_t r = 0; r < runs; r++, w += run * T) {
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
@@ -1996,11 +2002,11 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
     at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
     if (++ox == g->ow) ox = 0, oy++;
   }
-  /* the sums start at the bias (post is padded to whole tiles) */
+  /* the bias is added at the store (tfrt_conv_m8x2; post is padded to whole tiles) */
   const __m512 bias0 = _mm512_loadu_ps(g->post + 2 + t), bias1 = _mm512_loadu_ps(g->post + 18 + t);
   __m512 a0[TFRT_CONV512_P], a1[TFRT_CONV512_P];
   TFRT_UNROLL
-  for (size_t q = 0; q < P; q++) a0[q] = bias0, a1[q] = bias1;
+  for (size_t q = 0; q < P; q++) a0[q] = _mm512_setzero_ps(), a1[q] = _mm512_setzero_ps();
   for (size_t r = 0; r < g->runs; r++) {
     const size_t skip = TFRT_RUN_START(g, r);
     for (size_t e = 0; e < g->run; e++, w += T) {
@@ -2013,8 +2019,8 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++) {
     float *yq = y + (p0 + q) * g->n + t;
-    _mm512_mask_storeu_ps(yq, m0, tfrt_clamp512(clamp, a0[q]));
-    _mm512_mask_storeu_ps(yq + 16, m1, tfrt_clamp512(clamp, a1[q]));
+    _mm512_mask_storeu_ps(yq, m0, tfrt_clamp512(clamp, _mm512_add_ps(a0[q], bias0)));
+    _mm512_mask_storeu_ps(yq + 16, m1, tfrt_clamp512(clamp, _mm512_add_ps(a1[q], bias1)));
   }
 }
 
@@ -2047,11 +2053,13 @@ static void tfrt_conv512_wide(const struct tfrt_conv *g, const float *w, const f
     at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
     if (++ox == g->ow) ox = 0, oy++;
   }
-  __m512 acc[P][4];
+  __m512 acc[P][4], bias[4]; /* the bias is added at the store (tfrt_conv_m8x2) */
+  TFRT_UNROLL
+  for (size_t v = 0; v < 4; v++) bias[v] = _mm512_loadu_ps(g->post + 2 + t + 16 * v);
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
     TFRT_UNROLL
-    for (size_t v = 0; v < 4; v++) acc[q][v] = _mm512_loadu_ps(g->post + 2 + t + 16 * v);
+    for (size_t v = 0; v < 4; v++) acc[q][v] = _mm512_setzero_ps();
   const float *w2 = w + g->runs * g->run * T; /* the second tile */
   for (size_t r = 0; r < g->runs; r++) {
     const size_t skip = TFRT_RUN_START(g, r);
@@ -2067,7 +2075,8 @@ static void tfrt_conv512_wide(const struct tfrt_conv *g, const float *w, const f
   for (size_t q = 0; q < P; q++)
     TFRT_UNROLL
     for (size_t v = 0; v < 4; v++)
-      _mm512_storeu_ps(y + (p0 + q) * g->n + t + 16 * v, tfrt_clamp512(clamp, acc[q][v]));
+      _mm512_storeu_ps(y + (p0 + q) * g->n + t + 16 * v,
+                       tfrt_clamp512(clamp, _mm512_add_ps(acc[q][v], bias[v])));
 }
 
 /* Lanes t..t+63 (two whole tiles, w at the first) of every position (at
@@ -2120,10 +2129,10 @@ static inline __attribute__((always_inline)) void tfrt_conv512_half(
     at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
     if (++ox == g->ow) ox = 0, oy++;
   }
-  const __m512 bias = _mm512_loadu_ps(g->post + 2 + t);
+  const __m512 bias = _mm512_loadu_ps(g->post + 2 + t); /* added at the store */
   __m512 a[TFRT_CONV512_HALF_P];
   TFRT_UNROLL
-  for (size_t q = 0; q < P; q++) a[q] = bias;
+  for (size_t q = 0; q < P; q++) a[q] = _mm512_setzero_ps();
   for (size_t r = 0; r < g->runs; r++) {
     const size_t skip = TFRT_RUN_START(g, r);
     for (size_t e = 0; e < g->run; e++, w += T) {
@@ -2135,7 +2144,8 @@ static inline __attribute__((always_inline)) void tfrt_conv512_half(
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
-    _mm512_mask_storeu_ps(y + (p0 + q) * g->n + t, m0, tfrt_clamp512(clamp, a[q]));
+    _mm512_mask_storeu_ps(y + (p0 + q) * g->n + t, m0,
+                          tfrt_clamp512(clamp, _mm512_add_ps(a[q], bias)));
 }
 
 /* Lanes t..t+15 (n - t <= 16) of every position (at least 16): blocks of

@@ -188,6 +188,33 @@ def test_epilogue_bias_and_clamp(kernels, kind):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["conv", "dwconv"])
+def test_a_large_bias_is_added_after_the_sums(kernels, kind):
+    """A batch norm's shift folded in as the bias can be far larger than the
+    sums (here 1000 against sums of order one): the kernels add it after
+    the sums, one rounding at its scale (half an f32 step at 1000: 3e-5).
+    They started the sums at it, each product then rounded at that scale: a
+    conv + batch norm differed from the exact result by 2.5x TensorFlow's
+    error."""
+    n, c, kh, kw, ih, iw = 40, 40, 3, 3, 9, 17
+    rng = np.random.default_rng(4)
+    cg = c if kind == "conv" else 1
+    filters = (rng.standard_normal((kh, kw, cg, n)) / np.sqrt(kh * kw * cg)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    bias = np.float32(1000.0) + rng.standard_normal(n).astype(np.float32)
+    exact = _reference(x.astype(np.float64), filters.astype(np.float64), (1, 1), (1, 1),
+                       1 if kind == "conv" else c) + bias
+    post = _post(n, bias)
+    if kind == "conv":
+        got = _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n, c,
+                    kh, kw, *exact.shape[:2], (1, 1), (1, 1), post=post)
+    else:
+        got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x,
+                    n, c, kh, kw, *exact.shape[:2], (1, 1), (1, 1), pad=((0, 0), (0, 0)),
+                    post=post)
+    assert np.abs(got - exact).max() <= np.spacing(np.float32(1024.0)) / 2 + 2e-6
+
+
 @pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_kernels_under_sanitizers(cc, isa, tmp_path):
