@@ -12,7 +12,9 @@ the Target decides which of these rewrites the module gets:
    code gets wrong (a reduction across rows fused with its consumers, a
    reduction of booleans).
 1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
-   pooling is a generic loop).
+   pooling is a generic loop); ``reduction_order``: a long sum over
+   several axes (a global average pooling) one axis at a time (IREE's one
+   running sum drifted 5x TensorFlow's error).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
    tfaot's C kernels (``Target.matvec_kernel == "tfaot"``); with weights as
    globals, their packed weights become globals themselves.
@@ -35,7 +37,7 @@ from dataclasses import replace
 
 from ..target import Target
 from . import (activations, constant_concats, dft, gpu_workarounds, microkernel,
-               patch_copies, pooling, weight_globals)
+               patch_copies, pooling, reduction_order, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -57,6 +59,7 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = gpu_workarounds.integer_boolean_reductions(mlir_text)
     else:
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
+        mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)
     if target.matvec_kernel == "tfaot":
         kinds = target.kernel_kinds or microkernel.KINDS
         if not target.conv_int8:
