@@ -21,8 +21,6 @@ from __future__ import annotations
 #: Function attributes that keep grappler from inlining a call.
 NOINLINE = ("_noinline", "_XlaMustCompile")
 CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
-
-
 IF_OPS = ("If", "StatelessIf")
 
 

@@ -39,7 +39,7 @@ def _padded_layers(layers: list, sequential: bool) -> list:
     result = []
     for layer in layers:
         conf = layer.get("config") if isinstance(layer, dict) else None
-        if layer.get("class_name") not in CAUSAL_ONLY_IN_KERAS2 or not isinstance(conf, dict) \
+        if not isinstance(conf, dict) or layer.get("class_name") not in CAUSAL_ONLY_IN_KERAS2 \
                 or conf.get("padding") != "causal":
             result.append(layer)
             continue

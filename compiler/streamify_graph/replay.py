@@ -689,7 +689,6 @@ class Emitter:
                 self.tensors[f"{node.name}:{v.index}"] = self.tensors.get(v.operand)
 
 
-
 def _endless(dtype: int):
     """A sequence length no stream reaches, of DataType ``dtype`` (int32 or
     int64): each step's time is below it, as in a sequence of that length."""
