@@ -198,6 +198,8 @@ def test_explicit_pairs_and_errors(step_graph, tmp_path, capsys):
     manifest = json.loads((out / "ds.json").read_text())
     assert [s["name"] for s in manifest["state"]] == ["previous_state_c"]
     assert {i["name"] for i in manifest["inputs"]} == {"input_node", "previous_state_h"}
+    # (the header said "each step is one whole inference" of a step with state)
+    assert "its state kept from the step before" in (out / "ds.h").read_text()
     assert main(["verify", str(step_graph), str(out), "--steps", "100"]) == 0
     for pair, words in (("previous_state_c=logits", "is float32 (1, 16) but output 'logits'"),
                         ("nothing=logits", "'nothing' is not an input"),
