@@ -418,6 +418,9 @@ def _inputs_and_reference(model, manifest: dict, steps: int) -> tuple[np.ndarray
     shape = manifest["inputs"][0]["shape"]
     xs = np.random.default_rng(0).standard_normal((steps, *shape)).astype(np.float32)
     stream = StreamInfo.from_json(manifest["stream"]) if manifest.get("stream") else None
+    if stream is not None and stream.first_valid_step >= steps:
+        raise SystemExit(f"--steps {steps}: the stream's first output is at step "
+                         f"{stream.first_valid_step} (its window fills then); give more steps")
     want = keras_reference(model, xs, stream=stream,
                            step_output=tuple(manifest["outputs"][0]["shape"]))
     return xs, np.asarray(want, np.float64).reshape(steps, -1)
