@@ -360,6 +360,9 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                           "its images are a few frames, so halves save nothing and their "
                           "conversions add RAM and code; build without it (it pays for "
                           "whole-inference steps)")
+        if options.activations == "table" and manifest.get("activations") == "exact":
+            progress.warn("--activations=table: this model has no tanh or sigmoid to look "
+                          "up; its activations are computed as they are")
         if options.intermediates is None and manifest.get("intermediates") == "f16":
             progress.note("f16 images between the convolutions (the default for int8 "
                           "whole-inference steps on a Cortex-M4/M7/M33: half their RAM; "

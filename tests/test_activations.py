@@ -296,3 +296,19 @@ def test_tan_matches_float64():
     ulps = np.abs(got[finite] - want) / np.spacing(np.abs(want).astype(np.float32))
     assert ulps.max() <= 3.0, (ulps.max(), x[finite][np.argmax(ulps)])
     assert np.isnan(got[~finite]).all()
+
+
+def test_a_table_build_without_tanh_or_sigmoid_says_so(tmp_path, capsys):
+    """--activations=table on a model of ReLUs only: nothing to look up; the
+    build said nothing and the manifest said "table"."""
+    import keras
+
+    from tfaot import cli, harness
+
+    model = keras.Sequential([keras.Input((None, 4)), keras.layers.Conv1D(3, 2, activation="relu"),
+                              keras.layers.Dense(2)])
+    model.save(tmp_path / "relu.keras")
+    assert cli.main(["build", str(tmp_path / "relu.keras"), "-o", str(tmp_path / "out"),
+                     "--activations=table"]) == 0
+    assert "no tanh or sigmoid to look up" in capsys.readouterr().err
+    assert harness.load(tmp_path / "out").manifest["activations"] == "exact"

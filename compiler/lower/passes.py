@@ -85,7 +85,9 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
     if target.weights_as_globals:
         mlir_text, _ = weight_globals.weights_to_globals(mlir_text)
     if target.activation_tables or target.expand_activations:
-        mlir_text, _ = activations.expand(mlir_text, tables=target.activation_tables)
+        mlir_text, expanded = activations.expand(mlir_text, tables=target.activation_tables)
+        if target.activation_tables and not expanded:  # no tanh or logistic to look up
+            target = replace(target, activations="exact")
     if target.pack_weights and _BOOLEAN_TABLE.search(mlir_text):
         target = replace(target, weight_packing=False)
     if target.pack_weights:
