@@ -119,3 +119,20 @@ def test_an_image_model_is_one_inference_per_step_unless_streamed(tmp_path, caps
     assert streamed["inputs"][0]["shape"] == [1, 8, 1]
     with pytest.raises(SystemExit):  # one or the other
         main(["inspect", str(path), "--stream", "--whole-window"])
+
+
+def test_tensorflow_runs_without_onednn():
+    """verify's reference is TensorFlow's own kernels, not oneDNN's: with
+    those a right library of two attention blocks failed at 1.5e-5 on some
+    seeds (4.8e-7 against TensorFlow's kernels). tfaot imports TensorFlow
+    with them off, unless the user's environment says otherwise."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tfaot.frontend.tfenv import quiet_tensorflow; import os; quiet_tensorflow(); "
+            "print(os.environ['TF_ENABLE_ONEDNN_OPTS'])")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert out.strip() == "0"
