@@ -450,3 +450,23 @@ def test_variables_survive_garbage_collection_between_stages(tmp_path, builder):
     program = load_and_streamify(str(path), Progress(enabled=False))
     gc.collect()
     assert "stablehlo" in import_program(program)
+
+
+def test_data_augmentation_layers_are_inert(tmp_path, capsys):
+    """keras.io's image classifier starts with RandomFlip, RandomRotation,
+    RandomZoom and RandomContrast, which pass their input through at
+    inference; their seed generator's update stopped the build with an
+    internal error."""
+    import keras
+    from keras import layers as L
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((12, 12, 3))
+    h = L.RandomContrast(0.2)(L.RandomZoom(0.1)(L.RandomRotation(0.1)(L.RandomFlip()(x))))
+    h = L.Conv2D(4, 3, activation="relu")(L.Rescaling(1 / 255)(h))
+    keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "aug.keras")
+    assert main(["build", str(tmp_path / "aug.keras"), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    assert main(["verify", str(tmp_path / "aug.keras"), str(tmp_path / "lib")]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

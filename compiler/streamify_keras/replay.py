@@ -301,6 +301,11 @@ class Replay:
                                      "LSTM, GRU, SimpleRNN and RNN layers")
         if kind == "InputLayer":
             return args[0]
+        if kind.startswith("Random") and kind not in CHANGE_AT_INFERENCE:
+            # data augmentation, inert at inference (its seed generator's
+            # update made the step unfreezable: an internal error)
+            self.row(op, "inert at inference")
+            return args[0]
         if isinstance(op, keras.Model):
             self.row(op, "model")
             return self._run(op, args[0] if len(args) == 1 else list(args))
@@ -664,6 +669,12 @@ def _initial_states(layer, kwargs) -> list:
                                     "tfaot streams an initial state computed from the "
                                     "model's other inputs")
     return [v.value for v in leaves]
+
+
+#: Keras' random preprocessing layers that do something at inference too
+#: (a center crop); the others (RandomFlip, RandomRotation, ...) pass their
+#: input through there.
+CHANGE_AT_INFERENCE = {"RandomCrop"}
 
 
 def _mask_unused(op) -> bool:
