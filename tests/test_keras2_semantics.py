@@ -352,3 +352,20 @@ def test_keras2_causal_separable_convolution_streams(tmp_path, capsys, suffix, s
     _keras2_causal_separable(sequential).save(path)
     line = _build_and_verify(path, tmp_path / "tcn", 120, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 120 steps \(tolerance \S+\): ok", line)
+
+
+def test_keras2_data_augmentation_layers_load(tmp_path, capsys):
+    """tf_keras writes rng_type into its augmentation layers' configs, which
+    Keras 3 refused ("Unrecognized keyword arguments passed to RandomFlip");
+    inert at inference, they load and match Keras 2."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(5)
+    L = tf_keras.layers
+    x = tf_keras.Input((10, 10, 3))
+    h = L.Conv2D(3, 3, activation="relu")(L.RandomRotation(0.1)(L.RandomFlip()(x)))
+    tf_keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "aug.h5")
+    assert main(["build", str(tmp_path / "aug.h5"), "-o", str(tmp_path / "aug"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "aug.h5"), str(tmp_path / "aug")]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

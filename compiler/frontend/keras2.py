@@ -442,7 +442,10 @@ _SEPARABLE = {"groups": 1, "kernel_initializer": _ANY,  # (Keras 2's separable
               "kernel_regularizer": _ANY, "kernel_constraint": _ANY}  # kernels are
 # depthwise_kernel and pointwise_kernel; its "kernel" arguments are unused)
 _SPATIAL_DROPOUT = {"trainable": _ANY, "noise_shape": None}
+_AUGMENTATION = {"rng_type": _ANY}  # (inert at inference: how it draws is moot)
 KERAS2_ONLY_ARGUMENTS: dict[str, dict[str, Any]] = {
+    **{f"Random{k}": _AUGMENTATION for k in ("Flip", "Rotation", "Zoom", "Translation",
+                                              "Contrast", "Brightness", "Crop")},
     "DepthwiseConv1D": {"groups": 1}, "DepthwiseConv2D": {"groups": 1},
     "Conv1DTranspose": {"groups": 1}, "Conv2DTranspose": {"groups": 1},
     "Conv3DTranspose": {"groups": 1},
