@@ -308,3 +308,40 @@ def test_multi_input_model_checks_its_token_field(tmp_path):
                   "speaker": np.array([[[1]], [[2]], [[5]]], np.int32)})
     assert (info.value.input, info.value.id, info.value.sample) == ("speaker", 5, 2)
     assert _same_state(before, m.get_state())
+
+
+def test_ids_the_build_cannot_check_are_clamped_into_the_table(tmp_path, capsys):
+    """A fixed-length Embedding model built as a sliding window: its ids pass
+    the window's float ring buffer, so the build cannot range-check them at
+    the input (it warns). Out-of-range ids read past the table: NaN at
+    -1001, a segfault at 5e6. They are clamped into the table now: an id
+    past its end reads its last row, one before its start its first. (In
+    a child process: a segfault must fail the test, not the run.)"""
+    import subprocess
+    import sys
+
+    import keras
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(1)
+    x = keras.Input((20,), dtype="int32")
+    h = keras.layers.Conv1D(8, 3, padding="same", activation="relu")(
+        keras.layers.Embedding(1000, 8)(x))
+    keras.Model(x, keras.layers.Dense(1)(keras.layers.GlobalAveragePooling1D()(h))).save(
+        tmp_path / "ids.keras")
+    assert main(["build", str(tmp_path / "ids.keras"), "-o", str(tmp_path / "lib")]) == 0
+    assert "the step clamps them into the table" in capsys.readouterr().err
+    code = f"""
+import numpy as np
+from tfaot import harness
+lib = harness.load({str(tmp_path / "lib")!r})
+def out(i):
+    lib.reset()
+    return float(np.ravel(lib.step(np.full(lib.input_shape, i, np.int32)))[0])
+for far, edge in ((5_000_000, 999), (100_000_000, 999), (1000, 999), (-1001, 0), (-2**31, 0)):
+    assert out(far) == out(edge), (far, out(far), out(edge))
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr)

@@ -40,7 +40,7 @@ def build_library(mlir_text: str, signature: ProgramSignature, out_dir: Path, *,
     check_name(name)
     target = target or make_target("cpu", triple, cpu)
     workdir = Path(workdir)
-    id_ranges = _id_ranges(mlir_text, signature, progress)
+    id_ranges, mlir_text = _id_ranges(mlir_text, signature, progress)
     try:
         compiled, vm = _compile_and_emit(mlir_text, workdir, name, target, stage)
     except DroppedConstant as e:
@@ -78,9 +78,11 @@ def _compile_and_emit(mlir_text: str, workdir: Path, name: str, target: Target, 
     return compiled, vm
 
 
-def _id_ranges(mlir_text: str, signature: ProgramSignature, progress) -> dict[int, dict]:
+def _id_ranges(mlir_text: str, signature: ProgramSignature,
+               progress) -> tuple[dict[int, dict], str]:
     """The integer inputs that index a table and their valid ids
-    (input_ranges.py); what the build checks, and cannot, goes to the notes."""
+    (input_ranges.py), and the module with the ids it cannot check clamped
+    into their tables; what the build checks, and cannot, goes to the notes."""
     analysis = input_ranges.analyze(mlir_text, len(signature.inputs))
     ranges = input_ranges.input_id_ranges(analysis, signature.inputs)
     note = getattr(progress, "note", None)
@@ -93,5 +95,6 @@ def _id_ranges(mlir_text: str, signature: ProgramSignature, progress) -> dict[in
                  ("" if whole else " (its elements' ranges are in the manifest's id_range)"))
     warn = getattr(progress, "warn", None)
     for text in analysis.unchecked if warn is not None else ():
-        warn(f"{text}: those ids are not range-checked")
-    return ranges
+        warn(f"{text}: those ids are not range-checked; the step clamps them into the table "
+             "(an id out of range reads its first or last row)")
+    return ranges, analysis.clamped_text or mlir_text

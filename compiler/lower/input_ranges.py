@@ -71,6 +71,9 @@ class InputRange:
 class RangeAnalysis:
     ranges: dict[int, InputRange]  # input index -> its range (checked inputs only)
     unchecked: list[str]           # "input i reaches a table through OP" notes
+    #: the module with the ids that reach a table unchecked clamped into it
+    #: (None: none such)
+    clamped_text: str | None = None
 
 
 def analyze(mlir_text: str, input_count: int) -> RangeAnalysis:
@@ -88,7 +91,33 @@ def analyze(mlir_text: str, input_count: int) -> RangeAnalysis:
         module = parse_or_none(mlir_text)
         if module is None:
             return empty
-        return _Analyzer(module, input_count).run()
+        analyzer = _Analyzer(module, input_count)
+        analysis = analyzer.run()
+        if analyzer.to_clamp:
+            for op, position, lo, hi in analyzer.to_clamp:
+                _clamp_operand(op, position, lo, hi, ir)
+            analysis.clamped_text = module.operation.get_asm(enable_debug_info=False)
+        return analysis
+
+
+def _clamp_operand(op, position: int, lo: np.ndarray, hi: np.ndarray, ir) -> None:
+    """Operand ``position`` of ``op`` (an index this analysis cannot carry
+    back to a checked input: a window build's ids pass a float ring buffer)
+    clamped into [lo, hi - 1]: an id out of range reads the table's first or
+    last row, not memory past it (a library segfaulted)."""
+    value = op.operands[position]
+    kind = ir.RankedTensorType(value.type)
+    dtype = np.int32 if ir.IntegerType(kind.element_type).width == 32 else np.int64
+    info = np.iinfo(dtype)
+    bounds = [np.clip(b, info.min, info.max).astype(dtype) for b in (lo, hi - 1)]
+    with ir.InsertionPoint(op), op.location:
+        lo_c, hi_c = (ir.Operation.create(
+            "stablehlo.constant", results=[kind],
+            attributes={"value": ir.DenseElementsAttr.get(np.ascontiguousarray(b), type=kind)}
+        ).results[0] for b in bounds)
+        clamped = ir.Operation.create("stablehlo.clamp", results=[kind],
+                                      operands=[lo_c, value, hi_c]).results[0]
+    op.operands[position] = clamped
 
 
 class _Unsupported(Exception):
@@ -111,6 +140,7 @@ class _Analyzer:
             self._walk(f)
         self.ranges: dict[int, InputRange] = {}
         self.unchecked: list[str] = []
+        self.to_clamp: list = []  # (sink op, operand position, lo, hi) of unchecked ids
         self._tainted: dict = {}
 
     def _walk(self, op) -> None:
@@ -135,6 +165,8 @@ class _Analyzer:
                     self._back(value, lo, hi, table)
                 except _Unsupported as e:
                     self.unchecked.append(f"{e} ({table})")
+                    position = next(k for k, v in enumerate(op.operands) if v == value)
+                    self.to_clamp.append((op, position, lo, hi))
         return RangeAnalysis(self.ranges, list(dict.fromkeys(self.unchecked)))
 
     # -- does a value depend on a step input? --------------------------------
