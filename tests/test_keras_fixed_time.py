@@ -301,3 +301,28 @@ def test_a_causal_attention_window_builds_with_its_boolean_mask(tmp_path, capsys
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def test_a_last_output_model_is_checked_at_every_sequence(tmp_path, capsys):
+    """Normalization before an LSTM of fixed length, one output per sequence:
+    Keras gives no prefix of it, so each T-frame sequence defines one step;
+    verify compared ceil(steps / T) of them (2 steps for 200), and now runs
+    sequences until it has compared the steps asked for."""
+    import re
+
+    import keras
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(0)
+    norm = keras.layers.Normalization()  # (adapted: its statistics broadcast (1, 1, 3))
+    norm.adapt(np.random.default_rng(0).normal(3, 2, (20, 30, 3)).astype("float32"))
+    x = keras.Input((30, 3))
+    keras.Model(x, keras.layers.Dense(1)(keras.layers.LSTM(6)(norm(x)))).save(
+        tmp_path / "m.keras")
+    assert main(["build", str(tmp_path / "m.keras"), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    assert main(["verify", str(tmp_path / "m.keras"), str(tmp_path / "lib"),
+                 "--steps", "40"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert re.search(r"over 40 steps in 40 sequences of 30 frames", line) and \
+        line.endswith(": ok"), line
