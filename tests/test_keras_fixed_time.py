@@ -112,9 +112,10 @@ def test_reshape_to_fixed_time_and_minus_one(tmp_path, capsys):
     want = model.predict(windows, verbose=0)
     assert np.abs(np.reshape(got, want.shape) - want).max() <= 1e-5
     # verify's open-time twin reshapes to (-1, 24): every step with an
-    # output is compared, not only the 20th (18 of each 20-frame sequence)
+    # output is compared, not only the 20th (18 of each 20-frame sequence,
+    # in as many sequences as 200 steps take)
     assert main(["verify", str(path), str(tmp_path / "out")]) == 0
-    assert re.fullmatch(SEQUENCES.format(10 * 18, 10, 20),
+    assert re.fullmatch(SEQUENCES.format(12 * 18, 12, 20),
                         capsys.readouterr().out.strip().splitlines()[-1])
 
 
