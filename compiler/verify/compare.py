@@ -279,9 +279,9 @@ def _sequences_case(loaded, lib, rng, steps: int, length: int, tol: float, model
     enough sequences of them, each from a fresh init, to compare about
     ``steps`` steps."""
     runs, checks = [], [Checks() for _ in lib.output_shapes]
-    # (until about ``steps`` are compared, in at most 100 sequences past
-    # those: a last-output model whose prefixes Keras cannot give defines
-    # one step a sequence, and was checked twice)
+    # (until about ``steps`` are compared, in at most ceil(steps / T) or
+    # 100 sequences, whichever is more: a last-output model whose prefixes
+    # Keras cannot give defines one step a sequence, and was checked twice)
     most = max(-(-steps // length), min(steps, 100))
     while len(runs) < most and min(len(c.steps) for c in checks) < steps:
         xs, wants = _inputs_and_references(loaded, lib, rng, length, model_path, lib_dir)
