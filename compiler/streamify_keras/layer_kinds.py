@@ -1,8 +1,15 @@
 """What the Keras streamifier knows of a layer by its class name alone:
 the layers that see one time step at a time, the elementwise keras.ops the
-functional API records, and why the common layers that mix time steps
-cannot stream (``not_streamable_reason``)."""
+functional API records, why the common layers that mix time steps cannot
+stream (``not_streamable_reason``), and two that do less at inference
+than a call suggests: data augmentation passes its input through
+(``inert_at_inference``: calling it advanced its seed generator, which
+made the step unfreezable), and a TimeDistributed whose layer takes no
+mask drops a masked model's mask (``mask_unused``: a Dense head after a
+masked GRU, where other layers that receive a mask are refused)."""
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 
@@ -71,3 +78,21 @@ def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
         return ("attends over every earlier frame (use_causal_mask=True): its state, "
                 "all earlier keys and values, grows without bound")
     return NOT_STREAMABLE[kind]
+
+
+#: Keras' random preprocessing layers that do something at inference too
+#: (a center crop); the others pass their input through there.
+CHANGE_AT_INFERENCE = {"RandomCrop"}
+
+
+def inert_at_inference(op) -> bool:
+    """Whether ``op`` is a data augmentation layer, its input at inference."""
+    kind = type(op).__name__
+    return kind.startswith("Random") and kind not in CHANGE_AT_INFERENCE
+
+
+def mask_unused(op) -> bool:
+    """Whether ``op`` is a TimeDistributed whose layer takes no mask."""
+    inner = getattr(op, "layer", None)
+    return type(op).__name__ == "TimeDistributed" and inner is not None and \
+        "mask" not in inspect.signature(inner.call).parameters

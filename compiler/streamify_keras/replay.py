@@ -27,7 +27,8 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
-from .layer_kinds import ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, not_streamable_reason
+from .layer_kinds import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, inert_at_inference,
+                          mask_unused, not_streamable_reason)
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 from .reshape_target import layer_time_length, per_step_target
 from .rnn_states import cell_states, is_rnn, makes_mask, state_name, state_shapes
@@ -292,7 +293,7 @@ class Replay:
         import keras
 
         kind = type(op).__name__
-        if kwargs.get("mask") is not None and _mask_unused(op):
+        if kwargs.get("mask") is not None and mask_unused(op):
             kwargs = {k: v for k, v in kwargs.items() if k != "mask"}
         if kwargs.get("mask") is not None and not is_rnn(op) and self.mode != "stateless":
             # (a fixed-window model falls back to recomputing its window,
@@ -301,9 +302,7 @@ class Replay:
                                      "LSTM, GRU, SimpleRNN and RNN layers")
         if kind == "InputLayer":
             return args[0]
-        if kind.startswith("Random") and kind not in CHANGE_AT_INFERENCE:
-            # data augmentation, inert at inference (its seed generator's
-            # update made the step unfreezable: an internal error)
+        if inert_at_inference(op):
             self.row(op, "inert at inference")
             return args[0]
         if isinstance(op, keras.Model):
@@ -669,23 +668,6 @@ def _initial_states(layer, kwargs) -> list:
                                     "tfaot streams an initial state computed from the "
                                     "model's other inputs")
     return [v.value for v in leaves]
-
-
-#: Keras' random preprocessing layers that do something at inference too
-#: (a center crop); the others (RandomFlip, RandomRotation, ...) pass their
-#: input through there.
-CHANGE_AT_INFERENCE = {"RandomCrop"}
-
-
-def _mask_unused(op) -> bool:
-    """Whether ``op`` is a TimeDistributed whose layer takes no mask: Keras
-    passes it the mask, and it passes it on only to a layer that takes one
-    (a Dense head after a masked GRU changes nothing; it was refused)."""
-    import inspect
-
-    inner = getattr(op, "layer", None)
-    return type(op).__name__ == "TimeDistributed" and inner is not None and \
-        "mask" not in inspect.signature(inner.call).parameters
 
 
 def _leaves(structure) -> list:
