@@ -251,8 +251,7 @@ _CORTEX_M_ARCH = {"cortex-m0": "thumbv6m", "cortex-m0plus": "thumbv6m",
                   "cortex-m52": "thumbv8.1m.main", "cortex-m55": "thumbv8.1m.main",
                   "cortex-m85": "thumbv8.1m.main"}
 #: Cortex-M cores gcc knows besides ARM_CPU_FLAGS' (built with generic C kernels)
-_OTHER_CORTEX_M = {"cortex-m0", "cortex-m0plus", "cortex-m1", "cortex-m3", "cortex-m23",
-                   "cortex-m35p", "cortex-m52", "cortex-m85"}
+_OTHER_CORTEX_M = set(_CORTEX_M_ARCH) - set(ARM_CPU_FLAGS)
 
 
 def _gpu_target(kind: str, triple: str, cpu: str | None, weight_packing: bool | None) -> Target:

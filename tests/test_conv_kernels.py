@@ -162,6 +162,18 @@ def test_depthwise_kernel_matches_numpy(kernels, case):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+def _call_kind(kernels, kind: str, filters, x, out_hw, post):
+    """The f32 conv ("conv") or depthwise ("dwconv") kernel, stride and
+    dilation 1, no padding, with epilogue ``post``."""
+    kh, kw, _, n = filters.shape
+    c = x.shape[-1]
+    if kind == "conv":
+        return _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n,
+                     c, kh, kw, *out_hw, (1, 1), (1, 1), post=post)
+    return _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x, n,
+                 c, kh, kw, *out_hw, (1, 1), (1, 1), pad=((0, 0), (0, 0)), post=post)
+
+
 @pytest.mark.parametrize("kind", ["conv", "dwconv"])
 def test_epilogue_bias_and_clamp(kernels, kind):
     """The epilogue the build folds into the kernels (a bias, a batch norm's
@@ -177,13 +189,7 @@ def test_epilogue_bias_and_clamp(kernels, kind):
     post = _post(n, bias, lo=0.0, hi=0.6)
     want = _reference(x, filters, (1, 1), (1, 1), 1 if kind == "conv" else c) + bias
     want = np.where(np.isnan(want), np.nan, np.clip(want, 0.0, 0.6))
-    if kind == "conv":
-        got = _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n, c,
-                    kh, kw, *want.shape[:2], (1, 1), (1, 1), post=post)
-    else:
-        got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x,
-                    n, c, kh, kw, *want.shape[:2], (1, 1), (1, 1), pad=((0, 0), (0, 0)),
-                    post=post)
+    got = _call_kind(kernels, kind, filters, x, want.shape[:2], post)
     assert np.isnan(got).sum() == np.isnan(want).sum() > 0
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
@@ -205,13 +211,7 @@ def test_a_large_bias_is_added_after_the_sums(kernels, kind):
     exact = _reference(x.astype(np.float64), filters.astype(np.float64), (1, 1), (1, 1),
                        1 if kind == "conv" else c) + bias
     post = _post(n, bias)
-    if kind == "conv":
-        got = _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n, c,
-                    kh, kw, *exact.shape[:2], (1, 1), (1, 1), post=post)
-    else:
-        got = _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x,
-                    n, c, kh, kw, *exact.shape[:2], (1, 1), (1, 1), pad=((0, 0), (0, 0)),
-                    post=post)
+    got = _call_kind(kernels, kind, filters, x, exact.shape[:2], post)
     assert np.abs(got - exact).max() <= np.spacing(np.float32(1024.0)) / 2 + 2e-6
 
 

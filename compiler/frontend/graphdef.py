@@ -26,6 +26,33 @@ def node_of(tensor_name: str) -> str:
     return name.partition(":")[0]
 
 
+#: Ops that pass their input on unchanged (as the graph streamifier reads them).
+IDENTITY_OPS = {"Identity", "Snapshot", "StopGradient", "PreventGradient"}
+
+
+def static_bool(nodes: dict, t: str, through_enter: bool = True):
+    """The value of a predicate known when the graph is built (a Const, or a
+    PlaceholderWithDefault that is not an input: TF1's ``is_training``
+    flag), else None. ``through_enter``: also through an Enter (an outer
+    flag brought into a v1 loop body)."""
+    import tensorflow as tf
+
+    passes = IDENTITY_OPS | {"PlaceholderWithDefault"} | \
+        ({"Enter", "RefEnter"} if through_enter else set())
+    for _ in range(100):
+        n = nodes.get(node_of(t))
+        if n is None:
+            return None
+        if n.op in passes and n.input:
+            t = n.input[0]
+            continue
+        if n.op == "Const" and n.attr["dtype"].type == tf.bool.as_datatype_enum:
+            v = tf.make_ndarray(n.attr["value"].tensor)
+            return bool(v) if v.size == 1 else None
+        return None
+    return None
+
+
 def dtype_name(t: int) -> str:
     import tensorflow as tf
 

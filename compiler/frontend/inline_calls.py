@@ -18,6 +18,8 @@ refused as "op StatelessIf on a time-dependent tensor".
 """
 from __future__ import annotations
 
+from .graphdef import static_bool
+
 #: Function attributes that keep grappler from inlining a call.
 NOINLINE = ("_noinline", "_XlaMustCompile")
 CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
@@ -47,8 +49,10 @@ def _static_conds_inlined(graph_def):
     import tensorflow as tf
 
     nodes = {n.name: n for n in graph_def.node}
-    known = {n.name: _known_bool(nodes, n.input[0]) for n in graph_def.node
-             if n.op in IF_OPS and n.input}
+    # (not through an Enter: a branch inlined into a v1 loop's frame would
+    # leave its constants outside it)
+    known = {n.name: static_bool(nodes, n.input[0], through_enter=False)
+             for n in graph_def.node if n.op in IF_OPS and n.input}
     if all(v is None for v in known.values()):
         return graph_def
     functions = {f.signature.name: f for f in graph_def.library.function}
@@ -100,25 +104,6 @@ def _branch_nodes(if_node, fdef) -> list:
     outputs.input.extend(i for i in if_node.input if i.startswith("^"))
     outputs.attr["T"].CopyFrom(if_node.attr["Tout"])
     return result + [outputs]
-
-
-def _known_bool(nodes: dict, tensor: str):
-    """The value of a boolean predicate known when the graph is built (a
-    Const, or a PlaceholderWithDefault of one, through identities), else None."""
-    import tensorflow as tf
-
-    for _ in range(100):
-        n = nodes.get(tensor.split(":")[0].lstrip("^"))
-        if n is None:
-            return None
-        if n.op in ("Identity", "PlaceholderWithDefault") and n.input:
-            tensor = n.input[0]
-            continue
-        if n.op == "Const" and n.attr["dtype"].type == tf.bool.as_datatype_enum:
-            value = tf.make_ndarray(n.attr["value"].tensor)
-            return bool(value) if value.size == 1 else None
-        return None
-    return None
 
 
 def _unmarked(graph_def, marked: set):

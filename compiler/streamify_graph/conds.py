@@ -12,6 +12,7 @@ computes it from (the state, the input, a comparison of the time counter).
 """
 from __future__ import annotations
 
+from ..frontend.graphdef import static_bool  # noqa: F401 (loops.py takes it from here)
 from .graphdef import IDENTITY, Fail, parse_tensor, tname
 
 SWITCH = ("Switch", "RefSwitch")
@@ -123,25 +124,6 @@ class CondLowering:
                 raise Fail(f"{where}: the tf.cond branch computing '{branch}' has the "
                            f"stateful node '{name}' (op {n.op}); both branches would run "
                            "every step, so it cannot be streamed")
-
-
-def static_bool(nodes: dict, t: str):
-    """The value of a predicate known when the graph is built (a Const, or a
-    PlaceholderWithDefault that is not an input: TF1's ``is_training`` flag), else None."""
-    import tensorflow as tf
-
-    for _ in range(100):
-        n = nodes.get(parse_tensor(t)[0])
-        if n is None:
-            return None
-        if n.op in IDENTITY or n.op in ("PlaceholderWithDefault", "Enter", "RefEnter"):
-            t = n.input[0]  # (an Enter brings an outer flag into a loop body)
-            continue
-        if n.op == "Const" and n.attr["dtype"].type == tf.bool.as_datatype_enum:
-            v = tf.make_ndarray(n.attr["value"].tensor)
-            return bool(v) if v.size == 1 else None
-        return None
-    return None
 
 
 def lower_outer_conds(node_list: list) -> list:

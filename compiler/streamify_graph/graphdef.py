@@ -10,6 +10,7 @@ import re
 
 from ..frontend.graphdef import (  # noqa: F401
     FLOAT_TYPES,
+    IDENTITY_OPS,
     INT_TYPES,
     dtype_name,
     node_of,
@@ -19,7 +20,7 @@ from ..frontend.graphdef import (  # noqa: F401
 CF_V1 = {"Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond",
          "RefEnter", "RefExit", "RefMerge", "RefSwitch", "RefNextIteration"}
 WHILE_OPS = {"While", "StatelessWhile"}
-IDENTITY = {"Identity", "Snapshot", "StopGradient", "PreventGradient"}
+IDENTITY = IDENTITY_OPS
 READ_OPS = {"TensorListGetItem": 0, "TensorArrayReadV3": 0}  # op -> list/handle input
 # Ordering comparisons: a time index compared with a bound (a sequence_length)
 # stays exact with a saturating step counter.
