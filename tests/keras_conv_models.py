@@ -227,6 +227,39 @@ def conv_lstm3d():
 
 
 # name -> (builder, mode, recomputed)
+def wavenet():
+    """Gated causal convolutions with dilations up to 32 (a WaveNet / TCN):
+    residual and skip sums, a GRU after them. The dilated layers keep their
+    frames in circular buffers and gather the rows their taps read
+    (streamify_keras/circular.py), beside the ordered ring buffer of the
+    undilated one and the GRU's state."""
+    x = _open()
+    h, skips = L.Conv1D(8, 1)(x), []
+    for d in (1, 2, 8, 32):
+        f = L.Conv1D(8, 2, padding="causal", dilation_rate=d, activation="tanh")(h)
+        g = L.Conv1D(8, 2, padding="causal", dilation_rate=d, activation="sigmoid")(h)
+        z = L.Multiply()([f, g])
+        skips.append(L.Conv1D(6, 1)(z))
+        h = L.Add()([h, L.Conv1D(8, 1)(z)])
+    s = L.Activation("relu")(L.Add()(skips))
+    return keras.Model(x, L.Dense(3)(L.GRU(5, return_sequences=True)(s)))
+
+
+def dilated_chunks():
+    """Dilated convolutions over chunks of two frames (a stride 2 later),
+    one of them valid (a delay), and over time and frequency (Conv2D with
+    dilation (16, 1)): each output of a chunk gathers its own taps."""
+    x = _open()
+    h = L.Conv1D(4, 3, padding="causal", dilation_rate=16, activation="relu",
+                 name="conv1d_causal_d16")(x)
+    w = L.Reshape((-1, 4, 1))(h)
+    w = L.Conv2D(3, (2, 2), dilation_rate=(16, 1), activation="relu", name="conv2d_d16")(w)
+    h = L.Reshape((-1, 9))(w)
+    h = L.Conv1D(4, 2, strides=2)(h)
+    h = L.Conv1D(3, 3, dilation_rate=8)(h)
+    return keras.Model(x, L.Dense(2)(L.GRU(4, return_sequences=True)(h)))
+
+
 MODELS = {
     "conv1d_valid_gru": (conv1d_valid_gru, "prefix", False),
     "conv1d_causal_dilated_seq": (conv1d_causal_dilated_seq, "prefix", False),
@@ -245,6 +278,8 @@ MODELS = {
     "tc_resnet": (tc_resnet, "window", True),
     "tc_resnet_valid": (tc_resnet_valid, "window", False),
     "window_pool_crop": (window_pool_crop, "window", False),
+    "wavenet": (wavenet, "prefix", False),
+    "dilated_chunks": (dilated_chunks, "prefix", False),
     "conv_lstm1d": (conv_lstm1d, "prefix", False),
     "conv_lstm2d": (conv_lstm2d, "prefix", False),
     "conv_lstm3d": (conv_lstm3d, "prefix", False),

@@ -369,3 +369,25 @@ def test_keras2_data_augmentation_layers_load(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "aug.h5"), str(tmp_path / "aug")]) == 0
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras2_multi_head_attention_loads(tmp_path, capsys, suffix):
+    """tf_keras writes its build shapes and softmax_robust_masking into a
+    MultiHeadAttention's config and the value among the call's keyword
+    arguments; Keras 3 refused the arguments ("Unrecognized keyword
+    arguments") and then built the layer without its value ("build()
+    missing ... 'value_shape'"). A causal self-attention and a
+    cross-attention of another width over a fixed window match Keras 2."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(6)
+    L = tf_keras.layers
+    x = tf_keras.Input((12, 6))
+    h = L.GRU(8, return_sequences=True)(x)
+    h = L.MultiHeadAttention(2, 4)(h, h, use_causal_mask=True)
+    c = L.MultiHeadAttention(2, 3, value_dim=5)(h, x)
+    path = tmp_path / f"mha{suffix}"
+    tf_keras.Model(x, L.Dense(3)(L.Concatenate()([h, c]))).save(path)
+    line = _build_and_verify(path, tmp_path / "mha", 100, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over 100 steps \(tolerance \S+\): ok", line), line

@@ -370,3 +370,55 @@ def test_transposed_convs_with_stride_one_in_time_stream(tmp_path, capsys, make)
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def test_dilated_taps_read_a_circular_buffer(built):
+    """A convolution whose dilation leaves most of its kept frames unread
+    keeps them in a circular buffer (one more row: the head) and gathers
+    the rows its taps read, instead of copying the whole buffer into its
+    window and shifting it each step (its numerics, get/set_state and
+    reset: test_stream_matches_keras[wavenet] and [dilated_chunks])."""
+    _, _, out = built("wavenet")
+    shapes = [s["shape"] for s in json.loads((out / "wavenet.json").read_text())["state"]
+              if s["name"].endswith("/frames")]
+    # dilations 1 and 2 (kernel 2): ordered, 1 and 2 frames; 8 and 32: circular
+    assert sorted(sh[1] for sh in shapes) == [1, 1, 2, 2, 9, 9, 33, 33], shapes
+    _, _, out = built("dilated_chunks")
+    shapes = {s["name"]: s["shape"] for s in
+              json.loads((out / "dilated_chunks.json").read_text())["state"]}
+    # two outputs a step, three taps each, dilation 16: 32 frames + the head
+    assert shapes["conv1d_causal_d16/frames"] == [1, 33, 6], shapes
+    assert shapes["conv2d_d16/frames"] == [1, 17, 4, 1], shapes
+
+
+def test_circular_buffers_beside_stored_states_hold_the_state_once(tmp_path):
+    """The step writes the circular buffers in place and stores the other
+    states anew, while @reset and @set_state pack them all into one buffer:
+    the arena held that packed state three times (emit/state_reuse.py,
+    emit/memory.py); now once, beside the step's new states."""
+    import keras
+
+    keras.utils.set_random_seed(9)
+    x = keras.Input((None, 16), batch_size=1)
+    h = x
+    for d in (1, 64, 128):
+        h = keras.layers.Add()([h, keras.layers.Conv1D(16, 2, padding="causal", dilation_rate=d,
+                                                       activation="tanh")(h)])
+    model = keras.Model(x, keras.layers.Dense(3)(keras.layers.GRU(4)(h)))
+    path = tmp_path / "tcn.keras"
+    model.save(path)
+    out = build_model(str(path), BuildOptions(out_dir=tmp_path / "tcn"), Progress(False)).path
+    manifest = json.loads((out / "tcn.json").read_text())
+    assert manifest["arena_bytes"] < 1.5 * manifest["state_bytes"], (
+        manifest["arena_bytes"], manifest["state_bytes"], manifest["arena_pools"])
+    lib = harness.load(out)
+    xs = np.random.default_rng(2).normal(size=(300, *lib.input_shape)).astype(np.float32)
+    got = lib.step_n(xs)
+    want = keras_reference(model, xs, stream=library_stream(lib, model, "tcn"),
+                           step_output=lib.output_shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+    lib.reset()
+    lib.step_n(xs[:150])
+    other = harness.load(out)
+    other.set_state(lib.get_state())
+    np.testing.assert_array_equal(other.step_n(xs[150:]), got[150:])

@@ -163,16 +163,28 @@ def _held_by_globals(stores: dict[str, list[_Store]], grown: dict[str, int]
     call that stores one of them stores the same buffer into all (weights
     that init lays out; the state globals IREE packs into one buffer in
     @reset and @set_state). A global in ``grown`` holds one buffer of that
-    class."""
+    class.
+
+    Where the sources of one such holder are a part of another's (IREE
+    packs a circular buffer, which the step writes in place, with the
+    states the step stores anew), a buffer of the larger holder from one of
+    the common sources is the smaller holder's: both were stored by that
+    call, and neither since (whatever stores the smaller one stores both).
+    The larger holder counts only the classes of its other sources."""
     holders: list[set[int]] = []
-    shared: dict[frozenset, set[int]] = {}
+    shared: dict[frozenset, dict] = {}  # sources -> source -> class
     for g, entries in stores.items():
-        classes = {grown[g]} if g in grown else {cls for *_, cls in entries}
         # (a site in a loop may fill the globals with several buffers)
         sources = frozenset((fn, site if weight == 1 else None)
                             for fn, site, weight, _ in entries)
-        if sources and all(site is not None for _, site in sources):
-            shared.setdefault(sources, set()).update(classes)
-        else:
-            holders.append(classes)
-    return holders + list(shared.values())
+        if g in grown or not sources or any(site is None for _, site in sources):
+            holders.append({grown[g]} if g in grown else {cls for *_, cls in entries})
+            continue
+        classes = shared.setdefault(sources, {})
+        for fn, site, _, cls in entries:
+            classes.setdefault((fn, site), set()).add(cls)
+    for sources, classes in shared.items():
+        common = set().union(*(other for other in shared if other < sources))
+        holders.append(set().union(*(c for source, c in classes.items()
+                                      if source not in common)))
+    return [h for h in holders if h]

@@ -129,9 +129,8 @@ def _replaced_globals(module, fn_op, info, stores: dict
         loads = [i for i, op in enumerate(ops) if op.name == "vm.global.load.ref"
                  and symbol(op.attributes["global"]) in shared]
         size = const_int(ops[site].operands[1])
-        if size is None or not all(
-                fn_stores.get(g, (size, shared)) == (size, shared)
-                for fn, fn_stores in stores.items() if fn != info.vm_name for g in shared):
+        if size is None or not any(_always(stores, info.vm_name, g, size, shared)
+                                   for g in shared):
             continue
         # @reset's reads of the old state, bound to the new buffer, stay in
         # it: the old state is never larger (@__init's may be smaller)
@@ -141,6 +140,18 @@ def _replaced_globals(module, fn_op, info, stores: dict
             continue
         out[(0, site)] = shared
     return out
+
+
+def _always(stores: dict, fn_name: str, g: str, size: int, shared: tuple) -> bool:
+    """Whether every function but ``fn_name`` (and ``@__init``) that stores
+    ``g`` stores there a buffer of ``size`` bytes shared by the same
+    globals: then ``g`` always holds a block of this one size, which the new
+    buffer takes once every global in ``shared`` has let go of its own. The
+    others may be stored elsewhere on their own (the step's new values of
+    the states it does not update in place, beside a circular buffer it
+    writes in place)."""
+    return all(fn_stores.get(g, (size, shared)) == (size, shared)
+               for fn, fn_stores in stores.items() if fn != fn_name)
 
 
 @dataclass
@@ -281,17 +292,37 @@ def _holds(module, g: str, size: int) -> bool:
     buffer's scatter, streamify_keras/circular.py) has a buffer of its own
     there, while ``@reset`` and ``@set_state`` pack it with the others:
     it must lie past the bytes the step writes."""
-    ints = _stored_ints(module)
+    ints, fixed = _stored_ints(module), _fixed_offsets(module)
     for fn, stores in _buffer_stores(module).items():
         if g not in stores:
             continue
         n, shared = stores[g]
         if n is None or n < size:
             return False
-        offsets = [ints.get(fn, {}).get(f"{h}__offset") for h in shared if h != g]
+        offsets = [ints.get(fn, {}).get(f"{h}__offset", fixed.get(h)) for h in shared if h != g]
         if any(off is None or off < size for off in offsets):
             return False
     return True
+
+
+def _fixed_offsets(module) -> dict[str, int]:
+    """Buffer global -> its offset in a packed buffer where IREE keeps no
+    global of that offset (a layout fixed at build time): where
+    ``@get_state`` copies it from, the same in every layout."""
+    info = module.prog.get_state
+    offsets: dict[str, int | None] = {}
+    for fn_op in module.func_ops():
+        if info is None or symbol(fn_op.attributes["sym_name"]) != info.vm_name:
+            continue
+        for block in fn_op.regions[0].blocks:
+            loaded = {}
+            for op in block.operations:
+                if op.name == "vm.global.load.ref":
+                    loaded.update({r: symbol(op.attributes["global"]) for r in op.results})
+                elif op.name == "vm.buffer.copy" and op.operands[0] in loaded:
+                    g, off = loaded[op.operands[0]], const_int(op.operands[1])
+                    offsets[g] = off if offsets.get(g, off) == off else None
+    return {g: off for g, off in offsets.items() if off is not None}
 
 
 def _init_sizes(module, g: str) -> set:
@@ -484,7 +515,10 @@ def _dispatch_access(i: int, op, role: dict, ints: dict, origin: dict, layout: d
     # every push constant a half of an offset the state's globals hold: the
     # old state is read in those packed globals' slots only
     named = {origin.get(c) for c in consts}
-    slots = ([(layout[g], min(o for o in offsets if o > layout[g])) for g in sorted(named)]
+    # (a slot past the step's new state, in another function's larger
+    # packing, reaches to the end of the buffer)
+    slots = ([(layout[g], min((o for o in offsets if o > layout[g]), default=_WHOLE[0][1]))
+              for g in sorted(named)]
              if consts and None not in named else [])
     for buf, off, length in binds:
         r = role.get(buf)

@@ -19,7 +19,9 @@ both; see tests/test_keras2_semantics.py):
 * Arguments Keras 3 refuses that mean nothing at their Keras 2 values
   (``KERAS2_ONLY_ARGUMENTS``): ``groups=1`` of the depthwise, separable and
   transposed convolutions, a separable convolution's unused ``kernel_*``,
-  a spatial dropout's ``trainable`` and ``noise_shape``: dropped.
+  a spatial dropout's ``trainable`` and ``noise_shape``, a
+  MultiHeadAttention's build shapes: dropped (Keras 3 builds it on its call,
+  whose value, a keyword argument, ``keras2_nodes`` rewrites).
 * A BatchNormalization's ``axis`` written as a one-element list (``[2]``):
   Keras 3 takes the int.
 * Layer names with ``/`` (tf_keras's MobileNetV3 writes ``Conv/BatchNorm``,
@@ -53,6 +55,8 @@ from typing import Any
 
 from ..errors import TfaotError, first_line
 from .keras2_causal import MODEL_CLASSES, causal_as_padding
+from .keras2_nodes import (CONSTANT_FIRST, MIXED_LISTS, call_node, filled, has_tensor_kwargs,
+                           is_tensor_triple, slices, tf_function)
 
 # Keras 2 activation names whose Keras 3 function computes something else.
 CHANGED_ACTIVATIONS = ("hard_sigmoid",)
@@ -150,15 +154,15 @@ def _register():
             super().__init__(**{k: v for k, v in kwargs.items()
                                 if k in ("name", "trainable", "dtype")})
             self.function = function
-            self._call = _tf_function(function)
+            self._call = tf_function(function)
 
         def call(self, *args, **kwargs):
             kwargs.pop("name", None)  # names the TensorFlow op, not an argument
-            if MIXED_LISTS in kwargs:  # (see _op_node)
+            if MIXED_LISTS in kwargs:  # (see keras2_nodes.call_node)
                 *args, tensors = args
-                kwargs.update({key: _filled(template, tensors)
+                kwargs.update({key: filled(template, tensors)
                                for key, template in kwargs.pop(MIXED_LISTS).items()})
-            if CONSTANT_FIRST in kwargs:  # (see _op_node)
+            if CONSTANT_FIRST in kwargs:  # (see keras2_nodes.call_node)
                 name, value, key = kwargs.pop(CONSTANT_FIRST)
                 # (a tensor of the other operand's dtype, as TensorFlow's
                 # reflected operators (__radd__) convert it)
@@ -176,7 +180,7 @@ def _register():
         with dicts for slices."""
 
         def call(self, x, slice_spec=None, **kwargs):
-            return self._call(x, _slices(slice_spec))
+            return self._call(x, slices(slice_spec))
 
     @keras.saving.register_keras_serializable(package="tfaot", name="Keras2Lambda")
     class Keras2Lambda(keras.layers.Lambda):
@@ -217,28 +221,6 @@ def _register():
             return cls(**{**config, "function": function})
 
     return keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda, Keras2Lambda
-
-
-def _tf_function(name: str):
-    """``tf.<name>`` (a dotted path such as ``math.tanh``), or a clear error."""
-    import tensorflow as tf
-
-    target = tf
-    for part in name.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise TfaotError(f"Keras 2 op layer calls tf.{name}, which this TensorFlow "
-                             "does not have")
-    return target
-
-
-def _slices(spec):
-    """A Keras 2 slice spec (dicts for slices, in lists) as Python slices."""
-    if isinstance(spec, dict) and set(spec) == {"start", "stop", "step"}:
-        return slice(spec["start"], spec["stop"], spec["step"])
-    if isinstance(spec, list):
-        return tuple(_slices(v) for v in spec)
-    return spec
 
 
 _OBJECTS: tuple | None = None
@@ -306,7 +288,16 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                 node = {**node, "module": "keras.src.models.functional"}
             if node["class_name"] in OP_LAYERS and "inbound_nodes" in node:
                 function = node["config"].get("function")
-                node = {**node, "inbound_nodes": [_op_node(n, function)
+                node = {**node, "inbound_nodes": [call_node(n, function)
+                                                  for n in node["inbound_nodes"]]}
+            if node["class_name"] == "MultiHeadAttention" and "build_config" in node:
+                # (its build takes the query's and the value's shapes; an
+                # archive's build_config has one: Keras 3 builds it on call)
+                node = {k: v for k, v in node.items() if k != "build_config"}
+            if has_tensor_kwargs(node.get("inbound_nodes")):
+                # a layer's call with a tensor among its keyword arguments
+                # (an attention's value): a node is a list of calls
+                node = {**node, "inbound_nodes": [call_node(n[0] if len(n) == 1 else n)
                                                   for n in node["inbound_nodes"]]}
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
@@ -363,7 +354,7 @@ def _nested_model_calls(config: Any) -> Any:
         return config
 
     def renumbered(ref):
-        if _is_tensor_triple(ref) and ref[0] in models and ref[1] >= 1:
+        if is_tensor_triple(ref) and ref[0] in models and ref[1] >= 1:
             return [ref[0], ref[1] - 1, *ref[2:]]
         return [renumbered(v) for v in ref] if isinstance(ref, list) else ref
 
@@ -454,6 +445,9 @@ KERAS2_ONLY_ARGUMENTS: dict[str, dict[str, Any]] = {
     # its noise shape is always the spatial one)
     "SpatialDropout1D": _SPATIAL_DROPOUT, "SpatialDropout2D": _SPATIAL_DROPOUT,
     "SpatialDropout3D": _SPATIAL_DROPOUT,
+    # (Keras 3 builds the layer from its call; Keras 2's masks by -1e9 too)
+    "MultiHeadAttention": {"query_shape": _ANY, "key_shape": _ANY, "value_shape": _ANY,
+                           "softmax_robust_masking": False},
 }
 
 
@@ -470,123 +464,6 @@ def _without_keras2_arguments(class_name: str, config: dict, layer_name) -> dict
 
 #: Keras 2's layers for TensorFlow functions called on Keras tensors.
 OP_LAYERS = ("TFOpLambda", "SlicingOpLambda")
-
-
-def _op_node(node, function=None):
-    """One call of a Keras 2 op layer in Keras 3's node form.
-
-    Keras 2 writes ``[name, node, tensor, kwargs]`` for a call on one
-    tensor, or a list of those for a call on a list of tensors
-    (``tf.concat([a, b])``), and tensors among the keyword arguments
-    (``x + y``: ``{"y": [name, node, tensor]}``) as the same triples.
-    Keras 3 reads the legacy form without looking into the keyword
-    arguments, so the call is written as ``{"args", "kwargs"}`` with every
-    tensor as a reference Keras 3 resolves."""
-    if not isinstance(node, list) or not node:
-        return node
-    if node[0] == _CONSTANT_VALUE and function:
-        # A Python value first (``1.0 - x``: subtract(1.0, y=x)): Keras 3
-        # takes only tensors as positional arguments, and no mix of tensors
-        # and values among the keyword ones; so the (first) tensor keyword
-        # argument goes first and the call puts both back (TFOpLambda).
-        kwargs = dict(node[3]) if len(node) > 3 else {}
-        key = next((k for k, v in kwargs.items() if _is_tensor_triple(v)), None)
-        if key is None:
-            raise TfaotError(f"Keras 2 op layer calls tf.{function} on no tensor")
-        tensor = kwargs.pop(key)
-        kwargs[CONSTANT_FIRST] = [_first_parameter(function), node[2], key]
-        return {"args": [_tensor_ref(tensor)], "kwargs": _tensor_refs(kwargs)}
-    if isinstance(node[0], str):  # one tensor
-        first, kwargs = _tensor_ref(node), (node[3] if len(node) > 3 else {})
-    else:  # a list of tensors, each entry repeating the keyword arguments
-        first = [_tensor_ref(entry) for entry in node]
-        kwargs = node[0][3] if len(node[0]) > 3 else {}
-    kwargs, tensors = _unmixed(kwargs)
-    extra = [[_tensor_ref(t) for t in tensors]] if tensors else []
-    return {"args": [first, *extra], "kwargs": _tensor_refs(kwargs)}
-
-
-def _unmixed(kwargs: dict) -> tuple[dict, list]:
-    """Keyword arguments whose lists mix tensors and Python values
-    (``tf.reshape(h, [-1, tf.shape(h)[1], 152])``), which Keras 3 refuses
-    in a call ("you cannot mix tensors and non-tensors"), as a template
-    with numbered holes (under ``MIXED_LISTS``), and the tensors that fill
-    them, which the call takes as its last positional argument; TFOpLambda
-    fills the holes back in."""
-    tensors, templates = [], {}
-
-    def hole(value):
-        if _is_tensor_triple(value):
-            tensors.append(value)
-            return {HOLE: len(tensors) - 1}
-        return [hole(v) for v in value] if isinstance(value, list) else value
-
-    for key, value in kwargs.items():
-        if isinstance(value, list) and not _is_tensor_triple(value) and \
-                _has_tensor(value) and not all(map(_is_tensor_triple, value)):
-            templates[key] = hole(value)
-    if not templates:
-        return kwargs, []
-    rest = {k: v for k, v in kwargs.items() if k not in templates}
-    return {**rest, MIXED_LISTS: templates}, tensors
-
-
-def _has_tensor(value) -> bool:
-    if _is_tensor_triple(value):
-        return True
-    return isinstance(value, list) and any(map(_has_tensor, value))
-
-
-def _filled(template, tensors):
-    """``template`` (``_unmixed``) with its holes filled by ``tensors``."""
-    if isinstance(template, dict) and HOLE in template:
-        return tensors[template[HOLE]]
-    return [_filled(v, tensors) for v in template] if isinstance(template, list) else template
-
-
-def _first_parameter(function: str) -> str:
-    """The name of the first parameter of ``tf.<function>``."""
-    import inspect
-
-    try:
-        return next(iter(inspect.signature(_tf_function(function)).parameters))
-    except (TypeError, ValueError, StopIteration):
-        raise TfaotError(f"Keras 2 op layer calls tf.{function} with a Python value first, "
-                         "and its parameters cannot be read") from None
-
-
-#: What Keras 2 writes in place of a layer name for a call's first argument
-#: that is a Python value, not a tensor (``1.0 - x``: ``subtract(1.0, y=x)``),
-#: with the value where the tensor index would be; it was read as a layer
-#: ("Unknown layer: _CONSTANT_VALUE").
-_CONSTANT_VALUE = "_CONSTANT_VALUE"
-#: The keyword argument of such a call in Keras 3's form: [the first
-#: parameter's name, its value, the keyword of the tensor passed first].
-CONSTANT_FIRST = "tfaot_constant_first"
-#: A call's keyword lists that mixed tensors and values, with holes
-#: (``{HOLE: i}``) for the tensors (``_unmixed``).
-MIXED_LISTS, HOLE = "tfaot_mixed_lists", "tfaot_hole"
-
-
-def _is_tensor_triple(value) -> bool:
-    return (isinstance(value, list) and len(value) in (3, 4) and isinstance(value[0], str)
-            and all(isinstance(v, int) for v in value[1:3]))
-
-
-def _tensor_ref(triple) -> dict:
-    # (the shape and dtype are placeholders: Keras 3 looks the tensor up by its history)
-    return {"class_name": "__keras_tensor__",
-            "config": {"shape": [], "dtype": "float32", "keras_history": list(triple[:3])}}
-
-
-def _tensor_refs(value):
-    if _is_tensor_triple(value):
-        return _tensor_ref(value)
-    if isinstance(value, list):
-        return [_tensor_refs(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _tensor_refs(v) for k, v in value.items()}
-    return value
 
 
 def _activation_name(value) -> str | None:

@@ -92,12 +92,7 @@ def write(buffer, frames, axis: int):
     newest = tf.reshape(frames, [-1, *frames.shape[axis + 1:]])[-count:]
     head_at = [0] * len(buffer.shape)
     head_at[axis] = keep
-    head = buffer[tuple(head_at)]
-    # A head set from outside (set_state) may be any float, NaN too: the
-    # row it names is clamped into the buffer before the conversion, whose
-    # result would otherwise be undefined, and every write stays inside it.
-    finite = tf.where(tf.math.is_finite(head), head, tf.zeros_like(head))
-    start = tf.cast(tf.clip_by_value(finite, 0.0, float(keep - 1)), tf.int32)
+    start = _oldest_row(buffer, axis)
     at = tf.math.floormod(start + tf.range(count), keep)
     # (zeros made from ``at``, not a constant: vectorised over streams,
     # pfor tiled a constant with an op TensorFlow's importer then refused)
@@ -105,3 +100,53 @@ def write(buffer, frames, axis: int):
     buffer = tf.tensor_scatter_nd_update(buffer, indices, newest)
     next_head = tf.cast(tf.math.floormod(start + count, keep), buffer.dtype)
     return tf.tensor_scatter_nd_update(buffer, [head_at], next_head[None])
+
+
+def _oldest_row(buffer, axis: int):
+    """The row of a circular ``buffer`` its head names (the oldest frame's,
+    where the next write goes), an int32 scalar."""
+    import tensorflow as tf
+
+    keep = int(buffer.shape[axis]) - 1
+    head_at = [0] * len(buffer.shape)
+    head_at[axis] = keep
+    head = buffer[tuple(head_at)]
+    # A head set from outside (set_state) may be any float, NaN too: the
+    # row it names is clamped into the buffer before the conversion, whose
+    # result would otherwise be undefined, and every access stays inside it.
+    finite = tf.where(tf.math.is_finite(head), head, tf.zeros_like(head))
+    return tf.cast(tf.clip_by_value(finite, 0.0, float(keep - 1)), tf.int32)
+
+
+def taps(buffer, frames, positions: list[int], axis: int):
+    """The frames at ``positions`` of the buffer's frames followed by the
+    chunk ``frames`` (position p < keep: the buffer's p-th oldest frame,
+    else the chunk's frame p - keep), in that order along ``axis``: what a
+    dilated convolution's taps read (``use_taps``), gathered from the rows
+    where they lie. Read before ``write`` overwrites the oldest rows."""
+    import tensorflow as tf
+
+    keep = int(buffer.shape[axis]) - 1
+    old = sorted({p for p in positions if p < keep})
+    parts = []
+    if old:
+        rows = tf.math.floormod(_oldest_row(buffer, axis) + tf.constant(old, tf.int32), keep)
+        parts.append(tf.gather(buffer, rows, axis=axis))
+    parts.append(frames)
+    gathered = tf.concat(parts, axis=axis) if len(parts) > 1 else frames
+    order = [old.index(p) if p < keep else len(old) + p - keep for p in positions]
+    if order == list(range(int(gathered.shape[axis]))):
+        return gathered
+    return tf.gather(gathered, order, axis=axis)
+
+
+def use_taps(dilation: int, keep: int, taps_read: int) -> bool:
+    """Whether a convolution over time keeps its frames in a circular
+    buffer and gathers the rows its taps read (``taps``), rather than in an
+    ordered ring buffer that is copied whole into its window and shifted
+    each step: where the dilation leaves most of the kept rows unread."""
+    return dilation > 1 and keep >= TAPS_MIN_RATIO * taps_read
+
+
+#: (see use_taps) kept rows per row read from which gathering wins
+TAPS_MIN_RATIO = 4

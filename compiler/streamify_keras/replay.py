@@ -248,16 +248,22 @@ class Replay:
         self.new_values.append(cat[:, -keep:])
         return cat
 
-    def ring(self, name: str, frames, keep: int, layer: str = ""):
+    def ring(self, name: str, frames, keep: int, layer: str = "",
+             positions: list[int] | None = None):
         """A circular buffer of the last ``keep`` frames before ``frames``'s
-        chunk (module circular): returns its rows, in no order; its new value
-        has the chunk's newest frames over the oldest rows, and its last row
-        says where the next write goes."""
+        chunk (module circular): returns its rows, in no order, or with
+        ``positions`` the frames there of the buffer followed by the chunk
+        (circular.taps); its new value has the chunk's newest frames over
+        the oldest rows, and its last row says where the next write goes."""
         from . import circular
 
         buffer = self.take_state(name, (1, keep + 1, *frames.shape[2:]), layer)
+        # (read before the write: IREE then writes the state's own buffer
+        # in place, where a read after it cost a copy of the whole buffer)
+        out = (circular.rows(buffer, axis=1) if positions is None
+               else circular.taps(buffer, frames, positions, axis=1))
         self.new_values.append(circular.write(buffer, frames, axis=1))
-        return circular.rows(buffer, axis=1)
+        return out
 
     def step_index(self):
         """m, the number of the current step (saturating), a float scalar."""

@@ -74,16 +74,24 @@ class WindowedRule:
         # keeping the unpadded frames makes the state smaller, and the pad of
         # the window is one a depthwise kernel skips (compiler/lower/microkernel.py)
         frames, pads = x.unpadded if x.unpadded is not None else (x.value, None)
-        cat = replay.buffer(f"{op.name}/frames", frames, plan["keep"], op.name)
-        window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
+        positions = tap_positions(plan)
+        taps = circular.use_taps(plan["dilation"], plan["keep"], len(positions)) and \
+            all(d == 1 for d in tuple(op.dilation_rate)[1:])  # (TF: no stride with dilation)
+        if taps:  # (module circular: the rows the taps read, gathered)
+            window = replay.ring(f"{op.name}/frames", frames, plan["keep"], op.name, positions)
+        else:
+            cat = replay.buffer(f"{op.name}/frames", frames, plan["keep"], op.name)
+            window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
         if pads is not None:
             window = tf.pad(window, pads)
-        with tf.name_scope(op.name), _valid_padding(op), _time_stride_one(op, plan["unstrided"]):
+        with tf.name_scope(op.name), _valid_padding(op), \
+                _time_stride_one(op, plan["unstrided"]), _gathered_taps(op, taps):
             y = op(window)
         out = plan["out"]
         replay.row(op, "time conv" if self.kind == "conv" else "time pool",
                    buffer=plan["keep"], kernel=plan["k"], stride=plan["stride"],
-                   dilation=plan["dilation"], delay=out.delay)
+                   dilation=plan["dilation"], delay=out.delay,
+                   **({"ring": "taps"} if taps else {}))
         return Streamed(y, SEQ, out, x.valid_from)
 
 
@@ -190,6 +198,32 @@ class _time_stride_one:
     def __exit__(self, *exc):
         if self.saved is not None:
             self.op.strides = self.saved
+
+
+def tap_positions(plan: dict) -> list[int]:
+    """The frames of buffer + chunk that each output's taps read, output by
+    output (the window starts at ``offset``)."""
+    k, s, dil = plan["k"], plan["stride"], plan["dilation"]
+    return [plan["offset"] + i * s + j * dil for i in range(plan["out"].n) for j in range(k)]
+
+
+class _gathered_taps:
+    """Runs a convolution on its taps' frames (tap_positions): kernel k,
+    stride k and dilation 1 in time, so each output reads its own k frames."""
+
+    def __init__(self, op, active: bool):
+        self.op = op
+        self.saved = (op.strides, op.dilation_rate) if active else None
+
+    def __enter__(self):
+        if self.saved is not None:
+            k = int(tuple(self.op.kernel_size)[0])
+            self.op.strides = (k, *tuple(self.saved[0])[1:])
+            self.op.dilation_rate = (1, *tuple(self.saved[1])[1:])
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.op.strides, self.op.dilation_rate = self.saved
 
 
 class PoolRule(WindowedRule):
