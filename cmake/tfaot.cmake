@@ -66,6 +66,15 @@ function(tfaot_add_model target)
     _tfaot_default_name("${model}" name)
   endif()
 
+  # One C name per program: two models of one name define the same symbols
+  # (and in one folder, the same build rule)
+  get_property(owner GLOBAL PROPERTY "TFAOT_NAME_${name}")
+  if(owner)
+    message(FATAL_ERROR "tfaot_add_model(${target}): the C name '${name}' (from ${ARG_MODEL}) "
+                        "is taken by tfaot_add_model(${owner}); give this one NAME <another>")
+  endif()
+  set_property(GLOBAL PROPERTY "TFAOT_NAME_${name}" "${target}")
+
   if(CMAKE_CROSSCOMPILING AND NOT ARG_TRIPLE)
     # (tfaot would build for the machine it runs on: the project's compiler
     # then fails on a context size or kernel object that is not its target's)

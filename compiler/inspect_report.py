@@ -19,7 +19,7 @@ def inspect_json(program: StepProgram) -> str:
 
 
 # Per-layer streaming facts (the Keras streamifier's rows), printed in this order.
-_ROW_KEYS = ("buffer", "window", "kernel", "stride", "dilation", "delay", "pad", "crop", "state")
+_ROW_KEYS = ("buffer", "window", "kernel", "stride", "dilation", "delay", "ring", "pad", "crop", "state")
 
 
 def _stream_line(stream: dict) -> str:

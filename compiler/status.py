@@ -65,7 +65,8 @@ STATUSES: tuple[Status, ...] = (
            "the context is in use by another call: one thread per context at a time"),
     Status("NO_HOOK", 18, "the program's input hook was not linked: {name}_run found the "
            "library's default {name}_read_input (hooks in a static library are not pulled "
-           "in over it: link them as an object file)",
+           "in over it: link them as an object file; a program that dlopen()s the .so: link it "
+           "with -rdynamic)",
            "{name}_run: the program's {name}_read_input was not linked, the default ran"),
 )
 

@@ -42,11 +42,13 @@ static void tfrt_release(tfrt_runtime *rt, void *object);
 __attribute__((noinline)) TFRT_INTERNAL void tfrt_free_object(tfrt_runtime *rt, tfrt_obj *obj) {
   tfrt_arena *a = &rt->arena;
   if (obj->kind == TFRT_KIND_BUFFER) {
-    tfrt_buffer *b = (tfrt_buffer *)obj;
+    /* (through void *: the object is the buffer's first member, which
+     * -Wcast-align cannot see) */
+    tfrt_buffer *b = (tfrt_buffer *)(void *)obj;
     b->next_free = a->free_heads[b->pool];
     a->free_heads[b->pool] = b;
   } else if (obj->kind == TFRT_KIND_VIEW) {
-    tfrt_view *v = (tfrt_view *)obj;
+    tfrt_view *v = (tfrt_view *)(void *)obj;
     tfrt_buffer *b = v->buffer;
     v->buffer = NULL;
     v->next_free = a->free_views;

@@ -18,7 +18,7 @@ from util import run as _run
 C_DIR = Path(__file__).parent / "data" / "backend" / "c"
 MODELS = sorted(backend_models.ALL)
 COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
-WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wcast-align"]
 
 
 def _model_defs(name: str) -> list[str]:
@@ -103,6 +103,22 @@ def test_static_library_exports_only_the_api(name):
     assert symbols == {f"{name}_{fn}" for fn in PUBLIC_FUNCTIONS}
     weak = {line.split()[-1] for line in defined.splitlines() if " W " in line}
     assert weak == {f"{name}_read_input", f"{name}_write_output"}
+
+
+def test_shared_library_names_itself(tmp_path):
+    """libNAME.so carries its soname: a program linked with it by its path
+    (as CMake links an imported .so) found it by that path only, from one
+    directory, and failed to start anywhere else."""
+    name = MODELS[0]
+    _, out, _ = backend_models.built(name)
+    dynamic = _run(["readelf", "-d", out / f"lib{name}.so"]).stdout
+    assert f"Library soname: [lib{name}.so]" in dynamic, dynamic
+    # linked by path from another directory, the program needs it by name
+    exe = tmp_path / "prog"
+    _run(["gcc", "-o", exe, C_DIR / "step_loop.c", f"-I{out}", *_model_defs(name),
+          out / f"lib{name}.so", "-lm"])
+    needed = _run(["readelf", "-d", exe]).stdout
+    assert f"Shared library: [lib{name}.so]" in needed, needed
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -134,3 +134,25 @@ def test_tfaot_add_model_in_a_cross_project_asks_for_the_triple(tmp_path):
                            "-DTFAOT_EXECUTABLE=/bin/true"], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "this project cross-compiles" in proc.stderr and "TRIPLE" in proc.stderr, proc.stderr
+
+
+def test_two_models_of_one_c_name_are_refused_at_configure(tmp_path):
+    """Two models whose files share a stem (sub/lstm.keras and lstm.keras)
+    get one default C name: CMake failed on a clashing build rule (and in
+    two directories the libraries would define the same symbols); now the
+    second call is refused, naming the first and what to give."""
+    from tfaot.resources import cmake_module
+
+    toolchains.require("cmake")
+    (tmp_path / "sub").mkdir()
+    for model in ("lstm.keras", "sub/lstm.keras"):
+        (tmp_path / model).write_bytes(b"")  # (configure only: never built)
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(app C)\n"
+        f'include("{cmake_module().as_posix()}")\n'
+        "tfaot_add_model(m1 MODEL lstm.keras)\ntfaot_add_model(m2 MODEL sub/lstm.keras)\n")
+    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
+                           "-DTFAOT_EXECUTABLE=/bin/true"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "the C name 'lstm'" in proc.stderr and "tfaot_add_model(m1)" in proc.stderr and \
+        "NAME" in proc.stderr, proc.stderr

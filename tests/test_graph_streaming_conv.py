@@ -340,3 +340,36 @@ def test_a_keras_export_recomputing_its_window_builds(tmp_path, capsys):
                         line), line
     manifest = json.loads((out / "vgg.json").read_text())
     assert manifest["stream"]["mode"] == "window" and manifest["stream"]["recompute"]
+
+
+@pytest.mark.parametrize("form", ["export", "pb"])
+def test_dilated_convolutions_of_a_graph_gather_their_taps(tmp_path, capsys, form):
+    """A graph's dilated convolutions (a Keras export's Conv2D with
+    dilations, a frozen graph's space-to-batch pair) whose kept frames
+    their taps mostly skip keep them in a circular buffer (one more row:
+    the head) and gather the taps' rows: 1-D and 2-D (over time and
+    frequency), depthwise and separable, over 120 steps; also after the
+    buffers have wrapped around several times (dilation 16, 2 taps)."""
+    import graph_models as gm
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(1)
+    x = keras.Input((None, 8))
+    h = L.DepthwiseConv1D(3, dilation_rate=8, activation="relu")(L.ZeroPadding1D((16, 0))(x))
+    h = L.SeparableConv1D(6, 2, dilation_rate=16)(L.ZeroPadding1D((16, 0))(h))
+    w = L.DepthwiseConv2D((2, 3), dilation_rate=(16, 1), depth_multiplier=2)(
+        L.Reshape((-1, 6, 1))(h))
+    model = keras.Model(x, L.Dense(2)(L.GRU(4, return_sequences=True)(L.Reshape((-1, 8))(w))))
+    path, out = tmp_path / "dilated", tmp_path / "lib"
+    if form == "export":
+        model.export(str(path), verbose=False)
+    else:
+        path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
+                                  tmp_path / "dilated.pb", False)
+    line = _build_and_verify_120(path, out, capsys)
+    assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance \S+\): ok",
+                        line), line
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    frames = sorted(max(s["shape"][1:-1]) for s in manifest["state"] if len(s["shape"]) > 2)
+    assert frames == [17, 17, 17], manifest["state"]

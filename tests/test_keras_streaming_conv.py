@@ -372,7 +372,7 @@ def test_transposed_convs_with_stride_one_in_time_stream(tmp_path, capsys, make)
     assert ": ok" in capsys.readouterr().out
 
 
-def test_dilated_taps_read_a_circular_buffer(built):
+def test_dilated_taps_read_a_circular_buffer(built, capsys):
     """A convolution whose dilation leaves most of its kept frames unread
     keeps them in a circular buffer (one more row: the head) and gathers
     the rows its taps read, instead of copying the whole buffer into its
@@ -383,6 +383,10 @@ def test_dilated_taps_read_a_circular_buffer(built):
               if s["name"].endswith("/frames")]
     # dilations 1 and 2 (kernel 2): ordered, 1 and 2 frames; 8 and 32: circular
     assert sorted(sh[1] for sh in shapes) == [1, 1, 2, 2, 9, 9, 33, 33], shapes
+    assert main(["inspect", str(built("wavenet")[1])]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "time conv" in line]
+    assert sum("dilation=32 delay=0 ring=taps" in r for r in rows) == 2, rows
+    assert not any("dilation=1 " in r and "ring=" in r for r in rows), rows
     _, _, out = built("dilated_chunks")
     shapes = {s["name"]: s["shape"] for s in
               json.loads((out / "dilated_chunks.json").read_text())["state"]}

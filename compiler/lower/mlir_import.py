@@ -72,7 +72,11 @@ def _to_tf_dialect(program: StepProgram) -> str:
         convert_variables_to_constants_v2,
     )
 
-    frozen = convert_variables_to_constants_v2(program.pure_step)
+    # Functional control flow kept (an If stays tf.If, which the converter
+    # lowers, or folds where its predicate is a constant): lowered to v1
+    # Switch/Merge, a tf.cond in the step (Keras' Resizing with
+    # pad_to_aspect_ratio) had no StableHLO lowering at all
+    frozen = convert_variables_to_constants_v2(program.pure_step, lower_control_flow=False)
     try:
         text = _import_function(frozen)
     except Exception as e:

@@ -212,7 +212,9 @@ def link_library(target: Target, toolchain: Toolchain, *, name: str, src: Path,
     built.append(lib_a.name)
     if target.is_host:
         lib_so = out_dir / f"lib{name}.so"
-        run([toolchain.cc, "-shared", "-o", lib_so, combined,
+        # (a soname: a program linked with the .so by its path, as CMake
+        # links an imported one, looks it up by name at run time)
+        run([toolchain.cc, "-shared", f"-Wl,-soname,{lib_so.name}", "-o", lib_so, combined,
              *(f"-l{lib}" for lib in target.link_libs)], src, "linking the shared library")
         built.append(lib_so.name)
     return built, host_object

@@ -85,18 +85,24 @@ class TimeState:
         self.new_states[key] = take_frames(cat, axis, -keep, None)
         return cat
 
-    def ring(self, key: Hashable, value, keep: int, axis: int, layer: str):
+    def ring(self, key: Hashable, value, keep: int, axis: int, layer: str,
+             positions: list[int] | None = None):
         """A circular buffer of the last ``keep`` frames before ``value``'s
         chunk along ``axis`` (streamify_keras/circular.py): returns its rows,
-        in no order; its new value has the chunk's newest frames over the
-        oldest rows, and its last row says where the next write goes."""
+        in no order, or with ``positions`` the frames there of the buffer
+        followed by the chunk (circular.taps); its new value has the chunk's
+        newest frames over the oldest rows, and its last row says where the
+        next write goes."""
         from ..streamify_keras import circular
 
         shape = [int(d) for d in value.shape]
         shape[axis] = keep + 1
         buffer = self.take(key, np.zeros(shape, value.dtype.as_numpy_dtype), layer, "buf")
+        # (read before the write: IREE then writes the buffer in place)
+        out = (circular.rows(buffer, axis) if positions is None
+               else circular.taps(buffer, value, positions, axis))
         self.new_states[key] = circular.write(buffer, value, axis)
-        return circular.rows(buffer, axis)
+        return out
 
     def step_index(self):
         """m, the number of the current step (saturating), a float scalar."""

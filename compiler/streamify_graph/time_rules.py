@@ -25,7 +25,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..streamify_keras import circular
-from ..streamify_keras.time_rules import pad_ends, same_pads_nothing, windowed_plan
+from ..streamify_keras.time_rules import (pad_ends, same_pads_nothing, tap_positions,
+                                          windowed_plan)
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -136,16 +137,50 @@ def _windowed(s: SeqOp):
         return
     em = s.em
     frames, pads = _unpadded(s.x, s.a)
-    cat = em.time.buffer((s.node.name, "frames"), frames, plan["keep"], s.a, s.node.name)
-    window = take_frames(cat, s.a, plan["offset"], plan["offset"] + plan["frames"])
+    positions = tap_positions(plan)
+    taps = circular.use_taps(dil, plan["keep"], len(positions)) and _other_dilations_one(s, attrs)
+    if taps:  # (streamify_keras/circular.py: the rows the taps read, gathered)
+        window = em.time.ring((s.node.name, "frames"), frames, plan["keep"], s.a, s.node.name,
+                              positions)
+        attrs = {**attrs, **_gathered_taps(s, k, attrs)}
+    else:
+        cat = em.time.buffer((s.node.name, "frames"), frames, plan["keep"], s.a, s.node.name)
+        window = take_frames(cat, s.a, plan["offset"], plan["offset"] + plan["frames"])
     if pads is not None:
         with s.em_scope():
             window = tf.pad(window, pads)
     (y,) = emit_with(s, {0: window}, attrs)[:1]
     out = plan["out"]
     em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
-           kernel=k, stride=stride, dilation=dil, delay=out.delay)
+           kernel=k, stride=stride, dilation=dil, delay=out.delay,
+           **({"ring": "taps"} if taps else {}))
     s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+def _dilations(s: SeqOp, attrs: dict) -> list[int]:
+    """The conv's dilations per axis, as it will be emitted."""
+    if "dilations" in attrs:
+        return list(attrs["dilations"]["list"].i)
+    at = s.node.attr
+    return list(at["dilations"].list.i) if "dilations" in at else [1] * s.rank
+
+
+def _other_dilations_one(s: SeqOp, attrs: dict) -> bool:
+    """Whether the conv dilates no axis but time (TensorFlow takes no stride
+    in time where another axis has a dilation: ``_gathered_taps``)."""
+    return all(d == 1 for axis, d in enumerate(_dilations(s, attrs)) if axis != s.a)
+
+
+def _gathered_taps(s: SeqOp, k: int, attrs: dict) -> dict:
+    """The conv's attributes to run on its taps' frames (circular.taps):
+    stride k and dilation 1 in time, each output reading its own k frames."""
+    import tensorflow as tf
+
+    strides = list(s.node.attr["strides"].list.i)
+    dilations = _dilations(s, attrs)
+    strides[s.a], dilations[s.a] = k, 1
+    return {"strides": {"list": tf.compat.v1.AttrValue.ListValue(i=strides)},
+            "dilations": {"list": tf.compat.v1.AttrValue.ListValue(i=dilations)}}
 
 
 def _s2b_dilations(s: SeqOp, time_dilation: int, others: tuple) -> dict:

@@ -75,8 +75,10 @@ class WindowedRule:
         # the window is one a depthwise kernel skips (compiler/lower/microkernel.py)
         frames, pads = x.unpadded if x.unpadded is not None else (x.value, None)
         positions = tap_positions(plan)
+        # (TF takes no stride in time where another axis has a dilation)
+        other_dilations = tuple(getattr(op, "dilation_rate", ()))[1:]
         taps = circular.use_taps(plan["dilation"], plan["keep"], len(positions)) and \
-            all(d == 1 for d in tuple(op.dilation_rate)[1:])  # (TF: no stride with dilation)
+            all(d == 1 for d in other_dilations)
         if taps:  # (module circular: the rows the taps read, gathered)
             window = replay.ring(f"{op.name}/frames", frames, plan["keep"], op.name, positions)
         else:
