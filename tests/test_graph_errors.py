@@ -547,14 +547,18 @@ def test_a_reversed_scan_says_it_runs_backwards():
     assert "counts down" in msg and "tf.scan(reverse=True)" in msg and "\n" not in msg, msg
 
 
-def test_a_v1_conditional_left_in_the_step_is_named(tmp_path, capsys):
+def test_a_v1_conditional_left_in_the_step_builds(tmp_path):
     """static_rnn with a sequence_length placeholder writes a tf.cond per
     step, which TF1's freezing (convert_variables_to_constants) lowers to
     Switch/Merge; where the cells do not stream, the conditional reached
-    TensorFlow's converter, whose MLIR error was printed raw: now one
-    line naming the node and a way out."""
+    TensorFlow's converter, which has no StableHLO lowering for v1 control
+    flow: the build stopped with an error naming the node. The step's own
+    freezing now keeps functional control flow, which the importer makes of
+    the Switch/Merge too: the graph builds as one whole inference per step
+    and matches TensorFlow at lengths that cut the sequence and that don't."""
     import tensorflow as tf
 
+    from tfaot import harness
     from tfaot.cli import main
 
     tf1 = tf.compat.v1
@@ -571,10 +575,16 @@ def test_a_v1_conditional_left_in_the_step_is_named(tmp_path, capsys):
             gd = tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
                                                                ["output"])
     path = gm.write_graph_def(gd, tmp_path / "cond.pb", text=False)
-    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 1
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "is a TF1 conditional (Switch/Merge" in err and "'rnn/cond" in err, err
-    assert "dynamic_rnn" in err and not (tmp_path / "out").exists()
+    assert main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    lib = harness.load(tmp_path / "out")
+    xs = np.random.default_rng(3).normal(size=(1, 10, 4)).astype(np.float32)
+    with tf1.Session(graph=tf.Graph()) as sess:
+        tf.graph_util.import_graph_def(gd, name="")
+        for n in (3, 10):
+            n = np.array([n], np.int32)
+            want = sess.run("output:0", {"input:0": xs, "seq_len:0": n})
+            np.testing.assert_allclose(lib.step((xs, n)), want, rtol=0, atol=1e-5)
+            assert n[0] == 10 or not want[0, n[0]:].any()  # (cut: zeros past the length)
 
 
 def test_an_audio_front_end_without_a_lowering_names_the_cut(tmp_path, capsys):

@@ -263,13 +263,24 @@ def _build_and_verify_120(path, out, capsys) -> str:
     return capsys.readouterr().out.strip()
 
 
+def _as_graph(model, path, form: str):
+    """``model`` (8 features a frame) as a SavedModel (Keras' export) or a
+    frozen GraphDef at ``path``: the path to build."""
+    import graph_models as gm
+
+    if form == "export":
+        model.export(str(path), verbose=False)
+        return path
+    return gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
+                              path.with_suffix(".pb"), False)
+
+
 @pytest.mark.parametrize("form", ["export", "pb"])
 def test_a_grouped_convolution_of_a_keras_3_graph_streams(tmp_path, capsys, form):
     """Keras 3 runs Conv1D(groups=4) through a jit_compile function, which
     freezing keeps as a StatefulPartitionedCall on the sequence: it was
     refused ("op StatefulPartitionedCall on a time-dependent tensor is not
     supported"); the call is inlined and the library matches over 120 steps."""
-    import graph_models as gm
     import keras
     from keras import layers as L
 
@@ -277,13 +288,8 @@ def test_a_grouped_convolution_of_a_keras_3_graph_streams(tmp_path, capsys, form
     x = keras.Input((None, 8))
     h = L.Conv1D(16, 3, groups=4, padding="causal", activation="swish")(x)
     model = keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h)))
-    path, out = tmp_path / "grouped", tmp_path / "lib"
-    if form == "export":
-        model.export(str(path), verbose=False)
-    else:
-        path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
-                                  tmp_path / "grouped.pb", False)
-    line = _build_and_verify_120(path, out, capsys)
+    out = tmp_path / "lib"
+    line = _build_and_verify_120(_as_graph(model, tmp_path / "grouped", form), out, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance 1e-05\): ok",
                         line), line
 
@@ -350,7 +356,6 @@ def test_dilated_convolutions_of_a_graph_gather_their_taps(tmp_path, capsys, for
     the head) and gather the taps' rows: 1-D and 2-D (over time and
     frequency), depthwise and separable, over 120 steps; also after the
     buffers have wrapped around several times (dilation 16, 2 taps)."""
-    import graph_models as gm
     import keras
     from keras import layers as L
 
@@ -361,13 +366,8 @@ def test_dilated_convolutions_of_a_graph_gather_their_taps(tmp_path, capsys, for
     w = L.DepthwiseConv2D((2, 3), dilation_rate=(16, 1), depth_multiplier=2)(
         L.Reshape((-1, 6, 1))(h))
     model = keras.Model(x, L.Dense(2)(L.GRU(4, return_sequences=True)(L.Reshape((-1, 8))(w))))
-    path, out = tmp_path / "dilated", tmp_path / "lib"
-    if form == "export":
-        model.export(str(path), verbose=False)
-    else:
-        path = gm.write_graph_def(gm.freeze_keras(model, None, 8, False),
-                                  tmp_path / "dilated.pb", False)
-    line = _build_and_verify_120(path, out, capsys)
+    out = tmp_path / "lib"
+    line = _build_and_verify_120(_as_graph(model, tmp_path / "dilated", form), out, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 1\d\d steps \(tolerance \S+\): ok",
                         line), line
     manifest = json.loads(next(out.glob("*.json")).read_text())

@@ -173,16 +173,19 @@ def _held_by_globals(stores: dict[str, list[_Store]], grown: dict[str, int]
     The larger holder counts only the classes of its other sources."""
     holders: list[set[int]] = []
     shared: dict[frozenset, dict] = {}  # sources -> source -> class
+    # (an __init allocation grown for one global is grown for all it fills)
+    grown_sites = {("__init", site): grown[g] for g in grown
+                   for fn, site, _, _ in stores[g] if fn == "__init" and site is not None}
     for g, entries in stores.items():
         # (a site in a loop may fill the globals with several buffers)
         sources = frozenset((fn, site if weight == 1 else None)
                             for fn, site, weight, _ in entries)
-        if g in grown or not sources or any(site is None for _, site in sources):
+        if not sources or any(site is None for _, site in sources):
             holders.append({grown[g]} if g in grown else {cls for *_, cls in entries})
             continue
         classes = shared.setdefault(sources, {})
         for fn, site, _, cls in entries:
-            classes.setdefault((fn, site), set()).add(cls)
+            classes.setdefault((fn, site), set()).add(grown_sites.get((fn, site), cls))
     for sources, classes in shared.items():
         common = set().union(*(other for other in shared if other < sources))
         holders.append(set().union(*(c for source, c in classes.items()
