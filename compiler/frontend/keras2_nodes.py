@@ -36,7 +36,9 @@ def slices(spec):
 
 
 def call_node(node, function=None):
-    """One call of a Keras 2 op layer in Keras 3's node form.
+    """One call of a Keras 2 layer in Keras 3's node form (an op layer's,
+    whose ``function`` it names, or another layer's with a tensor among its
+    keyword arguments).
 
     Keras 2 writes ``[name, node, tensor, kwargs]`` for a call on one
     tensor, or a list of those for a call on a list of tensors
