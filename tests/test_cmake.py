@@ -156,3 +156,24 @@ def test_two_models_of_one_c_name_are_refused_at_configure(tmp_path):
     assert proc.returncode != 0
     assert "the C name 'lstm'" in proc.stderr and "tfaot_add_model(m1)" in proc.stderr and \
         "NAME" in proc.stderr, proc.stderr
+
+
+def test_find_package_of_another_cpus_build_is_refused_at_configure(tmp_path):
+    """A firmware project (arm-none-eabi, 4-byte pointers) finding a model
+    built for this machine configured fine and failed at link ("file format
+    not recognized"); the package now refuses, naming its triple."""
+    toolchains.require("cmake", "arm-none-eabi-gcc")
+    out, manifest = backend_models.built("accumulator")[1:]
+    (tmp_path / "arm.cmake").write_text(
+        "set(CMAKE_SYSTEM_NAME Generic)\nset(CMAKE_SYSTEM_PROCESSOR arm)\n"
+        "set(CMAKE_C_COMPILER arm-none-eabi-gcc)\n"
+        "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(fw C)\n"
+        f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)\n')
+    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
+                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'arm.cmake'}"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert f"built for {manifest['triple']}" in proc.stderr and "--triple" in proc.stderr, \
+        proc.stderr

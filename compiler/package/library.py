@@ -139,7 +139,10 @@ def gpu_footprint(api: ApiModel) -> dict:
 
 
 def write_cmake_files(out_dir: Path, manifest: dict) -> None:
-    values = dict(manifest, tfaot_version=tfaot_version())
+    # (the project's compiler must be the target's: its pointer size tells
+    # most mismatches apart, a 64-bit triple's architecture names its width)
+    arch = manifest["triple"].split("-")[0]
+    values = dict(manifest, tfaot_version=tfaot_version(), pointer_bytes=8 if "64" in arch else 4)
     for file, template in zip(cmake_files(manifest["name"]),
                               ("Config.cmake.j2", "CMakeLists.txt.j2")):
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
