@@ -27,16 +27,13 @@ the bench extra (ai-edge-litert).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from bench_streaming import RESULTS, LiteRTTimer, Timer, _cpu_name, time_interleaved
+from bench_streaming import LiteRTTimer, Timer, time_interleaved, write_results
 
 SAMPLE_RATE = 16000
 WINDOW_SAMPLES = 15600  # 0.96 s patch + one STFT window - one hop
@@ -185,12 +182,7 @@ def main(argv=None) -> int:
           f"{row['ratio_cpu']:11.2f} {row['ratio_wall']:12.2f}")
     print(f"tfaot: weights {footprint['weight_bytes']} B, RAM {footprint['ram_bytes']} B "
           "per context; a step is one output patch (7680 new samples)")
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"audio-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
-                                "steps": args.steps, "repeats": args.repeats,
-                                "rows": [row]}, indent=2))
-    print(f"wrote {path}")
+    write_results("audio", [row], steps=args.steps, repeats=args.repeats)
     return 0
 
 

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_streaming import (RESULTS, LiteRTTimer, Timer, _cpu_name,  # noqa: E402
-                             litert_whole, time_interleaved)
+from bench_streaming import (LiteRTTimer, Timer, litert_whole, time_interleaved,  # noqa: E402
+                             write_results)
 
 
 def mobilenet_v3_small(size: int):
@@ -158,12 +156,7 @@ def main(argv=None) -> int:
             rows.append(measure(name, Path(tmp), args))
             print(f"measured {name}", file=sys.stderr, flush=True)
     print_table(rows)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"images-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
-                                "python": sys.version.split()[0], "repeats": args.repeats,
-                                "calls": args.calls, "rows": rows}, indent=2))
-    print(f"wrote {path}")
+    write_results("images", rows, repeats=args.repeats, calls=args.calls)
     return 0
 
 

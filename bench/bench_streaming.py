@@ -404,16 +404,21 @@ def main(argv=None) -> int:
             rows.append(measure(family, factory, builder, Path(tmp), args))
             print(f"measured {family}", file=sys.stderr, flush=True)
     print_table(rows)
+    write_results("streaming", rows, steps=args.steps, repeats=args.repeats,
+                  weights_dtype=args.weights_dtype)
+    return 0
+
+
+def write_results(kind: str, rows: list, path: Path | None = None, **settings) -> Path:
+    """The run's ``rows`` with the machine and the run's ``settings`` as
+    JSON, at ``path`` or bench/results/KIND-<date>-<time>.json; says where."""
     RESULTS.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = RESULTS / f"streaming-{stamp}.json"
+    path = path or RESULTS / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
-                                "python": sys.version.split()[0],
-                                "steps": args.steps, "repeats": args.repeats,
-                                "weights_dtype": args.weights_dtype, "rows": rows},
+                                "python": sys.version.split()[0], **settings, "rows": rows},
                                indent=2))
     print(f"wrote {path}")
-    return 0
+    return path
 
 
 def _cpu_name() -> str:

@@ -34,9 +34,7 @@ does both).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -50,7 +48,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_litert import litert_model  # noqa: E402
-from bench_streaming import LiteRTTimer, Timer, _cpu_name, time_interleaved  # noqa: E402
+from bench_streaming import (LiteRTTimer, Timer, _cpu_name, time_interleaved,  # noqa: E402
+                             write_results)
 
 RESULTS = Path(__file__).parent / "results"
 FEATURES = 40
@@ -259,15 +258,9 @@ def main(argv=None) -> int:
     device = _device_name(rows)
     print(f"CPU: {_cpu_name()}; {device}weights {args.weights_dtype}")
     print_table(rows)
-    RESULTS.mkdir(exist_ok=True)
-    path = Path(args.json) if args.json else \
-        RESULTS / f"streams-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
-                                "device": device.rstrip("; ") or None,
-                                "weights_dtype": args.weights_dtype,
-                                "steps": args.steps, "repeats": args.repeats,
-                                "rows": rows}, indent=2))
-    print(f"wrote {path}")
+    write_results("streams", rows, Path(args.json) if args.json else None,
+                  device=device.rstrip("; ") or None, weights_dtype=args.weights_dtype,
+                  steps=args.steps, repeats=args.repeats)
     return 0
 
 

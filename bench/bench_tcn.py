@@ -32,20 +32,17 @@ bench extra (ai-edge-litert).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from bench_streaming import (RESULTS, LiteRTTimer, Timer, _cpu_name, litert_whole,  # noqa: E402
-                             time_interleaved)
+from bench_streaming import (LiteRTTimer, Timer, litert_whole, time_interleaved,  # noqa: E402
+                             write_results)
 
 
 def wavenet(length=None, channels=32, stacks=1):
@@ -161,12 +158,7 @@ def main(argv=None) -> int:
             rows.append(measure(name, Path(tmp), args))
             print(f"measured {name}", file=sys.stderr, flush=True)
     print_table(rows)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"tcn-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"machine": platform.machine(), "cpu": _cpu_name(),
-                                "python": sys.version.split()[0], "steps": args.steps,
-                                "repeats": args.repeats, "rows": rows}, indent=2))
-    print(f"wrote {path}")
+    write_results("tcn", rows, steps=args.steps, repeats=args.repeats)
     return 0
 
 

@@ -309,20 +309,23 @@ def _fixed_offsets(module) -> dict[str, int]:
     """Buffer global -> its offset in a packed buffer where IREE keeps no
     global of that offset (a layout fixed at build time): where
     ``@get_state`` copies it from, the same in every layout."""
-    info = module.prog.get_state
+    fn_op = _fn_op(module, module.prog.get_state)
     offsets: dict[str, int | None] = {}
-    for fn_op in module.func_ops():
-        if info is None or symbol(fn_op.attributes["sym_name"]) != info.vm_name:
-            continue
-        for block in fn_op.regions[0].blocks:
-            loaded = {}
-            for op in block.operations:
-                if op.name == "vm.global.load.ref":
-                    loaded.update({r: symbol(op.attributes["global"]) for r in op.results})
-                elif op.name == "vm.buffer.copy" and op.operands[0] in loaded:
-                    g, off = loaded[op.operands[0]], const_int(op.operands[1])
-                    offsets[g] = off if offsets.get(g, off) == off else None
+    for block in fn_op.regions[0].blocks if fn_op is not None else []:
+        loaded = {}
+        for op in block.operations:
+            if op.name == "vm.global.load.ref":
+                loaded.update({r: symbol(op.attributes["global"]) for r in op.results})
+            elif op.name == "vm.buffer.copy" and op.operands[0] in loaded:
+                g, off = loaded[op.operands[0]], const_int(op.operands[1])
+                offsets[g] = off if offsets.get(g, off) == off else None
     return {g: off for g, off in offsets.items() if off is not None}
+
+
+def _fn_op(module, info):
+    """The ``vm.func`` op of a function of the program (``info``), or None."""
+    return next((fn_op for fn_op in module.func_ops() if info is not None
+                 and symbol(fn_op.attributes["sym_name"]) == info.vm_name), None)
 
 
 def _init_sizes(module, g: str) -> set:
@@ -346,13 +349,10 @@ def _init_sizes(module, g: str) -> set:
 def _reset_stores(module, g: str) -> bool:
     """Whether ``@reset`` stores ``g`` (then the layout after init is the
     one every later function keeps, see the module docstring)."""
-    reset = module.prog.reset
-    for fn_op in module.func_ops():
-        if symbol(fn_op.attributes["sym_name"]) != reset.vm_name:
-            continue
-        return any(op.name == "vm.global.store.ref" and symbol(op.attributes["global"]) == g
-                   for block in fn_op.regions[0].blocks for op in block.operations)
-    return False
+    fn_op = _fn_op(module, module.prog.reset)
+    return fn_op is not None and any(
+        op.name == "vm.global.store.ref" and symbol(op.attributes["global"]) == g
+        for block in fn_op.regions[0].blocks for op in block.operations)
 
 
 def _layouts(module) -> list[dict[str, int]]:
