@@ -108,8 +108,8 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     # blocks of 6 positions (x86-64 AVX2 builds) past the last full block:
     (20, 8, 3, 3, 5, 5, (1, 1), (1, 1)),  # 9 positions
     (17, 4, 2, 2, 3, 11, (1, 1), (1, 1)),  # 20 positions, a tail of 2
-    # a last tile of 8 lanes or fewer in blocks of 12 positions (AVX2)
-    (24, 16, 1, 1, 5, 7, (1, 1), (1, 1)),  # 35 positions: 2 blocks and 11 more
+    # a last tile of 8 lanes or fewer in blocks of 10 positions (AVX2)
+    (24, 16, 1, 1, 5, 7, (1, 1), (1, 1)),  # 35 positions: 3 blocks and 5 more
     (40, 9, 3, 1, 6, 6, (1, 1), (1, 1)),  # 32 + 8 lanes
     # a last tile of 16 lanes or fewer in blocks of 16 positions (AVX-512)
     (16, 24, 1, 1, 8, 9, (1, 1), (1, 1)),  # 72 positions: 4 blocks and 8 more
