@@ -10,6 +10,7 @@ import pytest
 
 import backend_models
 import toolchains
+from tfaot.package import library
 from util import run as _run
 
 DATA = Path(__file__).parent / "data"
@@ -177,3 +178,31 @@ def test_find_package_of_another_cpus_build_is_refused_at_configure(tmp_path):
     assert proc.returncode != 0
     assert f"built for {manifest['triple']}" in proc.stderr and "--triple" in proc.stderr, \
         proc.stderr
+
+
+@pytest.mark.parametrize("processor", ["aarch64", "AMD64"])
+def test_find_package_of_another_64_bit_cpus_build_is_refused(processor, tmp_path):
+    """Two 64-bit CPUs have the same pointer size: an aarch64 project finding
+    an x86-64 build (or the reverse) also failed only at link. The project's
+    CMAKE_SYSTEM_PROCESSOR, where it names another family than the triple's,
+    is refused at configure; the same family is accepted (AMD64 is how
+    Windows names x86-64: accepted for an x86-64 build, refused otherwise)."""
+    toolchains.require("cmake", "cc")
+    out, manifest = backend_models.built("accumulator")[1:]
+    family = library.arch_family(manifest["triple"].split("-")[0])
+    same = family == {"aarch64": "aarch64", "AMD64": "x86_64"}[processor]
+    (tmp_path / "cpu.cmake").write_text(
+        f"set(CMAKE_SYSTEM_NAME Linux)\nset(CMAKE_SYSTEM_PROCESSOR {processor})\n"
+        "set(CMAKE_C_COMPILER cc)\nset(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(app C)\n"
+        f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)\n')
+    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
+                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'cpu.cmake'}"],
+                          capture_output=True, text=True)
+    if same:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0
+        assert f"built for {manifest['triple']}" in proc.stderr and processor in proc.stderr \
+            and "--triple" in proc.stderr, proc.stderr

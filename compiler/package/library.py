@@ -140,13 +140,26 @@ def gpu_footprint(api: ApiModel) -> dict:
 
 def write_cmake_files(out_dir: Path, manifest: dict) -> None:
     # (the project's compiler must be the target's: its pointer size tells
-    # most mismatches apart, a 64-bit triple's architecture names its width)
+    # most mismatches apart, a 64-bit triple's architecture names its width;
+    # the processor family the rest, where the project's CMake names one)
     arch = manifest["triple"].split("-")[0]
-    values = dict(manifest, tfaot_version=tfaot_version(), pointer_bytes=8 if "64" in arch else 4)
+    values = dict(manifest, tfaot_version=tfaot_version(), pointer_bytes=8 if "64" in arch else 4,
+                  arch_family=arch_family(arch))
     for file, template in zip(cmake_files(manifest["name"]),
                               ("Config.cmake.j2", "CMakeLists.txt.j2")):
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
 
+
+
+def arch_family(arch: str) -> str:
+    """The processor family of a triple's architecture, as the package's
+    Config.cmake names CMAKE_SYSTEM_PROCESSOR's: x86_64, aarch64, arm
+    (32-bit Arm and Thumb), riscv32, riscv64; else the architecture itself."""
+    if arch in ("aarch64", "arm64"):
+        return "aarch64"
+    if arch.startswith(("arm", "thumb")):
+        return "arm"
+    return arch
 
 #: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py,
 #: runtime_shim/tfrt_matvec.c): its matvecs, with the input as the target's
