@@ -186,3 +186,22 @@ def test_a_wide_gru_with_reset_before_builds(tmp_path, capsys):
     assert kernels == ["matvec"], kernels
     assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
     assert ": ok" in capsys.readouterr().out
+
+
+def test_verify_rejects_a_window_of_another_length(tmp_path, capsys):
+    """Two sliding-window models with the same frame but windows of 20 and
+    30 frames take the same input per step: verifying the library of one
+    against the other ended in Keras's shape error (an internal error)."""
+    import keras
+
+    for name, window in (("w20", 20), ("w30", 30)):
+        x = keras.Input((window, 40), batch_size=1)
+        h = keras.layers.Conv1D(8, 3)(x)
+        keras.Model(x, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(h))).save(
+            tmp_path / f"{name}.keras")
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "w20.keras"), "-o", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "w30.keras"), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "built for a window of 20 frames" in err and "takes 30" in err, err

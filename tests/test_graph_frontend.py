@@ -398,3 +398,24 @@ def test_a_cond_pivot_is_not_taken_for_an_output():
     assert any(n.name.endswith("switch_f") for n in graph_def.node)
     loaded = graph_def_to_loaded(graph_def, Path("cond.pb"), "graphdef")
     assert loaded.outputs == ["y:0"], loaded.outputs
+
+
+def test_constants_left_unread_are_not_taken_for_outputs():
+    """An unpruned TF1 graph keeps tf.signal's constant pieces (the stft's
+    frame count, the mel matrix's linspace casts) unread: they were outputs
+    0-2 of the library, before the one output computed from the input.
+    Two outputs computed from the input both stay."""
+    from pathlib import Path
+
+    import tensorflow as tf
+
+    from tfaot.frontend.load_graph import graph_def_to_loaded
+
+    with gm.tf1_graph(0) as g:
+        wav = tf.compat.v1.placeholder(tf.float32, (1, None), name="wav")
+        spectrum = tf.abs(tf.signal.stft(wav, 256, 128, 256))
+        mel = tf.signal.linear_to_mel_weight_matrix(16, 129, 16000, 60.0, 7000.0)
+        tf.identity(tf.reduce_mean(tf.tensordot(spectrum, mel, 1), -1), name="scores")
+        tf.identity(tf.reduce_max(spectrum, -1), name="loudest")
+    loaded = graph_def_to_loaded(g.as_graph_def(), Path("mel.pb"), "graphdef")
+    assert sorted(loaded.outputs) == ["loudest:0", "scores:0"], loaded.outputs

@@ -103,6 +103,13 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
             rest = [n for n in outs
                     if not _reads_loop_result(n, nodes) and not _cond_pivot(n, nodes)]
             outs = rest or outs
+        if len(outs) > 1:
+            # Nor are constants left unread (an unpruned TF1 graph keeps
+            # tf.signal's frame counts and mel matrix pieces): an output
+            # computes from an input.
+            fed = _reachable(graph_def, [f"{n.name}:0" for n in outs], control=False)
+            from_inputs = _fed_by_placeholders(graph_def, fed)
+            outs = [n for n in outs if n.name in from_inputs] or outs
         if not outs:
             raise TfaotError(f"{path}: cannot find the graph's output: every node is "
                              "consumed by another (give them with --outputs NAME,...)")
@@ -219,6 +226,26 @@ def _reachable(graph_def, outputs: list[str], *, control: bool) -> set[str]:
         needed.add(u)
         work.extend(node_of(i) for i in nodes[u].input if control or not i.startswith("^"))
     return needed
+
+
+def _fed_by_placeholders(graph_def, names: set[str]) -> set[str]:
+    """The nodes of ``names`` that read a Placeholder, transitively through
+    data inputs (the rest compute from constants alone)."""
+    readers: dict[str, list[str]] = {}
+    for n in graph_def.node:
+        if n.name in names:
+            for i in n.input:
+                if not i.startswith("^"):
+                    readers.setdefault(node_of(i), []).append(n.name)
+    work = [n.name for n in graph_def.node
+            if n.name in names and n.op in ("Placeholder", "PlaceholderV2")]
+    fed: set[str] = set()
+    while work:
+        name = work.pop()
+        if name not in fed:
+            fed.add(name)
+            work.extend(readers.get(name, ()))
+    return fed
 
 
 def _check_output_indices(graph_def, path: Path, tensors: list[str]) -> None:

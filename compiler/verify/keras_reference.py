@@ -147,6 +147,13 @@ def check_input_shape(model, lib, model_path, lib_dir, stream=None) -> None:
         show = (lambda shapes: shapes[0] if len(shapes) == 1 else shapes)  # noqa: E731
         raise TfaotError(f"{lib_dir}: the library takes {show(got)} per step but "
                          f"{model_path} takes {show(expected)}; was it built from this model?")
+    # (a sliding window of another length takes the same frames per step)
+    length = time_length(model)
+    built_for = stream.fixed_length if stream is not None else None
+    if length and built_for and length != built_for:
+        raise TfaotError(f"{lib_dir}: the library was built for a window of {built_for} "
+                         f"frames but {model_path} takes {length}; was it built from this "
+                         "model?")
 
 
 def keras_reference_model(loaded, keep_stateful: bool = False):
