@@ -337,3 +337,25 @@ def test_custom_blocks_of_layers_stream_inside_a_model(tmp_path, capsys, form):
     inlined = [type(layer).__name__ for layer in load_model(tmp_path / "blocks.keras")
                .keras_model.layers]
     assert inlined.count("GRU") == 3 and "MyLSTM" in inlined and "Stack" not in inlined, inlined
+
+
+def test_inlined_blocks_take_names_the_model_has(tmp_path, capsys):
+    """A block's layers and ops are named as they load and run ("dense",
+    "add"), after the model's own layers kept their saved names: inlining
+    such a block beside a plain Dense or Add layer was an internal error
+    (Keras: 'The name "dense" is used 2 times in the model'). The block's
+    clashing names now take its own as a prefix."""
+    import keras
+
+    classes = tmp_path / "blocks.py"
+    classes.write_text(BLOCKS)
+    user = _module(classes)
+    keras.backend.clear_session()  # (names count from zero: "dense", "add")
+    keras.utils.set_random_seed(0)
+    x = keras.Input((None, 8))
+    h = keras.layers.Add()([x, keras.layers.Dense(8)(x)])
+    model = keras.Model(x, keras.layers.Dense(3)(user.ResidualGRU(8)(h)))
+    assert {"dense", "add"} <= {layer.name for layer in model.layers}
+    model.save(tmp_path / "clash.keras")
+    keras.backend.clear_session()  # a new process: names count from zero again
+    _build_and_verify(tmp_path / "clash.keras", str(classes), capsys)

@@ -98,21 +98,26 @@ def inline_blocks(model):
     """``model`` (functional or Sequential) with its custom layers made of
     Keras layers replaced by the layer calls their ``call`` makes (module
     docstring); ``model`` itself when it has none."""
+    import functools
+
     import keras
 
     out = model
     for _ in range(_INLINE_ROUNDS):
         if not any(_is_block(layer) for layer in out.layers):
             break
+        # (a block's layers and ops are named when it loads or calls them:
+        # "dense", "add", as the model's own may already be)
+        call = functools.partial(_call_inlined, taken={layer.name for layer in out.layers})
         if isinstance(out, keras.Sequential):
             x = keras.Input(batch_shape=out.inputs[0].shape, dtype=out.inputs[0].dtype)
             y = x
             for layer in out.layers:
-                y = _call_inlined(layer, y)
+                y = call(layer, y)
             out = keras.Model(x, y, name=out.name)
         else:
             out = keras.models.clone_model(out, clone_function=lambda layer: layer,
-                                           call_function=_call_inlined)
+                                           call_function=call)
     return out
 
 
@@ -128,12 +133,41 @@ def _is_block(layer) -> bool:
     return any(True for _ in layer._flatten_layers(include_self=False, recursive=False))
 
 
-def _call_inlined(layer, *args, **kwargs):
+def _call_inlined(layer, *args, taken: set[str], **kwargs):
     """``layer`` on symbolic tensors: a block's ``call`` (recording the calls
-    of the layers inside), else the layer as it is."""
+    of the layers inside, renamed where a name is ``taken``), else the layer
+    as it is."""
     if _is_block(layer):
         try:
-            return layer.call(*args, **kwargs)
+            outputs = layer.call(*args, **kwargs)
         except Exception:  # (kept whole: the probe decides how it treats time)
             pass
+        else:
+            _rename_inner_ops(outputs, (args, kwargs), layer.name, taken)
+            return outputs
     return layer(*args, **kwargs)
+
+
+def _rename_inner_ops(outputs, inputs, block: str, taken: set[str]) -> None:
+    """The ops between a block's ``inputs`` and ``outputs`` (its layers and
+    the keras.ops its call made) renamed BLOCK_NAME where NAME is ``taken``
+    (Keras refuses a model with a name twice); each name taken then."""
+    import keras
+
+    stop = {id(t) for t in keras.tree.flatten(inputs)}
+    seen: set[int] = set()
+    work = list(keras.tree.flatten(outputs))
+    while work:
+        tensor = work.pop()
+        history = getattr(tensor, "_keras_history", None)
+        if id(tensor) in stop or history is None or id(history.operation) in seen:
+            continue
+        op = history.operation
+        seen.add(id(op))
+        if op.name in taken:
+            name, k = f"{block}_{op.name}", 1
+            while name in taken:
+                name, k = f"{block}_{op.name}_{k}", k + 1
+            op.name = name
+        taken.add(op.name)
+        work.extend(keras.tree.flatten(op._inbound_nodes[history.node_index].input_tensors))
