@@ -327,3 +327,61 @@ def test_a_last_output_model_is_checked_at_every_sequence(tmp_path, capsys):
     line = capsys.readouterr().out.strip()
     assert re.search(r"over 40 steps in 40 sequences of 30 frames", line) and \
         line.endswith(": ok"), line
+
+
+@pytest.mark.parametrize("masking", ["Masking", "Embedding(mask_zero)"])
+def test_a_masked_bidirectional_returning_sequences_equals_keras(tmp_path, capsys, masking):
+    """The backward half of a masked Bidirectional returning sequences, run
+    whole: Keras's unrolled loop (tfaot unrolls what it runs whole) zeroes
+    the outputs of masked frames at their input-order positions while its
+    outputs are reversed, so the library was off at masked frames and their
+    mirrors (0.03, tf_keras files 0.2), where Keras's own loop is right.
+    verify now puts the mask value into some frames of a Masking input."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(4)
+    rng = np.random.default_rng(7)
+    if masking == "Masking":
+        x = keras.Input((12, 4), batch_size=1)
+        h = layers.Masking(0.0)(x)
+        windows = rng.normal(size=(20, 12, 4)).astype(np.float32)
+        windows[rng.random((20, 12)) < 0.3] = 0.0
+    else:
+        x = keras.Input((12,), batch_size=1, dtype="int32")
+        h = layers.Embedding(30, 4, mask_zero=True)(x)
+        windows = rng.integers(0, 30, size=(20, 12)).astype(np.int32)
+        windows[rng.random((20, 12)) < 0.3] = 0
+    y = layers.Bidirectional(layers.GRU(5, return_sequences=True))(h)
+    model = keras.Model(x, layers.Dense(2)(y))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    want = np.concatenate([np.asarray(model(w[None])) for w in windows])
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "--quiet"]) == 0
+    got = harness.load(tmp_path / "lib").step_n(windows[:, None])
+    np.testing.assert_allclose(np.asarray(got).reshape(want.shape), want, rtol=0, atol=1e-5)
+    capsys.readouterr()
+    assert main(["verify", str(path), str(tmp_path / "lib")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ok")
+
+
+def test_verify_puts_the_mask_value_into_frames_a_masking_layer_reads():
+    """Random normal frames never equal a Masking layer's mask_value, so
+    verify could not see a library mishandle masked frames: about an eighth
+    of the frames of the input the layer reads take the value; the other
+    input is left alone."""
+    import keras
+    from keras import layers
+
+    from tfaot.verify.keras_reference import with_masked_frames
+
+    a, b = keras.Input((None, 3)), keras.Input((None, 2))
+    h = layers.LSTM(4)(layers.Masking(-1.0)(a))
+    model = keras.Model([a, b], layers.Concatenate()([h, layers.GRU(2)(b)]))
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(400, 1, 3)), rng.normal(size=(400, 1, 2))]
+    masked = with_masked_frames(model, xs, rng)
+    frames = np.all(masked[0] == -1.0, axis=-1)
+    assert 0.05 < frames.mean() < 0.2
+    np.testing.assert_array_equal(masked[0][~frames], xs[0][~frames])
+    np.testing.assert_array_equal(masked[1], xs[1])

@@ -552,17 +552,60 @@ def _unrolled_rnns(model):
     """Recurrent layers run whole (a whole-window build or fallback) unroll
     their loop while traced: TensorFlow's MLIR import cannot lower the
     TensorList while loop Keras writes (tf-import-notes)."""
+    from keras.src import backend
+
     layers = [x for layer in _all_layers(model)
               for x in (layer, getattr(layer, "forward_layer", None),
                         getattr(layer, "backward_layer", None)) if x is not None]
     rnns = [x for x in layers if hasattr(x, "unroll") and not x.unroll]
     for layer in rnns:
         layer.unroll = True
+    keras_rnn = backend.rnn
+    backend.rnn = _backward_masks_reversed(keras_rnn)
     try:
         yield
     finally:
+        backend.rnn = keras_rnn
         for layer in rnns:
             layer.unroll = False
+
+
+def _backward_masks_reversed(keras_rnn):
+    """Keras's backend ``rnn`` with its unrolled loop's output mask fixed.
+
+    Unrolled, go_backwards with a mask and zero_output_for_mask (the
+    backward half of a masked Bidirectional returning sequences) zeroes the
+    outputs where the mask *in input order* is off, while the outputs come
+    in reversed order (keras 3.15, backend/tensorflow/rnn.py): a frame
+    masked at t zeroed output t, not T-1-t, and the unrolled model was off
+    at both. Its loop alone (outputs repeat the last one where masked, with
+    the mask reversed) is right: zeros go where the reversed mask is off.
+    """
+    import tensorflow as tf
+
+    def rnn(step_function, inputs, initial_states, go_backwards=False, mask=None,
+            constants=None, unroll=False, input_length=None, time_major=False,
+            zero_output_for_mask=False, return_all_outputs=True):
+        fix = unroll and go_backwards and mask is not None and zero_output_for_mask
+        last, outputs, states = keras_rnn(
+            step_function, inputs, initial_states, go_backwards=go_backwards, mask=mask,
+            constants=constants, unroll=unroll, input_length=input_length,
+            time_major=time_major, zero_output_for_mask=zero_output_for_mask and not fix,
+            return_all_outputs=return_all_outputs)
+        if not fix:
+            return last, outputs, states
+        keep = tf.cast(mask, tf.bool)  # (batch, time), input order
+        keep = tf.reverse(tf.transpose(keep) if time_major else keep, [1])  # output order
+        last = tf.where(tf.reshape(keep[:, -1], [-1] + [1] * (last.shape.rank - 1)),
+                        last, tf.zeros_like(last))
+        if return_all_outputs:
+            shape = [*keep.shape] + [1] * (outputs.shape.rank - 2)
+            keep = tf.reshape(keep, shape)
+            outputs = tf.where(tf.transpose(keep, [1, 0, *range(2, len(shape))])
+                               if time_major else keep, outputs, tf.zeros_like(outputs))
+        return last, outputs, states
+
+    return rnn
 
 
 def fixed_window_length(model) -> int | None:

@@ -19,7 +19,8 @@ from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, embedding_rows,
                               has_stateful_layers, keras_stateful_reference,
                               fixed_time_length, keras_multi_input_reference, keras_reference,
-                              keras_reference_model, library_stream, output_heads, random_inputs)
+                              keras_reference_model, library_stream, output_heads, random_inputs,
+                              with_masked_frames)
 from .graph import GraphReference, build_cut, feedback_reference, token_limit  # noqa: F401
 from .tally import VerifyResult
 
@@ -310,8 +311,9 @@ def _stateful_case(loaded, lib, rng, steps: int, length: int, tol: float, model_
     check_input_shape(loaded.keras_model, lib, model_path, lib_dir,
                       library_stream(lib, loaded.keras_model, model_path))
     steps = -(-steps // length) * length
-    xs = [random_inputs(rng, (steps, *shape), dt, embedding_rows(loaded.keras_model))
-          for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+    xs = with_masked_frames(loaded.keras_model, [
+        random_inputs(rng, (steps, *shape), dt, embedding_rows(loaded.keras_model))
+        for shape, dt in zip(lib.input_shapes, lib.input_dtypes)], rng)
     wants = keras_stateful_reference(keras_reference_model(loaded, keep_stateful=True), xs,
                                      length, lib.output_shapes)
     return _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
@@ -350,8 +352,9 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
                          f"on; verify it with --steps {stream.first_valid_step + 100}")
     # One array per input, (steps, *step input i): a streamed input's
     # frames, or the value a per-step input takes at each step.
-    xs = [random_inputs(rng, (steps, *shape), dt, embedding_rows(model))
-          for shape, dt in zip(lib.input_shapes, lib.input_dtypes)]
+    xs = with_masked_frames(model, [random_inputs(rng, (steps, *shape), dt, embedding_rows(model))
+                                    for shape, dt in zip(lib.input_shapes, lib.input_dtypes)],
+                            rng)
     # (a held input enters the sequence: the model has one value of it)
     xs = [np.repeat(x[:1], len(x), axis=0) if held else x
           for x, held in zip(xs, lib.input_held)]

@@ -109,6 +109,26 @@ def random_inputs(rng, shape, dtype, high: int | None) -> np.ndarray:
     return rng.normal(size=shape).astype(dtype)
 
 
+
+def with_masked_frames(model, xs: list, rng, share: float = 0.125) -> list:
+    """``xs`` (one array per input, features last) with about ``share`` of
+    the frames of each input a Masking layer reads set to its mask_value:
+    random normal frames never equal it, and a library that mishandled the
+    masked frames passed (a masked Bidirectional's backward half)."""
+    import keras
+
+    out = list(xs)
+    for layer in model._flatten_layers():
+        if not isinstance(layer, keras.layers.Masking):
+            continue
+        for i, model_input in enumerate(model.inputs):
+            if layer._inbound_nodes and any(
+                    t is model_input for t in layer._inbound_nodes[0].input_tensors):
+                x = np.array(out[i], copy=True)
+                x[rng.random(x.shape[:-1]) < share] = layer.mask_value
+                out[i] = x
+    return out
+
 def embedding_rows(model) -> int | None:
     """The smallest Embedding's input_dim, so random token ids stay in range;
     None without one (``random_inputs`` picks by the dtype)."""
