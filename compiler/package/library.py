@@ -150,7 +150,6 @@ def write_cmake_files(out_dir: Path, manifest: dict) -> None:
         (out_dir / file).write_text(template_env().get_template(template).render(**values))
 
 
-
 def arch_family(arch: str) -> str:
     """The processor family of a triple's architecture, as the package's
     Config.cmake names CMAKE_SYSTEM_PROCESSOR's: x86_64, aarch64, arm
@@ -160,6 +159,7 @@ def arch_family(arch: str) -> str:
     if arch.startswith(("arm", "thumb")):
         return "arm"
     return arch
+
 
 #: What ``weights_scheme`` says of an int8 build (compiler/lower/microkernel.py,
 #: runtime_shim/tfrt_matvec.c): its matvecs, with the input as the target's

@@ -586,7 +586,8 @@ def _backward_masks_reversed(keras_rnn):
     def rnn(step_function, inputs, initial_states, go_backwards=False, mask=None,
             constants=None, unroll=False, input_length=None, time_major=False,
             zero_output_for_mask=False, return_all_outputs=True):
-        fix = unroll and go_backwards and mask is not None and zero_output_for_mask
+        fix = (unroll and go_backwards and mask is not None and zero_output_for_mask
+               and not time_major)  # (Keras's RNN layers: never time-major)
         last, outputs, states = keras_rnn(
             step_function, inputs, initial_states, go_backwards=go_backwards, mask=mask,
             constants=constants, unroll=unroll, input_length=input_length,
@@ -594,15 +595,12 @@ def _backward_masks_reversed(keras_rnn):
             return_all_outputs=return_all_outputs)
         if not fix:
             return last, outputs, states
-        keep = tf.cast(mask, tf.bool)  # (batch, time), input order
-        keep = tf.reverse(tf.transpose(keep) if time_major else keep, [1])  # output order
+        keep = tf.reverse(tf.cast(mask, tf.bool), [1])  # (batch, time) in output order
         last = tf.where(tf.reshape(keep[:, -1], [-1] + [1] * (last.shape.rank - 1)),
                         last, tf.zeros_like(last))
         if return_all_outputs:
-            shape = [*keep.shape] + [1] * (outputs.shape.rank - 2)
-            keep = tf.reshape(keep, shape)
-            outputs = tf.where(tf.transpose(keep, [1, 0, *range(2, len(shape))])
-                               if time_major else keep, outputs, tf.zeros_like(outputs))
+            keep = tf.reshape(keep, [*keep.shape] + [1] * (outputs.shape.rank - 2))
+            outputs = tf.where(keep, outputs, tf.zeros_like(outputs))
         return last, outputs, states
 
     return rnn

@@ -109,7 +109,6 @@ def random_inputs(rng, shape, dtype, high: int | None) -> np.ndarray:
     return rng.normal(size=shape).astype(dtype)
 
 
-
 def with_masked_frames(model, xs: list, rng, share: float = 0.125) -> list:
     """``xs`` (one array per input, features last) with about ``share`` of
     the frames of each input a Masking layer reads set to its mask_value:
@@ -128,6 +127,7 @@ def with_masked_frames(model, xs: list, rng, share: float = 0.125) -> list:
                 x[rng.random(x.shape[:-1]) < share] = layer.mask_value
                 out[i] = x
     return out
+
 
 def embedding_rows(model) -> int | None:
     """The smallest Embedding's input_dim, so random token ids stay in range;
