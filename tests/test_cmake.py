@@ -159,22 +159,29 @@ def test_two_models_of_one_c_name_are_refused_at_configure(tmp_path):
         "NAME" in proc.stderr, proc.stderr
 
 
+def _find_accumulator_with(tmp_path, processor: str, cc: str):
+    """CMake's configure of a project (CMAKE_SYSTEM_PROCESSOR ``processor``,
+    C compiler ``cc``) finding the accumulator model built for this machine:
+    the completed process and the model's manifest."""
+    out, manifest = backend_models.built("accumulator")[1:]
+    (tmp_path / "cpu.cmake").write_text(
+        f"set(CMAKE_SYSTEM_NAME Generic)\nset(CMAKE_SYSTEM_PROCESSOR {processor})\n"
+        f"set(CMAKE_C_COMPILER {cc})\nset(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
+    (tmp_path / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(app C)\n"
+        f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)\n')
+    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
+                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'cpu.cmake'}"],
+                          capture_output=True, text=True)
+    return proc, manifest
+
+
 def test_find_package_of_another_cpus_build_is_refused_at_configure(tmp_path):
     """A firmware project (arm-none-eabi, 4-byte pointers) finding a model
     built for this machine configured fine and failed at link ("file format
     not recognized"); the package now refuses, naming its triple."""
     toolchains.require("cmake", "arm-none-eabi-gcc")
-    out, manifest = backend_models.built("accumulator")[1:]
-    (tmp_path / "arm.cmake").write_text(
-        "set(CMAKE_SYSTEM_NAME Generic)\nset(CMAKE_SYSTEM_PROCESSOR arm)\n"
-        "set(CMAKE_C_COMPILER arm-none-eabi-gcc)\n"
-        "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
-    (tmp_path / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.16)\nproject(fw C)\n"
-        f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)\n')
-    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
-                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'arm.cmake'}"],
-                          capture_output=True, text=True)
+    proc, manifest = _find_accumulator_with(tmp_path, "arm", "arm-none-eabi-gcc")
     assert proc.returncode != 0
     assert f"built for {manifest['triple']}" in proc.stderr and "--triple" in proc.stderr, \
         proc.stderr
@@ -188,19 +195,9 @@ def test_find_package_of_another_64_bit_cpus_build_is_refused(processor, tmp_pat
     is refused at configure; the same family is accepted (AMD64 is how
     Windows names x86-64: accepted for an x86-64 build, refused otherwise)."""
     toolchains.require("cmake", "cc")
-    out, manifest = backend_models.built("accumulator")[1:]
+    proc, manifest = _find_accumulator_with(tmp_path, processor, "cc")
     family = library.arch_family(manifest["triple"].split("-")[0])
-    same = family == {"aarch64": "aarch64", "AMD64": "x86_64"}[processor]
-    (tmp_path / "cpu.cmake").write_text(
-        f"set(CMAKE_SYSTEM_NAME Linux)\nset(CMAKE_SYSTEM_PROCESSOR {processor})\n"
-        "set(CMAKE_C_COMPILER cc)\nset(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n")
-    (tmp_path / "CMakeLists.txt").write_text(
-        "cmake_minimum_required(VERSION 3.16)\nproject(app C)\n"
-        f'find_package(accumulator CONFIG REQUIRED PATHS "{out.as_posix()}" NO_DEFAULT_PATH)\n')
-    proc = subprocess.run(["cmake", "-S", tmp_path, "-B", tmp_path / "b",
-                           f"-DCMAKE_TOOLCHAIN_FILE={tmp_path / 'cpu.cmake'}"],
-                          capture_output=True, text=True)
-    if same:
+    if family == {"aarch64": "aarch64", "AMD64": "x86_64"}[processor]:
         assert proc.returncode == 0, proc.stderr
     else:
         assert proc.returncode != 0
