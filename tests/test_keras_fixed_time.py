@@ -385,3 +385,19 @@ def test_verify_puts_the_mask_value_into_frames_a_masking_layer_reads():
     assert 0.05 < frames.mean() < 0.2
     np.testing.assert_array_equal(masked[0][~frames], xs[0][~frames])
     np.testing.assert_array_equal(masked[1], xs[1])
+
+
+def test_stream_asked_of_an_input_without_a_time_axis_says_why_it_runs_whole(tmp_path, capsys):
+    """A raw (1, 64) waveform built with --stream runs one whole inference
+    per step; the note gave "because asked with --stream" as the reason."""
+    import keras
+    from keras import layers
+
+    x = keras.Input((64,), batch_size=1)
+    h = layers.GlobalAveragePooling1D()(layers.Conv1D(4, 3)(layers.Reshape((64, 1))(x)))
+    keras.Model(x, layers.Dense(2)(h)).save(tmp_path / "wave.keras")
+    assert main(["build", str(tmp_path / "wave.keras"), "-o", str(tmp_path / "lib"),
+                 "--stream"]) == 0
+    err = capsys.readouterr().err
+    assert "one whole inference per step, because --stream was asked, but input (1, 64) " \
+           "has no time axis" in err, err

@@ -160,6 +160,10 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         mode = "window"
     else:
         mode = "stateless"
+        if fixed_window == "stream":  # (the note said "because asked with --stream")
+            why = (f"--stream was asked, but input {_shape_text(time_input_shape(model))} "
+                   "has no time axis to stream over (a float input streams over axis 1 "
+                   "of (batch, time, features))")
     frames = 1
     while True:
         delay = (-window) % frames if mode == "window" else 0
