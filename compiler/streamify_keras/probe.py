@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import first_line
+from ..errors import TfaotError, first_line
 
 #: Frames of the probe sequence: enough that "the last frame" and "each
 #: frame" differ from any fixed offset or window a layer might use.
@@ -69,6 +69,12 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
             return MIXED
         last = run(slice(PROBE_FRAMES - 1, PROBE_FRAMES))
         return LAST_FRAME if _same(whole[0], last[0]) else MIXED
+    except NameError as e:  # (no frames, and no fixed window, would run it either)
+        raise TfaotError(f"layer '{op.name}' ({type(op).__name__}) fails when run "
+                         f"(NameError: {first_line(e)}): its code names something not "
+                         "defined where the model loads (a saved lambda runs with Keras's "
+                         "globals, not its file's); save the model with a named function "
+                         "instead, and give its file with --custom-objects") from None
     except Exception as e:  # the layer does not run on such frames: its error says why
         raise ProbeFailed(f"{type(e).__name__}: {first_line(e)}") from None
 
