@@ -247,6 +247,45 @@ def test_a_subclassed_model_streams_and_verifies_against_its_own_call(subclassed
     assert [type(layer).__name__ for layer in reference.layers][-1] == "Tagger"
 
 
+TOKEN_TAGGER = textwrap.dedent('''
+    import keras
+
+
+    @keras.saving.register_keras_serializable(package="user")
+    class TokenTagger(keras.Model):
+        """Token ids -> Embedding -> LSTM -> Dense, in call."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.emb = keras.layers.Embedding(40, 6)
+            self.rnn = keras.layers.LSTM(8, return_sequences=True)
+            self.head = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.head(self.rnn(self.emb(x)))
+''')
+
+
+def test_a_subclassed_token_model_takes_int32_ids_over_open_time(tmp_path, capsys):
+    """Built on (1, 7) int32 ids, it was traced on a float (1, 7) input (the
+    build config keeps no dtype): the library took floats, unchecked, and
+    verify failed with an internal error (the 7 frames fixed). (batch, time)
+    into an Embedding is now int32 ids over an open time axis."""
+    import json
+
+    import numpy as np
+
+    classes = tmp_path / "tokens.py"
+    classes.write_text(TOKEN_TAGGER)
+    model = _module(classes).TokenTagger()
+    model(np.zeros((1, 7), np.int32))
+    model.save(tmp_path / "tokens.keras")
+    _build_and_verify(tmp_path / "tokens.keras", str(classes), capsys)
+    manifest = json.loads((tmp_path / "lib" / "tokens.json").read_text())
+    assert manifest["inputs"][0]["dtype"] == "int32", manifest["inputs"]
+    assert manifest["stream"]["mode"] == "prefix", manifest["stream"]
+
+
 @pytest.mark.parametrize("name,expect", [
     ("static", "the subclassed model 'Tagger' cannot be traced into layers"),
     ("unbuilt", "the subclassed model 'Tagger' was saved before it was built"),

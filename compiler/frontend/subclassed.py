@@ -48,9 +48,13 @@ def as_functional(model, path):
     cls = type(model).__name__
     shape = _built_shape(model, path, cls)
     features = shape[1:]
-    if len(features) == 2:  # (time, features): streamed over an open time axis
-        features = (None, features[1])
-    x = keras.Input(tuple(features), batch_size=shape[0], name="input")
+    # (the build config keeps no dtype: (batch, time) into an Embedding is token ids)
+    tokens = len(features) == 1 and any(isinstance(layer, keras.layers.Embedding)
+                                        for layer in model._flatten_layers())
+    if len(features) == 2 or tokens:  # (time, ...): streamed over an open time axis
+        features = (None, *features[1:])
+    x = keras.Input(tuple(features), batch_size=shape[0], name="input",
+                    dtype="int32" if tokens else "float32")
     try:
         y = model.call(x)
     except Exception as e:  # the user's code on a symbolic input
