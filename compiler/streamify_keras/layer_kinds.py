@@ -75,8 +75,9 @@ def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
     if "Attention" in kind and kwargs.get("use_causal_mask"):
         # Causal attention is incremental, but its state (every earlier
         # frame's keys and values) grows without bound.
-        return ("attends over every earlier frame (use_causal_mask=True): its state, "
-                "all earlier keys and values, grows without bound")
+        return ("attends over every earlier frame (use_causal_mask=True): streamed frame "
+                "by frame, its state would be all earlier keys and values, which over an "
+                "open time axis grows without bound")
     return NOT_STREAMABLE[kind]
 
 
