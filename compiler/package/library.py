@@ -196,5 +196,5 @@ def _weights_dtype(target, kernels: dict[str, str]) -> dict[str, str]:
         matvecs = INT8_SCHEME.format(
             fewest=fewest, input=INT16_INPUT if target.int8_paired_rows else INT8_INPUT)
         return {"weights_dtype": "int8", "weights_scheme": matvecs + convs.format(fewest=fewest),
-                "int8_layers": target.int8_layers}
+                "int8_layers": target.int8_layers, "int8_min_weights": fewest}
     return {"weights_dtype": requested}

@@ -52,6 +52,9 @@ class Case:
     #: One tolerance per output where they differ (the default's scaled by
     #: each output's size: compare.output_scale); None: ``tolerance`` for all.
     output_tolerances: list[float] | None = None
+    #: Per output, why its tolerance is what it is, where verify says so
+    #: (int8 builds: compare._int8_spreads); None: nothing to say.
+    tolerance_notes: list[str | None] | None = None
 
     def tolerance_of(self, k: int) -> float:
         """The tolerance of output ``k``."""
@@ -76,6 +79,7 @@ class Case:
             arrays[f"want{k}"] = np.asarray(checks.values, np.float64).reshape(-1, *shape)
         meta = {"version": CASE_VERSION, "runs": [len(xs) for xs in self.runs],
                 "tolerance": self.tolerance, "output_tolerances": self.output_tolerances,
+                "tolerance_notes": self.tolerance_notes,
                 "unit": self.unit, "library": self.library}
         path = Path(path)
         part = path.with_name(path.name + ".part")
@@ -102,7 +106,7 @@ class Case:
                 checks.append(Checks(list(data[f"run{k}"]), list(data[f"step{k}"]),
                                      list(data[f"stream{k}"]), list(data[f"want{k}"])))
         return cls(runs, checks, meta["tolerance"], meta["unit"], meta["library"],
-                   meta.get("output_tolerances"))
+                   meta.get("output_tolerances"), meta.get("tolerance_notes"))
 
 
 def signature(lib) -> dict:
@@ -136,7 +140,9 @@ def run_case(lib, case: Case, tol: float | None = None) -> list[VerifyResult]:
         for c, (run, step, stream) in enumerate(zip(checks.runs, checks.steps, checks.streams)):
             got = outputs[run][step][k]
             tally.add(case.where(k, c), got[stream] if stream >= 0 else got, checks.values[c])
-        results.append(tally.result(lib.manifest["outputs"][k]["name"],
-                                    case.tolerance_of(k) if tol is None else tol,
-                                    unit=case.unit))
+        result = tally.result(lib.manifest["outputs"][k]["name"],
+                              case.tolerance_of(k) if tol is None else tol, unit=case.unit)
+        if tol is None and case.tolerance_notes:
+            result.tolerance_note = case.tolerance_notes[k]
+        results.append(result)
     return results

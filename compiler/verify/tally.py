@@ -25,6 +25,8 @@ class VerifyResult:
     # no more than the tolerance (``spread``: by how much at most)
     constant: bool = False
     spread: float = 0.0
+    # Why the tolerance is what it is, where the default's rule is not all of it
+    tolerance_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -39,6 +41,8 @@ class VerifyResult:
         if self.nonfinite_steps:
             line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
                      f"of them, first at {self.first_nonfinite})")
+        if self.tolerance_note:
+            line += f"\n  note: {self.tolerance_note}"
         if self.constant and self.spread == 0:
             line += (f"\n  note: TensorFlow's {self.output} is the same at every one of these "
                      f"{self.steps} {self.unit}, whatever the input, so this check says "
