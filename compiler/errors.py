@@ -11,6 +11,17 @@ class TfaotError(Exception):
     """A user-facing error: the message is complete and printed as is."""
 
 
+class NeedsFixedLength(TfaotError):
+    """A Keras model that cannot stream over its open time axis (a layer
+    needs the whole sequence, or --whole-window was asked): a subclassed
+    model traced with an open axis is traced again at the length it was
+    built with (pipeline._streamify_keras). ``why``: that cause, in a few words."""
+
+    def __init__(self, message: str, why: str):
+        super().__init__(message)
+        self.why = why
+
+
 class DroppedConstant(TfaotError):
     """iree-compile's inline execution model lost a constant the program
     needs (a dispatch binding or a copy's source is a null buffer): a bug

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import output_dir, sizes
-from .errors import TfaotError, first_line
+from .errors import NeedsFixedLength, TfaotError, first_line
 from .frontend.load_graph import GraphOptions  # (also re-exported: cli.py imports it here)
 from .names import check_name, default_name
 from .program import StepProgram
@@ -71,7 +71,7 @@ def load_and_streamify(model_path: str, progress: Progress,
     _note_signature(loaded, model_path, progress)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:
-            program = _streamify_keras(loaded, model_path, fixed_window, progress)
+            program, loaded = _streamify_keras(loaded, model_path, fixed_window, progress)
         else:  # (the graph streamifier prints its own notes)
             from .streamify_graph import streamify_graph
 
@@ -89,28 +89,42 @@ def load_and_streamify(model_path: str, progress: Progress,
 
 
 def _streamify_keras(loaded, model_path: str, fixed_window: str, progress: Progress):
-    """The Keras streamifier's step; where it refuses a layer, the step of
-    the model's traced graph (frontend/keras_graph.py) if that streams,
-    else the Keras streamifier's error (it names the layer)."""
+    """The Keras streamifier's step and the model it streamed; where it
+    refuses a layer, the step of the model's traced graph
+    (frontend/keras_graph.py) if that streams, else the Keras streamifier's
+    error (it names the layer). A subclassed model that cannot stream over
+    the time axis its trace opened is traced again with the length it was
+    built with (frontend/subclassed.py)."""
+    from .frontend.load import load_model
     from .streamify_keras import streamify_keras
 
     try:
         program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
                                   fixed_window=fixed_window)
+    except NeedsFixedLength as refusal:
+        if loaded.opened_time is None:
+            return _graph_of_keras(loaded, model_path, fixed_window, refusal, progress), loaded
+        progress.note(f"{model_path}: the subclassed model takes the {loaded.opened_time} "
+                      f"frames it was built with, because {refusal.why}")
+        import keras
+
+        keras.backend.clear_session()  # (its layers keep their names: no "_1" in notes)
+        loaded = load_model(model_path, fmt=loaded.format, keras_fixed_time=True)
+        program, loaded = _streamify_keras(loaded, model_path, fixed_window, progress)
+        program.report["keras_fixed_time"] = True  # (verify traces it so too)
+        return program, loaded
     except TfaotError as refusal:
-        program = _graph_of_keras(loaded, fixed_window, refusal)
-        progress.note(f"{model_path}: streams from its TensorFlow graph, not layer by "
-                      f"layer, because {first_line(str(refusal)).split('; ')[0]}")
-        return program
+        return _graph_of_keras(loaded, model_path, fixed_window, refusal, progress), loaded
     progress.note(f"{model_path}: {program.report['choice']}")
     for note in program.report.get("notes", []):
         progress.note(f"{model_path}: {note}")
     for warning in program.report.get("warnings", []):
         progress.warn(f"{model_path}: {warning}")
-    return program
+    return program, loaded
 
 
-def _graph_of_keras(loaded, fixed_window: str, refusal: TfaotError):
+def _graph_of_keras(loaded, model_path: str, fixed_window: str, refusal: TfaotError,
+                    progress: Progress):
     """The graph streamifier's step of the Keras model's traced graph; raises
     ``refusal`` where that fails too (or the model cannot be traced)."""
     from .frontend.keras_graph import keras_as_graph
@@ -122,6 +136,8 @@ def _graph_of_keras(loaded, fixed_window: str, refusal: TfaotError):
     except Exception:  # (whatever the trace or the graph path says, the layer's refusal is clearer)
         raise refusal from None
     program.report["keras_graph"] = True  # (verify's reference: the same graph)
+    progress.note(f"{model_path}: streams from its TensorFlow graph, not layer by "
+                  f"layer, because {first_line(str(refusal)).split('; ')[0]}")
     return program
 
 
@@ -261,7 +277,10 @@ def _record_graph_cut(manifest: dict, graph: GraphOptions | None, report: dict,
         manifest["state_feedback"] = report["state_feedback"]
     if report.get("keras_graph"):
         manifest["keras_graph"] = True  # streamed from the Keras model's traced graph
-    if cut or report.get("state_feedback") or report.get("keras_graph"):
+    if report.get("keras_fixed_time"):
+        manifest["keras_fixed_time"] = True  # a subclassed model traced at its built length
+    if cut or report.get("state_feedback") or report.get("keras_graph") or \
+            report.get("keras_fixed_time"):
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 

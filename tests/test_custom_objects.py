@@ -4,6 +4,7 @@ against Keras over 200 steps once the file that defines them is given;
 without it, or with a file that fails, the error is one line naming the
 class or the file's line, and nothing is written."""
 import importlib.util
+import re
 import textwrap
 
 import pytest
@@ -200,9 +201,10 @@ SUBCLASSED = textwrap.dedent('''
     class Tagger(keras.Model):
         """A subclassed model: its layer graph is in call."""
 
-        def __init__(self, units=12, classes=3, static=False, **kwargs):
+        def __init__(self, units=12, classes=3, static=False, broken=False, **kwargs):
             super().__init__(**kwargs)
-            self.units, self.classes, self.static = units, classes, static
+            self.units, self.classes = units, classes
+            self.static, self.broken = static, broken
             self.rnn = keras.layers.GRU(units, return_sequences=True)
             self.head = keras.layers.Dense(classes)
 
@@ -210,11 +212,13 @@ SUBCLASSED = textwrap.dedent('''
             h = self.rnn(x)
             if self.static:  # needs the sequence's length as a number
                 h = h / float(int(x.shape[1]))
+            if self.broken:  # (set after the model was built: its code fails)
+                raise ValueError("this call cannot run")
             return self.head(ops.relu(h))
 
         def get_config(self):
             return {**super().get_config(), "units": self.units, "classes": self.classes,
-                    "static": self.static}
+                    "static": self.static, "broken": self.broken}
 ''')
 
 
@@ -225,10 +229,12 @@ def subclassed(tmp_path):
     classes = tmp_path / "tagger.py"
     classes.write_text(SUBCLASSED)
     user = _module(classes)
-    for name, kwargs in (("tagger", {}), ("static", {"static": True}), ("unbuilt", {})):
+    for name, kwargs in (("tagger", {}), ("static", {"static": True}), ("broken", {}),
+                         ("unbuilt", {})):
         model = user.Tagger(**kwargs)
         if name != "unbuilt":
             model(np.zeros((1, 7, 5), np.float32))  # built on a 7-frame sequence
+        model.broken = name == "broken"
         model.save(tmp_path / f"{name}.keras")
     return tmp_path, classes
 
@@ -286,8 +292,76 @@ def test_a_subclassed_token_model_takes_int32_ids_over_open_time(tmp_path, capsy
     assert manifest["stream"]["mode"] == "prefix", manifest["stream"]
 
 
+def test_a_subclassed_model_whose_call_needs_its_length_keeps_it(subclassed, capsys):
+    """A call that needs the sequence's length as a number cannot be traced
+    over an open time axis (it was refused): it takes the 7 frames it was
+    built with, as a functional model of that length (a tagger of a fixed
+    window: one whole inference per step)."""
+    from tfaot.frontend.load import load_model
+
+    tmp, classes = subclassed
+    flag = ["--custom-objects", str(classes)]
+    assert main(["build", str(tmp / "static.keras"), "-o", str(tmp / "lib"), "-q", *flag]) == 0
+    assert main(["verify", str(tmp / "static.keras"), str(tmp / "lib"), *flag]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("sequences of 7 frames (tolerance 1e-05): ok")
+    assert load_model(tmp / "static.keras").keras_model.inputs[0].shape == (1, 7, 5)
+
+
+ATTENTION = textwrap.dedent('''
+    import keras
+
+
+    @keras.saving.register_keras_serializable(package="user")
+    class Encoder(keras.Model):
+        """Self-attention over the window, pooled: a classifier in call."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.proj = keras.layers.Dense(16)
+            self.mha = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)
+            self.norm = keras.layers.LayerNormalization()
+            self.pool = keras.layers.GlobalAveragePooling1D()
+            self.head = keras.layers.Dense(3)
+
+        def call(self, x):
+            h = self.proj(x)
+            return self.head(self.pool(self.norm(h + self.mha(h, h))))
+''')
+
+
+@pytest.mark.parametrize("flags", [[], ["--whole-window"]])
+def test_a_subclassed_attention_model_takes_its_built_length(tmp_path, capsys, flags):
+    """Traced over an open time axis, attention was refused ("give the input a
+    fixed length"), and --whole-window said the axis was open: neither could
+    be followed for a subclassed model. It is traced again at the 20 frames
+    it was built with (a sliding window recomputed each step, or one whole
+    inference per step), the note says why, and verify traces it so too."""
+    import json
+
+    import numpy as np
+
+    classes = tmp_path / "encoder.py"
+    classes.write_text(ATTENTION)
+    model = _module(classes).Encoder()
+    model(np.zeros((1, 20, 8), np.float32))
+    model.save(tmp_path / "encoder.keras")
+    lib = tmp_path / "lib"
+    assert main(["build", str(tmp_path / "encoder.keras"), "-o", str(lib),
+                 "--custom-objects", str(classes), *flags]) == 0
+    err = capsys.readouterr().err
+    why = "--whole-window was asked" if flags else r"layer 'multi_head_attention\w*' \(Multi"
+    assert re.search(f"the subclassed model takes the 20 frames it was built with, because {why}",
+                     err), err
+    manifest = json.loads((lib / "encoder.json").read_text())
+    assert manifest["keras_fixed_time"] is True
+    assert manifest["inputs"][0]["shape"] == ([1, 20, 8] if flags else [1, 8])
+    assert main(["verify", str(tmp_path / "encoder.keras"), str(lib),
+                 "--custom-objects", str(classes)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ok")
+
+
 @pytest.mark.parametrize("name,expect", [
-    ("static", "the subclassed model 'Tagger' cannot be traced into layers"),
+    ("broken", "the subclassed model 'Tagger' cannot be traced into layers"),
     ("unbuilt", "the subclassed model 'Tagger' was saved before it was built"),
 ])
 def test_a_subclassed_model_that_cannot_be_traced_is_one_line(subclassed, capsys, name,

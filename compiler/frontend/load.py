@@ -26,6 +26,8 @@ class LoadedModel:
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
     keras_original: Any = None  # the model as written where keras_model is its trace
+    #: a subclassed model's trace opened its time axis, built with this length
+    opened_time: int | None = None
     graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
 
 
@@ -59,20 +61,23 @@ def detect_format(path: Path) -> str:
     return "graphdef"
 
 
-def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = None
-               ) -> LoadedModel:
+def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = None,
+               keras_fixed_time: bool = False) -> LoadedModel:
     """Load ``path``: a Keras model, or a frozen graph cut to the chosen inputs/outputs.
 
     ``graph_options`` (``load_graph.GraphOptions``) applies to graph formats;
-    ``fmt`` is ``detect_format(path)`` when the caller already has it.
+    ``fmt`` is ``detect_format(path)`` when the caller already has it;
+    ``keras_fixed_time``: a subclassed model is traced at the length it was
+    built with, not over an open time axis (frontend/subclassed.py).
     """
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
-        from .subclassed import layer_graph
+        from .subclassed import layer_graph, opened_time
 
-        functional, original = layer_graph(_load_keras(path, fmt), path)
-        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original)
+        functional, original = layer_graph(_load_keras(path, fmt), path, keras_fixed_time)
+        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original,
+                             opened_time=opened_time(functional))
     else:
         from .load_graph import GraphOptions, load_graph
 

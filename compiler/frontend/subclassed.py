@@ -9,7 +9,12 @@ on a symbolic input records the layer calls it makes, as building a
 functional model does, so a ``call`` made of layers and ``keras.ops``
 becomes a functional model of the very layers (and weights) the file
 loaded. The input's shape is the one the model was built with, with an open
-time axis for a sequence (batch, time, features). A ``call`` that branches
+time axis for a sequence (batch, time, features), so that it streams; where
+it cannot stream so (a layer needs the whole sequence: attention, a Flatten;
+or --whole-window was asked) the build traces it again with the length it was
+built with (``fixed_time``), a fixed window, as a functional model of that
+length is (pipeline._streamify_keras), and verify does as the build did (the
+manifest's ``keras_fixed_time``). A ``call`` that branches
 on values, or a model built on several inputs, cannot be traced: refused
 naming the class. A custom layer whose ``call`` holds Keras layers is
 inlined the same way (its ``call`` on the symbolic tensors of its node), so
@@ -21,12 +26,16 @@ from __future__ import annotations
 from ..errors import TfaotError, first_line
 
 
-def layer_graph(model, path):
+def layer_graph(model, path, fixed_time: bool = False):
     """(the functional model tfaot streams, the model as written for verify's
     reference, or None where they are one): a subclassed model traced, its
-    custom blocks inlined (module docstring)."""
+    custom blocks inlined (module docstring; ``fixed_time``: at the length
+    it was built with)."""
     subclassed = is_subclassed(model)
-    functional = inline_blocks(as_functional(model, path) if subclassed else model)
+    traced = as_functional(model, path, fixed_time) if subclassed else model
+    functional = inline_blocks(traced)
+    if opened_time(traced) is not None and functional is not traced:
+        functional.opened_time = opened_time(traced)
     if functional is model:
         return model, None
     return functional, reference_of(model, functional) if subclassed else model
@@ -41,8 +50,11 @@ def is_subclassed(model) -> bool:
                                                                      keras.Sequential))
 
 
-def as_functional(model, path):
-    """The functional model of ``model``'s ``call`` (module docstring)."""
+def as_functional(model, path, fixed_time: bool = False):
+    """The functional model of ``model``'s ``call`` (module docstring): over
+    an open time axis unless ``fixed_time``, or the call fails on one (then
+    at the built length). A model traced with an open axis has it in
+    ``opened_time`` (what the axis was built with)."""
     import keras
 
     cls = type(model).__name__
@@ -51,10 +63,22 @@ def as_functional(model, path):
     # (the build config keeps no dtype: (batch, time) into an Embedding is token ids)
     tokens = len(features) == 1 and any(isinstance(layer, keras.layers.Embedding)
                                         for layer in model._flatten_layers())
-    if len(features) == 2 or tokens:  # (time, ...): streamed over an open time axis
-        features = (None, *features[1:])
-    x = keras.Input(tuple(features), batch_size=shape[0], name="input",
-                    dtype="int32" if tokens else "float32")
+    dtype = "int32" if tokens else "float32"
+    if (len(features) == 2 or tokens) and not fixed_time:
+        try:  # (time, ...): streamed over an open time axis
+            functional = _traced(model, (None, *features[1:]), shape[0], dtype, path, cls)
+            functional.opened_time = features[0]
+            return functional
+        except TfaotError:
+            pass  # (the built length may do)
+    return _traced(model, features, shape[0], dtype, path, cls)
+
+
+def _traced(model, features: tuple, batch: int, dtype: str, path, cls: str):
+    """``model``'s call on a symbolic input of ``features``, as a functional model."""
+    import keras
+
+    x = keras.Input(tuple(features), batch_size=batch, name="input", dtype=dtype)
     try:
         y = model.call(x)
     except Exception as e:  # the user's code on a symbolic input
@@ -63,6 +87,12 @@ def as_functional(model, path):
                          f"{_text(x.shape)} failed: {first_line(e)}); tfaot streams a call "
                          "made of layers and keras.ops, without branches on values") from None
     return keras.Model(x, y, name=model.name)
+
+
+def opened_time(functional) -> int | None:
+    """The length a subclassed model was built with where its trace
+    ``functional`` opened that time axis (as_functional), else None."""
+    return getattr(functional, "opened_time", None)
 
 
 def _built_shape(model, path, cls) -> tuple:

@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from .. import stream_choice
-from ..errors import TfaotError, first_line
+from ..errors import NeedsFixedLength, TfaotError, first_line
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from . import time_rules
 from .layer_kinds import ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS  # noqa: F401
@@ -182,10 +182,11 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         except NotIncremental as reason:
             window = window or _fixed_length(model)
             if window is None:
-                raise TfaotError(f"{reason}; give the input a fixed length "
-                                 f"(keras.Input((W, ...))) and it builds as a fixed window "
-                                 f"(recomputed each step, or one whole inference per step "
-                                 f"with --whole-window)") from None
+                raise NeedsFixedLength(f"{reason}; give the input a fixed length "
+                                       f"(keras.Input((W, ...))) and it builds as a fixed "
+                                       f"window (recomputed each step, or one whole "
+                                       f"inference per step with --whole-window)",
+                                       str(reason)) from None
             if fixed_window != "stream":
                 raise TfaotError(str(reason)) from None
             if _time_reaches_output(model, window):
@@ -242,9 +243,10 @@ def _stream_choice(model, requested: str) -> stream_choice.Choice:
     shape = time_input_shape(model)
     if requested == "whole" and _has_dynamic_time(model):
         # (asked for and not done, the build gave a stream with exit 0)
-        raise TfaotError(f"--whole-window needs a fixed length, and axis 1 of input "
-                         f"{_shape_text(shape)} is open: give the input its length "
-                         "(keras.Input((T, ...))), or build without --whole-window to stream")
+        raise NeedsFixedLength(f"--whole-window needs a fixed length, and axis 1 of input "
+                               f"{_shape_text(shape)} is open: give the input its length "
+                               "(keras.Input((T, ...))), or build without --whole-window to "
+                               "stream", "--whole-window was asked")
     if _has_recurrent_layer(model):
         if requested == "whole" and _fixed_length(model) is not None:
             return stream_choice.Choice("whole", "asked with --whole-window")

@@ -179,7 +179,9 @@ def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
 
     rng = np.random.default_rng(seed)
     graph_options = build_cut(lib, graph_options)
-    loaded = load_model(model_path, graph_options)
+    # (a subclassed model as the build traced it: frontend/subclassed.py)
+    loaded = load_model(model_path, graph_options,
+                        keras_fixed_time=bool(lib.manifest.get("keras_fixed_time")))
     if loaded.keras_model is None or not lib.manifest.get("keras_graph"):
         return _case_of(loaded, lib, rng, steps, tol, model_path)
     # Built from the Keras model's traced graph (pipeline._graph_of_keras):
