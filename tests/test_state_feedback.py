@@ -191,6 +191,27 @@ def test_saved_model_with_variable_state_is_refused_clearly(tmp_path, capsys):
     assert "resource" not in err and not (tmp_path / "lib").exists()
 
 
+def test_a_stateful_tf_keras_saved_model_is_refused_in_one_line(tmp_path):
+    """A tf_keras model with a stateful GRU, exported as a SavedModel: the
+    refusal was followed, as the process ended, by two "Exception ignored in
+    AtomicFunction.__del__" tracebacks of TensorFlow's (its loop's
+    functions torn down twice). One line, exit 1, no folder."""
+    import subprocess
+    import sys
+
+    import tf_keras
+
+    inp = tf_keras.Input((None, 5), batch_size=1)
+    x = tf_keras.layers.GRU(8, return_sequences=True, stateful=True)(inp)
+    tf_keras.Model(inp, tf_keras.layers.Dense(2)(x)).save(tmp_path / "sm", save_format="tf")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(tmp_path / "sm"), "-o",
+                           str(tmp_path / "lib"), "-q"], capture_output=True, text=True,
+                          timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "keeps state in a tf.Variable" in lines[0] and not (tmp_path / "lib").exists()
+
+
 def test_explicit_pairs_and_errors(step_graph, tmp_path, capsys):
     out = tmp_path / "one"
     assert main(["build", str(step_graph), "-o", str(out),

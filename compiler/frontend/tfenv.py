@@ -38,5 +38,22 @@ def quiet_tensorflow():
         os.dup2(saved, 2)
         os.close(saved)
     tf.get_logger().setLevel("ERROR")
+    sys.unraisablehook = _without_function_teardown_noise(sys.unraisablehook)
     _loaded = True
     return tf
+
+
+#: What TensorFlow's AtomicFunction.__del__ raises when the process tears down
+#: a loaded SavedModel's functions after the context dropped them (a refused
+#: stateful tf_keras SavedModel printed two tracebacks after its one-line error)
+_TEARDOWN_NOISE = "Tried to remove non-existent function"
+
+
+def _without_function_teardown_noise(hook):
+    """``hook`` (sys.unraisablehook) that says nothing of _TEARDOWN_NOISE:
+    an exception in a destructor that nothing can act on."""
+    def quiet(unraisable):
+        if _TEARDOWN_NOISE in str(getattr(unraisable, "exc_value", "")):
+            return
+        hook(unraisable)
+    return quiet
