@@ -391,3 +391,33 @@ def test_keras2_multi_head_attention_loads(tmp_path, capsys, suffix):
     tf_keras.Model(x, L.Dense(3)(L.Concatenate()([h, c]))).save(path)
     line = _build_and_verify(path, tmp_path / "mha", 100, capsys)
     assert re.fullmatch(r"\S+: max abs error \S+ over 100 steps \(tolerance \S+\): ok", line), line
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+def test_keras2_embedding_refuses_negative_ids_as_tf_keras_does(tmp_path, capsys, suffix):
+    """tf_keras's Embedding raises on id -1; built as Keras 3's (whose take
+    wraps it to the last row) the library returned the last row. Its ids are
+    [0, rows) now (the step's range check), and the masked tagger matches.
+    (A tf_keras .keras archive with an Embedding did not load at all: its
+    config's batch_input_shape.)"""
+    import json
+
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(3)
+    L = tf_keras.layers
+    x = tf_keras.Input((None,), batch_size=1, dtype="int32")
+    h = L.LSTM(8, return_sequences=True)(L.Embedding(50, 6, mask_zero=True)(x))
+    model = tf_keras.Model(x, L.Dense(3)(h))
+    model.save(tmp_path / f"emb{suffix}")
+    with pytest.raises(Exception):  # (what tfaot's library must do too)
+        model(np.array([[-1]], np.int32))
+    lib = tmp_path / "lib"
+    assert main(["build", str(tmp_path / f"emb{suffix}"), "-o", str(lib), "-q"]) == 0
+    entry = json.loads((lib / "emb.json").read_text())["inputs"][0]
+    assert entry["id_range"]["min"] == 0 and entry["id_range"]["end"] == 50, entry
+    with pytest.raises(harness.InputRangeError):
+        harness.load(lib).step(np.array([-1], np.int32))
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / f"emb{suffix}"), str(lib)]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

@@ -24,6 +24,12 @@ both; see tests/test_keras2_semantics.py):
   whose value, a keyword argument, ``keras2_nodes`` rewrites).
 * A BatchNormalization's ``axis`` written as a one-element list (``[2]``):
   Keras 3 takes the int.
+* ``Embedding``: Keras 2's lookup (``tf.gather``) refuses a negative id,
+  Keras 3's ``take`` wraps it to a row from the end; the Keras 2 class's
+  own arithmetic (:class:`Embedding`), so the step refuses ids outside
+  [0, rows) as tf_keras does. Its config's ``batch_input_shape`` and
+  ``input_length`` (tf_keras writes them; a ``.keras`` archive with an
+  Embedding did not load) are dropped: the model's input layer has the shape.
 * Layer names with ``/`` (tf_keras's MobileNetV3 writes ``Conv/BatchNorm``,
   ``expanded_conv/depthwise``): Keras 3 refuses them ("cannot contain
   character `/`"); renamed with ``_`` (:func:`_slash_free_names`). The .h5
@@ -220,7 +226,21 @@ def _register():
                                  "is a function, which tfaot does not load")
             return cls(**{**config, "function": function})
 
-    return keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda, Keras2Lambda
+    @keras.saving.register_keras_serializable(package="tfaot", name="Keras2Embedding")
+    class Embedding(keras.layers.Embedding):
+        """tf_keras's Embedding: its lookup (tf.gather) refuses a negative
+        id, where Keras 3's take wraps it to a row from the end; the
+        library took -1 as the last row (a tf_keras model raised
+        InvalidArgumentError). Built on tf.gather, the step refuses ids
+        outside [0, rows) (lower/input_ranges.py), as tf_keras does."""
+
+        def call(self, inputs):
+            if inputs.dtype not in ("int32", "int64"):
+                inputs = keras.ops.cast(inputs, "int32")
+            return keras.ops.cast(tf.gather(self.embeddings, inputs), self.compute_dtype)
+
+    return (keras2_hard_sigmoid, ThresholdedReLU, TFOpLambda, SlicingOpLambda, Keras2Lambda,
+            Embedding)
 
 
 _OBJECTS: tuple | None = None
@@ -249,9 +269,10 @@ def register() -> None:
 
 def custom_objects() -> dict[str, Any]:
     """Layers that Keras 2 files may name but Keras 3 no longer has."""
-    hard_sigmoid, thresholded, op_lambda, slicing, lambda_layer = _objects()
+    hard_sigmoid, thresholded, op_lambda, slicing, lambda_layer, embedding = _objects()
     return {"ThresholdedReLU": thresholded, "keras2_hard_sigmoid": hard_sigmoid,
-            "TFOpLambda": op_lambda, "SlicingOpLambda": slicing, "Lambda": lambda_layer}
+            "TFOpLambda": op_lambda, "SlicingOpLambda": slicing, "Lambda": lambda_layer,
+            "Embedding": embedding}
 
 
 def _activation_ref(name: str) -> dict:
@@ -302,9 +323,10 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
             if node["class_name"] == "ThresholdedReLU":
                 # a .keras archive names keras.layers, where Keras 3 has none
                 node = {**node, "module": None, "registered_name": "tfaot>ThresholdedReLU"}
-            if node["class_name"] == "Lambda" and "module" in node:
-                # (a .keras archive names keras.layers, whose Lambda Keras 3's is)
-                node = {**node, "module": None, "registered_name": "tfaot>Keras2Lambda"}
+            if node["class_name"] in ("Lambda", "Embedding") and "module" in node:
+                # (a .keras archive names keras.layers, whose class Keras 3's is)
+                node = {**node, "module": None,
+                        "registered_name": f"tfaot>Keras2{node['class_name']}"}
             if node["class_name"] in KERAS2_ONLY_ARGUMENTS:
                 node = {**node, "config": _without_keras2_arguments(
                     node["class_name"], node["config"], layer_name)}
@@ -445,6 +467,9 @@ KERAS2_ONLY_ARGUMENTS: dict[str, dict[str, Any]] = {
     # its noise shape is always the spatial one)
     "SpatialDropout1D": _SPATIAL_DROPOUT, "SpatialDropout2D": _SPATIAL_DROPOUT,
     "SpatialDropout3D": _SPATIAL_DROPOUT,
+    # (tf_keras writes its input's shape into an Embedding's config: a
+    # .keras archive with one did not load; the model's input layer has it)
+    "Embedding": {"batch_input_shape": _ANY, "input_length": _ANY},
     # (Keras 3 builds the layer from its call; Keras 2's masks by -1e9 too)
     "MultiHeadAttention": {"query_shape": _ANY, "key_shape": _ANY, "value_shape": _ANY,
                            "softmax_robust_masking": False},
