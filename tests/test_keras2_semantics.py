@@ -421,3 +421,22 @@ def test_keras2_embedding_refuses_negative_ids_as_tf_keras_does(tmp_path, capsys
     capsys.readouterr()
     assert main(["verify", str(tmp_path / f"emb{suffix}"), str(lib)]) == 0
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_keras2_sequential_embedding_on_float_input_verifies(tmp_path, capsys):
+    """A tf_keras Sequential model with an Embedding first, built by a call on
+    ids: its input is float32 and the Embedding casts it. verify drew normal
+    floats, which cast to negative ids that TensorFlow refuses ("TensorFlow
+    cannot run the model"); it draws ids in [0, rows) for such an input."""
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(4)
+    L = tf_keras.layers
+    model = tf_keras.Sequential([L.Embedding(30, 4), L.GRU(6, return_sequences=True),
+                                 L.Dense(2)])
+    model(np.zeros((1, 5), np.int32))
+    model.save(tmp_path / "seq.keras")
+    assert main(["build", str(tmp_path / "seq.keras"), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "seq.keras"), str(tmp_path / "lib")]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import TfaotError, first_line
 from . import int8_spread
 from .case import Case, Checks, run_case, signature
-from .keras_reference import (check_input_shape, defined_steps, embedding_rows,
+from .keras_reference import (check_input_shape, defined_steps, id_limits,
                               has_stateful_layers, keras_stateful_reference,
                               fixed_time_length, keras_multi_input_reference, keras_reference,
                               keras_reference_model, library_stream, output_heads, random_inputs,
@@ -336,8 +336,9 @@ def _stateful_case(loaded, lib, rng, steps: int, length: int, tol: float, model_
                       library_stream(lib, loaded.keras_model, model_path))
     steps = -(-steps // length) * length
     xs = with_masked_frames(loaded.keras_model, [
-        random_inputs(rng, (steps, *shape), dt, embedding_rows(loaded.keras_model))
-        for shape, dt in zip(lib.input_shapes, lib.input_dtypes)], rng)
+        random_inputs(rng, (steps, *shape), dt, high, floats_are_ids=True)
+        for shape, dt, high in zip(lib.input_shapes, lib.input_dtypes,
+                                   id_limits(loaded.keras_model, lib.input_dtypes))], rng)
     wants = keras_stateful_reference(keras_reference_model(loaded, keep_stateful=True), xs,
                                      length, lib.output_shapes)
     return _sequence_case(lib, lib_dir, model_path, xs, wants, tol)
@@ -376,9 +377,11 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
                          f"on; verify it with --steps {stream.first_valid_step + 100}")
     # One array per input, (steps, *step input i): a streamed input's
     # frames, or the value a per-step input takes at each step.
-    xs = with_masked_frames(model, [random_inputs(rng, (steps, *shape), dt, embedding_rows(model))
-                                    for shape, dt in zip(lib.input_shapes, lib.input_dtypes)],
-                            rng)
+    highs = id_limits(model, lib.input_dtypes)
+    xs = with_masked_frames(model, [random_inputs(rng, (steps, *shape), dt, high,
+                                                  floats_are_ids=True)
+                                    for shape, dt, high in zip(lib.input_shapes, lib.input_dtypes,
+                                                               highs)], rng)
     # (a held input enters the sequence: the model has one value of it)
     xs = [np.repeat(x[:1], len(x), axis=0) if held else x
           for x, held in zip(xs, lib.input_held)]

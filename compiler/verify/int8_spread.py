@@ -85,16 +85,6 @@ def spread(case, rounded_case) -> list[float]:
     return out
 
 
-def _constant_source(nodes: dict, tensor: str) -> str | None:
-    """The node that gives ``tensor`` through identities and a v1 loop's
-    ``Enter`` (a dynamic_rnn cell's weights); None if missing."""
-    name = tensor.lstrip("^").split(":")[0]
-    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp", "Enter") and \
-            nodes[name].input:
-        name = nodes[name].input[0].lstrip("^").split(":")[0]
-    return name if name in nodes else None
-
-
 def note(spread_of_output: float) -> str:
     """Why an output's tolerance is ``MARGIN`` times its spread, for verify's report."""
     return (f"the tolerance is {MARGIN:g} x {spread_of_output:.3g}, how far TensorFlow's "

@@ -94,19 +94,21 @@ def output_heads(model, count: int) -> list:
     return [k.Model(inputs, model.outputs[i]) for i in range(count)]
 
 
-def random_inputs(rng, shape, dtype, high: int | None) -> np.ndarray:
+def random_inputs(rng, shape, dtype, high: int | None, floats_are_ids: bool = False
+                  ) -> np.ndarray:
     """Test inputs: normal floats, random booleans, or integer ids in
-    [0, high) (token inputs; ``high`` None: no table the ids index, so
-    uint8 pixels take all 256 values and other integers 0 and 1)."""
+    [0, high) (token inputs; floats too with ``floats_are_ids`` and a
+    ``high``: id_limits; ``high`` None: no table the ids index, so uint8
+    pixels take all 256 values and other integers 0 and 1)."""
     if np.dtype(dtype) == np.bool_:
         # (normal floats cast to bool are all True: the check said nothing)
         return rng.integers(0, 2, size=shape).astype(dtype)
+    if not np.issubdtype(dtype, np.integer) and not (floats_are_ids and high is not None):
+        return rng.normal(size=shape).astype(dtype)
     if high is None:
         # (0 and 1 only made a uint8 image model's outputs almost constant)
         high = 256 if np.dtype(dtype) == np.uint8 else 2
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, high, size=shape).astype(dtype)
-    return rng.normal(size=shape).astype(dtype)
+    return rng.integers(0, high, size=shape).astype(dtype)
 
 
 def with_masked_frames(model, xs: list, rng, share: float = 0.125) -> list:
@@ -137,6 +139,17 @@ def embedding_rows(model) -> int | None:
     dims = [layer.input_dim for layer in model._flatten_layers()
             if isinstance(layer, keras.layers.Embedding)]
     return min(dims) if dims else None
+
+
+def id_limits(model, dtypes) -> list[int | None]:
+    """Per input of those ``dtypes``, the ids ``random_inputs`` draws below
+    (``embedding_rows``): an integer input's, and a float input's where it
+    is the model's only one (a Sequential model's Embedding first, built on
+    float input: normal floats cast to negative ids, which TensorFlow
+    refuses); None for floats beside other inputs (features)."""
+    rows = embedding_rows(model)
+    return [rows if np.issubdtype(np.dtype(dt), np.integer) or len(dtypes) == 1 else None
+            for dt in dtypes]
 
 
 def library_stream(lib, model, model_path):
