@@ -398,3 +398,66 @@ def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Conv2DBackpropInput" in err and "for --streams" in err, err
     assert "builds with one stream" in err, err
+
+
+CLASS_TOKEN = '''
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="user")
+class ClassToken(keras.layers.Layer):
+    """A learned token in front of the sequence (a ViT's class token)."""
+
+    def build(self, shape):
+        self.cls = self.add_weight(name="cls", shape=(1, 1, shape[-1]),
+                                   initializer="random_normal")
+
+    def call(self, x):
+        token = ops.broadcast_to(self.cls, (ops.shape(x)[0], 1, ops.shape(x)[-1]))
+        return ops.concatenate([token, x], axis=1)
+'''
+
+
+def _class_token_model(path):
+    import importlib.util
+
+    import keras
+
+    (path.parent / "token.py").write_text(CLASS_TOKEN)
+    spec = importlib.util.spec_from_file_location("token_layers", path.parent / "token.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    keras.utils.set_random_seed(2)
+    x = keras.Input((10, 8), batch_size=1)
+    h = module.ClassToken()(keras.layers.Dense(16)(x))
+    h = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(h, h)
+    keras.Model(x, keras.layers.Dense(3)(h[:, 0])).save(path)
+    return ["--custom-objects", str(path.parent / "token.py")]
+
+
+def _mel_model(path):
+    import keras
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((2000,), batch_size=1)
+    h = keras.layers.MelSpectrogram(fft_length=256, sequence_stride=128, sequence_length=256,
+                                    num_mel_bins=16, sampling_rate=8000)(x)
+    h = keras.layers.Conv1D(8, 3, activation="relu")(keras.layers.Permute((2, 1))(h))
+    keras.Model(x, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(h))).save(path)
+    return []
+
+
+@pytest.mark.parametrize("make", [_class_token_model, _mel_model], ids=["class_token", "mel"])
+def test_steps_that_pfor_left_unlowered_or_unbatched_build(tmp_path, capsys, make):
+    """A class token (a weight broadcast over the batch: TensorFlow folded
+    pfor's Tile of it into a constant after lowering, "'tf.Const' has no
+    StableHLO lowering") and Keras' MelSpectrogram (reflect padding: "No
+    pfor vectorization defined for MirrorPad") refused --streams 2; each
+    stream now matches TensorFlow."""
+    flags = make(tmp_path / "m.keras")
+    assert main(["-q", "build", str(tmp_path / "m.keras"), "-o", str(tmp_path / "out"),
+                 "--streams", "2", *flags]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "m.keras"), str(tmp_path / "out"), *flags]) == 0
+    assert "of 2 streams" in capsys.readouterr().out

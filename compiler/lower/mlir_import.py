@@ -203,6 +203,35 @@ def _nested(values) -> str:
 # legality
 
 
+def constants_as_stablehlo(module) -> int:
+    """TensorFlow's ``tf.Const`` ops left after its lowering, made
+    ``stablehlo.constant`` ops of the same value; returns how many. Its
+    pipeline folds some ops into a constant after it has lowered the
+    constants: --streams' batched form of a class token (pfor's Tile of a
+    weight broadcast over the streams) was refused as "'tf.Const' has no
+    StableHLO lowering"."""
+    from iree.compiler import ir
+
+    leftover = []
+
+    def visit(op):
+        if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1:
+            leftover.append(op)
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    visit(inner.operation)
+
+    visit(module.operation)
+    for op in leftover:
+        with ir.InsertionPoint(op), op.location:
+            constant = ir.Operation.create("stablehlo.constant", results=[op.results[0].type],
+                                           attributes={"value": op.attributes["value"]})
+        op.results[0].replace_all_uses_with(constant.results[0])
+        op.erase()
+    return len(leftover)
+
+
 def check_legality(module, source: str) -> None:
     """Raise naming every op outside the allowed dialects (the message is cut
     after about 600 characters)."""
@@ -294,6 +323,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
         except Exception as e:
             raise TfaotError(f"{program.source}: internal: cannot parse lowered "
                              f"module: {first_line(e)}") from None
+        constants_as_stablehlo(module)
         check_legality(module, program.source)
         pure = _single_func(module)
         fold_constant_slices(pure)

@@ -47,7 +47,7 @@ def batch_streams(program: StepProgram, count: int) -> StepProgram:
                                  fallback_to_while_loop=False)
 
     try:
-        with _shared_filter_depthwise_conv(), _quiet_pfor():
+        with _batched_forms(), _quiet_pfor():
             batched = tf.function(pure_step, input_signature=specs,
                                   autograph=False).get_concrete_function()
     except Exception as e:  # pfor names the op it has no batched form of
@@ -90,15 +90,49 @@ def _quiet_pfor():
 
 
 @contextlib.contextmanager
-def _shared_filter_depthwise_conv():
-    """pfor batches a depthwise convolution only with a filter per stream
-    (it folds the streams into the channels and tiles the filter N times);
-    here the filter is the model's, shared by all streams, so the streams
-    fold into the batch axis instead. Installed while the step is traced."""
+def _batched_forms():
+    """pfor's batched forms of two ops, installed while the step is traced:
+    a depthwise convolution of the model's filter (``_depthwise_conv``) and
+    a mirror padding, which pfor has none of (``_mirror_pad``: Keras'
+    MelSpectrogram pads so, and --streams refused it)."""
     from tensorflow.python.ops.parallel_for import pfor
 
     registry = pfor._pfor_converter_registry
-    per_stream = registry["DepthwiseConv2dNative"]
+    saved = {op: registry.get(op) for op in ("DepthwiseConv2dNative", "MirrorPad")}
+    registry["DepthwiseConv2dNative"] = _depthwise_conv(saved["DepthwiseConv2dNative"])
+    registry["MirrorPad"] = _mirror_pad
+    try:
+        yield
+    finally:
+        for op, convert in saved.items():
+            if convert is None:
+                registry.pop(op, None)
+            else:
+                registry[op] = convert
+
+
+def _mirror_pad(pfor_input):
+    """MirrorPad of each stream's tensor: no padding of the streams' axis
+    (paddings that differ per stream are refused by pfor as before)."""
+    import tensorflow as tf
+    from tensorflow.python.ops.parallel_for import pfor
+
+    if pfor_input.input(1)[1]:
+        raise ValueError("No pfor vectorization defined for MirrorPad with paddings that "
+                         "differ per stream")
+    paddings = pfor_input.unstacked_input(1)
+    paddings = tf.concat([tf.zeros((1, 2), paddings.dtype), paddings], axis=0)
+    y = tf.raw_ops.MirrorPad(input=pfor_input.stacked_input(0), paddings=paddings,
+                             mode=pfor_input.get_attr("mode"))
+    return pfor.wrap(y, True)
+
+
+def _depthwise_conv(per_stream):
+    """pfor batches a depthwise convolution only with a filter per stream
+    (it folds the streams into the channels and tiles the filter N times,
+    ``per_stream``); here the filter is the model's, shared by all streams,
+    so the streams fold into the batch axis instead."""
+    from tensorflow.python.ops.parallel_for import pfor
 
     def convert(pfor_input):
         if pfor_input.input(1)[1]:  # the filter differs per stream
@@ -112,8 +146,4 @@ def _shared_filter_depthwise_conv():
                             attrs=pfor_input.op.node_def.attr).outputs[0]
         return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
 
-    registry["DepthwiseConv2dNative"] = convert
-    try:
-        yield
-    finally:
-        registry["DepthwiseConv2dNative"] = per_stream
+    return convert
