@@ -6,9 +6,10 @@
    (after folding TensorFlow's SpaceToBatchND / BatchToSpaceND form of
    dilated convolutions into one convolution: dilated_conv.py) the
    ``tf-lower-to-mlprogram-and-hlo`` pipeline, which ends in StableHLO.
-3. Legality: that pipeline keeps ops it cannot lower *silently* (and
-   iree-compile then crashes), so every op is checked here and an op outside
-   the allowed dialects is an error naming the TF op type and node.
+3. Legality (legality.py): that pipeline keeps ops it cannot lower
+   *silently* (and iree-compile then crashes), so every op is checked and
+   an op outside the allowed dialects is an error naming the TF op type
+   and node.
 4. Wrap: one private mutable ``ml_program.global`` per state, declared before
    the functions (IREE 3.13 fails on globals declared after their users),
    ``@step`` loading the states, calling the pure step and storing the new
@@ -26,6 +27,7 @@ from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
 from .einsum import einsums_as_dot_generals
 from .kernel_calls import retire
+from .legality import check_legality, constants_as_stablehlo
 from .matvec_sums import merge_matvec_sums
 from .sliced_constants import fold_constant_slices, slice_constant_operands
 from ..dtypes import dtype
@@ -200,115 +202,6 @@ def _nested(values) -> str:
 
 
 # --------------------------------------------------------------------------
-# legality
-
-
-def constants_as_stablehlo(module) -> int:
-    """TensorFlow's ``tf.Const`` ops left after its lowering, made
-    ``stablehlo.constant`` ops of the same value; returns how many. Its
-    pipeline folds some ops into a constant after it has lowered the
-    constants: --streams' batched form of a class token (pfor's Tile of a
-    weight broadcast over the streams) was refused as "'tf.Const' has no
-    StableHLO lowering"."""
-    from iree.compiler import ir
-
-    leftover = []
-
-    def visit(op):
-        if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1:
-            leftover.append(op)
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
-    for op in leftover:
-        with ir.InsertionPoint(op), op.location:
-            constant = ir.Operation.create("stablehlo.constant", results=[op.results[0].type],
-                                           attributes={"value": op.attributes["value"]})
-        op.results[0].replace_all_uses_with(constant.results[0])
-        op.erase()
-    return len(leftover)
-
-
-def check_legality(module, source: str) -> None:
-    """Raise naming every op outside the allowed dialects (the message is cut
-    after about 600 characters)."""
-    bad: list[str] = []
-
-    def visit(op):
-        name = op.name
-        if name.split(".", 1)[0] not in ALLOWED_DIALECTS:
-            bad.append(_describe_illegal(name, op.location))
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
-    if bad:
-        shown = "; ".join(dict.fromkeys(bad))  # unique, in order
-        # (--streams: TensorFlow's vectorization wrote the step's ops in
-        # batched forms, under its 'pfor' scope, of which not all lower)
-        hint = ("; these are the batched forms of ops that TensorFlow wrote for --streams "
-                "(the model builds with one stream)" if "/pfor/" in shown else
-                _front_end_hint(module))
-        raise TfaotError(f"{source}: {len(bad)} op(s) have no StableHLO lowering: "
-                         f"{_shorten(shown)}{hint}")
-
-
-def _front_end_hint(module) -> str:
-    """Where an audio front end (AudioSpectrogram, Mfcc) is what does not
-    lower: the cut that leaves it to the firmware."""
-    from ..frontend.graph_cut import FRONT_END_OPS
-
-    found = []
-
-    def visit(op):
-        tf_type, node = _tf_origin(str(op.location))
-        if tf_type in FRONT_END_OPS and node:
-            found.append((tf_type, node))
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
-    if not found:
-        return ""
-    tf_type, node = next((f for f in found if f[0] == "Mfcc"), found[-1])
-    return (f"; they are the model's front end: compute its features in the firmware and "
-            f"build the network after it, e.g. --inputs {node}:SHAPE (the {tf_type} "
-            "node's output, with the shape it has)")
-
-
-def _describe_illegal(op_name: str, location) -> str:
-    tf_type, node = _tf_origin(str(location))
-    where = f" (TF op {tf_type}, node '{node}')" if node else ""
-    return f"'{op_name}'{where}"
-
-
-def _tf_origin(location: str) -> tuple[str | None, str | None]:
-    """Find the TF op type and node name in a debug location.
-
-    With show_debug_info the importer fuses ``loc("OpType:")`` with
-    ``loc("node/name"(callsite...))`` for each op.
-    """
-    op_type = re.search(r'"([A-Za-z0-9_]+):"', location)
-    # the node: a call-site name ("node"(...)) or the first quoted name that
-    # is not an op type ("Type:")
-    call_site = re.search(r'"([^":]+)"\(', location)
-    names = [n for n in re.findall(r'"([^"]*)"', location) if n and not n.endswith(":")]
-    node = call_site.group(1) if call_site else (names[0] if names else None)
-    return (op_type.group(1) if op_type else None, node)
-
-
-def _shorten(text: str, limit: int = 600) -> str:
-    return text if len(text) <= limit else text[:limit] + " ..."
-
-
-# --------------------------------------------------------------------------
 # wrapper
 
 
@@ -324,7 +217,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
             raise TfaotError(f"{program.source}: internal: cannot parse lowered "
                              f"module: {first_line(e)}") from None
         constants_as_stablehlo(module)
-        check_legality(module, program.source)
+        check_legality(module, program.source, ALLOWED_DIALECTS)
         pure = _single_func(module)
         fold_constant_slices(pure)
         einsums_as_dot_generals(pure)
