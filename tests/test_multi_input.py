@@ -481,3 +481,38 @@ def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
     want = np.asarray(model(tf.constant(xs), tf.constant(c)))[0]
     np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 6), want, rtol=0, atol=1e-5)
     _verify(path, out)
+
+
+def test_attention_onto_a_memory_input_streams_frame_by_frame(tmp_path):
+    """frames (None, 6) attend to a memory input (5, 4) without a time axis
+    (an encoder's output), then a GRU: each frame's attention reads that
+    frame and the memory alone, so it streams frame by frame; it was refused
+    as "attends over the whole sequence". The memory is held (one value a
+    stream) and the library equals Keras. Attention onto the sequence's own
+    pooled mean, or onto the sequence itself, still cannot stream."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 6), name="frames")
+    memory = keras.Input((5, 4), name="memory")
+    h = keras.layers.Dense(8)(x)
+    h = keras.layers.LayerNormalization()(h + keras.layers.MultiHeadAttention(2, 4)(h, memory))
+    y = keras.layers.Dense(3)(keras.layers.GRU(8, return_sequences=True)(h))
+    model = keras.Model([x, memory], y)
+    path, out = tmp_path / "cross.keras", tmp_path / "lib"
+    model.save(path)
+    _build(path, out)
+    assert _held_inputs(out) == [("frames", False), ("memory", True)]
+    rng = np.random.default_rng(6)
+    xs = rng.normal(size=(1, STEPS, 6)).astype(np.float32)
+    m = rng.normal(size=(1, 5, 4)).astype(np.float32)
+    got = harness.load(out).step_n((np.swapaxes(xs, 0, 1), np.repeat(m[None], STEPS, 0)))
+    want = np.asarray(model([tf.constant(xs), tf.constant(m)]))[0]
+    np.testing.assert_allclose(np.asarray(got).reshape(STEPS, 3), want, rtol=0, atol=1e-5)
+    _verify(path, out)
+    pooled = keras.layers.GlobalAveragePooling1D(keepdims=True)(x)
+    own = keras.Model(x, keras.layers.GRU(4)(keras.layers.MultiHeadAttention(2, 4)(x, pooled)))
+    assert "attends over the whole sequence" in _refused(own, tmp_path / "own")
+    itself = keras.Model(x, keras.layers.GRU(4)(keras.layers.Attention()([x, x])))
+    assert "attends over the whole sequence" in _refused(itself, tmp_path / "itself")

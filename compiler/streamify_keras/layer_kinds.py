@@ -58,6 +58,49 @@ NOT_STREAMABLE: dict[str, str] = {
 }
 
 
+def needs_whole_sequence(kind: str, args, kwargs: dict, on_sequence: bool) -> bool:
+    """Whether a layer of NOT_STREAMABLE's ``kind`` called on ``args`` and
+    ``kwargs`` (``on_sequence``: one of them is the streamed sequence) needs
+    the whole sequence. Attention whose queries are the sequence and whose
+    keys and values are not (a memory input without a time axis: an
+    encoder's output, a speaker embedding) gives each frame its own output
+    from that frame and the memory alone: it streams frame by frame (the
+    layer's probe checks it), where the memory is made of inputs alone
+    (``constant``: not a value pooled from the sequence, which would have
+    to be the whole sequence's). A mask or a causal mask ties positions
+    together, and a Bidirectional RNN reads the sequence backwards."""
+    if kind == "Bidirectional":
+        return True
+    if not on_sequence:
+        return False
+    if "Attention" not in kind or kwargs.get("use_causal_mask") or \
+            any(kwargs.get(k) is not None for k in ("attention_mask", "mask")):
+        return True
+    if kind == "MultiHeadAttention":
+        query = args[0] if args else kwargs.get("query")
+        memory = [*args[1:], kwargs.get("value"), kwargs.get("key")]
+    else:  # Attention, AdditiveAttention: [query, value, key]
+        parts = list(args[0] if args else kwargs.get("inputs", []))
+        query, memory = (parts[0], parts[1:]) if parts else (None, [])
+    memory = [m for m in memory if m is not None]
+    return not (_is_sequence(query) and memory and
+                all(getattr(m, "meta", None) == "vec" and m.constant for m in memory))
+
+
+def alpha_per_time_position(op) -> bool:
+    """A PReLU's alpha is shaped like its input less the batch axis, with
+    1 along its shared axes; one over a fixed window not shared in time is a
+    different slope at each frame position, which a frame alone cannot
+    apply (it broadcast a one-frame step to the whole window)."""
+    shape = tuple(op.alpha.shape)
+    return len(shape) >= 2 and shape[0] != 1
+
+
+def _is_sequence(value) -> bool:
+    """Whether a replayed value is the streamed sequence (replay.Streamed, SEQ)."""
+    return getattr(value, "meta", None) == "seq"
+
+
 def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
     if kind.endswith("Transpose"):
         stride = int(np.atleast_1d(getattr(op, "strides", 2))[0])

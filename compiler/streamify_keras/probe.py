@@ -28,33 +28,37 @@ def time_locality(op, args, kwargs, streamed_type) -> str | None:
     holds, None when the probe cannot run; ProbeFailed when the layer raised
     on the probe's frames.
 
-    ``streamed_type`` is the replay's value class: every such value in
-    ``args`` must be a sequence chunk of fully known shape (LAST_FRAME takes
-    one). An output whose time axis changed length (a crop, a stride) is
-    MIXED: the shapes differ."""
+    ``streamed_type`` is the replay's value class: such values in ``args``
+    are sequence chunks (LAST_FRAME takes one) or values without a time axis
+    that every frame sees whole (an attention's memory), each of fully
+    known shape. An output whose time axis changed length (a crop, a
+    stride) is MIXED: the shapes differ."""
     import tensorflow as tf
     from keras import tree
 
     leaves = [a for a in tree.flatten((args, kwargs)) if isinstance(a, streamed_type)]
-    if not leaves or any(a.meta != "seq" for a in leaves):
+    sequences = [a for a in leaves if a.meta == "seq"]
+    if not sequences:
         return None
     rng = np.random.default_rng(0)
     probes = {}
     for a in leaves:
-        features = tuple(a.value.shape[2:])
-        if any(d is None for d in features):
+        shape = ((1, PROBE_FRAMES, *a.value.shape[2:]) if a.meta == "seq"
+                 else tuple(a.value.shape))
+        if any(d is None for d in shape):
             return None
         dtype = a.value.dtype.as_numpy_dtype if hasattr(a.value.dtype, "as_numpy_dtype") \
             else np.dtype(str(a.value.dtype))
-        shape = (1, PROBE_FRAMES, *features)
         probes[id(a)] = (rng.normal(size=shape) if np.issubdtype(dtype, np.floating)
                          else rng.integers(0, 3, size=shape)).astype(dtype)
 
     def run(frames: slice):
+        def probe(v):  # a sequence's frames, or the whole of a value without time
+            return tf.constant(probes[id(v)][:, frames] if v.meta == "seq" else probes[id(v)])
+
         with tf.init_scope():  # eager, also while a step function is being traced
             given = tree.map_structure(
-                lambda v: tf.constant(probes[id(v)][:, frames])
-                if isinstance(v, streamed_type) else v, (args, kwargs))
+                lambda v: probe(v) if isinstance(v, streamed_type) else v, (args, kwargs))
             out = op(*given[0], **given[1])
         return [np.asarray(o) for o in tree.flatten(out)]  # (tf.split: several)
 

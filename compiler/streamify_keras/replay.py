@@ -28,7 +28,8 @@ import numpy as np
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
 from .layer_kinds import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, inert_at_inference,
-                          mask_unused, not_streamable_reason)
+                          alpha_per_time_position, mask_unused, needs_whole_sequence,
+                          not_streamable_reason)
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 from .reshape_target import layer_time_length, per_step_target
 from .rnn_states import cell_states, is_rnn, makes_mask, state_name, state_shapes
@@ -321,9 +322,11 @@ class Replay:
         on_sequence = any(s.meta == SEQ for s in streamed)
         if is_rnn(op):
             return self._recurrent(op, args[0], kwargs)
-        if kind in NOT_STREAMABLE and (on_sequence or kind == "Bidirectional"):
+        if kind in NOT_STREAMABLE and needs_whole_sequence(kind, args, kwargs, on_sequence):
             # (a fixed-window model falls back to recomputing its window)
             raise NotIncremental(op, not_streamable_reason(kind, kwargs, op))
+        # (attention over a memory input: the model has one value of it, held)
+        self.broadcasts |= kind in NOT_STREAMABLE and on_sequence
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed),
@@ -354,7 +357,7 @@ class Replay:
         known = kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args)
         if known:
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
-            if kind == "PReLU" and _alpha_per_time_position(op):
+            if kind == "PReLU" and alpha_per_time_position(op):
                 # (a fixed window falls back to recomputing it)
                 raise NotIncremental(op, "has its own alpha at each time position (its "
                                          "shared_axes leave out axis 1, the time axis)")
@@ -616,15 +619,6 @@ def _per_step_seq(seq: Seq | None) -> Seq | None:
     if seq is None or seq.dirty or seq.delay <= 0:
         return seq
     return replace(seq, dirty=True)
-
-
-def _alpha_per_time_position(op) -> bool:
-    """A PReLU's alpha is shaped like its input less the batch axis, with
-    1 along its shared axes; one over a fixed window not shared in time is a
-    different slope at each frame position, which a frame alone cannot
-    apply (it broadcast a one-frame step to the whole window)."""
-    shape = tuple(op.alpha.shape)
-    return len(shape) >= 2 and shape[0] != 1
 
 
 def _valid_from(streamed) -> int:
