@@ -3,6 +3,7 @@ token or conditioning input): the typed NAME_inputs struct, the harness,
 verify, a C driver, against TensorFlow."""
 import json
 import shutil
+import importlib.util
 import subprocess
 import sys
 
@@ -516,3 +517,50 @@ def test_attention_onto_a_memory_input_streams_frame_by_frame(tmp_path):
     assert "attends over the whole sequence" in _refused(own, tmp_path / "own")
     itself = keras.Model(x, keras.layers.GRU(4)(keras.layers.Attention()([x, x])))
     assert "attends over the whole sequence" in _refused(itself, tmp_path / "itself")
+
+
+TILE_LAYER = '''
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="user")
+class TileOver(keras.layers.Layer):
+    """A user's layer: the vector repeated over the sequence's frames, concatenated."""
+
+    def call(self, inputs):
+        seq, vec = inputs
+        frames = ops.repeat(ops.expand_dims(vec, 1), ops.shape(seq)[1], axis=1)
+        return ops.concatenate([seq, frames], axis=-1)
+'''
+
+
+def test_a_users_layer_tiling_a_conditioning_vector_holds_it(tmp_path):
+    """The probe of a user's layer now runs it with its inputs without a
+    time axis whole (an attention's memory); found frame by frame, those
+    inputs enter the sequence, so they are held, as a Keras layer's are
+    (without that, verify failed at 0.5: the model has one value). A value
+    pooled from the sequence is still refused."""
+    import keras
+
+    (tmp_path / "tile.py").write_text(TILE_LAYER)
+    spec = importlib.util.spec_from_file_location("tile_layers", tmp_path / "tile.py")
+    layers_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers_module)
+    keras.utils.set_random_seed(7)
+    x = keras.Input((None, 6), name="seq")
+    cond = keras.Input((3,), name="cond")
+    h = keras.layers.GRU(8, return_sequences=True)(layers_module.TileOver()([x, cond]))
+    path, out = tmp_path / "tile.keras", tmp_path / "lib"
+    keras.Model([x, cond], keras.layers.Dense(2)(h)).save(path)
+    flags = ["--custom-objects", str(tmp_path / "tile.py")]
+    _build(path, out, *flags)
+    assert _held_inputs(out) == [("seq", False), ("cond", True)]
+    _verify(path, out, *flags)
+    pooled = keras.layers.GlobalAveragePooling1D()(x)
+    own = keras.Model(x, keras.layers.GRU(4)(layers_module.TileOver()([x, pooled])))
+    own.save(tmp_path / "own.keras")
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "build", str(tmp_path / "own.keras"),
+                           "-o", str(tmp_path / "own"), "-q", *flags], capture_output=True,
+                          text=True)
+    assert proc.returncode != 0 and "value pooled from it" in proc.stderr, proc.stderr

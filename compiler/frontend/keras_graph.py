@@ -6,8 +6,8 @@ ported from PyTorch write it) or whose call it cannot follow over time.
 The graph streamifier follows the time axis through the traced ops
 instead (transposes, reshapes, while loops), so a model the first refuses
 may still stream from its graph: pipeline.py tries that before giving up.
-The step's inputs and outputs keep the Keras path's names (``x_t``,
-``y_t``, or the output layers' names).
+The step's inputs and outputs keep the Keras path's names (``x_t``, or
+the Input layers' names; ``y_t``, or the output layers' names).
 """
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ def keras_as_graph(model, path: Path):
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
 
-    from ..streamify_keras import output_names
+    from ..streamify_keras import input_names, output_names
     from .graph_cut import graph_def_to_loaded
 
-    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype, name="x_t" if i == 0 else f"x_t{i}")
-             for i, x in enumerate(model.inputs)]
+    # (the Keras path's names: "x_t" for one input, else the Input layers')
+    specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype, name=name)
+             for x, name in zip(model.inputs, input_names(model))]
     names = output_names(model, len(model.outputs))
 
     def call(*xs):

@@ -37,6 +37,14 @@ ELEMENTWISE_OPS = {
     "NotEqual",
 }
 
+#: keras.ops that work along an axis (or a set): per step when every such
+#: axis is a feature axis (not batch or time): the mask a Masking layer
+#: records (not_equal, then any over the features), ``ops.split`` of a gated
+#: activation, ``ops.concatenate`` or a mean over features.
+FEATURE_AXIS_OPS = {"Any", "All", "Split", "Concatenate", "Sum", "Mean", "Max", "Min", "Prod",
+                    "Softmax", "LogSoftmax", "Argmax", "Argmin"}
+
+
 # Why a layer cannot stream, for the common cases; anything else on a
 # sequence gets the generic message. (A transposed convolution has a rule
 # (time_rules.TransposedRule) that refuses with not_streamable_reason.)
@@ -85,6 +93,26 @@ def needs_whole_sequence(kind: str, args, kwargs: dict, on_sequence: bool) -> bo
     memory = [m for m in memory if m is not None]
     return not (_is_sequence(query) and memory and
                 all(getattr(m, "meta", None) == "vec" and m.constant for m in memory))
+
+
+def is_elementwise_op(op) -> bool:
+    """Whether ``op`` is one of the elementwise keras.ops (ELEMENTWISE_OPS)."""
+    return type(op).__module__.startswith("keras.src.ops") and \
+        type(op).__name__ in ELEMENTWISE_OPS
+
+
+def is_feature_axis_op(op, args) -> bool:
+    """Whether ``op`` is a keras.ops reduction or the like (FEATURE_AXIS_OPS)
+    over feature axes only (not batch or time) of its first argument."""
+    from keras import tree
+
+    if not type(op).__module__.startswith("keras.src.ops") or \
+            type(op).__name__ not in FEATURE_AXIS_OPS:
+        return False
+    rank = len(tree.flatten(args)[0].value.shape)
+    axis = getattr(op, "axis", None)
+    axes = axis if isinstance(axis, (list, tuple)) else [axis]
+    return rank > 2 and all(isinstance(a, int) and a % rank >= 2 for a in axes)
 
 
 def alpha_per_time_position(op) -> bool:

@@ -27,9 +27,9 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..program import StateInfo
-from .layer_kinds import (ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS, inert_at_inference,
-                          alpha_per_time_position, mask_unused, needs_whole_sequence,
-                          not_streamable_reason)
+from .layer_kinds import (NOT_STREAMABLE, PER_STEP_LAYERS, alpha_per_time_position,
+                          inert_at_inference, is_elementwise_op, is_feature_axis_op,
+                          mask_unused, needs_whole_sequence, not_streamable_reason)
 from .probe import LAST_FRAME, MIXED, PER_STEP, PROBE_FRAMES, ProbeFailed, time_locality
 from .reshape_target import layer_time_length, per_step_target
 from .rnn_states import cell_states, is_rnn, makes_mask, state_name, state_shapes
@@ -325,8 +325,6 @@ class Replay:
         if kind in NOT_STREAMABLE and needs_whole_sequence(kind, args, kwargs, on_sequence):
             # (a fixed-window model falls back to recomputing its window)
             raise NotIncremental(op, not_streamable_reason(kind, kwargs, op))
-        # (attention over a memory input: the model has one value of it, held)
-        self.broadcasts |= kind in NOT_STREAMABLE and on_sequence
         if not on_sequence:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, VEC, valid_from=_valid_from(streamed),
@@ -354,7 +352,7 @@ class Replay:
             self.row(op, "per-step")
             return self.apply(op, args, kwargs, SEQ, seq=args[0].seq,
                               valid_from=args[0].valid_from)
-        known = kind in PER_STEP_LAYERS or _is_elementwise_op(op) or _is_feature_axis_op(op, args)
+        known = kind in PER_STEP_LAYERS or is_elementwise_op(op) or is_feature_axis_op(op, args)
         if known:
             self._check_axes(op, PER_STEP_LAYERS.get(kind), args)
             if kind == "PReLU" and alpha_per_time_position(op):
@@ -373,6 +371,7 @@ class Replay:
             args, kwargs, seq = self._align(op, args, kwargs)
             self.row(op, "per-step")
             streamed = [a for a in _leaves((args, kwargs)) if isinstance(a, Streamed)]
+            self._side_inputs(op, streamed)
             return self.apply(op, args, kwargs, SEQ, seq=seq, valid_from=_valid_from(streamed))
         if locality == LAST_FRAME:
             return self._on_last_frame(op, args, kwargs)
@@ -468,6 +467,17 @@ class Replay:
             if axis is not None and axis % rank == 1:
                 # (a fixed window falls back to one whole inference per step)
                 raise NotIncremental(op, f"works along axis {axis}, the time axis")
+
+    def _side_inputs(self, op, streamed) -> None:
+        """A layer the probe found frame by frame that also reads values
+        without a time axis (a user's layer tiling a conditioning vector over
+        the frames, an attention's memory): made of inputs alone, they are
+        held (one value a stream, as the model has); pooled from the
+        sequence, each frame would need the whole sequence's."""
+        side = [s for s in streamed if s.meta == VEC]
+        if not all(s.constant for s in side):
+            raise NotIncremental(op, "combines a sequence with a value pooled from it")
+        self.broadcasts |= bool(side)
 
     def _check_all_sequences(self, op, args) -> None:
         leaves = [s for s in _leaves(args) if isinstance(s, Streamed)]
@@ -623,29 +633,6 @@ def _per_step_seq(seq: Seq | None) -> Seq | None:
 
 def _valid_from(streamed) -> int:
     return max([s.valid_from for s in streamed], default=0)
-
-
-#: keras.ops that work along an axis (or a set): per step when every such
-#: axis is a feature axis (not batch or time): the mask a Masking layer
-#: records (not_equal, then any over the features), ``ops.split`` of a gated
-#: activation, ``ops.concatenate`` or a mean over features.
-FEATURE_AXIS_OPS = {"Any", "All", "Split", "Concatenate", "Sum", "Mean", "Max", "Min", "Prod",
-                    "Softmax", "LogSoftmax", "Argmax", "Argmin"}
-
-
-def _is_feature_axis_op(op, args) -> bool:
-    if not type(op).__module__.startswith("keras.src.ops") or \
-            type(op).__name__ not in FEATURE_AXIS_OPS:
-        return False
-    rank = len(_leaves(args)[0].value.shape)
-    axis = getattr(op, "axis", None)
-    axes = axis if isinstance(axis, (list, tuple)) else [axis]
-    return rank > 2 and all(isinstance(a, int) and a % rank >= 2 for a in axes)
-
-
-def _is_elementwise_op(op) -> bool:
-    return type(op).__module__.startswith("keras.src.ops") and \
-        type(op).__name__ in ELEMENTWISE_OPS
 
 
 def layer_error(op, reason: str) -> TfaotError:
