@@ -127,3 +127,19 @@ def test_a_model_neither_path_streams_keeps_the_layer_refusal(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "layer 'both' (Bidirectional) runs the sequence backwards" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_the_traced_graph_keeps_the_input_layers_names(tmp_path):
+    """A model of several inputs built from its graph named them x_t, x_t1
+    (the header's fields too), where the layer-by-layer path takes the
+    Input layers' names; a one-input model's is x_t on both."""
+    import keras
+
+    from tfaot.frontend.keras_graph import keras_as_graph
+
+    seq, cond = keras.Input((None, 4), name="seq"), keras.Input((3,), name="cond")
+    shift = keras.layers.Reshape((1, 2))(keras.layers.Dense(2)(cond))
+    two = keras.Model([seq, cond], keras.ops.add(keras.layers.Dense(2)(seq), shift))
+    assert [i.name for i in keras_as_graph(two, tmp_path / "two.keras").inputs] == ["seq", "cond"]
+    one = keras.Model(seq, keras.layers.Dense(2)(seq))
+    assert [i.name for i in keras_as_graph(one, tmp_path / "one.keras").inputs] == ["x_t"]
