@@ -373,3 +373,40 @@ def test_dilated_convolutions_of_a_graph_gather_their_taps(tmp_path, capsys, for
     manifest = json.loads(next(out.glob("*.json")).read_text())
     frames = sorted(max(s["shape"][1:-1]) for s in manifest["state"] if len(s["shape"]) > 2)
     assert frames == [17, 17, 17], manifest["state"]
+
+
+def test_an_attention_graph_asked_to_stream_is_the_sliding_window(tmp_path, capsys):
+    """A frozen transformer over a fixed window of 12 frames: its attention's
+    einsum mixes the frames. Without --time-axis it is one whole inference a
+    step (the note says to give --time-axis); with --time-axis 1 it was that
+    too, where the user asked for frames: now the exact sliding window (a
+    ring buffer of the window, the graph on it every step), as a Keras
+    model's is."""
+    import json
+
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(20)
+    x = keras.Input((12, 5), batch_size=1)
+    h = keras.layers.Dense(8)(x)
+    h = keras.layers.LayerNormalization()(h + keras.layers.MultiHeadAttention(2, 4)(h, h))
+    model = keras.Model(x, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling1D()(h)))
+    fn = tf.function(lambda v: model(v)).get_concrete_function(
+        tf.TensorSpec([1, 12, 5], tf.float32, name="x"))
+    tf.io.write_graph(convert_variables_to_constants_v2(fn).graph.as_graph_def(), str(tmp_path),
+                      "attn.pb", as_text=False)
+    for flags, mode, frame in (([], "stateless", [1, 12, 5]), (["--time-axis", "1"], "window",
+                                                                [1, 5])):
+        out = tmp_path / mode
+        assert main(["build", str(tmp_path / "attn.pb"), "-o", str(out), "-q", *flags]) == 0
+        manifest = json.loads((out / "attn.json").read_text())
+        assert manifest["stream"]["mode"] == mode and manifest["inputs"][0]["shape"] == frame
+        assert bool(manifest["stream"]["recompute"]) == (mode == "window")
+        capsys.readouterr()
+        assert main(["verify", str(tmp_path / "attn.pb"), str(out)]) == 0
+        assert capsys.readouterr().out.rstrip().endswith(": ok")

@@ -14,7 +14,6 @@ import re
 from ..errors import TfaotError
 
 
-
 def constants_as_stablehlo(module) -> int:
     """TensorFlow's ``tf.Const`` ops left after its lowering, made
     ``stablehlo.constant`` ops of the same value; returns how many. Its

@@ -295,6 +295,12 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         except (NotAWindow, Fail) as why:
             if mode != "window" or isinstance(why, NotIncremental):
                 raise
+            if inp.time_axis is not None and not isinstance(why, NotAWindow) and \
+                    not keeps_time(loaded, inp, full, a):
+                # asked to stream over that axis (--time-axis), where a node
+                # mixes its frames (attention's einsum): the exact sliding
+                # window, as a Keras model's, not one whole inference a step
+                return recompute_program(loaded, inp, full, a, str(why))
             retry = "prefix" if inp.time_axis is not None and isinstance(why, NotAWindow) \
                 else "stateless"  # a given time axis reaching the output: per frame
             return _streamify(loaded, probe_T, fixed_window, retry, not_window=str(why))
