@@ -412,3 +412,23 @@ def test_an_exported_initial_state_input_is_named_with_its_pair(tmp_path, capsys
     assert main(["build", str(path), "-o", str(out), "-q", "--state", "h0=output_1"]) == 0
     capsys.readouterr()
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+
+
+def test_an_initial_state_computed_from_a_conditioning_input_names_no_state_pair(tmp_path,
+                                                                                  capsys):
+    """A GRU's initial_state = Dense(cond), exported with model.export: its
+    loop's initial state is computed from an input without a time axis, so
+    there is no state input to pair, and the refusal's "--state IN=OUT, OUT
+    the output that returns the final state" could not be followed. It says
+    what the value is and that the Keras file streams it."""
+    import keras
+
+    seq = keras.Input((None, 5), batch_size=1, name="frames")
+    cond = keras.Input((3,), batch_size=1, name="speaker")
+    h0 = keras.layers.Dense(6, activation="tanh")(cond)
+    y = keras.layers.GRU(6, return_sequences=True)(seq, initial_state=[h0])
+    keras.Model([seq, cond], y).export(str(tmp_path / "sm"), verbose=False)
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib")]) == 1
+    err = capsys.readouterr().err
+    assert "is computed from an input without a time axis" in err, err
+    assert "name its pair" not in err and "build the .keras file" in err, err

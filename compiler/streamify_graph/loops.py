@@ -288,3 +288,24 @@ def functionalize_v1(graph_def) -> tuple[list, list[Loop], dict[str, str]]:
                 c.input.append(i)
         new_nodes.append(c)
     return new_nodes, loops, exit_map
+
+
+def initial_state_refusal(loop: str, index: int, operand: str, source: str | None,
+                          meta) -> str:
+    """Why loop ``loop``'s state ``index``, whose initial value ``operand``
+    (the graph input ``source`` itself, or None) is not constant (``meta``:
+    what it depends on), cannot stream; with the --state pair that would
+    stream it where there is one."""
+    what = f"input '{source}'" if source else f"'{operand}'"
+    if source is None and meta.kind == "step":
+        # (computed from an input without a time axis: no state input to pair)
+        return (f"loop '{loop}': the initial value of state {index} ({what}) is computed from "
+                "an input without a time axis (a conditioning vector through a layer): a "
+                "graph's loop streams from a constant initial state or from a state input "
+                "fed back (--state IN=OUT), and the Keras model itself streams such an "
+                "initial_state (build the .keras file)")
+    pair = f"--state {source}=OUT" if source else "--state IN=OUT"
+    return (f"loop '{loop}': the initial value of state {index} ({what}) depends on the "
+            f"input ({meta}); only constant initial states can be streamed (a state input "
+            f"the caller feeds back: name its pair with {pair}, OUT the output that returns "
+            "the final state, and the loop keeps it, from zeros at reset)")

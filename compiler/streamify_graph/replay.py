@@ -18,7 +18,7 @@ from .analysis import Graph, Probe
 from .folding import folded_value
 from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse_tensor, \
     scope, tname
-from .loops import LOOP_OP
+from .loops import LOOP_OP, initial_state_refusal
 from .unrolled import UNROLLED_OP
 from .meta import HELD, LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
 from .ring import TimePlan, TimeState, take_frames
@@ -565,15 +565,8 @@ class Emitter:
                 raise Fail(f"loop '{loop.name}': operand '{v.operand}' was not produced")
             if v.kind == "state":
                 if m.kind not in STATIC_KINDS:
-                    source = self._graph_input_of(v.operand)
-                    what = f"input '{source}'" if source else f"'{v.operand}'"
-                    pair = f"--state {source}=OUT" if source else "--state IN=OUT"
-                    raise Fail(f"loop '{loop.name}': the initial value of state {v.index} "
-                               f"({what}) depends on the input ({m}); only constant "
-                               "initial states can be streamed (a state input the caller "
-                               f"feeds back: name its pair with {pair}, OUT the output "
-                               "that returns the final state, and the loop keeps it, from "
-                               "zeros at reset)")
+                    raise Fail(initial_state_refusal(loop.name, v.index, v.operand,
+                                                     self._graph_input_of(v.operand), m))
                 input_map[f"{v.arg}:0"] = self.state_inputs[(loop.name, v.index)]
                 fetch.append(v.ret)
                 out_metas[v.index] = STEP
