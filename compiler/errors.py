@@ -56,15 +56,20 @@ def first_line(e: BaseException) -> str:
 
     A first line that only announces the cause ("... Example error message
     for object <Dense name=dense>:", as Keras writes) is kept with the
-    next non-empty line, the cause itself (shortened to ``CAUSE_CHARS``).
+    next non-empty line, the cause itself (shortened to ``CAUSE_CHARS``);
+    Keras's "Exception encountered when calling X.call()." gives way to its
+    cause (tfaot's own message names the layer), and TensorFlow's
+    ``{{function_node ...}}`` markers go.
     """
     import re
 
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # Keras's terminal bold
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
+    text = re.sub(r"(\[Op:\w+\]) name:[ \t]*$", r"\1", text, flags=re.M)  # (no name given)
     lines = [line.strip() for line in (text.strip() or type(e).__name__).splitlines()]
     lines = [line for line in lines if line]
-    # ("Exception encountered when calling Lambda.call()." then the cause)
-    announces = lines[0].endswith(":") or lines[0].startswith("Exception encountered when")
-    if len(lines) < 2 or not announces:
+    if len(lines) > 1 and lines[0].startswith("Exception encountered when calling"):
+        lines = lines[1:]
+    if len(lines) < 2 or not lines[0].endswith(":"):
         return _shortened(lines[0], LINE_CHARS)
     return f"{lines[0]} {_shortened(lines[1], CAUSE_CHARS)}"

@@ -258,3 +258,23 @@ def test_verify_of_a_folder_that_is_not_a_build(tmp_path, model_file):
     (tmp_path / "empty").mkdir()
     line = one_error_line(tfaot("verify", model_file, tmp_path / "empty"))
     assert "not a folder tfaot build wrote" in line and "name=" not in line
+
+
+def test_a_wrapped_error_keeps_its_cause_in_one_line():
+    """Keras wraps a layer's error as "Exception encountered when calling
+    X.call()." with TensorFlow's function-node marker and an empty op name
+    around the cause: the one line tfaot quotes (a probe's note, a refusal)
+    is the cause; an announcing first line keeps the line after it."""
+    from tfaot.errors import first_line
+
+    keras_error = ValueError(
+        "Exception encountered when calling LearnedPos.call().\n\n\x1b[1m{{function_node "
+        "__wrapped__AddV2_device_/job:localhost/replica:0/task:0/device:CPU:0}} Incompatible "
+        "shapes: [1,5,32] vs. [1,100,32] [Op:AddV2] name: \x1b[0m\n\nArguments received by "
+        "LearnedPos.call():\n  x=tf.Tensor(shape=(1, 5, 32), dtype=float32)")
+    assert first_line(keras_error) == "Incompatible shapes: [1,5,32] vs. [1,100,32] [Op:AddV2]"
+    assert first_line(ValueError("Example error message for object <Dense>:\n\n the cause")) \
+        == "Example error message for object <Dense>: the cause"
+    assert first_line(ValueError("Exception encountered when calling Lambda.call().")) == \
+        "Exception encountered when calling Lambda.call()."
+    assert first_line(KeyError()) == "KeyError"
