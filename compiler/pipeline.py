@@ -95,22 +95,20 @@ def _streamify_keras(loaded, model_path: str, fixed_window: str, progress: Progr
     error (it names the layer). A subclassed model that cannot stream over
     the time axis its trace opened is traced again with the length it was
     built with (frontend/subclassed.py)."""
-    from .frontend.load import load_model
+    from .frontend.load import at_built_length
     from .streamify_keras import streamify_keras
 
     try:
         program = streamify_keras(loaded.keras_model, str(loaded.path), loaded.format,
                                   fixed_window=fixed_window)
     except NeedsFixedLength as refusal:
-        if loaded.opened_time is None:
+        fixed = at_built_length(loaded)
+        if fixed is None:
             return _graph_of_keras(loaded, model_path, fixed_window, refusal, progress), loaded
-        progress.note(f"{model_path}: the subclassed model takes the {loaded.opened_time} "
-                      f"frames it was built with, because {refusal.why}")
-        import keras
-
-        keras.backend.clear_session()  # (its layers keep their names: no "_1" in notes)
-        loaded = load_model(model_path, fmt=loaded.format, keras_fixed_time=True)
-        program, loaded = _streamify_keras(loaded, model_path, fixed_window, progress)
+        progress.note(f"{model_path}: the subclassed model takes the "
+                      f"{fixed.keras_model.inputs[0].shape[1]} frames it was built with, "
+                      f"because {refusal.why}")
+        program, loaded = _streamify_keras(fixed, model_path, fixed_window, progress)
         program.report["keras_fixed_time"] = True  # (verify traces it so too)
         return program, loaded
     except TfaotError as refusal:

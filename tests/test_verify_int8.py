@@ -182,3 +182,23 @@ def test_a_keras2_reference_is_loaded_rounded_and_models_are_put_back(tmp_path):
     np.testing.assert_array_equal(dense.kernel.numpy(), kernel)
     np.testing.assert_array_equal(keras_reference_model(loaded).layers[0].kernel.numpy(),
                                   kernel)
+
+
+def test_weights_two_models_share_are_put_back(tmp_path):
+    """A subclassed model and its trace share their layers: rounded once and
+    put back once (saved twice, the second saved value was the rounded one,
+    and the model stayed rounded after verify)."""
+    import keras
+
+    from tfaot.frontend.load import LoadedModel
+    from tfaot.verify.int8_spread import Rule, rounded, with_rounded_weights
+
+    dense = keras.layers.Dense(40)
+    x = keras.Input((40,))
+    trace, original = keras.Model(x, dense(x)), keras.Model(x, dense(x))
+    kernel = dense.kernel.numpy()
+    loaded = LoadedModel(tmp_path / "m.keras", "keras", keras_model=trace,
+                         keras_original=original)
+    with with_rounded_weights(loaded, Rule(1024, False)):
+        np.testing.assert_array_equal(dense.kernel.numpy(), rounded(kernel, -1))
+    np.testing.assert_array_equal(dense.kernel.numpy(), kernel)

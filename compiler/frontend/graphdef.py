@@ -30,6 +30,17 @@ def node_of(tensor_name: str) -> str:
 IDENTITY_OPS = {"Identity", "Snapshot", "StopGradient", "PreventGradient"}
 
 
+def source_node(nodes: dict, tensor: str) -> str | None:
+    """The node that gives ``tensor`` (``nodes``: by name), through
+    identities, variable reads and a v1 loop's ``Enter`` (a dynamic_rnn
+    cell's weights); None if missing."""
+    name = node_of(tensor)
+    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp", "Enter") and \
+            nodes[name].input:
+        name = node_of(nodes[name].input[0])
+    return name if name in nodes else None
+
+
 def static_bool(nodes: dict, t: str, through_enter: bool = True):
     """The value of a predicate known when the graph is built (a Const, or a
     PlaceholderWithDefault that is not an input: TF1's ``is_training``

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,7 @@ class LoadedModel:
     format: str  # "keras", "h5", "savedmodel", "graphdef"
     keras_model: Any = None  # for "keras" and "h5"
     keras_original: Any = None  # the model as written where keras_model is its trace
-    #: a subclassed model's trace opened its time axis, built with this length
-    opened_time: int | None = None
+    keras_subclassed: Any = None  # a subclassed model as loaded, where keras_model is its trace
     graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
 
 
@@ -73,11 +72,12 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
-        from .subclassed import layer_graph, opened_time
+        from .subclassed import is_subclassed, layer_graph
 
-        functional, original = layer_graph(_load_keras(path, fmt), path, keras_fixed_time)
+        model = _load_keras(path, fmt)
+        functional, original = layer_graph(model, path, keras_fixed_time)
         loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original,
-                             opened_time=opened_time(functional))
+                             keras_subclassed=model if is_subclassed(model) else None)
     else:
         from .load_graph import GraphOptions, load_graph
 
@@ -90,6 +90,20 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
             state_inputs))
     _refuse_empty_inputs(loaded)
     return loaded
+
+
+def at_built_length(loaded: LoadedModel) -> LoadedModel | None:
+    """``loaded``'s subclassed model traced again at the length it was built
+    with, where its trace opened its time axis (frontend/subclassed.py);
+    None for other models."""
+    from .subclassed import layer_graph
+
+    if loaded.keras_subclassed is None or loaded.keras_model.inputs[0].shape[1] is not None:
+        return None
+    functional, original = layer_graph(loaded.keras_subclassed, loaded.path, fixed_time=True)
+    if functional.inputs[0].shape[1] is None:
+        return None
+    return replace(loaded, keras_model=functional, keras_original=original)
 
 
 def _keeping_state_tensors(options):

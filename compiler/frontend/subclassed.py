@@ -32,10 +32,7 @@ def layer_graph(model, path, fixed_time: bool = False):
     custom blocks inlined (module docstring; ``fixed_time``: at the length
     it was built with)."""
     subclassed = is_subclassed(model)
-    traced = as_functional(model, path, fixed_time) if subclassed else model
-    functional = inline_blocks(traced)
-    if opened_time(traced) is not None and functional is not traced:
-        functional.opened_time = opened_time(traced)
+    functional = inline_blocks(as_functional(model, path, fixed_time) if subclassed else model)
     if functional is model:
         return model, None
     return functional, reference_of(model, functional) if subclassed else model
@@ -53,8 +50,7 @@ def is_subclassed(model) -> bool:
 def as_functional(model, path, fixed_time: bool = False):
     """The functional model of ``model``'s ``call`` (module docstring): over
     an open time axis unless ``fixed_time``, or the call fails on one (then
-    at the built length). A model traced with an open axis has it in
-    ``opened_time`` (what the axis was built with)."""
+    at the built length)."""
     import keras
 
     cls = type(model).__name__
@@ -66,9 +62,7 @@ def as_functional(model, path, fixed_time: bool = False):
     dtype = "int32" if tokens else "float32"
     if (len(features) == 2 or tokens) and not fixed_time:
         try:  # (time, ...): streamed over an open time axis
-            functional = _traced(model, (None, *features[1:]), shape[0], dtype, path, cls)
-            functional.opened_time = features[0]
-            return functional
+            return _traced(model, (None, *features[1:]), shape[0], dtype, path, cls)
         except TfaotError:
             pass  # (the built length may do)
     return _traced(model, features, shape[0], dtype, path, cls)
@@ -87,12 +81,6 @@ def _traced(model, features: tuple, batch: int, dtype: str, path, cls: str):
                          f"{_text(x.shape)} failed: {first_line(e)}); tfaot streams a call "
                          "made of layers and keras.ops, without branches on values") from None
     return keras.Model(x, y, name=model.name)
-
-
-def opened_time(functional) -> int | None:
-    """The length a subclassed model was built with where its trace
-    ``functional`` opened that time axis (as_functional), else None."""
-    return getattr(functional, "opened_time", None)
 
 
 def _built_shape(model, path, cls) -> tuple:

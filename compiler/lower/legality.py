@@ -14,6 +14,17 @@ import re
 from ..errors import TfaotError
 
 
+def _ops(module):
+    """Every op of ``module``, nested ones included, outer ones first."""
+    pending = [module.operation]
+    while pending:
+        op = pending.pop()
+        yield op
+        pending += [inner.operation for region in reversed(op.regions)
+                    for block in reversed(region.blocks)
+                    for inner in reversed(list(block.operations))]
+
+
 def constants_as_stablehlo(module) -> int:
     """TensorFlow's ``tf.Const`` ops left after its lowering, made
     ``stablehlo.constant`` ops of the same value; returns how many. Its
@@ -23,17 +34,8 @@ def constants_as_stablehlo(module) -> int:
     StableHLO lowering"."""
     from iree.compiler import ir
 
-    leftover = []
-
-    def visit(op):
-        if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1:
-            leftover.append(op)
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
+    leftover = [op for op in _ops(module)
+                if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1]
     for op in leftover:
         with ir.InsertionPoint(op), op.location:
             constant = ir.Operation.create("stablehlo.constant", results=[op.results[0].type],
@@ -46,18 +48,8 @@ def constants_as_stablehlo(module) -> int:
 def check_legality(module, source: str, allowed: set[str]) -> None:
     """Raise naming every op outside the ``allowed`` dialects (the message is
     cut after about 600 characters)."""
-    bad: list[str] = []
-
-    def visit(op):
-        name = op.name
-        if name.split(".", 1)[0] not in allowed:
-            bad.append(_describe_illegal(name, op.location))
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
+    bad = [_describe_illegal(op.name, op.location) for op in _ops(module)
+           if op.name.split(".", 1)[0] not in allowed]
     if bad:
         shown = "; ".join(dict.fromkeys(bad))  # unique, in order
         # (--streams: TensorFlow's vectorization wrote the step's ops in
@@ -74,18 +66,9 @@ def _front_end_hint(module) -> str:
     lower: the cut that leaves it to the firmware."""
     from ..frontend.graph_cut import FRONT_END_OPS
 
-    found = []
-
-    def visit(op):
-        tf_type, node = _tf_origin(str(op.location))
-        if tf_type in FRONT_END_OPS and node:
-            found.append((tf_type, node))
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    visit(inner.operation)
-
-    visit(module.operation)
+    found = [(tf_type, node) for tf_type, node in (_tf_origin(str(op.location))
+                                                   for op in _ops(module))
+             if tf_type in FRONT_END_OPS and node]
     if not found:
         return ""
     tf_type, node = next((f for f in found if f[0] == "Mfcc"), found[-1])

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TfaotError, first_line
+from ..frontend.graphdef import source_node
 from . import int8_spread
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, id_limits,
@@ -121,18 +122,9 @@ def weighted_layers(loaded) -> int:
     layers = set()
     for n in nodes.values():
         if n.op in WEIGHTED_OPS and "while/" not in n.name:
-            weight = _source(nodes, n.input[1]) if len(n.input) > 1 else None
+            weight = source_node(nodes, n.input[1]) if len(n.input) > 1 else None
             layers.add(weight if weight is not None and nodes[weight].op == "Const" else n.name)
     return len(layers)
-
-
-def _source(nodes: dict, tensor: str) -> str | None:
-    """The node that gives ``tensor``, through identities; None if missing."""
-    name = tensor.lstrip("^").split(":")[0]
-    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp") and \
-            nodes[name].input:
-        name = nodes[name].input[0].lstrip("^").split(":")[0]
-    return name if name in nodes else None
 
 
 def _graph_dtype_tolerance(manifest: dict, graph_def=None) -> float:

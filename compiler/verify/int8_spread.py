@@ -135,20 +135,25 @@ _KERNELS = ("kernel", "recurrent_kernel", "pointwise_kernel")
 
 def _round_keras(model, rule: Rule, saved: list) -> None:
     """Rounds the quantized matrices of ``model``'s layers in place (their
-    output channel is the last axis), keeping (variable, old value) in ``saved``."""
+    output channel is the last axis), keeping (variable, old value) in
+    ``saved``; a variable already there (a layer the trace of a subclassed
+    model shares with it) is left as it is, so that its old value is the
+    one put back."""
+    done = {id(variable) for variable, _ in saved}
     for layer in model._flatten_layers(include_self=False):
         kind = type(layer).__name__
         if "Depthwise" in kind:
             continue
         for attr in _KERNELS:
             variable = getattr(layer, attr, None)
-            if variable is None or not hasattr(variable, "assign"):
+            if variable is None or not hasattr(variable, "assign") or id(variable) in done:
                 continue
             value = np.asarray(variable)
             is_conv = "Conv" in kind or attr == "pointwise_kernel"
             if value.size < rule.min_weights or (is_conv and not rule.convolutions):
                 continue
             saved.append((variable, value))
+            done.add(id(variable))
             variable.assign(rounded(value, -1))
 
 
@@ -162,6 +167,8 @@ def _rounded_graph(graph_def, rule: Rule):
     products (and convolutions, where the rule has them) rounded."""
     import tensorflow as tf
 
+    from ..frontend.graphdef import source_node
+
     out = type(graph_def)()
     out.CopyFrom(graph_def)
     nodes = {n.name: n for n in out.node}
@@ -170,7 +177,7 @@ def _rounded_graph(graph_def, rule: Rule):
         is_conv = node.op in _CONV_OPS
         if len(node.input) < 2 or not (node.op in _MATRIX_OPS or (is_conv and rule.convolutions)):
             continue
-        name = _constant_source(nodes, node.input[1])
+        name = source_node(nodes, node.input[1])
         const = nodes.get(name)
         if name in done or const is None or const.op != "Const":
             continue
@@ -184,12 +191,3 @@ def _rounded_graph(graph_def, rule: Rule):
         done.add(name)
     return out
 
-
-def _constant_source(nodes: dict, tensor: str) -> str | None:
-    """The node that gives ``tensor`` through identities and a v1 loop's
-    ``Enter`` (a dynamic_rnn cell's weights); None if missing."""
-    name = tensor.lstrip("^").split(":")[0]
-    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp", "Enter") and \
-            nodes[name].input:
-        name = nodes[name].input[0].lstrip("^").split(":")[0]
-    return name if name in nodes else None
