@@ -31,6 +31,7 @@ HardSigmoid Swish Atan Atan2 Mish Tan Asin Acos Sinh Cosh Asinh Acosh Atanh
 Xlogy Xdivy Xlog1py TruncateMod Lgamma Digamma
 ComplexAbs Real Imag Angle Conj Complex
 BitwiseAnd BitwiseOr BitwiseXor Invert LeftShift RightShift
+FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars FakeQuantWithMinMaxVarsPerChannel
 """.split())
 REDUCTIONS = {"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"}
 ARG_REDUCTIONS = {"ArgMax", "ArgMin"}

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..frontend.graphdef import source_node
-from . import int8_spread
+from . import fake_quant, int8_spread
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, id_limits,
                               has_stateful_layers, keras_stateful_reference,
@@ -204,13 +204,19 @@ def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Cas
         same_inputs = copy.deepcopy(rng)
         case = _make_case(loaded, lib, rng, steps, tol, model_path, lib.dir)
         spreads = _int8_spreads(loaded, lib, case, same_inputs, steps, tol, model_path)
-    rules = [tol * output_scale(checks) for checks in case.checks]
+    grid_steps = fake_quant.output_steps(loaded)
+    if len(grid_steps) != len(case.checks):  # (a Keras model's: none)
+        grid_steps = [0.0] * len(case.checks)
+    rules = [tol * output_scale(checks) + step
+             for checks, step in zip(case.checks, grid_steps)]
     case.output_tolerances = [max(rule, int8_spread.MARGIN * spread)
                               for rule, spread in zip(rules, spreads)]
     case.tolerance = max(case.output_tolerances, default=tol)
-    if any(int8_spread.MARGIN * spread > rule for rule, spread in zip(rules, spreads)):
-        case.tolerance_notes = [int8_spread.note(spread) if int8_spread.MARGIN * spread > rule
-                                else None for rule, spread in zip(rules, spreads)]
+    notes = [int8_spread.note(spread) if int8_spread.MARGIN * spread > rule
+             else fake_quant.note(step) if step else None
+             for rule, spread, step in zip(rules, spreads, grid_steps)]
+    if any(notes):
+        case.tolerance_notes = notes
     return case
 
 
