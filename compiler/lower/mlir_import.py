@@ -26,6 +26,7 @@ from .activations import expand_erf, expand_tan
 from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
 from .einsum import einsums_as_dot_generals
+from .float8 import float8_rounding
 from .kernel_calls import retire
 from .legality import check_legality, constants_as_stablehlo
 from .matvec_sums import merge_matvec_sums
@@ -220,6 +221,7 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
         check_legality(module, program.source, ALLOWED_DIALECTS)
         pure = _single_func(module)
         fold_constant_slices(pure)
+        float8_rounding(pure)
         einsums_as_dot_generals(pure)
         dot_generals_as_dots(pure)
         if matvec_layout:
