@@ -68,6 +68,8 @@ def load_and_streamify(model_path: str, progress: Progress,
     with progress.stage("load", str(model_path)):
         quiet_tensorflow()
         loaded = load_model(model_path, graph_options, fmt=fmt)
+    if loaded.note:
+        progress.note(f"{model_path}: {loaded.note}")
     _note_signature(loaded, model_path, progress)
     with progress.stage("streamify"):
         if loaded.keras_model is not None:

@@ -4,12 +4,15 @@ against Keras over 200 steps once the file that defines them is given;
 without it, or with a file that fails, the error is one line naming the
 class or the file's line, and nothing is written."""
 import importlib.util
+import json
 import re
 import textwrap
 
 import pytest
 
 from tfaot.cli import main
+from tfaot.errors import TfaotError
+from tfaot.frontend.load import load_model
 
 CLASSES = textwrap.dedent('''
     import keras
@@ -192,6 +195,48 @@ def test_a_keras2_file_takes_its_class_in_both_forms(tmp_path, capsys):
     _build_and_verify(tmp_path / "old.h5", f"{k2},{k3}", capsys)
 
 
+def test_a_keras2_file_with_its_class_in_tf_keras_only_builds_from_its_graph(tmp_path, capsys):
+    """Keras 3 cannot rebuild it without a Keras 3 form of the class (it was
+    refused); tf_keras loads it and its traced graph streams (the way a
+    model trained quantization-aware with tfmot, whose classes only tf_keras
+    has, is built)."""
+    import tf_keras
+
+    k2 = tmp_path / "k2.py"
+    k2.write_text(KERAS2_CLASS)
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.layers.InputLayer((None, 4)),
+                                 tf_keras.layers.GRU(8, return_sequences=True),
+                                 _module(k2).Double(), tf_keras.layers.Dense(2)])
+    model.save(tmp_path / "old.h5")
+    lib = tmp_path / "lib"
+    assert main(["build", str(tmp_path / "old.h5"), "-o", str(lib), "--custom-objects",
+                 str(k2)]) == 0
+    err = capsys.readouterr().err
+    assert "built from the graph tf_keras traces: the model's 'Double' is a Keras 2" in err, err
+    assert json.loads((lib / "old.json").read_text())["stream"]["mode"] == "prefix"
+    assert main(["verify", str(tmp_path / "old.h5"), str(lib), "--custom-objects", str(k2)]) == 0
+    out = capsys.readouterr().out
+    assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
+
+
+def test_a_quantization_aware_model_without_tfmot_says_what_to_install(tmp_path):
+    """tfmot's classes (here a stand-in of the name, which tf_keras cannot
+    load either) are named with the package that has them."""
+    import tf_keras
+
+    class QuantizeLayer(tf_keras.layers.Layer):
+        def call(self, x):
+            return x
+
+    tf_keras.Sequential([tf_keras.layers.InputLayer((None, 4)), QuantizeLayer(),
+                         tf_keras.layers.Dense(2)]).save(tmp_path / "qat.h5")
+    with pytest.raises(TfaotError, match=r"qat.h5: the model was trained quantization-aware "
+                       r"with tensorflow_model_optimization .*pip install "
+                       r"tensorflow-model-optimization"):
+        load_model(tmp_path / "qat.h5")
+
+
 SUBCLASSED = textwrap.dedent('''
     import keras
     from keras import ops
@@ -242,7 +287,6 @@ def subclassed(tmp_path):
 def test_a_subclassed_model_streams_and_verifies_against_its_own_call(subclassed, capsys):
     """Traced into a functional model of its layers, with an open time axis
     (it was built on 7 frames); verify runs the class's own call."""
-    from tfaot.frontend.load import load_model
     from tfaot.verify.keras_reference import keras_reference_model
 
     tmp, classes = subclassed

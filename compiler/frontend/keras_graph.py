@@ -8,6 +8,15 @@ instead (transposes, reshapes, while loops), so a model the first refuses
 may still stream from its graph: pipeline.py tries that before giving up.
 The step's inputs and outputs keep the Keras path's names (``x_t``, or
 the Input layers' names; ``y_t``, or the output layers' names).
+
+A Keras 2 file whose classes only tf_keras has is built from its graph
+too (``keras2_as_graph``): tfaot builds Keras 2 files as Keras 3 models,
+which needs each custom class in both forms, and a model trained
+quantization-aware with tensorflow_model_optimization (its
+``QuantizeWrapperV2`` layers) has them in tf_keras only. tf_keras loads
+it (inside tfmot's ``quantize_scope`` where the file names tfmot's
+classes) and its call is traced; its FakeQuant ops stream as the
+elementwise ops they are.
 """
 from __future__ import annotations
 
@@ -17,7 +26,6 @@ from pathlib import Path
 def keras_as_graph(model, path: Path):
     """``model`` (a functional Keras model) traced with a batch of one and
     its other dimensions as declared, frozen, as a graph_cut.LoadedGraph."""
-    import keras
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
@@ -31,10 +39,39 @@ def keras_as_graph(model, path: Path):
     names = output_names(model, len(model.outputs))
 
     def call(*xs):
-        ys = keras.tree.flatten(model(list(xs) if len(xs) > 1 else xs[0], training=False))
+        ys = tf.nest.flatten(model(list(xs) if len(xs) > 1 else xs[0], training=False))
         return [tf.identity(y, name=n) for y, n in zip(ys, names)]
 
     frozen = convert_variables_to_constants_v2(tf.function(call).get_concrete_function(*specs))
     graph_def = frozen.graph.as_graph_def()
     return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)
 
+
+
+#: tensorflow_model_optimization's layer classes (quantization-aware training)
+TFMOT_CLASSES = ("QuantizeLayer", "QuantizeWrapper", "QuantizeWrapperV2", "QuantizeAnnotate")
+
+
+def keras2_as_graph(path: Path, fmt: str, missing_class: str):
+    """The Keras 2 file ``path`` loaded by tf_keras and traced as
+    ``keras_as_graph`` does, for a model that Keras 3 cannot load because
+    it lacks the class ``missing_class``; None where tf_keras cannot load
+    it either."""
+    from contextlib import nullcontext
+
+    from ..errors import TfaotError
+    from .keras2 import load_reference
+
+    scope = nullcontext()
+    if missing_class in TFMOT_CLASSES:
+        try:
+            import tensorflow_model_optimization as tfmot
+        except ImportError:
+            return None
+        scope = tfmot.quantization.keras.quantize_scope()
+    try:
+        with scope:
+            model = load_reference(path, fmt)
+    except TfaotError:
+        return None
+    return keras_as_graph(model, path)

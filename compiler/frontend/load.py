@@ -28,6 +28,7 @@ class LoadedModel:
     keras_original: Any = None  # the model as written where keras_model is its trace
     keras_subclassed: Any = None  # a subclassed model as loaded, where keras_model is its trace
     graph: Any = None  # for "savedmodel" and "graphdef": a graph_cut.LoadedGraph
+    note: str | None = None  # how it was loaded, where the build should say so
 
 
 def detect_format(path: Path) -> str:
@@ -74,10 +75,14 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     if fmt in ("keras", "h5"):
         from .subclassed import is_subclassed, layer_graph
 
-        model = _load_keras(path, fmt)
-        functional, original = layer_graph(model, path, keras_fixed_time)
-        loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original,
-                             keras_subclassed=model if is_subclassed(model) else None)
+        try:
+            model = _load_keras(path, fmt)
+        except UnknownKerasClass as refusal:
+            loaded = _keras2_graph(path, fmt, refusal)
+        else:
+            functional, original = layer_graph(model, path, keras_fixed_time)
+            loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original,
+                                 keras_subclassed=model if is_subclassed(model) else None)
     else:
         from .load_graph import GraphOptions, load_graph
 
@@ -175,13 +180,45 @@ def _load_keras(path: Path, fmt: str):
         unknown = _UNKNOWN_CLASS.search(str(e))
         if unknown:  # Keras names it deep in its message, after a generic first line
             kind, name = (unknown[1], unknown[2]) if unknown[1] else (unknown[3], unknown[4])
-            raise TfaotError(
+            raise UnknownKerasClass(
                 f"{path}: cannot load the Keras model: it uses the {kind} '{name}', "
                 "which Keras does not know: a custom class, whose code a saved model does "
                 "not hold; give the Python file that defines it with --custom-objects FILE.py "
-                "(its code runs: only files you trust; a Keras 2 file's class is needed as a "
-                "Keras 3 class too: tfaot builds the model in Keras 3)") from None
+                "(its code runs: only files you trust)", name) from None
         raise TfaotError(f"{path}: cannot load the Keras model: {_cause(e)}") from None
+
+
+class UnknownKerasClass(TfaotError):
+    """Keras 3 cannot load a file: it lacks the class ``name``."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
+def _keras2_graph(path: Path, fmt: str, refusal: UnknownKerasClass) -> LoadedModel:
+    """A Keras 2 file that Keras 3 cannot load for lack of a class, as the
+    graph tf_keras traces (frontend/keras_graph.py); else ``refusal``, said
+    for a Keras 2 file (its class is needed as a Keras 3 class too) or a
+    quantization-aware trained model (tfmot is needed)."""
+    from . import keras2
+    from .keras_graph import TFMOT_CLASSES, keras2_as_graph
+
+    with keras2.with_suffix(path, "." + fmt) as named:
+        if not keras2.is_keras2_file(named, fmt):
+            raise refusal
+    graph = keras2_as_graph(path, fmt, refusal.name)
+    if graph is not None:
+        return LoadedModel(path, fmt, graph=graph, note=(
+            f"built from the graph tf_keras traces: the model's '{refusal.name}' is a "
+            "Keras 2 (tf_keras) class"))
+    if refusal.name in TFMOT_CLASSES:
+        raise TfaotError(f"{path}: the model was trained quantization-aware with "
+                         f"tensorflow_model_optimization ('{refusal.name}' is its class); "
+                         "install that package (pip install tensorflow-model-optimization) "
+                         "and tfaot loads it with tf_keras, or give a SavedModel of it") from None
+    raise TfaotError(f"{refusal} (a Keras 2 file's class is needed as a Keras 3 class too, "
+                     "unless tf_keras can load the file with it)") from None
 
 
 def _rebuilt(path: Path, model):
