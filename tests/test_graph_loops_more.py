@@ -439,3 +439,38 @@ def test_verify_of_a_fixed_length_graph_runs_sequences_from_reset(tmp_path):
     (result,) = verify(str(tmp_path / "ten.pb"), tmp_path / "ten", steps=120, seed=0, tol=TOL)
     assert result.ok and result.steps == 120, result
     assert result.unit == "steps in 12 sequences of 10 frames", result.unit
+
+
+# -- while_v2's gradient accumulators
+
+
+def _graph_mode_gru(features=6, units=10):
+    """A tf_keras GRU built in a TF1-style graph (graph mode, control flow v2),
+    frozen from its session: at the top level of a graph, while_v2 keeps every
+    step's intermediate values (the counter's too) in TensorLists for
+    gradients, loop variables that TensorListPushBack appends to and nothing
+    reads at inference. They were refused ("changes every step but is
+    neither a float state, a counter nor a sequence")."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [1, None, features], name="x")
+        h = tf_keras.layers.GRU(units, return_sequences=True)(x)
+        tf.identity(tf_keras.layers.Dense(3)(h), name="y")
+        with tf1.Session(graph=g) as session:
+            session.run(tf1.global_variables_initializer())
+            return tf1.graph_util.convert_variables_to_constants(
+                session, g.as_graph_def(), ["y"])
+
+
+def test_a_graph_mode_loops_gradient_accumulators_are_left_out(tmp_path):
+    gd = _graph_mode_gru()
+    loop = next(n for n in gd.node if n.op in ("While", "StatelessWhile"))
+    body = next(f for f in gd.library.function if f.signature.name == loop.attr["body"].func.name)
+    assert any(n.op == "TensorListPushBack" for n in body.node_def)  # (what the test is about)
+    lib = _build(gd, tmp_path, "graph_mode_gru")
+    _compare(lib, gd, _x(6), "graph-mode GRU with accumulators")

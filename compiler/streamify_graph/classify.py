@@ -5,8 +5,9 @@ time index), ``outlist`` (the sequence written at the time index, mode
 ``seq``, or at a constant index, mode ``last``: the last output), ``counter``
 (an integer scalar that only counts and indexes), ``frames`` (a tensor the
 body only reads one frame of, at the counter: ``x[:, t]``), ``state`` (a
-float that changes every step) or ``passthrough`` (weights, bounds, list
-handles).
+float that changes every step), ``accumulator`` (a list every step's
+intermediate value is appended to, for gradients) or ``passthrough``
+(weights, bounds, list handles).
 Anything else cannot be streamed and is a ``Fail`` naming the loop and node.
 """
 from __future__ import annotations
@@ -102,6 +103,11 @@ def classify(loop: Loop) -> None:
         if v.dtype in FLOAT_TYPES:
             v.kind = "state"
             continue
+        if rn is not None and rn.op == "TensorListPushBack" and arg_of(rn.input[0]) == v.index:
+            # while_v2 in a TF1-style graph keeps every step's intermediate
+            # values for gradients, in lists nothing reads at inference
+            v.kind = "accumulator"
+            continue
         if v.dtype in INT_TYPES and rn is not None and rn.op == "Sub" and \
                 arg_of(rn.input[0]) == v.index:
             raise Fail(f"loop '{loop.name}': loop variable {v.index} ('{v.arg}') counts down "
@@ -133,12 +139,13 @@ def classify(loop: Loop) -> None:
     # Counters may index, count and be compared with a bound (dynamic_rnn's
     # ``time >= sequence_length``): a comparison stays exact with a saturating
     # step counter; any other use (the time index as a value) would not.
+    accumulated = {parse_tensor(resolve(v.ret))[0] for v in loop.vars if v.kind == "accumulator"}
     for v in loop.vars:
         if v.kind != "counter":
             continue
         for c, pos in forward(f"{v.arg}:0"):
             op = body[c].op
-            if op in READ_OPS and pos == 1:
+            if op in READ_OPS and pos == 1 or c in accumulated:
                 continue
             if op in ("TensorListSetItem", "TensorArrayWriteV3") and pos == 1:
                 continue

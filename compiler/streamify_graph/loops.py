@@ -28,7 +28,7 @@ class LoopVar:
     arg: str  # body Placeholder node name
     ret: str  # body tensor returned for the next iteration ("node:i")
     dtype: int  # DataType enum
-    kind: str = ""  # inlist | outlist | counter | state | passthrough
+    kind: str = ""  # inlist | outlist | counter | state | accumulator | passthrough
     detail: dict[str, Any] = field(default_factory=dict)
 
 

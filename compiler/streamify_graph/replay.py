@@ -597,6 +597,10 @@ class Emitter:
                 fetch.append(v.detail["item"])
                 key = f"{loop.name}:{v.index}"
                 out_metas[v.index] = Meta("list_done", key=key, mode=v.detail["mode"])
+            elif v.kind == "accumulator":
+                out_metas[v.index] = Meta("dead", why=f"uses the intermediate values loop "
+                                          f"'{loop.name}' keeps for gradients, which a "
+                                          "stream does not keep")
             elif v.kind == "frames":  # x[:, t]: the stream's frame of x, at t = 0
                 read_meta = self._frames_of(loop, v, m, read_meta)
                 input_map[f"{v.arg}:0"] = t
