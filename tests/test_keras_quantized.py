@@ -1,5 +1,5 @@
 """Keras models quantized with ``model.quantize(mode)``: Keras 3's own int8
-and float8 layers (compiler/lower/float8.py, verify's
+and float8 layers (compiler/lower/converts.py, verify's
 QUANTIZED_MODE_TOLERANCE). IREE rounded f32 values just under float8's
 smallest normal to zero (a float8 GRU model was off by 0.022 in 583 of
 2400 values); and verify failed int8-quantized models whose library was
@@ -12,7 +12,7 @@ import pytest
 
 from reference import compile_with_iree
 from tfaot.cli import main
-from tfaot.lower.float8 import FLOAT8, float8_rounding
+from tfaot.lower.converts import FLOAT8, float8_rounding
 
 N = 4096
 

@@ -26,9 +26,10 @@ from .activations import expand_erf, expand_tan
 from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
 from .einsum import einsums_as_dot_generals
-from .float8 import float8_rounding
+from .converts import float8_rounding, unsigned_via_signed
 from .kernel_calls import retire
 from .legality import check_legality, constants_as_stablehlo
+from .resize import resizes_as_products
 from .matvec_sums import merge_matvec_sums
 from .sliced_constants import fold_constant_slices, slice_constant_operands
 from ..dtypes import dtype
@@ -218,10 +219,12 @@ def _wrap(hlo_text: str, program: StepProgram, matvec_layout: bool,
             raise TfaotError(f"{program.source}: internal: cannot parse lowered "
                              f"module: {first_line(e)}") from None
         constants_as_stablehlo(module)
-        check_legality(module, program.source, ALLOWED_DIALECTS)
         pure = _single_func(module)
+        resizes_as_products(pure)
+        check_legality(module, program.source, ALLOWED_DIALECTS)
         fold_constant_slices(pure)
         float8_rounding(pure)
+        unsigned_via_signed(pure)
         einsums_as_dot_generals(pure)
         dot_generals_as_dots(pure)
         if matvec_layout:

@@ -2,6 +2,10 @@
 to their values, where TensorFlow's own constant folding gives up."""
 from __future__ import annotations
 
+import numpy as np
+
+from .graphdef import tname
+
 #: ops that folded_value evaluates once all their inputs are known: the
 #: integer arithmetic graphs compute axes and permutations with (TF1's
 #: softmax over axis 1 builds its transpose's perm as Range(0, Rank - 1)...)
@@ -39,3 +43,34 @@ def folded_value(t, depth: int = 0):
             return_elements=[f"folded:{t.value_index}"], name="")
     with tf.compat.v1.Session(graph=graph) as session:
         return session.run(out)
+
+
+def picks_other_than_time(node, metas, tensors: dict) -> bool:
+    """``tf.shape(x)[i]`` for an i that is not x's time axis: the batch
+    or a feature size, the same at any length (dynamic_rnn's zero state
+    and outputs on an open batch are shaped by tf.shape(x)[0]; taken as
+    computed from the length, the build was refused); or a range of
+    entries without it (tf.image.resize's tf.shape(images)[1:3]).
+    ``metas``: the node's inputs'; ``tensors``: the replay's, by name."""
+    import tensorflow as tf
+
+    if node.op != "StridedSlice" or metas[0].kind != "static_t" or metas[0].axis is None \
+            or any(m.kind != "static" for m in metas[1:]) \
+            or node.attr["shrink_axis_mask"].i not in (0, 1) \
+            or node.attr["ellipsis_mask"].i or node.attr["new_axis_mask"].i:
+        return False
+    begin, end, strides = (tf.get_static_value(tensors.get(tname(node.input[i])))
+                           for i in (1, 2, 3))
+    rank = tensors[tname(node.input[0])].shape[0]
+    if begin is None or np.size(begin) != 1 or rank is None:
+        return False
+    first = int(np.ravel(begin)[0]) % rank
+    if node.attr["shrink_axis_mask"].i:
+        return first != metas[0].axis
+    # (tf.image.resize's tf.shape(images)[1:3]: a range of entries)
+    if end is None or strides is None or int(np.ravel(strides)[0]) != 1:
+        return False
+    first = 0 if node.attr["begin_mask"].i & 1 else first
+    stop = int(np.ravel(end)[0])
+    last = rank if node.attr["end_mask"].i & 1 else min(stop + rank if stop < 0 else stop, rank)
+    return not first <= metas[0].axis < last

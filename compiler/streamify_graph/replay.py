@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import first_line
 from .analysis import Graph, Probe
-from .folding import folded_value
+from .folding import folded_value, picks_other_than_time
 from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, calls_function, parse_tensor, \
     scope, tname
 from .loops import LOOP_OP, initial_state_refusal
@@ -62,23 +62,6 @@ class Emitter:
     # -- helpers
     def fail(self, node, msg: str):
         raise Fail(f"node '{node.name}' (op {node.op}): {msg}")
-
-    def _picks_other_than_time(self, node, metas) -> bool:
-        """``tf.shape(x)[i]`` for an i that is not x's time axis: the batch
-        or a feature size, the same at any length (dynamic_rnn's zero state
-        and outputs on an open batch are shaped by tf.shape(x)[0]; taken as
-        computed from the length, the build was refused)."""
-        import tensorflow as tf
-
-        if node.op != "StridedSlice" or metas[0].kind != "static_t" or metas[0].axis is None \
-                or any(m.kind != "static" for m in metas[1:]) \
-                or node.attr["shrink_axis_mask"].i != 1:
-            return False
-        begin = tf.get_static_value(self.tensors.get(tname(node.input[1])))
-        if begin is None or np.size(begin) != 1:
-            return False
-        rank = self.tensors[tname(node.input[0])].shape[0]
-        return rank is not None and int(np.ravel(begin)[0]) % rank != metas[0].axis
 
     def const_value(self, node, pos: int):
         import tensorflow as tf
@@ -245,7 +228,7 @@ class Emitter:
             return self.emit_list_op(node, ins, metas)
         if kinds <= STATIC_KINDS:
             outs = self.emit_generic(node)
-            t_dep = "static_t" in kinds and not self._picks_other_than_time(node, metas)
+            t_dep = "static_t" in kinds and not picks_other_than_time(node, metas, self.tensors)
             self.set(node, outs, [STATIC_T if t_dep else STATIC] * len(outs))
             return
         if op in _SHAPE_OPS:

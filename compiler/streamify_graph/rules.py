@@ -97,6 +97,22 @@ def _softmax(s: SeqOp):
     s.set(s.emit(), [seq(s.a)])
 
 
+#: image resizes (NHWC: over axes 1 and 2), the linear ones lower/resize.py takes
+RESIZES = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea",
+           "ScaleAndTranslate")
+
+
+@rule(*RESIZES)
+def _resize(s: SeqOp):
+    """Each image on its own: per frame where time is the batch or the
+    channel axis (frames resized as a batch of images, a spectrogram's
+    channels)."""
+    if s.a in (1, 2):
+        s.fail("resizes the time axis (an image's height or width)")
+    s.others_static()
+    s.set(s.emit(), [seq(s.a)])
+
+
 #: the Fourier transforms, over their last 1, 2 or 3 axes
 FFT_AXES = {"FFT": 1, "IFFT": 1, "RFFT": 1, "IRFFT": 1, "FFT2D": 2, "IFFT2D": 2, "RFFT2D": 2,
             "IRFFT2D": 2, "FFT3D": 3, "IFFT3D": 3, "RFFT3D": 3, "IRFFT3D": 3}

@@ -369,13 +369,25 @@ def _any_length_call(model, every_output: bool = False):
                     return got
                 traces = traced.experimental_get_tracing_count()
                 eager = arrays(model(v, training=False))
-                if same(got, eager):
+                if same(got, eager) or same(got, arrays(_graph_call(model, v))):
                     return got
                 traced = None
                 return eager
         return arrays(model(v, training=False))
 
     return call
+
+
+def _graph_call(model, v):
+    """``model`` on ``v`` in a graph traced for ``v``'s shapes, as
+    ``predict()`` runs it. Where eager Keras differs from the trace, this
+    tells whose fault it is: eager Keras casts a Resizing layer's floats
+    back to its integer input's dtype (a uint8 camera frame: values
+    rounded, overshoots wrapped), where its declared output, predict() and
+    every graph keep floats."""
+    import tensorflow as tf
+
+    return tf.function(lambda args: model(args, training=False))(v)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -1,0 +1,130 @@
+"""Image resizes TensorFlow's converter leaves unlowered (ResizeArea,
+ResizeBicubic, ScaleAndTranslate: tf.image.resize's area, bicubic, lanczos,
+gaussian and mitchellcubic methods and every antialiased one) are built as
+two matrix products (compiler/lower/resize.py); a model with one was
+refused ("has no StableHLO lowering"). Each against TensorFlow through the
+built library."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfaot.cli import main
+
+#: output name -> (method, antialias, size): shrinking and growing, square
+#: and not, every method that lowers to one of the three ops
+RESIZES = {
+    "area": ("area", False, (5, 7)),
+    "bicubic_up": ("bicubic", False, (19, 16)),
+    "bicubic_down": ("bicubic", False, (6, 4)),
+    "lanczos3": ("lanczos3", False, (7, 9)),
+    "lanczos5_up": ("lanczos5", False, (20, 25)),
+    "gaussian": ("gaussian", True, (8, 5)),
+    "mitchell": ("mitchellcubic", False, (11, 6)),
+    "bilinear_antialias": ("bilinear", True, (4, 6)),
+}
+
+
+def test_every_linear_resize_builds_and_matches_tensorflow(tmp_path, capsys):
+    import tensorflow as tf
+
+    class Model(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 12, 10, 3], tf.float32, name="x")])
+        def __call__(self, x):
+            return {name: tf.image.resize(tf.nn.relu(x) + 0.5, size, method=method,
+                                          antialias=antialias)
+                    for name, (method, antialias, size) in RESIZES.items()}
+
+    model = Model()
+    path = tmp_path / "resizes"
+    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    report = capsys.readouterr().out
+    assert report.count(": ok") == len(RESIZES), report
+
+
+def test_keras_resizing_of_uint8_images(tmp_path, capsys):
+    """Keras' Resizing layer (bicubic, antialiased) on a uint8 camera frame:
+    the products take the image as floats."""
+    import keras
+
+    x = keras.Input((24, 32, 3), batch_size=1, dtype="uint8")
+    h = keras.layers.Resizing(10, 12, interpolation="bicubic", antialias=True)(x)
+    h = keras.layers.Conv2D(4, 3, activation="relu")(keras.layers.Rescaling(1 / 255)(h))
+    path = tmp_path / "camera.keras"
+    keras.Model(x, keras.layers.GlobalAveragePooling2D()(h)).save(path)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
+def test_axis_matrices_are_the_ops_own():
+    """A_h . x . A_w^T equals TensorFlow's resize of x."""
+    import tensorflow as tf
+    from iree.compiler import ir
+
+    from tfaot.lower.resize import _axis_matrices
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1, 9, 6, 2)).astype(np.float32)
+    text = ('func.func @f(%x: tensor<1x9x6x2xf32>, %s: tensor<2xi32>) -> tensor<1x4x8x2xf32> {\n'
+            '  %y = "tf.ResizeBicubic"(%x, %s) {align_corners = false, half_pixel_centers = true}'
+            ' : (tensor<1x9x6x2xf32>, tensor<2xi32>) -> tensor<1x4x8x2xf32>\n'
+            '  return %y : tensor<1x4x8x2xf32>\n}')
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        resize = next(op for op in module.body.operations[0].regions[0].blocks[0].operations
+                      if op.operation.name == "tf.ResizeBicubic")
+        rows, cols = _axis_matrices(resize.operation, (1, 9, 6, 2), (1, 4, 8, 2))
+    want = tf.raw_ops.ResizeBicubic(images=x, size=[4, 8], half_pixel_centers=True).numpy()
+    got = np.einsum("kh,nhwc,lw->nklc", rows, x, cols)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["area", "lanczos3"])
+def test_a_streamed_model_with_a_resize_of_its_frames(tmp_path, capsys, method):
+    """A resize of each frame's spectrum-like image (not over time) streams."""
+    import tensorflow as tf
+
+    class Model(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, None, 16], tf.float32, name="x")])
+        def __call__(self, x):
+            frames = tf.reshape(x, [-1, 4, 4, 1])  # one 4x4 image per frame
+            small = tf.image.resize(frames, (2, 3), method=method)
+            return {"y": tf.reshape(small, [1, -1, 6])}
+
+    model = Model()
+    path = tmp_path / "frames"
+    tf.saved_model.save(model, str(path), signatures=model.__call__)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
+def test_unsigned_bytes_converted_into_a_product_stay_unsigned():
+    """IREE fuses a ui8 -> f32 conversion into the dot_general it feeds and
+    reads the bytes as signed (200 became -56); through a signed i32 first
+    (compiler/lower/converts.py) they stay 200."""
+    from iree.compiler import ir
+
+    from reference import compile_with_iree
+    from tfaot.lower.converts import unsigned_via_signed
+
+    text = """func.func @f(%x: tensor<1x24x3xui8>) -> tensor<10x1x3xf32> {
+  %f = stablehlo.convert %x : (tensor<1x24x3xui8>) -> tensor<1x24x3xf32>
+  %c = stablehlo.constant dense<0.5> : tensor<10x24xf32>
+  %y = stablehlo.dot_general %c, %f, contracting_dims = [1] x [1] : (tensor<10x24xf32>, tensor<1x24x3xf32>) -> tensor<10x1x3xf32>
+  return %y : tensor<10x1x3xf32>
+}"""
+    with ir.Context():
+        module = ir.Module.parse(text)
+        assert unsigned_via_signed(module.body.operations[0]) == 1
+        text = str(module)
+    x = np.arange(72, dtype=np.uint8).reshape(1, 24, 3) * 3 + 40  # 40 .. 253
+    got = compile_with_iree(text, cpu="generic").f(x).to_host()
+    np.testing.assert_allclose(got, np.broadcast_to(0.5 * x.astype(np.float32).sum(1), (10, 1, 3)))
