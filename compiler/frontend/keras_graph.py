@@ -47,7 +47,6 @@ def keras_as_graph(model, path: Path):
     return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)
 
 
-
 #: tensorflow_model_optimization's layer classes (quantization-aware training)
 TFMOT_CLASSES = ("QuantizeLayer", "QuantizeWrapper", "QuantizeWrapperV2", "QuantizeAnnotate")
 

@@ -9,7 +9,8 @@
 3. Legality (legality.py): that pipeline keeps ops it cannot lower
    *silently* (and iree-compile then crashes), so every op is checked and
    an op outside the allowed dialects is an error naming the TF op type
-   and node.
+   and node (after the image resizes it leaves are made matrix products:
+   resize.py).
 4. Wrap: one private mutable ``ml_program.global`` per state, declared before
    the functions (IREE 3.13 fails on globals declared after their users),
    ``@step`` loading the states, calling the pure step and storing the new
@@ -23,14 +24,14 @@ import re
 import numpy as np
 
 from .activations import expand_erf, expand_tan
+from .converts import float8_rounding, unsigned_via_signed
 from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
 from .einsum import einsums_as_dot_generals
-from .converts import float8_rounding, unsigned_via_signed
 from .kernel_calls import retire
 from .legality import check_legality, constants_as_stablehlo
-from .resize import resizes_as_products
 from .matvec_sums import merge_matvec_sums
+from .resize import resizes_as_products
 from .sliced_constants import fold_constant_slices, slice_constant_operands
 from ..dtypes import dtype
 from ..errors import TfaotError, first_line

@@ -83,7 +83,8 @@ def _axis_matrices(op, in_shape, out_shape):
             np.asarray(cols, np.float32).reshape(w2, w))
 
 
-def _flag(attrs: dict, name: str, default: bool) -> bool:
+def _flag(attrs, name: str, default: bool) -> bool:
+    """A boolean attribute of an op (``attrs``: its attributes), else ``default``."""
     return str(attrs[name]) == "true" if name in attrs else default
 
 
