@@ -26,6 +26,8 @@ extension IREE keeps unsigned), then to the float, every value is right.
 """
 from __future__ import annotations
 
+from .legality import all_ops
+
 #: element type -> (smallest normal, subnormal step), powers of two
 FLOAT8 = {"f8E4M3FN": (2.0 ** -6, 2.0 ** -9), "f8E5M2": (2.0 ** -14, 2.0 ** -16)}
 
@@ -36,7 +38,7 @@ def float8_rounding(func_op) -> int:
     from iree.compiler import ir
 
     count = 0
-    for op in _walk(func_op.operation):
+    for op in all_ops(func_op):
         if op.name != "stablehlo.convert":
             continue
         source = ir.RankedTensorType(op.operands[0].type)
@@ -45,14 +47,6 @@ def float8_rounding(func_op) -> int:
             op.operands[0] = _on_grid_below_normal(op, op.operands[0], *FLOAT8[target])
             count += 1
     return count
-
-
-def _walk(operation):
-    for region in operation.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                yield op.operation
-                yield from _walk(op.operation)
 
 
 def _on_grid_below_normal(op, x, smallest_normal: float, step: float):
@@ -95,7 +89,7 @@ def unsigned_via_signed(func_op) -> int:
     from iree.compiler import ir
 
     count = 0
-    for op in _walk(func_op.operation):
+    for op in all_ops(func_op):
         if op.name != "stablehlo.convert":
             continue
         source = ir.RankedTensorType(op.operands[0].type)

@@ -14,8 +14,8 @@ import re
 from ..errors import TfaotError
 
 
-def _ops(module):
-    """Every op of ``module``, nested ones included, outer ones first."""
+def all_ops(module):
+    """Every op of ``module`` (or of any op), nested ones included, outer ones first."""
     pending = [module.operation]
     while pending:
         op = pending.pop()
@@ -34,7 +34,7 @@ def constants_as_stablehlo(module) -> int:
     StableHLO lowering"."""
     from iree.compiler import ir
 
-    leftover = [op for op in _ops(module)
+    leftover = [op for op in all_ops(module)
                 if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1]
     for op in leftover:
         with ir.InsertionPoint(op), op.location:
@@ -48,7 +48,7 @@ def constants_as_stablehlo(module) -> int:
 def check_legality(module, source: str, allowed: set[str]) -> None:
     """Raise naming every op outside the ``allowed`` dialects (the message is
     cut after about 600 characters)."""
-    bad = [_describe_illegal(op.name, op.location) for op in _ops(module)
+    bad = [_describe_illegal(op.name, op.location) for op in all_ops(module)
            if op.name.split(".", 1)[0] not in allowed]
     if bad:
         shown = "; ".join(dict.fromkeys(bad))  # unique, in order
@@ -67,7 +67,7 @@ def _front_end_hint(module) -> str:
     from ..frontend.graph_cut import FRONT_END_OPS
 
     found = [(tf_type, node) for tf_type, node in (_tf_origin(str(op.location))
-                                                   for op in _ops(module))
+                                                   for op in all_ops(module))
              if tf_type in FRONT_END_OPS and node]
     if not found:
         return ""
