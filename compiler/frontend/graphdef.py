@@ -30,13 +30,14 @@ def node_of(tensor_name: str) -> str:
 IDENTITY_OPS = {"Identity", "Snapshot", "StopGradient", "PreventGradient"}
 
 
-def source_node(nodes: dict, tensor: str) -> str | None:
-    """The node that gives ``tensor`` (``nodes``: by name), through
-    identities, variable reads and a v1 loop's ``Enter`` (a dynamic_rnn
-    cell's weights); None if missing."""
+def source_node(nodes: dict, tensor: str,
+                through: tuple = ("Identity", "ReadVariableOp", "Enter")) -> str | None:
+    """The node that gives ``tensor`` (``nodes``: by name), through the ops
+    ``through`` (by default identities, variable reads and a v1 loop's
+    ``Enter``: a dynamic_rnn cell's weights), each followed to its first
+    input; None if missing."""
     name = node_of(tensor)
-    while name in nodes and nodes[name].op in ("Identity", "ReadVariableOp", "Enter") and \
-            nodes[name].input:
+    while name in nodes and nodes[name].op in through and nodes[name].input:
         name = node_of(nodes[name].input[0])
     return name if name in nodes else None
 

@@ -26,7 +26,7 @@ extension IREE keeps unsigned), then to the float, every value is right.
 """
 from __future__ import annotations
 
-from .legality import all_ops
+from .legality import all_ops, new_op
 
 #: element type -> (smallest normal, subnormal step), powers of two
 FLOAT8 = {"f8E4M3FN": (2.0 ** -6, 2.0 ** -9), "f8E5M2": (2.0 ** -14, 2.0 ** -16)}
@@ -61,22 +61,15 @@ def _on_grid_below_normal(op, x, smallest_normal: float, step: float):
 
         def splat(value: float):
             attr = ir.DenseElementsAttr.get_splat(f32, ir.FloatAttr.get_f32(value))
-            return _create("stablehlo.constant", f32, [], {"value": attr})
+            return new_op("stablehlo.constant", f32, [], {"value": attr})
 
-        magnitude = _create("stablehlo.abs", f32, [x])
-        below = _create("stablehlo.compare", flags, [magnitude, splat(smallest_normal)], {
+        magnitude = new_op("stablehlo.abs", f32, [x])
+        below = new_op("stablehlo.compare", flags, [magnitude, splat(smallest_normal)], {
             "comparison_direction": ir.Attribute.parse("#stablehlo<comparison_direction LT>")})
-        steps = _create("stablehlo.round_nearest_even", f32,
-                        [_create("stablehlo.multiply", f32, [x, splat(1.0 / step)])])
-        on_grid = _create("stablehlo.multiply", f32, [steps, splat(step)])
-        return _create("stablehlo.select", f32, [below, on_grid, x])
-
-
-def _create(name: str, result_type, operands: list, attributes: dict | None = None):
-    from iree.compiler import ir
-
-    return ir.Operation.create(name, results=[result_type], operands=operands,
-                               attributes=attributes or {}).results[0]
+        steps = new_op("stablehlo.round_nearest_even", f32,
+                        [new_op("stablehlo.multiply", f32, [x, splat(1.0 / step)])])
+        on_grid = new_op("stablehlo.multiply", f32, [steps, splat(step)])
+        return new_op("stablehlo.select", f32, [below, on_grid, x])
 
 
 #: unsigned integer type -> the signed one that holds its every value
@@ -100,6 +93,6 @@ def unsigned_via_signed(func_op) -> int:
         with ir.InsertionPoint(op), op.location:
             signed = ir.RankedTensorType.get(source.shape, ir.IntegerType.get_signless(
                 int(wider[1:])))
-            op.operands[0] = _create("stablehlo.convert", signed, [op.operands[0]])
+            op.operands[0] = new_op("stablehlo.convert", signed, [op.operands[0]])
         count += 1
     return count

@@ -25,6 +25,15 @@ def all_ops(module):
                     for inner in reversed(list(block.operations))]
 
 
+def new_op(name: str, result_type, operands: list, attributes: dict | None = None):
+    """The result of a new one-result op ``name``, created at the current
+    insertion point (the caller's ``ir.InsertionPoint`` and location)."""
+    from iree.compiler import ir
+
+    return ir.Operation.create(name, results=[result_type], operands=operands,
+                               attributes=attributes or {}).results[0]
+
+
 def constants_as_stablehlo(module) -> int:
     """TensorFlow's ``tf.Const`` ops left after its lowering, made
     ``stablehlo.constant`` ops of the same value; returns how many. Its
@@ -38,9 +47,9 @@ def constants_as_stablehlo(module) -> int:
                 if op.name == "tf.Const" and "value" in op.attributes and len(op.results) == 1]
     for op in leftover:
         with ir.InsertionPoint(op), op.location:
-            constant = ir.Operation.create("stablehlo.constant", results=[op.results[0].type],
-                                           attributes={"value": op.attributes["value"]})
-        op.results[0].replace_all_uses_with(constant.results[0])
+            constant = new_op("stablehlo.constant", op.results[0].type, [],
+                              {"value": op.attributes["value"]})
+        op.results[0].replace_all_uses_with(constant)
         op.erase()
     return len(leftover)
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .legality import new_op
+
 #: TensorFlow resize ops that are linear for a fixed size, by their op name
 LINEAR_RESIZES = ("tf.ResizeArea", "tf.ResizeBicubic", "tf.ScaleAndTranslate")
 
@@ -105,14 +107,14 @@ def _rewrite(op, rows: np.ndarray, cols: np.ndarray) -> None:
     n, h, w, c = ir.RankedTensorType(images.type).shape
     with ir.InsertionPoint(op), op.location:
         if str(ir.RankedTensorType(images.type).element_type) != "f32":
-            images = _create("stablehlo.convert",
+            images = new_op("stablehlo.convert",
                              ir.RankedTensorType.get([n, h, w, c], f32), [images])
-        tall = _create("stablehlo.einsum", ir.RankedTensorType.get([n, rows.shape[0], w, c], f32),
+        tall = new_op("stablehlo.einsum", ir.RankedTensorType.get([n, rows.shape[0], w, c], f32),
                        [_matrix(rows), images], {"einsum_config": ir.StringAttr.get("kh,nhwc->nkwc")})
-        y = _create("stablehlo.einsum", ir.RankedTensorType.get(out.shape, f32),
+        y = new_op("stablehlo.einsum", ir.RankedTensorType.get(out.shape, f32),
                     [_matrix(cols), tall], {"einsum_config": ir.StringAttr.get("lw,nkwc->nklc")})
         if str(out.element_type) != "f32":
-            y = _create("stablehlo.convert", out, [y])
+            y = new_op("stablehlo.convert", out, [y])
     op.results[0].replace_all_uses_with(y)
     op.erase()
 
@@ -122,11 +124,4 @@ def _matrix(values: np.ndarray):
 
     kind = ir.RankedTensorType.get(list(values.shape), ir.F32Type.get())
     attr = ir.DenseElementsAttr.get(np.ascontiguousarray(values, np.float32), type=kind)
-    return _create("stablehlo.constant", kind, [], {"value": attr})
-
-
-def _create(name: str, result_type, operands: list, attributes: dict | None = None):
-    from iree.compiler import ir
-
-    return ir.Operation.create(name, results=[result_type], operands=operands,
-                               attributes=attributes or {}).results[0]
+    return new_op("stablehlo.constant", kind, [], {"value": attr})

@@ -220,9 +220,7 @@ def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Cas
         same_inputs = copy.deepcopy(rng)
         case = _make_case(loaded, lib, rng, steps, tol, model_path, lib.dir)
         spreads = _int8_spreads(loaded, lib, case, same_inputs, steps, tol, model_path)
-    grid_steps = fake_quant.output_steps(loaded)
-    if len(grid_steps) != len(case.checks):  # (a Keras model's: none)
-        grid_steps = [0.0] * len(case.checks)
+    grid_steps = fake_quant.output_steps(loaded, len(case.checks))
     rules = [tol * output_scale(checks) + step
              for checks, step in zip(case.checks, grid_steps)]
     case.output_tolerances = [max(rule, int8_spread.MARGIN * spread)

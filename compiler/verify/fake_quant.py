@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..frontend.graphdef import node_of, source_node
+from ..frontend.graphdef import source_node
 
 FAKE_QUANT_OPS = ("FakeQuantWithMinMaxArgs", "FakeQuantWithMinMaxVars",
                   "FakeQuantWithMinMaxVarsPerChannel")
@@ -31,12 +31,16 @@ _MOVES_VALUES = ("Identity", "Snapshot", "Reshape", "Squeeze", "ExpandDims", "Tr
                  "StridedSlice", "Slice")
 
 
-def output_steps(loaded) -> list[float]:
-    """Per output of a graph model (``loaded``: load.LoadedModel), the grid
-    step of the FakeQuant that gives it, else 0; zeros for Keras models."""
+def output_steps(loaded, count: int | None = None) -> list[float]:
+    """Per output of a graph model (``loaded``: load.LoadedModel; ``count``:
+    how many outputs are checked, by default the graph's), the grid step of
+    the FakeQuant that gives it, else 0; zeros for Keras models and where
+    the outputs checked are not the graph's."""
     graph = loaded.graph
-    if loaded.keras_model is not None or graph is None:
-        return []
+    if graph is not None and loaded.keras_model is None and count is None:
+        count = len(graph.outputs)
+    if loaded.keras_model is not None or graph is None or len(graph.outputs) != count:
+        return [0.0] * (count or 0)
     graph_def = graph.details.get("source_graph_def", graph.graph_def)
     nodes = {n.name: n for n in graph_def.node}
     return [_grid_step(nodes, tensor) for tensor in graph.outputs]
@@ -50,9 +54,7 @@ def note(step: float) -> str:
 
 
 def _grid_step(nodes: dict, tensor: str) -> float:
-    node = nodes.get(node_of(tensor))
-    while node is not None and node.op in _MOVES_VALUES and node.input:
-        node = nodes.get(node_of(node.input[0]))
+    node = nodes.get(source_node(nodes, tensor, through=_MOVES_VALUES))
     if node is None or node.op not in FAKE_QUANT_OPS:
         return 0.0
     levels = 2 ** node.attr["num_bits"].i - (2 if node.attr["narrow_range"].b else 1)
