@@ -25,6 +25,22 @@ RESIZES = {
 }
 
 
+def _saved(module, path):
+    """``module`` (a tf.Module whose __call__ is its signature) saved at ``path``."""
+    import tensorflow as tf
+
+    tf.saved_model.save(module, str(path), signatures=module.__call__)
+    return path
+
+
+def _build_and_verify(path, tmp_path, capsys) -> str:
+    """Build ``path`` and verify it over 100 steps; verify's report."""
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    return capsys.readouterr().out
+
+
 def test_every_linear_resize_builds_and_matches_tensorflow(tmp_path, capsys):
     import tensorflow as tf
 
@@ -35,13 +51,7 @@ def test_every_linear_resize_builds_and_matches_tensorflow(tmp_path, capsys):
                                           antialias=antialias)
                     for name, (method, antialias, size) in RESIZES.items()}
 
-    model = Model()
-    path = tmp_path / "resizes"
-    tf.saved_model.save(model, str(path), signatures=model.__call__)
-    out = tmp_path / "lib"
-    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
-    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
-    report = capsys.readouterr().out
+    report = _build_and_verify(_saved(Model(), tmp_path / "resizes"), tmp_path, capsys)
     assert report.count(": ok") == len(RESIZES), report
 
 
@@ -55,10 +65,7 @@ def test_keras_resizing_of_uint8_images(tmp_path, capsys):
     h = keras.layers.Conv2D(4, 3, activation="relu")(keras.layers.Rescaling(1 / 255)(h))
     path = tmp_path / "camera.keras"
     keras.Model(x, keras.layers.GlobalAveragePooling2D()(h)).save(path)
-    out = tmp_path / "lib"
-    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
-    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    assert ": ok" in _build_and_verify(path, tmp_path, capsys)
 
 
 def test_axis_matrices_are_the_ops_own():
@@ -97,13 +104,7 @@ def test_a_streamed_model_with_a_resize_of_its_frames(tmp_path, capsys, method):
             small = tf.image.resize(frames, (2, 3), method=method)
             return {"y": tf.reshape(small, [1, -1, 6])}
 
-    model = Model()
-    path = tmp_path / "frames"
-    tf.saved_model.save(model, str(path), signatures=model.__call__)
-    out = tmp_path / "lib"
-    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
-    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    assert ": ok" in _build_and_verify(_saved(Model(), tmp_path / "frames"), tmp_path, capsys)
 
 
 def test_unsigned_bytes_converted_into_a_product_stay_unsigned():
