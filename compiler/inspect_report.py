@@ -34,6 +34,9 @@ def _stream_line(stream: dict) -> str:
         text += f", window ends {stream['delay']} frame(s) before the step's last"
     if stream.get("recompute"):
         text += ", whole window recomputed each step"
+    frames = stream.get("output_frames", [])
+    if any(n != 1 for n in frames):
+        text += ", output frames per step " + " ".join(str(n) for n in frames)
     return text
 
 

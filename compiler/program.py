@@ -100,6 +100,11 @@ class StreamInfo:
     together; every input, output and state then has a leading axis of N
     (stream i's tensors are row i), in front of the one stream's shape.
 
+    ``output_frames``: frames each output returns a step (empty: one each).
+    An output with n > 1 (upsampled in time: a decoder's overlap-add; or a
+    branch without another's strides) returns its last n frames, shape
+    ``(1, n, ...)``, where one with a frame a step returns ``(1, ...)``.
+
     ``end_pads``: graph nodes that pad the sequence's end with as many zeros
     as its length asks for (YAMNet's whole patches); they only complete
     the last window of a sequence that ends, so the stream passes its
@@ -116,6 +121,11 @@ class StreamInfo:
     recompute: str = ""               # why each step recomputes the whole window ("" = no)
     streams: int = 1                  # independent streams per context (--streams)
     end_pads: tuple[str, ...] = ()    # end paddings passed through (graph nodes)
+    output_frames: tuple[int, ...] = ()  # frames per step of each output (empty: 1 each)
+
+    def frames_of(self, output: int) -> int:
+        """How many frames output ``output`` returns a step."""
+        return self.output_frames[output] if output < len(self.output_frames) else 1
 
     def to_json(self) -> dict[str, Any]:
         data = {"mode": self.mode, "time_axis": self.time_axis,
@@ -124,6 +134,8 @@ class StreamInfo:
                 "delay": self.delay, "recompute": self.recompute, "streams": self.streams}
         if self.end_pads:
             data["end_pads"] = list(self.end_pads)
+        if any(n != 1 for n in self.output_frames):
+            data["output_frames"] = list(self.output_frames)
         return data
 
     @classmethod
@@ -132,8 +144,9 @@ class StreamInfo:
             return cls()
         known = set(cls.__dataclass_fields__)
         fields = {k: v for k, v in data.items() if k in known}
-        if "end_pads" in fields:
-            fields["end_pads"] = tuple(fields["end_pads"])
+        for name in ("end_pads", "output_frames"):
+            if name in fields:
+                fields[name] = tuple(fields[name])
         return cls(**fields)
 
 

@@ -41,13 +41,17 @@ def test_repeat_vector_decoder_over_open_time():
             "fixed length")
 
 
-@pytest.mark.parametrize("strides, padding, words", [
-    (1, "same", ["padding='same' over time", "with padding='valid' it streams"]),
-    (2, "valid", ["upsamples the time axis"]),
+@pytest.mark.parametrize("kernel, strides, dilation, padding, words", [
+    (3, 1, 1, "same", ["padding='same' over time (kernel 3, stride 1)",
+                       "with padding='valid' it streams"]),
+    (5, 2, 1, "same", ["padding='same' over time (kernel 5, stride 2)"]),
+    (3, 1, 2, "valid", ["dilated in time"]),
 ])
-def test_transposed_conv_over_open_time(strides, padding, words):
-    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, strides=strides, padding=padding,
-                                                         name="up")])
+def test_transposed_conv_over_open_time(kernel, strides, dilation, padding, words):
+    """(a stride in time streams: test_time_upsampling.py)"""
+    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, kernel, strides=strides,
+                                                         dilation_rate=dilation,
+                                                         padding=padding, name="up")])
     _expect(m, "'up'", "Conv1DTranspose", *words)
 
 
@@ -56,7 +60,7 @@ def test_transposed_conv_output_past_the_input_end():
     frames to come; without a crop after it the output cannot stream (it
     was an internal error: a slice out of bounds)."""
     m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, name="up")])
-    _expect(m, "runs 2 frame(s) past the input's end", "Cropping1D((0, kernel - 1))")
+    _expect(m, "runs 2 frame(s) past the input's end", "Cropping1D((0, 2))")
 
 
 def test_mel_spectrogram_centers_its_frames():

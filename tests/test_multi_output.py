@@ -268,21 +268,33 @@ def test_a_saved_model_output_picked_by_its_signature_key(two_heads, tmp_path):
     assert "output_1: max abs error" in _verify(path, out)
 
 
-def test_an_output_faster_than_the_steps_is_named_in_a_warning():
+def test_an_output_faster_than_the_steps_returns_each_of_its_frames(tmp_path):
     """A head at every frame beside a branch with a time stride of 2: each
-    step takes 2 frames and returns the fast head's last frame only; the
-    build says so, naming the head. Heads at the step's rate: no warning."""
-    import keras
+    step takes 2 frames and returns both of the fast head's (it returned the
+    last one only, with a warning), the slow head's one."""
+    import json
 
-    from tfaot.streamify_keras import streamify_keras
+    import keras
 
     keras.utils.set_random_seed(5)
     x = keras.Input((None, 6))
     fast = keras.layers.Dense(2, name="fast")(keras.layers.LSTM(8, return_sequences=True)(x))
     slow = keras.layers.Conv1D(8, 2, strides=2)(x)
     slow = keras.layers.Dense(3, name="slow")(keras.layers.GRU(6, return_sequences=True)(slow))
-    program = streamify_keras(keras.Model(x, [fast, slow]), "two_rates", "keras")
-    assert program.stream.frames_per_step == 2
-    [warning] = program.report["warnings"]
-    assert "output 'fast' has 2 frames per step" in warning and "1 of every 2" in warning
-    assert not streamify_keras(_two_heads(), "two_heads", "keras").report["warnings"]
+    model = keras.Model(x, [fast, slow])
+    path, out = tmp_path / "two_rates.keras", tmp_path / "lib"
+    model.save(path)
+    _build(path, out)
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert manifest["stream"]["frames_per_step"] == 2
+    assert manifest["stream"]["output_frames"] == [2, 1]
+    assert [o["shape"] for o in manifest["outputs"]] == [[1, 2, 2], [1, 3]]
+    xs = np.random.default_rng(4).normal(size=(1, 120, 6)).astype(np.float32)
+    lib = harness.load(out)
+    got = [lib.step(xs[:, 2 * m:2 * m + 2]) for m in range(60)]
+    want_fast, want_slow = (np.asarray(y)[0] for y in model(xs))
+    np.testing.assert_allclose(np.concatenate([g[0][0] for g in got]), want_fast,
+                               rtol=0, atol=1e-5)
+    np.testing.assert_allclose(np.stack([g[1][0] for g in got]), want_slow, rtol=0, atol=1e-5)
+    report = _verify(path, out)
+    assert "fast: max abs error" in report and "slow: max abs error" in report

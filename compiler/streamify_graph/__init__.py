@@ -382,13 +382,6 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         report["stream_notes"] = [window_note(stream, inp.name, why)]
     if stateless and fixed_window == "whole" and time_like(shape):
         report["mode"] += "; whole-window build (--whole-window)"
-    if planned is not None and planned.faster:
-        report["warnings"] = [
-            f"output '{loaded.output_names[i]}' has {n} frames per step (a step takes "
-            f"{planned.plan.frames} input frames, for the time strides of another output's "
-            f"path) and each step returns the last of them: {n - 1} of every {n} of its "
-            "frames are not returned; build that output alone (--outputs) to get every frame"
-            for i, n in planned.faster.items()]
     if stream.end_pads:
         report["stream_notes"] = report.get("stream_notes", []) + [
             f"node '{stream.end_pads[0]}' pads the sequence's end with zeros, as many as its "

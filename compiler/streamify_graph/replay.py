@@ -173,13 +173,18 @@ class Emitter:
         return ys, new
 
     def _last_frame(self, out: str, t, m: Meta):
-        """A sequence output's value at this step: the reference's last frame."""
+        """A sequence output's value at this step: the reference's last frame,
+        or its last n along the time axis for an output with n > 1 frames a
+        step (a branch without another's strides)."""
         import tensorflow as tf
 
         frames = m.frames or self.plan.input_seq()
         with tf.name_scope("output"):
-            cat, index = self.time.frame_at_lag(("output", out), t, m.axis, frames, "output")
-            y = tf.squeeze(take_frames(cat, m.axis, index, index + 1), [m.axis])
+            cat, index = self.time.frame_at_lag(("output", out), t, m.axis, frames, "output",
+                                                frames.n)
+            y = take_frames(cat, m.axis, index + 1 - frames.n, index + 1)
+            if frames.n == 1:
+                y = tf.squeeze(y, [m.axis])
         return y, Meta("seq", axis=m.axis, frames=frames,
                        valid_from=max(m.valid_from, frames.first_step))
 

@@ -139,10 +139,12 @@ class TimeState:
         keep = self.started(seq, axis, len(value.shape))
         return value * keep, replace(seq, dirty=False)
 
-    def frame_at_lag(self, key: Hashable, value, axis: int, seq: Seq, layer: str):
+    def frame_at_lag(self, key: Hashable, value, axis: int, seq: Seq, layer: str,
+                     count: int = 1):
         """(tensor, index) such that the tensor's frame ``index`` along ``axis``
-        is the reference's last frame, ``seq.lag`` frames before the chunk's last."""
-        cat = self.buffer(key, value, seq.lag + 1 - seq.n, axis, layer)
+        is the reference's last frame, ``seq.lag`` frames before the chunk's
+        last, with the ``count - 1`` frames before it there too."""
+        cat = self.buffer(key, value, seq.lag + count - seq.n, axis, layer)
         return cat, int(cat.shape[axis]) - 1 - seq.lag
 
     def window_of(self, key: Hashable, value, axis: int, seq: Seq, layer: str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..streamify_keras.replay import Seq
+from ..streamify_keras.time_rules import upsampled
 from .graphdef import scope
 from .meta import Meta, seq, step
 from .seq_op import SeqOp, rule
@@ -284,13 +285,36 @@ def _reshape(s: SeqOp):
                 int(np.prod(full_out[j + 1:], dtype=np.int64)) == right:
             b = j
             break
+    factor, frames = 1, s.frames
+    if b is None and s.em.plan.mode == "prefix":
+        b, factor = _merged_after_time(full_in, full_out, a)
+        frames = upsampled(frames, factor)
     if b is None:
         return flatten_window(s, full_in, full_out)
     step_shape = list(full_out)
-    step_shape[b] = s.frames.n
+    step_shape[b] = frames.n
     with tf.name_scope(scope(s.node.name)):
         y = tf.reshape(s.x, step_shape)
-    s.set([y], [seq(b)])
+    if factor > 1:
+        s.em.row(s.node, "time upsampling", stride=factor)
+    s.set([y], [seq(b, frames if factor > 1 else None)])
+
+
+def _merged_after_time(full_in, full_out, a: int) -> tuple[int | None, int]:
+    """(output axis, factor) where a Reshape merges the time axis ``a`` with
+    the axes right after it into an axis of T * factor frames, features left
+    after it (UpSampling1D's repeat: (1, T, 3, C) -> (1, 3T, C)); else
+    (None, 1). Frame t's rows become frames t*factor...: an upsampling."""
+    left = int(np.prod(full_in[:a], dtype=np.int64))
+    for q in range(a + 2, len(full_in)):
+        factor = int(np.prod(full_in[a + 1:q], dtype=np.int64))
+        rest = int(np.prod(full_in[q:], dtype=np.int64))
+        for j in range(len(full_out) - 1):
+            if int(np.prod(full_out[:j], dtype=np.int64)) == left and \
+                    full_out[j] == full_in[a] * factor and \
+                    int(np.prod(full_out[j + 1:], dtype=np.int64)) == rest:
+                return j, factor
+    return None, 1
 
 
 @rule("StridedSlice")

@@ -45,8 +45,8 @@ class Planned:
     rows: list = field(default_factory=list)  # the report's "layers"
     first_valid_step: int = 0
     broadcasts: bool = False  # a per-step input's value broadcast over a sequence
-    # output index -> its frames per step, for outputs faster than the steps
-    faster: dict = field(default_factory=dict)
+    # frames each output returns a step (StreamInfo.output_frames)
+    output_frames: tuple = ()
 
 
 def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
@@ -142,9 +142,11 @@ def plan_stream(mode: str, *, window: int | None, dynamic: bool, replay, arg_spe
         raise NotAWindow("the time axis reaches the output")
     for key, initial, layer, kind in em.time.found:
         states.add(key, initial, layer=layer, kind=kind)
-    faster = {i: m.frames.n for i, m in enumerate(em.output_metas)
-              if m.kind == "seq" and m.frames is not None and m.frames.n > 1}
-    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts, faster)
+    # (an output faster than the steps, a branch without another's strides,
+    # returns its n frames a step: replay's _last_frame)
+    output_frames = tuple(m.frames.n if m.kind == "seq" and m.frames is not None else 1
+                          for m in em.output_metas)
+    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts, output_frames)
 
 
 def stream_info(planned: Planned | None, a, dynamic: bool, shape,
@@ -159,7 +161,8 @@ def stream_info(planned: Planned | None, a, dynamic: bool, shape,
                       frames_per_step=plan.frames, window=plan.window,
                       first_valid_step=planned.first_valid_step, delay=plan.delay,
                       end_pads=tuple(frame_end_pads) + tuple(
-                          r["name"] for r in planned.rows if r["role"] == "end pad"))
+                          r["name"] for r in planned.rows if r["role"] == "end pad"),
+                      output_frames=planned.output_frames)
 
 
 def mode_text(stream: StreamInfo, base: str) -> str:

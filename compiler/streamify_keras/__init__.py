@@ -128,12 +128,6 @@ def _streamed_program(model, source: str, fmt: str, plan: dict) -> StepProgram:
     report = _report(model, fmt, stream, discover.layer_rows, signature,
                      whole=plan["window"] is not None and stream.mode == "stateless")
     report["choice"] = stream_choice.note(stream, plan["why"])
-    report["warnings"] = [
-        f"output '{out_specs[i].name}' has {n} frames per step (a step takes "
-        f"{plan['frames']} input frames, for the time strides of another branch) and each "
-        f"step returns the last of them: {n - 1} of every {n} of its frames are not "
-        f"returned; build that output's branch as a model of its own to get every frame"
-        for i, n in plan["faster"].items()]
     return StepProgram(source, fmt, signature, concrete, report, stream, owner=model)
 
 
@@ -206,16 +200,16 @@ def _plan(model, source: str, fixed_window: str) -> dict:
     if mode == "stateless":
         stream = StreamInfo()
     else:
+        # (an output upsampled in time, or a branch without another's
+        # strides, returns its n frames a step: Replay.output)
         stream = StreamInfo(
             mode=mode, time_axis=1, fixed_length=int(length) if length is not None else None,
             frames_per_step=frames, window=window if mode == "window" else None,
-            first_valid_step=max(int(y.valid_from) for y in ys), delay=delay)
-    # outputs that run faster than the steps (a branch without the strides
-    # of another): a step returns each output's last frame only
-    faster = {i: y.seq.n for i, y in enumerate(ys) if y.meta == SEQ and y.seq.n > 1}
+            first_valid_step=max(int(y.valid_from) for y in ys), delay=delay,
+            output_frames=tuple(y.seq.n if y.meta == SEQ else 1 for y in ys))
     return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
             "streamed": streamed, "window": window, "delay": delay, "stream": stream,
-            "why": why, "faster": faster}
+            "why": why}
 
 
 def _discover(replay: Replay, model, x_specs, streamed) -> tuple[list, list]:

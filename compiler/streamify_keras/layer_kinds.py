@@ -55,9 +55,6 @@ NOT_STREAMABLE: dict[str, str] = {
     "Attention": "attends over the whole sequence",
     "MultiHeadAttention": "attends over the whole sequence",
     "AdditiveAttention": "attends over the whole sequence",
-    "UpSampling1D": "upsamples the time axis",
-    "UpSampling2D": "upsamples the time axis",
-    "UpSampling3D": "upsamples the time axis",
     # (Keras' MelSpectrogram always calls stft with center=True)
     "MelSpectrogram": "centers its frames: it pads the waveform at both ends with "
                       "fft_length/2 reflected samples, so its first frames are made of "
@@ -133,15 +130,14 @@ def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
     if kind.endswith("Transpose"):
         stride = int(np.atleast_1d(getattr(op, "strides", 2))[0])
         dilation = int(np.atleast_1d(getattr(op, "dilation_rate", 1))[0])
-        if stride != 1:
-            return "upsamples the time axis"
         if dilation != 1:
             return "is a transposed convolution dilated in time"
-        # (stride 1 upsamples nothing: with 'valid' each output frame sums
-        # the taps over the frames before it, and streams: time_rules.py)
-        return ("is a transposed convolution with padding='same' over time, which "
-                "centers its kernel on frames not yet received (with padding='valid' it "
-                "streams, its output running kernel - 1 frames past the input's end: a "
+        # (with 'valid' each output frame sums the taps over the frames
+        # before it, and streams: time_rules.TransposedRule)
+        return (f"is a transposed convolution with padding='same' over time (kernel "
+                f"{int(np.atleast_1d(op.kernel_size)[0])}, stride {stride}), which centers its "
+                "kernel on frames not yet received (with padding='valid' it streams, its "
+                "output running max(kernel, stride) - stride frames past the input's end: a "
                 "Cropping of those frames after it keeps the output the input's length)")
     if "Attention" in kind and kwargs.get("use_causal_mask"):
         # Causal attention is incremental, but its state (every earlier

@@ -179,20 +179,24 @@ class Replay:
                                         self.window if self.mode == "window" else None))
 
     def output(self, y: Streamed, index: int = 0):
-        """The step output of the model's final value (its reference's last
-        frame); ``index``: which model output (names its delay buffer)."""
+        """The step output of the model's final value: its reference's last
+        frame, or its last n, shape ``(1, n, ...)``, for an output with n > 1
+        frames a step (upsampled in time, or a branch without another's
+        strides); ``index``: which model output (names its delay buffer)."""
         if y.meta == VEC:
             return y.value
         lag = y.seq.lag
         if lag < 0:  # (a transposed convolution's last frames, past the input's end)
             raise TfaotError(
                 f"output {index} runs {-lag} frame(s) past the input's end (a transposed "
-                "convolution with padding='valid' adds kernel - 1 frames at the end, made of "
-                "frames to come): crop them after it (Cropping1D((0, kernel - 1)) or its 2D "
-                "form) to stream it, or give the input a fixed length")
+                "convolution with padding='valid' adds max(kernel, stride) - stride frames at "
+                f"the end, made of frames to come): crop them after it (Cropping1D((0, {-lag})) "
+                "or its 2D form) to stream it, or give the input a fixed length")
+        n = y.seq.n
         cat = self.buffer("output/frames" if index == 0 else f"output{index}/frames",
-                          y.value, lag + 1 - y.seq.n)
-        return cat[:, cat.shape[1] - 1 - lag]
+                          y.value, lag)
+        end = int(cat.shape[1]) - lag
+        return cat[:, end - 1] if n == 1 else cat[:, end - n:end]
 
     def _run(self, model, inputs):
         import keras

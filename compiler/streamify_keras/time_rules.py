@@ -452,14 +452,20 @@ class CropRule:
 
 
 class TransposedRule:
-    """Conv1DTranspose/Conv2DTranspose/Conv3DTranspose with stride 1 in time
-    (a CRN or GCRN decoder upsamples frequency only). Kernel 1 in time: per
-    frame. Kernel k, padding 'valid': output frame t is sum_j W[j] x[t-j]
-    (a causal convolution with the kernel reversed), and the output runs
-    k - 1 frames past the input's end, the frames a Cropping at the end
-    removes (the reference's last frame moves k - 1 on: ``Seq.end``). A
-    stride in time upsamples it, and 'same' padding centers the kernel on
-    frames not yet received: both are refused."""
+    """Conv1DTranspose/Conv2DTranspose/Conv3DTranspose, kernel k and stride s
+    in time (a CRN or GCRN decoder: s = 1, upsampling frequency only; a
+    Conv-TasNet decoder: a waveform's overlap-add, s frames a frame).
+
+    Input frame i adds ``W[j] x_i`` to output frame ``i*s + j`` (j < k), so
+    output frame f needs the input frames up to ``f // s``: once a chunk of
+    n frames has arrived, its n*s output frames are complete, made of the
+    chunk and the ``(k - 1) // s`` frames before it (the ring buffer). With
+    padding 'valid' the output runs ``max(k, s) - s`` frames past the
+    input's end (partial sums of frames to come), the frames a Cropping at
+    the end removes (``Seq.end``: the reference's last frame moves on);
+    'same' crops ``(k - s) // 2`` frames at the start, which would take
+    frames not yet received, so only ``k <= s + 1`` streams. A dilation in
+    time is refused; a fixed window falls back to recomputing it."""
 
     def plan(self, op, seq: Seq, mode: str) -> dict:
         from .layer_kinds import not_streamable_reason
@@ -468,16 +474,19 @@ class TransposedRule:
         dil = int(tuple(getattr(op, "dilation_rate", (1,)))[0])
         if k == 1 and s == 1:
             return {"per_step": True}
-        if s != 1 or dil != 1 or op.padding != "valid" or mode == "window":
-            # (a fixed window falls back to recomputing it)
+        if dil != 1 or (op.padding == "same" and k > s + 1):
             raise NotIncremental(op, not_streamable_reason(type(op).__name__, {}, op))
-        plan = windowed_plan(k, 1, 1, "causal", seq, mode, lambda why: NotIncremental(op, why))
-        plan["out"] = replace(plan["out"], end=plan["out"].end + k - 1)
-        return plan
+        if mode == "window":  # (recomputed: the window rules do not follow its frames)
+            raise NotIncremental(op, "is a transposed convolution over time in a fixed "
+                                     "window")
+        last = s - 1 if op.padding == "same" else max(k, s) - 1
+        out = Seq(seq.n * s, seq.delay * s, seq.end * s + last,
+                  None if seq.length is None else seq.length * s, True)
+        return {"per_step": False, "k": k, "stride": s, "keep": (k - 1) // s, "out": out}
 
     def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
         plan = self.plan(op, seq, mode)
-        return [] if plan["per_step"] else [("frames", plan["keep"])]
+        return [] if plan["per_step"] or not plan["keep"] else [("frames", plan["keep"])]
 
     def step(self, replay: Replay, op, x: Streamed) -> Streamed:
         plan = self.plan(op, x.seq, replay.mode)
@@ -485,14 +494,45 @@ class TransposedRule:
             replay.row(op, "per-step")
             return replay.apply(op, (x,), {}, SEQ, seq=x.seq, valid_from=x.valid_from)
         x = replay.clean(x)
-        k, n = plan["k"], x.seq.n
-        cat = replay.buffer(f"{op.name}/frames", x.value, plan["keep"], op.name)
-        window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
-        # (the window's outputs k-1.. are the ones all k taps of which are in it)
-        y = op(window)[:, k - 1:k - 1 + n]
-        replay.row(op, "time conv", buffer=plan["keep"], kernel=k, stride=1, dilation=1,
-                   delay=plan["out"].delay)
+        keep, s, n = plan["keep"], plan["stride"], x.seq.n
+        window = replay.buffer(f"{op.name}/frames", x.value, keep, op.name)
+        # (the window's output frames from keep*s on have all their taps in it)
+        y = op(window)[:, keep * s:(keep + n) * s]
+        replay.row(op, "time conv" if s == 1 else "time upsampling", buffer=keep,
+                   kernel=plan["k"], stride=s, dilation=1, delay=plan["out"].delay)
         return Streamed(y, SEQ, plan["out"], x.valid_from)
+
+
+def upsampled(seq: Seq, factor: int) -> Seq:
+    """The record of ``seq``'s chunk with each frame made ``factor`` frames
+    (UpSampling1D; a graph's Reshape of (T, factor, ...) to (T * factor, ...)):
+    frame t becomes frames t * factor .. t * factor + factor - 1."""
+    return Seq(seq.n * factor, seq.delay * factor, seq.end * factor + factor - 1,
+               None if seq.length is None else seq.length * factor, seq.dirty)
+
+
+class UpSamplingRule:
+    """UpSampling1D/2D/3D: each frame repeated ``s`` times in time (the other
+    axes as the layer says), frame by frame; s = 1 (a decoder upsampling
+    frequency) is per step. Bilinear interpolation over time mixes frames:
+    a fixed window falls back to recomputing it."""
+
+    def plan(self, op, seq: Seq, mode: str) -> dict:
+        s = int(op.size[0] if isinstance(op.size, (tuple, list)) else op.size)
+        if s != 1 and getattr(op, "interpolation", "nearest") != "nearest":
+            raise NotIncremental(op, f"interpolates between frames in time "
+                                     f"(interpolation='{op.interpolation}', size {s} in time)")
+        return {"per_step": s == 1, "stride": s, "out": upsampled(seq, s)}
+
+    def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
+        self.plan(op, seq, mode)
+        return []
+
+    def step(self, replay: Replay, op, x: Streamed) -> Streamed:
+        plan = self.plan(op, x.seq, replay.mode)
+        replay.row(op, "per-step" if plan["per_step"] else "time upsampling",
+                   stride=plan["stride"])
+        return replay.apply(op, (x,), {}, SEQ, seq=plan["out"], valid_from=x.valid_from)
 
 
 def _gcd(a: int, b: int) -> int:
@@ -520,4 +560,5 @@ RULES = {
     **{kind: CropRule() for kind in ("Cropping1D", "Cropping2D", "Cropping3D")},
     **{kind: TransposedRule() for kind in ("Conv1DTranspose", "Conv2DTranspose",
                                            "Conv3DTranspose")},
+    **{kind: UpSamplingRule() for kind in ("UpSampling1D", "UpSampling2D", "UpSampling3D")},
 }

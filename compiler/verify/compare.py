@@ -401,9 +401,10 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
     # Keras 2 (tf_keras), not in the Keras 3 model the build used.
     reference_model = keras_reference_model(loaded)
     if len(xs) == 1:
-        wants = [keras_reference(head, xs[0], stream=stream, step_output=shape, masked=True)
-                 for head, shape in zip(output_heads(reference_model, len(lib.output_shapes)),
-                                        lib.output_shapes)]
+        heads = output_heads(reference_model, len(lib.output_shapes))
+        wants = [keras_reference(head, xs[0], stream=stream, step_output=shape, masked=True,
+                                 frames_out=stream.frames_of(i))
+                 for i, (head, shape) in enumerate(zip(heads, lib.output_shapes))]
     else:
         wants = keras_multi_input_reference(reference_model, xs, lib.input_streamed,
                                             stream, lib.output_shapes)

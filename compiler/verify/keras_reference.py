@@ -61,8 +61,12 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
                 break
             args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
         ys = call(args)  # (a dict of named outputs: by name)
-        for want, y, shape in zip(wants, ys, step_outputs):
-            if y.ndim == len(shape) + 1:  # the output keeps the time axis: its last
+        for i, (want, y, shape) in enumerate(zip(wants, ys, step_outputs)):
+            count = stream.frames_of(i)
+            if count > 1:  # (several frames a step: its last ones)
+                if y.shape[1] >= count:
+                    want[m] = y[:, -count:]
+            elif y.ndim == len(shape) + 1:  # the output keeps the time axis: its last
                 if y.shape[1]:  # frame (a valid convolution's output is shorter)
                     want[m] = y[:, -1]
             elif fixed is None or end == fixed:
@@ -267,14 +271,15 @@ def fixed_time_length(model) -> int | None:
 
 def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
                     stream=None, step_output: tuple[int, ...] | None = None,
-                    masked: bool = False) -> np.ndarray:
+                    masked: bool = False, frames_out: int = 1) -> np.ndarray:
     """Keras outputs for each step of ``xs`` (steps, *step input shape).
 
     ``model`` is a Keras 3 or a Keras 2 (tf_keras) model; for the latter
     pass ``streaming`` (found on the Keras 3 twin of the file) or ``stream``
     (the library's StreamInfo). With ``stream``, steps whose reference is not
     defined are NaN (see ``keras_stream_reference``), or with ``masked``
-    masked (a NaN there is then the model's own output).
+    masked (a NaN there is then the model's own output). ``frames_out``:
+    the frames the output returns a step (StreamInfo.frames_of).
     """
     from ..streamify_keras import is_streaming
 
@@ -284,7 +289,7 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
         p = stream.frames_per_step
         frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
         frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
-        want = keras_stream_reference(model, frames, stream, step_output)
+        want = keras_stream_reference(model, frames, stream, step_output, frames_out)
         return want if masked else nan_filled(want)
     if streaming is None:
         streaming = is_streaming(model)
@@ -396,19 +401,23 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def keras_stream_reference(model, frames: np.ndarray, stream,
-                           step_output: tuple[int, ...] | None = None) -> np.ndarray:
+                           step_output: tuple[int, ...] | None = None,
+                           frames_out: int = 1) -> np.ndarray:
     """What each step must return for the input stream ``frames`` (1, N, ...):
     ``(N // P, *step output)``, masked where the reference is not defined.
 
     * window: the model on the ``window`` frames ending ``delay`` frames
       before the step's last frame;
-    * prefix: the model on frames 0..(m+1)P-1 (its last output frame).
+    * prefix: the model on frames 0..(m+1)P-1 (its last output frame, or
+      its last ``frames_out`` for an output with several frames a step).
 
     ``step_output``: the library's step output shape (tells whether the
     model's output keeps a time axis); guessed from the model if absent.
     """
     p = stream.frames_per_step
     steps = frames.shape[1] // p
+    if frames_out > 1:
+        return _chunk_reference(model, frames, stream, steps, frames_out)
     if stream.mode == "window":
         return _window_reference(model, frames, stream, steps)
     if p == 1 and stream.first_valid_step == 0:
@@ -472,6 +481,37 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
         want = undefined_steps((steps, *sample.shape))
         for m, y in outs.items():
             want[m] = y
+    return want
+
+
+def _chunk_reference(model, frames, stream, steps: int, count: int) -> np.ndarray:
+    """Prefix references of an output with ``count`` frames a step (upsampled
+    in time): at step m, the last ``count`` frames of the model on frames
+    0..(m+1)P-1. The stream is causal, so those are frames of the model's
+    output on the whole stream (padded to T for a fixed length), ``count`` a
+    step, the last step's ending with it; a few prefix calls check that,
+    else each step is its own prefix call."""
+    p, first = stream.frames_per_step, stream.first_valid_step
+    fixed = fixed_time_length(model)
+    total = steps if fixed is None else fixed // p  # the step the whole run ends on
+    call = _any_length_call(model)
+    seq = call(frames if fixed is None else _pad_time(frames[:, :fixed], fixed))
+    want = undefined_steps((steps, *seq.shape[:1], count, *seq.shape[2:]))
+
+    def prefix(m):
+        return call(frames[:, :(m + 1) * p] if fixed is None
+                    else _pad_time(frames[:, :(m + 1) * p], fixed))
+
+    checked = [m for m in range(first, min(steps, total))
+               if seq.shape[1] - (total - m) * count >= 0]
+    for m in checked:
+        end = seq.shape[1] - (total - 1 - m) * count
+        want[m] = seq[:, end - count:end]
+    probes = sorted({checked[0], checked[len(checked) // 2], checked[-1]}) if checked else []
+    if fixed is None and any(np.abs(want[m] - prefix(m)[:, -count:]).max() > 1e-6
+                             for m in probes):
+        for m in checked:
+            want[m] = prefix(m)[:, -count:]
     return want
 
 

@@ -1,0 +1,165 @@
+"""Models whose output runs faster than their steps stream: a decoder that
+upsamples time (Conv1DTranspose with a stride in time, a learned
+encoder/decoder's overlap-add as in Conv-TasNet; UpSampling1D/2D) returns
+the step's n output frames, shape (1, n, ...), where it was refused
+("upsamples the time axis"). Checked through the built library against
+Keras on the whole stream."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tfaot import harness
+from tfaot.cli import main
+
+
+def _build(model, tmp_path, name: str = "m"):
+    path, out = tmp_path / f"{name}.keras", tmp_path / name
+    model.save(path)
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    return path, out
+
+
+def _verify(path, out, capsys) -> str:
+    assert main(["verify", str(path), str(out), "--steps", "120"]) == 0
+    return capsys.readouterr().out
+
+
+def _manifest(out) -> dict:
+    return json.loads(next(out.glob("*.json")).read_text())
+
+
+def _tasnet(crop: bool = True):
+    """Waveform -> Conv1D(16, 16, stride 8) encoder -> causal Conv1D -> GRU ->
+    sigmoid mask -> Conv1DTranspose(1, 16, stride 8) decoder (overlap-add),
+    cropped of the 8 samples it adds past the input's end."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(3)
+    x = keras.Input((None, 1))
+    e = layers.Conv1D(16, 16, strides=8, activation="relu")(x)
+    h = layers.Conv1D(16, 3, padding="causal", activation="relu")(e)
+    h = layers.GRU(16, return_sequences=True)(h)
+    mask = layers.Conv1D(16, 1, activation="sigmoid")(h)
+    y = layers.Conv1DTranspose(1, 16, strides=8)(layers.Multiply()([e, mask]))
+    return keras.Model(x, layers.Cropping1D((0, 8))(y) if crop else y)
+
+
+def test_an_overlap_add_decoder_returns_its_samples_every_step(tmp_path, capsys):
+    model = _tasnet()
+    path, out = _build(model, tmp_path)
+    manifest = _manifest(out)
+    assert manifest["stream"]["frames_per_step"] == 8
+    assert manifest["stream"]["output_frames"] == [8]
+    assert manifest["outputs"][0]["shape"] == [1, 8, 1]
+    assert "_OUTPUT0_FRAMES 8" in next(out.glob("*.h")).read_text()
+    steps = 150
+    wave = np.random.default_rng(0).normal(size=(1, steps * 8, 1)).astype(np.float32)
+    got = harness.load(out).step_n(wave.reshape(steps, 1, 8, 1)).reshape(steps * 8)
+    full = np.asarray(model(wave))[0, :, 0]  # T - 8 samples: one step of latency
+    assert full.shape == (steps * 8 - 8,)
+    np.testing.assert_allclose(got[8:], full, rtol=0, atol=2e-5)
+    assert "max abs error" in _verify(path, out, capsys)
+
+
+def test_an_uncropped_decoder_names_the_crop_it_needs(tmp_path, capsys):
+    path = tmp_path / "m.keras"
+    _tasnet(crop=False).save(path)
+    assert main(["-q", "build", str(path), "-o", str(tmp_path / "lib")]) != 0
+    assert "Cropping1D((0, 8))" in capsys.readouterr().err
+    assert not (tmp_path / "lib").exists()
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(4, 8, "valid"), (3, 3, "same"),
+                                                      (3, 2, "same")])
+def test_transposed_convolutions_of_other_shapes(kernel, stride, padding, tmp_path, capsys):
+    """A kernel shorter than the stride (the output frames no tap reaches
+    are the bias's), and 'same' padding where it crops nothing at the start
+    (kernel <= stride + 1)."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(kernel + stride)
+    x = keras.Input((None, 6))
+    h = layers.LSTM(8, return_sequences=True)(x)
+    y = layers.Conv1DTranspose(3, kernel, strides=stride, padding=padding,
+                               activation="tanh")(h)
+    extra = max(kernel, stride) - stride if padding == "valid" else 0
+    if extra:
+        y = layers.Cropping1D((0, extra))(y)
+    path, out = _build(keras.Model(x, y), tmp_path)
+    assert _manifest(out)["stream"]["output_frames"] == [stride]
+    assert "max abs error" in _verify(path, out, capsys)
+
+
+def test_upsampling_layers_stream(tmp_path, capsys):
+    """UpSampling1D after a stride 2 (a step of 2 frames returns 2), and a
+    spectrogram decoder: Conv2D stride (2, 2), then UpSampling2D((1, 2))
+    (frequency only: per step; refused before) and Conv2DTranspose with
+    stride (2, 2) in time and frequency, cropped."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(9)
+    x = keras.Input((None, 8))
+    u = layers.UpSampling1D(2)(layers.Conv1D(6, 3, strides=2)(x))
+    path, out = _build(keras.Model(x, layers.Dense(4)(u)), tmp_path, "up1d")
+    assert _manifest(out)["stream"]["output_frames"] == [2]
+    assert "max abs error" in _verify(path, out, capsys)
+
+    spec = keras.Input((None, 12, 1))
+    h = layers.Conv2D(4, (2, 3), strides=(2, 2), padding="valid", activation="relu")(spec)
+    h = layers.UpSampling2D((1, 2))(h)
+    h = layers.Conv2DTranspose(2, (3, 2), strides=(2, 1), activation="relu")(h)
+    h = layers.Cropping2D(((0, 1), (0, 0)))(h)
+    path, out = _build(keras.Model(spec, h), tmp_path, "up2d")
+    assert _manifest(out)["stream"]["output_frames"] == [2]
+    assert "max abs error" in _verify(path, out, capsys)
+
+
+def test_bilinear_upsampling_in_time_is_refused(tmp_path, capsys):
+    import keras
+    from keras import layers
+
+    x = keras.Input((None, 4, 2))
+    y = layers.UpSampling2D((2, 1), interpolation="bilinear")(x)
+    path = tmp_path / "m.keras"
+    keras.Model(x, y).save(path)
+    assert main(["-q", "build", str(path), "-o", str(tmp_path / "lib")]) != 0
+    assert "interpolates between frames in time" in capsys.readouterr().err
+
+
+def test_graphs_return_every_frame_of_a_faster_output(tmp_path, capsys):
+    """The same in a SavedModel: UpSampling1D is a Reshape of (1, T, 3, C)
+    to (1, 3T, C) there (an upsampling of the frames), and a head at every
+    frame beside a stride-2 branch returns its 2 frames a step (it
+    returned the last one, with a warning)."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((None, 8))
+    up = layers.Dense(4)(layers.UpSampling1D(3)(layers.GRU(5, return_sequences=True)(x)))
+    keras.Model(x, up).export(tmp_path / "up_sm", verbose=False)
+    out = tmp_path / "up"
+    assert main(["-q", "build", str(tmp_path / "up_sm"), "-o", str(out)]) == 0
+    assert _manifest(out)["stream"]["output_frames"] == [3]
+    assert "max abs error" in _verify(tmp_path / "up_sm", out, capsys)
+
+    x = keras.Input((None, 6))
+    fast = layers.Dense(2)(layers.Conv1D(8, 3, padding="causal")(x))
+    slow = layers.Dense(3)(layers.Conv1D(8, 2, strides=2)(x))
+    model = keras.Model(x, [fast, slow])
+    model.export(tmp_path / "rates_sm", verbose=False)
+    out = tmp_path / "rates"
+    assert main(["-q", "build", str(tmp_path / "rates_sm"), "-o", str(out)]) == 0
+    assert _manifest(out)["stream"]["output_frames"] == [2, 1]
+    xs = np.random.default_rng(1).normal(size=(1, 60, 6)).astype(np.float32)
+    got_fast, got_slow = harness.load(out).step_n(xs.reshape(30, 1, 2, 6))
+    want_fast, want_slow = (np.asarray(y)[0] for y in model(xs))
+    np.testing.assert_allclose(got_fast.reshape(60, 2), want_fast, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got_slow.reshape(30, 3), want_slow, rtol=0, atol=1e-5)
+    assert _verify(tmp_path / "rates_sm", out, capsys).count(": ok") == 2
