@@ -37,6 +37,9 @@ def _stream_line(stream: dict) -> str:
     frames = stream.get("output_frames", [])
     if any(n != 1 for n in frames):
         text += ", output frames per step " + " ".join(str(n) for n in frames)
+    late = stream.get("output_latency", [])
+    if any(late):
+        text += ", outputs late by " + " ".join(str(n) for n in late) + " frame(s)"
     return text
 
 

@@ -105,6 +105,12 @@ class StreamInfo:
     branch without another's strides) returns its last n frames, shape
     ``(1, n, ...)``, where one with a frame a step returns ``(1, ...)``.
 
+    ``output_latency``: frames each output comes late (empty: none): one
+    whose model output runs past the input's end (a transposed convolution's
+    overlap-add without a crop after it: its last frames are sums of frames
+    to come) returns its newest final frames, that many before the last
+    frame the model gives for the input so far.
+
     ``end_pads``: graph nodes that pad the sequence's end with as many zeros
     as its length asks for (YAMNet's whole patches); they only complete
     the last window of a sequence that ends, so the stream passes its
@@ -122,10 +128,15 @@ class StreamInfo:
     streams: int = 1                  # independent streams per context (--streams)
     end_pads: tuple[str, ...] = ()    # end paddings passed through (graph nodes)
     output_frames: tuple[int, ...] = ()  # frames per step of each output (empty: 1 each)
+    output_latency: tuple[int, ...] = ()  # frames each output comes late (empty: none)
 
     def frames_of(self, output: int) -> int:
         """How many frames output ``output`` returns a step."""
         return self.output_frames[output] if output < len(self.output_frames) else 1
+
+    def latency_of(self, output: int) -> int:
+        """How many frames output ``output`` comes late (``output_latency``)."""
+        return self.output_latency[output] if output < len(self.output_latency) else 0
 
     def to_json(self) -> dict[str, Any]:
         data = {"mode": self.mode, "time_axis": self.time_axis,
@@ -136,6 +147,8 @@ class StreamInfo:
             data["end_pads"] = list(self.end_pads)
         if any(n != 1 for n in self.output_frames):
             data["output_frames"] = list(self.output_frames)
+        if any(self.output_latency):
+            data["output_latency"] = list(self.output_latency)
         return data
 
     @classmethod
@@ -144,7 +157,7 @@ class StreamInfo:
             return cls()
         known = set(cls.__dataclass_fields__)
         fields = {k: v for k, v in data.items() if k in known}
-        for name in ("end_pads", "output_frames"):
+        for name in ("end_pads", "output_frames", "output_latency"):
             if name in fields:
                 fields[name] = tuple(fields[name])
         return cls(**fields)

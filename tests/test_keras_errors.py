@@ -55,14 +55,6 @@ def test_transposed_conv_over_open_time(kernel, strides, dilation, padding, word
     _expect(m, "'up'", "Conv1DTranspose", *words)
 
 
-def test_transposed_conv_output_past_the_input_end():
-    """Padding 'valid', stride 1: its last kernel - 1 frames are made of
-    frames to come; without a crop after it the output cannot stream (it
-    was an internal error: a slice out of bounds)."""
-    m = keras.Sequential([_seq(), layers.Conv1DTranspose(3, 3, name="up")])
-    _expect(m, "runs 2 frame(s) past the input's end", "Cropping1D((0, 2))")
-
-
 def test_mel_spectrogram_centers_its_frames():
     """Keras' MelSpectrogram pads both ends by reflection: it was refused as
     a layer that 'fails when run on 5 random frames' (its padding is longer)."""

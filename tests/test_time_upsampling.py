@@ -7,6 +7,7 @@ Keras on the whole stream."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -65,20 +66,28 @@ def test_an_overlap_add_decoder_returns_its_samples_every_step(tmp_path, capsys)
     assert "max abs error" in _verify(path, out, capsys)
 
 
-def test_an_uncropped_decoder_names_the_crop_it_needs(tmp_path, capsys):
-    path = tmp_path / "m.keras"
-    _tasnet(crop=False).save(path)
-    assert main(["-q", "build", str(path), "-o", str(tmp_path / "lib")]) != 0
-    assert "Cropping1D((0, 8))" in capsys.readouterr().err
-    assert not (tmp_path / "lib").exists()
+def test_an_uncropped_decoder_returns_its_final_samples_late(tmp_path, capsys):
+    """Without the crop, Keras' last 8 samples are sums of frames to come (it
+    was refused); a step returns the newest final ones, 8 samples late."""
+    model = _tasnet(crop=False)
+    path, out = _build(model, tmp_path)
+    stream = _manifest(out)["stream"]
+    assert (stream["output_frames"], stream["output_latency"]) == ([8], [8])
+    assert "_OUTPUT0_LATENCY 8" in next(out.glob("*.h")).read_text()
+    steps = 120
+    wave = np.random.default_rng(1).normal(size=(1, steps * 8, 1)).astype(np.float32)
+    got = harness.load(out).step_n(wave.reshape(steps, 1, 8, 1)).reshape(steps * 8)
+    full = np.asarray(model(wave))[0, :, 0]  # T samples, the last 8 not final
+    np.testing.assert_allclose(got[8:], full[:-8], rtol=0, atol=2e-5)
+    assert "max abs error" in _verify(path, out, capsys)
 
 
 @pytest.mark.parametrize("kernel, stride, padding", [(4, 8, "valid"), (3, 3, "same"),
-                                                      (3, 2, "same")])
+                                                      (3, 2, "same"), (5, 1, "valid")])
 def test_transposed_convolutions_of_other_shapes(kernel, stride, padding, tmp_path, capsys):
     """A kernel shorter than the stride (the output frames no tap reaches
-    are the bias's), and 'same' padding where it crops nothing at the start
-    (kernel <= stride + 1)."""
+    are the bias's), 'same' padding where it crops nothing at the start
+    (kernel <= stride + 1), stride 1 without a crop (4 frames late)."""
     import keras
     from keras import layers
 
@@ -88,10 +97,11 @@ def test_transposed_convolutions_of_other_shapes(kernel, stride, padding, tmp_pa
     y = layers.Conv1DTranspose(3, kernel, strides=stride, padding=padding,
                                activation="tanh")(h)
     extra = max(kernel, stride) - stride if padding == "valid" else 0
-    if extra:
+    if extra and stride > 1:
         y = layers.Cropping1D((0, extra))(y)
     path, out = _build(keras.Model(x, y), tmp_path)
-    assert _manifest(out)["stream"]["output_frames"] == [stride]
+    assert _manifest(out)["stream"].get("output_frames", [1]) == [stride]
+    assert _manifest(out)["stream"].get("output_latency", [0]) == [0 if stride > 1 else extra]
     assert "max abs error" in _verify(path, out, capsys)
 
 
@@ -163,3 +173,48 @@ def test_graphs_return_every_frame_of_a_faster_output(tmp_path, capsys):
     np.testing.assert_allclose(got_fast.reshape(60, 2), want_fast, rtol=0, atol=1e-5)
     np.testing.assert_allclose(got_slow.reshape(30, 3), want_slow, rtol=0, atol=1e-5)
     assert _verify(tmp_path / "rates_sm", out, capsys).count(": ok") == 2
+
+
+def test_graph_transposed_convolution_and_overlap_add_stream(tmp_path, capsys):
+    """In a SavedModel, a Conv1DTranspose is a Conv2DBackpropInput sized by
+    the sequence's length (it was "not supported"), and
+    ``tf.signal.overlap_and_add`` (a DTLN-style enhancer: frames of 64
+    samples every 16, a product per frame, overlap-add back to a waveform)
+    a pad, reshapes and a sum sized by it: both stream, 16 samples a step,
+    the final ones (48 late for the overlap-add)."""
+    import tensorflow as tf
+
+    _tasnet(crop=False).export(tmp_path / "tasnet_sm", verbose=False)
+    out = tmp_path / "tasnet"
+    assert main(["-q", "build", str(tmp_path / "tasnet_sm"), "-o", str(out)]) == 0
+    stream = _manifest(out)["stream"]
+    assert (stream["output_frames"], stream["output_latency"]) == ([8], [8])
+    assert "max abs error" in _verify(tmp_path / "tasnet_sm", out, capsys)
+
+    class Enhancer(tf.Module):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(0)
+            self.w = tf.constant(rng.normal(size=(64, 64)).astype(np.float32) / 8)
+
+        @tf.function(input_signature=[tf.TensorSpec([1, None], tf.float32)])
+        def __call__(self, x):
+            window = tf.signal.hann_window(64)
+            frames = tf.signal.frame(x, 64, 16) * window
+            return tf.signal.overlap_and_add(tf.tanh(tf.matmul(frames, self.w)) * window, 16)
+
+    enhancer = Enhancer()
+    tf.saved_model.save(enhancer, str(tmp_path / "ola_sm"), signatures=enhancer.__call__)
+    out = tmp_path / "ola"
+    assert main(["-q", "build", str(tmp_path / "ola_sm"), "-o", str(out)]) == 0
+    stream = _manifest(out)["stream"]
+    assert (stream["frames_per_step"], stream["output_latency"]) == (16, [48])
+    # (the overlap-add is added up, not multiplied by a 64 x 64 identity)
+    header = next(out.glob("*.h")).read_text()
+    assert int(re.search(r"_WEIGHT_BYTES (\d+)", header).group(1)) < 2 * 64 * 64 * 4
+    steps = 100
+    wave = np.random.default_rng(2).normal(size=(1, steps * 16)).astype(np.float32)
+    got = harness.load(out).step_n(wave.reshape(steps, 1, 16)).reshape(steps * 16)
+    full = enhancer(tf.constant(wave)).numpy()[0]  # every sample, the last 48 not final
+    np.testing.assert_allclose(got[48:], full[:-48], rtol=0, atol=1e-5)
+    assert "max abs error" in _verify(tmp_path / "ola_sm", out, capsys)

@@ -152,15 +152,19 @@ def _block_ops_written_out(loaded):
 
 def _frames_as_convolutions(loaded):
     """``loaded`` with ``tf.signal.frame`` over an open length written as a
-    convolution (signal_frames.py)."""
+    convolution (signal_frames.py), and ``tf.signal.overlap_and_add`` as a
+    transposed one (signal_ola.py)."""
     import dataclasses
 
     from .signal_frames import frames_as_convolutions
+    from .signal_ola import overlap_adds_as_convolutions
 
     graph_def, count, end_pads = frames_as_convolutions(loaded.graph_def)
-    if not count:
+    graph_def, adds = overlap_adds_as_convolutions(graph_def)
+    if not count and not adds:
         return loaded
-    details = dict(loaded.details, frames_as_convolutions=count, frame_end_pads=end_pads)
+    details = dict(loaded.details, frames_as_convolutions=count, frame_end_pads=end_pads,
+                   overlap_adds_as_convolutions=adds)
     return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 

@@ -22,7 +22,7 @@ from .loops import LOOP_OP, initial_state_refusal
 from .unrolled import UNROLLED_OP
 from .meta import HELD, LIST_KINDS, STATIC, STATIC_KINDS, STATIC_T, STEP, Meta, seq, step
 from .ring import TimePlan, TimeState, take_frames
-from . import rules  # noqa: F401 - registers the sequence rules (and time_rules')
+from . import rules, transposed  # noqa: F401 - registers the sequence rules (and time_rules')
 from .rules import ELEMENTWISE
 from .seq_op import apply_seq_rule
 from .state import StateRegistry
@@ -175,18 +175,21 @@ class Emitter:
     def _last_frame(self, out: str, t, m: Meta):
         """A sequence output's value at this step: the reference's last frame,
         or its last n along the time axis for an output with n > 1 frames a
-        step (a branch without another's strides)."""
+        step (a branch without another's strides, an upsampling); where the
+        reference runs past the chunk (an overlap-add's sums of frames to
+        come), the chunk's final frames, late (StreamInfo.output_latency)."""
         import tensorflow as tf
 
         frames = m.frames or self.plan.input_seq()
+        final = frames.final()
         with tf.name_scope("output"):
-            cat, index = self.time.frame_at_lag(("output", out), t, m.axis, frames, "output",
+            cat, index = self.time.frame_at_lag(("output", out), t, m.axis, final, "output",
                                                 frames.n)
             y = take_frames(cat, m.axis, index + 1 - frames.n, index + 1)
             if frames.n == 1:
                 y = tf.squeeze(y, [m.axis])
         return y, Meta("seq", axis=m.axis, frames=frames,
-                       valid_from=max(m.valid_from, frames.first_step))
+                       valid_from=max(m.valid_from, final.first_step))
 
     def _graph_input_of(self, tensor: str) -> str | None:
         """The graph input that ``tensor`` is, through identities (a Keras

@@ -53,7 +53,8 @@ def frames_as_convolutions(graph_def):
             found.append(frame)
     if not found:
         return graph_def, 0, ()
-    return _rewritten(graph_def, found), len(found), tuple(f.pad for f in found if f.pad)
+    return (replaced_scopes(graph_def, found, _as_convolution, "tfaot_frames"), len(found),
+            tuple(f.pad for f in found if f.pad))
 
 
 def _without_control_inputs(graph_def):
@@ -77,8 +78,10 @@ class _Frame:
         self.pad = pad
 
 
-def _frame_op(g, scope: str) -> _Frame | None:
-    """The frame op of name scope ``scope`` (module docstring), or None."""
+def scope_io(g, scope: str):
+    """(x, y) where the ops of name scope ``scope`` in graph ``g`` read one
+    tensor ``x`` from outside (besides constants and its shape) and give
+    one tensor ``y`` to ops outside; else None."""
     inside = {op for op in g.get_operations() if op.name.startswith(scope + "/")}
     reads, gives = set(), set()
     for op in inside:
@@ -90,7 +93,15 @@ def _frame_op(g, scope: str) -> _Frame | None:
                 gives.add(t)
     if len(reads) != 1 or len(gives) != 1:
         return None
-    x, y = next(iter(reads)), next(iter(gives))
+    return next(iter(reads)), next(iter(gives))
+
+
+def _frame_op(g, scope: str) -> _Frame | None:
+    """The frame op of name scope ``scope`` (module docstring), or None."""
+    io = scope_io(g, scope)
+    if io is None:
+        return None
+    x, y = io
     shape = x.shape
     if x.dtype != np.float32 or shape.rank is None or y.shape.rank != shape.rank + 1:
         return None
@@ -187,8 +198,21 @@ def convolution_frames(x, length: int, step: int):
     return tf.transpose(y, [0, 1, 3, 2])
 
 
-def _rewritten(graph_def, found: list[_Frame]):
-    """``graph_def`` with each frame scope replaced by its convolution."""
+def _as_convolution(holder, f: _Frame):
+    """The frames of ``holder`` (the frame op's input) as a convolution."""
+    import tensorflow as tf
+
+    if f.x.shape[0] is None and (f.x.shape.rank == 1 or f.x.shape[1] is not None):
+        # (time[, channels]): the frames of a batch of one
+        batch = tf.expand_dims(holder, 0)
+        return tf.squeeze(convolution_frames(batch, f.length, f.step), 0)
+    return convolution_frames(holder, f.length, f.step)
+
+
+def replaced_scopes(graph_def, found: list, build, tag: str):
+    """``graph_def`` with the ops of each recognised scope in ``found`` (a
+    record with its ``scope``, the tensor ``x`` it reads and ``y`` it gives)
+    replaced by ``build(placeholder of x, record)``, in scope ``scope/tag``."""
     import tensorflow as tf
 
     from .block_cells import outer_input
@@ -200,14 +224,8 @@ def _rewritten(graph_def, found: list[_Frame]):
         sub = tf.Graph()
         with sub.as_default():
             holder = tf.compat.v1.placeholder(tf.float32, f.x.shape, name="in0")
-            if f.x.shape[0] is None and (f.x.shape.rank == 1 or f.x.shape[1] is not None):
-                # (time[, channels]): the frames of a batch of one
-                batch = tf.expand_dims(holder, 0)
-                frames = tf.squeeze(convolution_frames(batch, f.length, f.step), 0)
-            else:
-                frames = convolution_frames(holder, f.length, f.step)
-            out = tf.identity(frames, name="frames")
-        prefix = f"{f.scope}/tfaot_frames/"
+            out = tf.identity(build(holder, f), name="out")
+        prefix = f"{f.scope}/{tag}/"
         for n in sub.as_graph_def().node:
             if n.op == "Placeholder":
                 continue

@@ -78,12 +78,12 @@ def mode(s: SeqOp) -> str:
 # convolution and pooling
 
 
-def _spatial_axes(s: SeqOp) -> list[int]:
+def spatial_axes(s: SeqOp) -> list[int]:
     fmt = s.node.attr["data_format"].s.decode() or "NHWC"
     return list(range(1, s.rank - 1)) if fmt.endswith("C") else list(range(2, s.rank))
 
 
-def _time_params(s: SeqOp, spatial: list[int]) -> tuple[int, int, int, str]:
+def time_params(s: SeqOp, spatial: list[int]) -> tuple[int, int, int, str]:
     """(kernel, stride, dilation, padding) along the time axis."""
     a, at = s.a, s.node.attr
     if s.op in POOL_OPS:
@@ -108,14 +108,14 @@ def _windowed(s: SeqOp):
     if s.k0 != 0:
         s.unsupported()
     s.others_static()
-    spatial = _spatial_axes(s)
+    spatial = spatial_axes(s)
     s2b = s.metas[0].s2b
     if s.a == 0 and not s2b:  # time on the batch axis: each frame alone
         s.set(s.emit(), [seq(0)])
         return
     if s.a not in spatial:
         s.fail(f"works across the time axis {s.a} (its channel axis)")
-    k, stride, dil, padding = _time_params(s, spatial)
+    k, stride, dil, padding = time_params(s, spatial)
     if s.node.attr["padding"].s == b"SAME" and not s2b and \
             same_pads_nothing(k, stride, dil, s.frames):
         padding = "valid"

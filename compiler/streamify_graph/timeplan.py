@@ -45,8 +45,9 @@ class Planned:
     rows: list = field(default_factory=list)  # the report's "layers"
     first_valid_step: int = 0
     broadcasts: bool = False  # a per-step input's value broadcast over a sequence
-    # frames each output returns a step (StreamInfo.output_frames)
+    # frames each output returns a step, and how late (StreamInfo's)
     output_frames: tuple = ()
+    output_latency: tuple = ()
 
 
 def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
@@ -143,10 +144,12 @@ def plan_stream(mode: str, *, window: int | None, dynamic: bool, replay, arg_spe
     for key, initial, layer, kind in em.time.found:
         states.add(key, initial, layer=layer, kind=kind)
     # (an output faster than the steps, a branch without another's strides,
-    # returns its n frames a step: replay's _last_frame)
-    output_frames = tuple(m.frames.n if m.kind == "seq" and m.frames is not None else 1
-                          for m in em.output_metas)
-    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts, output_frames)
+    # returns its n frames a step; one past the input's end, late: replay's
+    # _last_frame)
+    seqs = [m.frames if m.kind == "seq" else None for m in em.output_metas]
+    return Planned(plan, em.rows, em.first_valid_step, em.broadcasts,
+                   tuple(f.n if f else 1 for f in seqs),
+                   tuple(max(0, -f.lag) if f else 0 for f in seqs))
 
 
 def stream_info(planned: Planned | None, a, dynamic: bool, shape,
@@ -162,7 +165,8 @@ def stream_info(planned: Planned | None, a, dynamic: bool, shape,
                       first_valid_step=planned.first_valid_step, delay=plan.delay,
                       end_pads=tuple(frame_end_pads) + tuple(
                           r["name"] for r in planned.rows if r["role"] == "end pad"),
-                      output_frames=planned.output_frames)
+                      output_frames=planned.output_frames,
+                      output_latency=planned.output_latency)
 
 
 def mode_text(stream: StreamInfo, base: str) -> str:

@@ -201,12 +201,16 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         stream = StreamInfo()
     else:
         # (an output upsampled in time, or a branch without another's
-        # strides, returns its n frames a step: Replay.output)
+        # strides, returns its n frames a step; one whose last frames are
+        # sums of frames to come, its final ones, late: Replay.output)
+        seqs = [y.seq if y.meta == SEQ else None for y in ys]
         stream = StreamInfo(
             mode=mode, time_axis=1, fixed_length=int(length) if length is not None else None,
             frames_per_step=frames, window=window if mode == "window" else None,
-            first_valid_step=max(int(y.valid_from) for y in ys), delay=delay,
-            output_frames=tuple(y.seq.n if y.meta == SEQ else 1 for y in ys))
+            first_valid_step=max(max(int(y.valid_from), q.final().first_step if q else 0)
+                                 for y, q in zip(ys, seqs)), delay=delay,
+            output_frames=tuple(q.n if q else 1 for q in seqs),
+            output_latency=tuple(max(0, -q.lag) if q else 0 for q in seqs))
     return {"mode": mode, "replay": replay, "y0": y0, "x_specs": x_specs, "frames": frames,
             "streamed": streamed, "window": window, "delay": delay, "stream": stream,
             "why": why}

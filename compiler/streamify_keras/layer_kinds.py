@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 
-import numpy as np
 
 # Layers that see one time step at a time: applied unchanged to a (1, n, ...)
 # chunk. The value says which attribute holds axes that must not be the time
@@ -46,8 +45,8 @@ FEATURE_AXIS_OPS = {"Any", "All", "Split", "Concatenate", "Sum", "Mean", "Max", 
 
 
 # Why a layer cannot stream, for the common cases; anything else on a
-# sequence gets the generic message. (A transposed convolution has a rule
-# (time_rules.TransposedRule) that refuses with not_streamable_reason.)
+# sequence gets the generic message. (Transposed convolutions and
+# upsampling have rules: time_rules.py.)
 NOT_STREAMABLE: dict[str, str] = {
     "Bidirectional": "runs the sequence backwards as well as forwards, so step t "
                      "depends on future samples",
@@ -127,18 +126,6 @@ def _is_sequence(value) -> bool:
 
 
 def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
-    if kind.endswith("Transpose"):
-        stride = int(np.atleast_1d(getattr(op, "strides", 2))[0])
-        dilation = int(np.atleast_1d(getattr(op, "dilation_rate", 1))[0])
-        if dilation != 1:
-            return "is a transposed convolution dilated in time"
-        # (with 'valid' each output frame sums the taps over the frames
-        # before it, and streams: time_rules.TransposedRule)
-        return (f"is a transposed convolution with padding='same' over time (kernel "
-                f"{int(np.atleast_1d(op.kernel_size)[0])}, stride {stride}), which centers its "
-                "kernel on frames not yet received (with padding='valid' it streams, its "
-                "output running max(kernel, stride) - stride frames past the input's end: a "
-                "Cropping of those frames after it keeps the output the input's length)")
     if "Attention" in kind and kwargs.get("use_causal_mask"):
         # Causal attention is incremental, but its state (every earlier
         # frame's keys and values) grows without bound.

@@ -68,6 +68,13 @@ class Seq:
         """The first step at which the reference has a last frame."""
         return max(0, math.ceil(-self.end / self.n) - 1)
 
+    def final(self) -> "Seq":
+        """The record of the frames a step can return as final: where the
+        reference runs past the chunk (``lag < 0``: a transposed
+        convolution's last frames, sums of frames to come), its last frame
+        moved back to the chunk's."""
+        return replace(self, end=self.end + min(0, self.lag))
+
 
 class Streamed:
     """A value flowing through the replayed graph, with its time meta.
@@ -182,17 +189,15 @@ class Replay:
         """The step output of the model's final value: its reference's last
         frame, or its last n, shape ``(1, n, ...)``, for an output with n > 1
         frames a step (upsampled in time, or a branch without another's
-        strides); ``index``: which model output (names its delay buffer)."""
+        strides); ``index``: which model output (names its delay buffer).
+
+        An output whose reference runs past the chunk (``lag < 0``: a
+        transposed convolution's last frames, sums of frames to come) returns
+        the chunk's frames, its newest final ones: ``-lag`` frames late
+        (StreamInfo.output_latency)."""
         if y.meta == VEC:
             return y.value
-        lag = y.seq.lag
-        if lag < 0:  # (a transposed convolution's last frames, past the input's end)
-            raise TfaotError(
-                f"output {index} runs {-lag} frame(s) past the input's end (a transposed "
-                "convolution with padding='valid' adds max(kernel, stride) - stride frames at "
-                f"the end, made of frames to come): crop them after it (Cropping1D((0, {-lag})) "
-                "or its 2D form) to stream it, or give the input a fixed length")
-        n = y.seq.n
+        n, lag = y.seq.n, max(0, y.seq.lag)
         cat = self.buffer("output/frames" if index == 0 else f"output{index}/frames",
                           y.value, lag)
         end = int(cat.shape[1]) - lag

@@ -451,6 +451,31 @@ class CropRule:
         return Streamed(y, SEQ, seq, x.valid_from)
 
 
+def transposed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
+                    refuse) -> dict:
+    """How a transposed convolution with kernel ``k``, stride ``s`` and
+    dilation ``dil`` in time streams an input chunk ``seq`` (TransposedRule):
+    the ring buffer (``keep`` input frames before the chunk) and the
+    output's ``Seq``. Shared by the Keras and the graph streamifiers; raises
+    ``refuse(why)`` where it cannot stream incrementally."""
+    if k == 1 and s == 1:
+        return {"per_step": True, "out": seq}
+    if dil != 1:
+        raise refuse("is a transposed convolution dilated in time")
+    if padding == "same" and k > s + 1:
+        raise refuse(f"is a transposed convolution with padding='same' over time (kernel {k}, "
+                     f"stride {s}), which centers its kernel on frames not yet received (with "
+                     "padding='valid' it streams, its output running max(kernel, stride) - "
+                     "stride frames past the input's end: a Cropping of those frames after it "
+                     "keeps the output the input's length)")
+    if mode == "window":  # (recomputed: the window rules do not follow its frames)
+        raise refuse("is a transposed convolution over time in a fixed window")
+    last = s - 1 if padding == "same" else max(k, s) - 1
+    out = Seq(seq.n * s, seq.delay * s, seq.end * s + last,
+              None if seq.length is None else seq.length * s, True)
+    return {"per_step": False, "k": k, "stride": s, "keep": (k - 1) // s, "out": out}
+
+
 class TransposedRule:
     """Conv1DTranspose/Conv2DTranspose/Conv3DTranspose, kernel k and stride s
     in time (a CRN or GCRN decoder: s = 1, upsampling frequency only; a
@@ -468,21 +493,10 @@ class TransposedRule:
     time is refused; a fixed window falls back to recomputing it."""
 
     def plan(self, op, seq: Seq, mode: str) -> dict:
-        from .layer_kinds import not_streamable_reason
-
         k, s = int(tuple(op.kernel_size)[0]), int(tuple(op.strides)[0])
         dil = int(tuple(getattr(op, "dilation_rate", (1,)))[0])
-        if k == 1 and s == 1:
-            return {"per_step": True}
-        if dil != 1 or (op.padding == "same" and k > s + 1):
-            raise NotIncremental(op, not_streamable_reason(type(op).__name__, {}, op))
-        if mode == "window":  # (recomputed: the window rules do not follow its frames)
-            raise NotIncremental(op, "is a transposed convolution over time in a fixed "
-                                     "window")
-        last = s - 1 if op.padding == "same" else max(k, s) - 1
-        out = Seq(seq.n * s, seq.delay * s, seq.end * s + last,
-                  None if seq.length is None else seq.length * s, True)
-        return {"per_step": False, "k": k, "stride": s, "keep": (k - 1) // s, "out": out}
+        return transposed_plan(k, s, dil, op.padding, seq, mode,
+                               lambda why: NotIncremental(op, why))
 
     def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
         plan = self.plan(op, seq, mode)

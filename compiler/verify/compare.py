@@ -403,7 +403,7 @@ def _inputs_and_references(loaded, lib, rng, steps: int, model_path, lib_dir):
     if len(xs) == 1:
         heads = output_heads(reference_model, len(lib.output_shapes))
         wants = [keras_reference(head, xs[0], stream=stream, step_output=shape, masked=True,
-                                 frames_out=stream.frames_of(i))
+                                 frames_out=stream.frames_of(i), latency=stream.latency_of(i))
                  for i, (head, shape) in enumerate(zip(heads, lib.output_shapes))]
     else:
         wants = keras_multi_input_reference(reference_model, xs, lib.input_streamed,

@@ -169,7 +169,8 @@ class GraphReference:
         if self.stateless:
             return np.stack([self._run([x[m] for x in xs]) for m in range(steps)])
         if self.stream.mode == "window" or self.stream.first_valid_step or \
-                self.stream.frames_per_step > 1 or self._frames_out > 1:
+                self.stream.frames_per_step > 1 or self._frames_out > 1 or \
+                self.stream.latency_of(self.index):
             want = self._windowed(xs)
             return want if masked else np.ma.filled(want, np.nan)
         seqs = [np.moveaxis(x, 0, self.time_axis) if s else x[0]
@@ -208,8 +209,8 @@ class GraphReference:
             return want
         fixed = st.fixed_length
         full = run(0, steps * p if fixed is None else min(steps * p, fixed))
-        if self._frames_out > 1:
-            return self._chunks(full, want, run)
+        if self._frames_out > 1 or st.latency_of(self.index):
+            return self._chunks(full, want)
         if full.ndim == len(self.step_output) + 1:  # a sequence output: its last frames
             # (axis 0 last: time there is an output without a batch axis)
             axis = next(d for d in (*range(1, full.ndim), 0)
@@ -236,21 +237,26 @@ class GraphReference:
         """Frames this output returns a step (StreamInfo.frames_of)."""
         return self.stream.frames_of(self.index)
 
-    def _chunks(self, full: np.ndarray, want, run) -> np.ndarray:
-        """``want`` for an output with n > 1 frames a step: step m returns the
-        last n frames of the graph on frames 0..(m+1)P-1, n a step of the
-        graph's output on the whole stream ``full`` (causal, as streamed)."""
+    def _chunks(self, full: np.ndarray, want) -> np.ndarray:
+        """``want`` for an output with n > 1 frames a step, or late: step m
+        returns the n frames ending ``latency`` before the last of the graph
+        on frames 0..(m+1)P-1, n a step of the graph's output on the whole
+        stream ``full`` (causal, as streamed; final there but at its end)."""
         st, n, steps = self.stream, self._frames_out, len(want)
+        latency = st.latency_of(self.index)
+        step_output = self.step_output if n > 1 else \
+            self.step_output[:1] + (1,) + self.step_output[1:]  # (one frame: no time axis)
         axis = next(d for d in (*range(1, full.ndim), 0)
                     if full.shape[:d] + full.shape[d + 1:] ==
-                    self.step_output[:d] + self.step_output[d + 1:])
+                    step_output[:d] + step_output[d + 1:])
         # (the step the run ends on: a fixed-length graph ran on T frames at most)
         p = st.frames_per_step
         last = min(steps * p, st.fixed_length or steps * p) // p - 1
         for m in range(st.first_valid_step, last + 1):
-            end = full.shape[axis] - (last - m) * n
+            end = full.shape[axis] - (last - m) * n - latency
             if end - n >= 0:
-                want[m] = np.take(full, range(end - n, end), axis=axis)
+                frames = np.take(full, range(end - n, end), axis=axis)
+                want[m] = frames if n > 1 else np.squeeze(frames, axis)
         return want
 
     def _per_step(self, full: np.ndarray, steps: int) -> np.ndarray:

@@ -62,6 +62,10 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
             args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
         ys = call(args)  # (a dict of named outputs: by name)
         for i, (want, y, shape) in enumerate(zip(wants, ys, step_outputs)):
+            if stream.latency_of(i):
+                raise TfaotError(f"output {i} comes {stream.latency_of(i)} frame(s) late (its "
+                                 "model output runs past the input's end); verify does not "
+                                 "check such an output in a model of several inputs yet")
             count = stream.frames_of(i)
             if count > 1:  # (several frames a step: its last ones)
                 if y.shape[1] >= count:
@@ -271,7 +275,8 @@ def fixed_time_length(model) -> int | None:
 
 def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
                     stream=None, step_output: tuple[int, ...] | None = None,
-                    masked: bool = False, frames_out: int = 1) -> np.ndarray:
+                    masked: bool = False, frames_out: int = 1,
+                    latency: int = 0) -> np.ndarray:
     """Keras outputs for each step of ``xs`` (steps, *step input shape).
 
     ``model`` is a Keras 3 or a Keras 2 (tf_keras) model; for the latter
@@ -279,7 +284,8 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
     (the library's StreamInfo). With ``stream``, steps whose reference is not
     defined are NaN (see ``keras_stream_reference``), or with ``masked``
     masked (a NaN there is then the model's own output). ``frames_out``:
-    the frames the output returns a step (StreamInfo.frames_of).
+    the frames the output returns a step (StreamInfo.frames_of), and
+    ``latency`` how late (StreamInfo.latency_of).
     """
     from ..streamify_keras import is_streaming
 
@@ -289,7 +295,7 @@ def keras_reference(model, xs: np.ndarray, *, streaming: bool | None = None,
         p = stream.frames_per_step
         frames = xs[:, 0] if p > 1 else xs  # (steps, P, F...) or (steps, 1, F...)
         frames = frames.reshape(1, len(xs) * p, *frames.shape[2:])
-        want = keras_stream_reference(model, frames, stream, step_output, frames_out)
+        want = keras_stream_reference(model, frames, stream, step_output, frames_out, latency)
         return want if masked else nan_filled(want)
     if streaming is None:
         streaming = is_streaming(model)
@@ -402,22 +408,23 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def keras_stream_reference(model, frames: np.ndarray, stream,
                            step_output: tuple[int, ...] | None = None,
-                           frames_out: int = 1) -> np.ndarray:
+                           frames_out: int = 1, latency: int = 0) -> np.ndarray:
     """What each step must return for the input stream ``frames`` (1, N, ...):
     ``(N // P, *step output)``, masked where the reference is not defined.
 
     * window: the model on the ``window`` frames ending ``delay`` frames
       before the step's last frame;
     * prefix: the model on frames 0..(m+1)P-1 (its last output frame, or
-      its last ``frames_out`` for an output with several frames a step).
+      its last ``frames_out`` for an output with several frames a step;
+      with a ``latency``, those ending that many frames before its last).
 
     ``step_output``: the library's step output shape (tells whether the
     model's output keeps a time axis); guessed from the model if absent.
     """
     p = stream.frames_per_step
     steps = frames.shape[1] // p
-    if frames_out > 1:
-        return _chunk_reference(model, frames, stream, steps, frames_out)
+    if frames_out > 1 or latency:
+        return _chunk_reference(model, frames, stream, steps, frames_out, latency)
     if stream.mode == "window":
         return _window_reference(model, frames, stream, steps)
     if p == 1 and stream.first_valid_step == 0:
@@ -484,34 +491,46 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
     return want
 
 
-def _chunk_reference(model, frames, stream, steps: int, count: int) -> np.ndarray:
+def _chunk_reference(model, frames, stream, steps: int, count: int,
+                     latency: int = 0) -> np.ndarray:
     """Prefix references of an output with ``count`` frames a step (upsampled
-    in time): at step m, the last ``count`` frames of the model on frames
+    in time) and ``latency`` frames late: at step m, the ``count`` frames
+    ending ``latency`` frames before the last of the model on frames
     0..(m+1)P-1. The stream is causal, so those are frames of the model's
     output on the whole stream (padded to T for a fixed length), ``count`` a
-    step, the last step's ending with it; a few prefix calls check that,
-    else each step is its own prefix call."""
+    step, the last step's ending ``latency`` before its end; a few prefix
+    calls (long enough to have those frames final) check that, else each
+    step is its own prefix call."""
     p, first = stream.frames_per_step, stream.first_valid_step
     fixed = fixed_time_length(model)
     total = steps if fixed is None else fixed // p  # the step the whole run ends on
     call = _any_length_call(model)
     seq = call(frames if fixed is None else _pad_time(frames[:, :fixed], fixed))
-    want = undefined_steps((steps, *seq.shape[:1], count, *seq.shape[2:]))
+    want = undefined_steps((steps, *seq.shape[:1], *([count] if count > 1 else []),
+                            *seq.shape[2:]))
+
+    def frames_at(y, end):
+        return y[:, end - count:end] if count > 1 else y[:, end - 1]
 
     def prefix(m):
         return call(frames[:, :(m + 1) * p] if fixed is None
                     else _pad_time(frames[:, :(m + 1) * p], fixed))
 
     checked = [m for m in range(first, min(steps, total))
-               if seq.shape[1] - (total - m) * count >= 0]
+               if seq.shape[1] - (total - m) * count - latency >= 0]
     for m in checked:
-        end = seq.shape[1] - (total - 1 - m) * count
-        want[m] = seq[:, end - count:end]
-    probes = sorted({checked[0], checked[len(checked) // 2], checked[-1]}) if checked else []
-    if fixed is None and any(np.abs(want[m] - prefix(m)[:, -count:]).max() > 1e-6
-                             for m in probes):
+        want[m] = frames_at(seq, seq.shape[1] - (total - 1 - m) * count - latency)
+    later = -(-latency // count)  # steps after m whose prefix has m's frames final
+
+    def final(m):  # step m's frames, from a prefix call
+        y = prefix(m + later)
+        return frames_at(y, y.shape[1] - later * count - latency)
+
+    probes = {checked[0], checked[len(checked) // 2], checked[-1]} if checked else set()
+    probes = sorted(m for m in probes if m + later < steps)
+    if fixed is None and any(np.abs(want[m] - final(m)).max() > 1e-6 for m in probes):
         for m in checked:
-            want[m] = prefix(m)[:, -count:]
+            want[m] = final(m) if m + later < steps else np.ma.masked
     return want
 
 
