@@ -79,7 +79,8 @@ def load_and_streamify(model_path: str, progress: Progress,
 
             program = streamify_graph(loaded.graph, fixed_window=fixed_window)
             program = _fed_back_state(program, graph_options, model_path, progress,
-                                      loaded.graph.details.get("loop_initial_states", ()))
+                                      loaded.graph.details.get("loop_initial_states", ()),
+                                      loaded.graph.details.get("state_initial"))
         _refuse_float64(program, model_path)
         if streams != 1:
             from .lower.streams import batch_streams
@@ -172,6 +173,11 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
     if others:
         progress.note(f"{model_path}: uses signature '{details['signature']}' (also has "
                       f"{', '.join(others)}; --signature NAME for another)")
+    if details.get("variable_state"):
+        progress.note(f"{model_path}: keeps the {details['variable_state']} variable(s) its "
+                      "signature assigns (a stateful layer's state) as the library's state "
+                      "(at reset: a recurrent layer's loop state zeros, others their saved "
+                      "values)")
     unused = details.get("unused_inputs")
     if unused:
         progress.note(f"{model_path}: no output reads input(s) " +
@@ -179,10 +185,12 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
 
 
 def _fed_back_state(program, graph_options, model_path: str, progress: Progress,
-                    in_loops=()):
+                    in_loops=(), initial=None):
     """A graph whose caller feeds its state back: that state kept inside.
     ``in_loops``: state inputs that were a time loop's initial state, the
-    loop's own state now (graph_cut._loop_initial_states)."""
+    loop's own state now (graph_cut._loop_initial_states); ``initial``: the
+    initial values of state inputs that are not zeros (a SavedModel's
+    variables: frontend/variable_state.py)."""
     from .streamify_graph import state_feedback
 
     if in_loops:
@@ -194,11 +202,11 @@ def _fed_back_state(program, graph_options, model_path: str, progress: Progress,
         pairs = [(a, b) for a, b in pairs if a not in in_loops]
     if pairs is None:
         pairs = state_feedback.find_pairs(program.signature)
-        if pairs:
+        if pairs and set(dict(pairs)) - set(initial or {}):  # (variables: said at load)
             progress.note(f"{model_path}: keeps " + ", ".join(
                 f"output '{b}' as the state fed to input '{a}'" for a, b in pairs) +
                 " (the graph is one step with its state as I/O; --state to change)")
-    return state_feedback.hoist(program, pairs) if pairs else program
+    return state_feedback.hoist(program, pairs, initial) if pairs else program
 
 
 def run_frontend(model_path: str, progress: Progress,

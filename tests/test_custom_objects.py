@@ -220,6 +220,38 @@ def test_a_keras2_file_with_its_class_in_tf_keras_only_builds_from_its_graph(tmp
     assert "over 200 steps" in out and out.rstrip().endswith("ok"), out
 
 
+def test_a_keras2_lambda_reads_the_constants_of_the_users_file(tmp_path, capsys):
+    """A Keras 2 file whose Lambda's code reads a constant of the training
+    script (DTLN's frame length and step): the file given with
+    --custom-objects gives its constants too (it failed "cannot load the
+    Keras model: it uses the layer 'Double'", the class the file gave,
+    hiding tf_keras' own error); without the constant, tf_keras' error."""
+    import tf_keras
+
+    k2 = tmp_path / "k2.py"
+    k2.write_text(KERAS2_CLASS + "\n\nSCALE = 0.5\n\n\ndef scaled(x):\n    return x * SCALE\n")
+    user = _module(k2)
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.layers.InputLayer((None, 4)),
+                                 tf_keras.layers.GRU(8, return_sequences=True), user.Double(),
+                                 tf_keras.layers.Lambda(user.scaled), tf_keras.layers.Dense(2)])
+    model.save(tmp_path / "old.h5")
+    flags = ["--custom-objects", str(k2), "--allow-lambda"]
+    lib = tmp_path / "lib"
+    assert main(["build", str(tmp_path / "old.h5"), "-o", str(lib), "-q", *flags]) == 0
+    assert main(["verify", str(tmp_path / "old.h5"), str(lib), *flags]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("ok")
+    k2.write_text(KERAS2_CLASS)
+    import keras
+
+    for registry in (keras.saving.get_custom_objects(), tf_keras.utils.get_custom_objects()):
+        registry.pop("SCALE")  # (as a fresh process would start)
+    assert main(["build", str(tmp_path / "old.h5"), "-o", str(tmp_path / "lib2"), "-q",
+                 *flags]) == 1
+    assert "Keras 2 (tf_keras) cannot load it: name 'SCALE' is not defined" in \
+        capsys.readouterr().err
+
+
 def test_a_quantization_aware_model_without_tfmot_says_what_to_install(tmp_path):
     """tfmot's classes (here a stand-in of the name, which tf_keras cannot
     load either) are named with the package that has them."""

@@ -218,3 +218,56 @@ def test_graph_transposed_convolution_and_overlap_add_stream(tmp_path, capsys):
     full = enhancer(tf.constant(wave)).numpy()[0]  # every sample, the last 48 not final
     np.testing.assert_allclose(got[48:], full[:-48], rtol=0, atol=1e-5)
     assert "max abs error" in _verify(tmp_path / "ola_sm", out, capsys)
+
+
+DTLN_LAYERS = '''
+import keras
+import tensorflow as tf
+
+BLOCK, SHIFT = 64, 16
+
+
+def stft(x):
+    spectrum = tf.signal.rfft(tf.signal.frame(x, BLOCK, SHIFT))
+    return [tf.abs(spectrum), tf.math.angle(spectrum)]
+
+
+def ifft(parts):
+    return tf.signal.irfft(tf.cast(parts[0], tf.complex64)
+                           * tf.exp(1j * tf.cast(parts[1], tf.complex64)))
+
+
+def overlap_add(frames):
+    return tf.signal.overlap_and_add(frames, SHIFT)
+'''
+
+
+def test_a_dtln_style_keras_enhancer_streams(tmp_path, capsys):
+    """DTLN's shape in Keras Lambdas: a waveform framed and rFFT'd, an LSTM's
+    mask on the magnitudes, the inverse FFT, a learned Conv1D decoder and
+    overlap-add back to samples: 16 samples in, 16 out a step (48 late)."""
+    import importlib.util
+
+    import keras
+    from keras import layers
+
+    source = tmp_path / "dtln_layers.py"
+    source.write_text(DTLN_LAYERS)
+    spec = importlib.util.spec_from_file_location("dtln_layers", source)
+    user = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user)
+    keras.utils.set_random_seed(4)
+    x = keras.Input(batch_shape=(1, None))
+    mag, phase = layers.Lambda(user.stft)(x)
+    mask = layers.Dense(33, activation="sigmoid")(layers.LSTM(8, return_sequences=True)(mag))
+    frames = layers.Lambda(user.ifft)([layers.Multiply()([mag, mask]), phase])
+    decoded = layers.Conv1D(64, 1, use_bias=False)(frames)
+    path, out = tmp_path / "dtln.keras", tmp_path / "lib"
+    keras.Model(x, layers.Lambda(user.overlap_add)(decoded)).save(path)
+    flags = ["--allow-lambda", "--custom-objects", str(source)]
+    assert main(["-q", "build", str(path), "-o", str(out), *flags]) == 0
+    stream = _manifest(out)["stream"]
+    assert (stream["frames_per_step"], stream["output_frames"], stream["output_latency"]) == \
+        (16, [16], [48])
+    assert main(["verify", str(path), str(out), "--steps", "120", *flags]) == 0
+    assert "max abs error" in capsys.readouterr().out

@@ -6,7 +6,10 @@ model without it. The user's files run here, before the model loads, and
 everything they define is registered with Keras under its own name, as
 ``custom_objects`` would (a class decorated with
 ``@keras.saving.register_keras_serializable`` registers itself under its
-package's name as the file runs). tfaot builds a Keras 2 file as a Keras 3
+package's name as the file runs), and so are its constants (numbers,
+strings, tuples of them): the globals a Lambda's code reads (a frame length
+named in the training script), which Keras gives a Lambda from its custom
+objects. tfaot builds a Keras 2 file as a Keras 3
 model and verify runs it in tf_keras, so a Keras 2 file's classes are
 needed in both forms: tf_keras classes are registered with tf_keras.
 """
@@ -29,7 +32,8 @@ def register_files(paths: list[str]) -> None:
 
 
 def _run_file(path: Path) -> dict[str, object]:
-    """The classes and functions ``path`` defines (not those it imports)."""
+    """The classes, functions and constants ``path`` defines (not those it
+    imports)."""
     if path.suffix != ".py" or not path.is_file():
         raise TfaotError(f"--custom-objects: {path}: not a Python file (.py)")
     name = f"tfaot_custom_objects_{len(sys.modules)}_{path.stem}"
@@ -46,8 +50,16 @@ def _run_file(path: Path) -> dict[str, object]:
     finally:
         sys.path.remove(folder)
     return {key: value for key, value in vars(module).items()
-            if (inspect.isclass(value) or inspect.isfunction(value))
-            and getattr(value, "__module__", None) == name}
+            if ((inspect.isclass(value) or inspect.isfunction(value))
+                and getattr(value, "__module__", None) == name)
+            or (not key.startswith("_") and _is_constant(value))}
+
+
+def _is_constant(value) -> bool:
+    """A number, string or bool, or a tuple of them."""
+    if isinstance(value, tuple):
+        return all(_is_constant(v) for v in value)
+    return isinstance(value, (int, float, str, bool))
 
 
 def _line_in(error: Exception, path: Path) -> str:
@@ -62,7 +74,7 @@ def _line_in(error: Exception, path: Path) -> str:
 def _register(found: dict[str, object]) -> None:
     """Keras 2 classes (tf_keras: verify runs a Keras 2 file in it) with
     tf_keras, the others with Keras 3 (which builds every model); functions
-    with both."""
+    and constants with both."""
     import keras
     import tf_keras
 

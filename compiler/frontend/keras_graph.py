@@ -54,8 +54,8 @@ TFMOT_CLASSES = ("QuantizeLayer", "QuantizeWrapper", "QuantizeWrapperV2", "Quant
 def keras2_as_graph(path: Path, fmt: str, missing_class: str):
     """The Keras 2 file ``path`` loaded by tf_keras and traced as
     ``keras_as_graph`` does, for a model that Keras 3 cannot load because
-    it lacks the class ``missing_class``; None where tf_keras cannot load
-    it either."""
+    it lacks the class ``missing_class``; None where tf_keras lacks it too
+    (its own error otherwise: a Lambda's code that fails, say)."""
     from contextlib import nullcontext
 
     from ..errors import TfaotError
@@ -71,6 +71,8 @@ def keras2_as_graph(path: Path, fmt: str, missing_class: str):
     try:
         with scope:
             model = load_reference(path, fmt)
-    except TfaotError:
-        return None
+    except TfaotError as e:
+        if missing_class in str(e):
+            return None
+        raise
     return keras_as_graph(model, path)

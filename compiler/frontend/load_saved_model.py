@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import TfaotError, first_line
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
 from .inline_calls import inline_compiled_calls
+from .variable_state import variables_as_state_io
 
 
 def read_saved_model(path: Path):
@@ -107,7 +108,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
         res = sig(**dict(zip(in_keys, xs)))
         return [res[k] for k in out_keys]
 
-    cf = None
+    cf, state = None, None
     try:
         cf = tf.function(call).get_concrete_function(
             *[tf.TensorSpec(shape, kw_specs[k].dtype, name=k) for k, shape in zip(in_keys, shapes)])
@@ -115,24 +116,22 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     except Exception as e:
         assigned = _assigned_variables(cf) if cf is not None else []
         seeds = _seed_generators(obj)
-        if assigned and seeds:
-            raise TfaotError(
-                f"{path}: signature '{key}' advances a Keras random seed (variable "
-                f"'{seeds[0]}', node '{assigned[0]}'), as a Keras 3 export of a layer with "
-                f"dropout or recurrent_dropout > 0 does on every call, even at inference, "
-                f"and a frozen graph cannot assign it; build the model's .keras file "
-                f"instead (dropout does nothing at inference)") from None
-        if assigned:
-            raise TfaotError(
-                f"{path}: signature '{key}' keeps state in a tf.Variable (node '{assigned[0]}' "
-                f"assigns one), which tfaot cannot hoist; export the step with its state as "
-                f"an input and an output instead (e.g. previous_state_h -> new_state_h: "
-                f"pairs named so are found, others are given with --state IN=OUT)") from None
-        raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
-                         f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(e)}") from None
-    gd = _own_function_names(inline_compiled_calls(frozen.graph.as_graph_def()))
-    in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
-    outs = [t.name for t in frozen.outputs]
+        state = variables_as_state_io(cf) if assigned and not seeds else None
+        if state is None:
+            _refuse_unfrozen(path, key, shapes, e, assigned, seeds)
+    if state is not None:  # (a stateful RNN's variables: the step's state I/O)
+        gd = state.graph_def
+        in_names = [t.op.name for t in cf.inputs if t.dtype != tf.resource]
+        in_names += state.inputs
+        shapes += [state.initial[name].shape for name in state.inputs]
+        outs = [t.name for t in cf.outputs] + [f"{name}:0" for name in state.outputs]
+        out_keys += [name.rsplit("/", 1)[-1] for name in state.outputs]
+        state_inputs = (*state_inputs, *state.inputs)
+    else:
+        gd = frozen.graph.as_graph_def()
+        in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
+        outs = [t.name for t in frozen.outputs]
+    gd = _own_function_names(inline_compiled_calls(gd))
     signature_inputs = [(name, tuple(shape)) for name, shape in zip(in_names, shapes)]
     if cuts:  # the signature inputs the user named stay inputs beside the cuts
         named = {n.partition(":")[0] for n, _ in input_specs}
@@ -150,7 +149,46 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     else:
         loaded.output_names = [o if o in by_key else name
                                for o, name in zip(output_specs, loaded.output_names)]
+    if state is not None:
+        _drop_loop_state_outputs(loaded, state)
     return loaded
+
+
+def _drop_loop_state_outputs(loaded, state) -> None:
+    """Leaves out the state outputs added for variables whose input only
+    started a time loop: the stream keeps that loop's state itself
+    (graph_cut._loop_initial_states), and the output was the rewrite's, not
+    the model's."""
+    in_loops = set(loaded.details.get("loop_initial_states", ()))
+    dropped = {f"{new}:0" for old, new in zip(state.inputs, state.outputs) if old in in_loops}
+    kept = [i for i, t in enumerate(loaded.outputs) if t not in dropped]
+    loaded.outputs = [loaded.outputs[i] for i in kept]
+    loaded.output_names = [loaded.output_names[i] for i in kept]
+    loaded.details["loop_initial_states"] = [name for name in in_loops
+                                             if name not in state.inputs]
+    loaded.details["variable_state"] = len(state.inputs)
+    loaded.details["state_initial"] = state.initial
+
+
+def _refuse_unfrozen(path, key: str, shapes, error, assigned: list, seeds: list):
+    """Why a signature's call did not freeze: a Keras seed it advances, a
+    variable it assigns that cannot become state I/O, or ``error``."""
+    if assigned and seeds:
+        raise TfaotError(
+            f"{path}: signature '{key}' advances a Keras random seed (variable "
+            f"'{seeds[0]}', node '{assigned[0]}'), as a Keras 3 export of a layer with "
+            f"dropout or recurrent_dropout > 0 does on every call, even at inference, "
+            f"and a frozen graph cannot assign it; build the model's .keras file "
+            f"instead (dropout does nothing at inference)") from None
+    if assigned:
+        raise TfaotError(
+            f"{path}: signature '{key}' keeps state in a tf.Variable (node '{assigned[0]}' "
+            f"assigns one) in a way tfaot cannot hoist (a read after the assign, or "
+            f"another op on the variable); export the step with its state as an input and "
+            f"an output instead (e.g. previous_state_h -> new_state_h: pairs named so are "
+            f"found, others are given with --state IN=OUT)") from None
+    raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
+                     f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(error)}") from None
 
 
 def _own_function_names(graph_def):

@@ -42,7 +42,7 @@ def frames_as_convolutions(graph_def):
     g = tf.Graph()
     try:
         with g.as_default():
-            tf.graph_util.import_graph_def(_without_control_inputs(graph_def), name="")
+            tf.graph_util.import_graph_def(without_control_inputs(graph_def), name="")
     except Exception:  # noqa: BLE001 - a broken graph: the streamifier names its fault
         return graph_def, 0, ()
     found = []
@@ -57,7 +57,7 @@ def frames_as_convolutions(graph_def):
             tuple(f.pad for f in found if f.pad))
 
 
-def _without_control_inputs(graph_def):
+def without_control_inputs(graph_def):
     """A copy of ``graph_def`` to probe: an inlined function's control edges
     made a frame op fed its input ask for the graph's placeholders too."""
     import tensorflow as tf

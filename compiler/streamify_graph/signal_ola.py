@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .signal_frames import replaced_scopes, scope_io
+from .signal_frames import replaced_scopes, scope_io, without_control_inputs
 
 #: Test frame counts: two that give different lengths for any step.
 _PROBE_FRAMES = (7, 12)
@@ -46,7 +46,7 @@ def overlap_adds_as_convolutions(graph_def):
     g = tf.Graph()
     try:
         with g.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
+            tf.graph_util.import_graph_def(without_control_inputs(graph_def), name="")
     except Exception:  # noqa: BLE001 - a broken graph: the streamifier names its fault
         return graph_def, 0
     found = [f for f in (_overlap_add(g, scope) for scope in scopes) if f is not None]

@@ -96,9 +96,11 @@ def find_pairs(signature: ProgramSignature) -> list[tuple[str, str]]:
     return pairs
 
 
-def hoist(program: StepProgram, pairs: list[tuple[str, str]]) -> StepProgram:
+def hoist(program: StepProgram, pairs: list[tuple[str, str]],
+          initial: dict | None = None) -> StepProgram:
     """``program`` with each (input, output) pair made a state: the input's
-    value is the state, the output its new value (neither stays in the I/O)."""
+    value is the state, the output its new value (neither stays in the I/O);
+    its initial value zeros, or ``initial``'s for its input's name."""
     sig = program.signature
     in_names = [i.name for i in sig.inputs]
     out_names = [o.name for o in sig.outputs]
@@ -128,7 +130,8 @@ def hoist(program: StepProgram, pairs: list[tuple[str, str]]) -> StepProgram:
                          f"{'input' if not kept_in else 'output'} left")
     new_states = tuple(
         StateInfo(sig.inputs[i].name, sig.inputs[i].dtype, tuple(sig.inputs[i].shape),
-                  initial=np.zeros(sig.inputs[i].shape, sig.inputs[i].dtype),
+                  initial=np.asarray((initial or {}).get(
+                      sig.inputs[i].name, np.zeros(sig.inputs[i].shape)), sig.inputs[i].dtype),
                   layer=sig.inputs[i].name)
         for i in hoisted_in)
     step = _reordered_step(program.pure_step, sig, kept_in, hoisted_in, kept_out,

@@ -325,7 +325,8 @@ def _without_pads(graph_def, pads):
 def feedback_reference(graph, lib, xs: list[np.ndarray]) -> list[np.ndarray]:
     """Per step and library output, the graph run one step at a time with the
     state pairs of the manifest ("state_feedback") fed back, as the caller
-    of the original graph does; the states start at zero."""
+    of the original graph does; the states start at zero (a SavedModel's
+    variables made state: at their saved values, frontend/variable_state.py)."""
     def node(name):
         return name.split(":")[0]
 
@@ -337,7 +338,9 @@ def feedback_reference(graph, lib, xs: list[np.ndarray]) -> list[np.ndarray]:
     lib_inputs = [i["name"] for i in lib.manifest["inputs"]]
     lib_outputs = [o["name"] for o in lib.manifest["outputs"]]
     shapes = {i.name: i.shape for i in graph.inputs}
-    states = {a: np.zeros(shapes[a], np.float32) for a in pairs}
+    saved = graph.details.get("state_initial", {})
+    states = {a: np.asarray(saved[a], np.float32) if a in saved else np.zeros(shapes[a], np.float32)
+              for a in pairs}
     wants = [[] for _ in lib_outputs]
     for m in range(len(xs[0])):
         feed = [states[n] if n in states else xs[lib_inputs.index(n)][m] for n in in_names]
