@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import TfaotError, first_line
 from .graph_cut import LoadedGraph, _fmt_shape, graph_def_to_loaded
 from .inline_calls import inline_compiled_calls
-from .variable_state import variables_as_state_io
+from .variable_state import OTHER_WRITES, variables_as_state_io
 
 
 def read_saved_model(path: Path):
@@ -116,7 +116,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     except Exception as e:
         assigned = _assigned_variables(cf) if cf is not None else []
         seeds = _seed_generators(obj)
-        state = variables_as_state_io(cf) if assigned and not seeds else None
+        state = variables_as_state_io(cf) if assigned else None
         if state is None:
             _refuse_unfrozen(path, key, shapes, e, assigned, seeds)
     if state is not None:  # (a stateful RNN's variables: the step's state I/O)
@@ -166,7 +166,7 @@ def _drop_loop_state_outputs(loaded, state) -> None:
     loaded.output_names = [loaded.output_names[i] for i in kept]
     loaded.details["loop_initial_states"] = [name for name in in_loops
                                              if name not in state.inputs]
-    loaded.details["variable_state"] = len(state.inputs)
+    loaded.details["variable_state"] = len(state.inputs)  # (0: a dropout's seed alone)
     loaded.details["state_initial"] = state.initial
 
 
@@ -222,8 +222,7 @@ def _own_function_names(graph_def):
 
 
 #: Ops that write a resource variable.
-_ASSIGN_OPS = {"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-               "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceStridedSliceAssign"}
+_ASSIGN_OPS = {"AssignVariableOp", *OTHER_WRITES}
 
 
 def _seed_generators(obj) -> list[str]:

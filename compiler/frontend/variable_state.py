@@ -26,6 +26,9 @@ import numpy as np
 from .graphdef import IDENTITY_OPS, node_of
 
 _SCOPE = "tfaot_state"
+#: writes of a variable other than a plain assign: the rewrite does not apply
+OTHER_WRITES = {"AssignAddVariableOp", "AssignSubVariableOp", "ResourceScatterUpdate",
+                "ResourceScatterAdd", "ResourceStridedSliceAssign"}
 
 
 @dataclass
@@ -59,12 +62,11 @@ def variables_as_state_io(concrete) -> StateIO | None:
     nodes = {n.name: n for n in graph_def.node}
     assigns = [n for n in graph_def.node if n.op == "AssignVariableOp"]
     frozen = {a.name: _frozen_variable(nodes, a.input[0]) for a in assigns}
-    if not assigns or None in frozen.values():
+    if not assigns or None in frozen.values() or \
+            any(n.op in OTHER_WRITES for n in graph_def.node):
         return None
-    state = _rewritten(graph_def, assigns, frozen)
-    state.graph_def = _data_only(state.graph_def, [t.name for t in concrete.outputs]
-                                 + state.outputs)
-    return state
+    return _used_only(_rewritten(graph_def, assigns, frozen),
+                      [t.name for t in concrete.outputs])
 
 
 def _frozen_variable(nodes: dict, tensor: str) -> str | None:
@@ -132,6 +134,32 @@ def _rewritten(graph_def, assigns: list, frozen: dict) -> StateIO:
     return result
 
 
+def _used_only(state: StateIO, outputs: list[str]) -> StateIO:
+    """``state`` without the variables no output of the call reads (a Keras 3
+    dropout's seed, which its RNN advances at inference too: no state of the
+    model), its graph cut to what the outputs and the states left read."""
+    needed = _data_needed(state.graph_def, outputs)
+    used = [i for i, name in enumerate(state.inputs) if name in needed]
+    state.inputs = [state.inputs[i] for i in used]
+    state.outputs = [state.outputs[i] for i in used]
+    state.initial = {name: state.initial[name] for name in state.inputs}
+    state.graph_def = _data_only(state.graph_def, outputs + state.outputs)
+    return state
+
+
+def _data_needed(graph_def, outputs: list[str]) -> set[str]:
+    """The nodes ``outputs`` read through data inputs, transitively."""
+    nodes = {n.name: n for n in graph_def.node}
+    needed, work = set(), [node_of(o) for o in outputs]
+    while work:
+        name = work.pop()
+        if name in needed or name not in nodes:
+            continue
+        needed.add(name)
+        work.extend(node_of(i) for i in nodes[name].input if not i.startswith("^"))
+    return needed
+
+
 def _data_only(graph_def, outputs: list[str]):
     """``graph_def`` cut to what ``outputs`` read through data inputs, with
     control inputs on what is gone dropped: the assigns ordered the call's
@@ -139,14 +167,7 @@ def _data_only(graph_def, outputs: list[str]):
     for the output's shape alone (a sink that read the state input)."""
     import tensorflow as tf
 
-    nodes = {n.name: n for n in graph_def.node}
-    kept, work = set(), [node_of(o) for o in outputs]
-    while work:
-        name = work.pop()
-        if name in kept or name not in nodes:
-            continue
-        kept.add(name)
-        work.extend(node_of(i) for i in nodes[name].input if not i.startswith("^"))
+    kept = _data_needed(graph_def, outputs)
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
     del out.node[:]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..streamify_keras.time_rules import transposed_plan
+from ..streamify_keras.time_rules import transposed_frames, transposed_plan
 from .meta import STATIC_KINDS, seq
 from .ring import take_frames
 from .seq_op import SeqOp, rule
@@ -42,10 +42,15 @@ def _transposed(s: SeqOp):
     window = s.em.time.buffer((s.node.name, "frames"), x, keep, s.a, s.node.name)
     sizes = [int(d) for d in full_out]
     sizes[s.a] = (keep + n) * stride + (max(k - stride, 0) if padding == "valid" else 0)
+    taps = _one_dimensional_filter(s, sizes)
     if _is_overlap_add(s, padding):
         with s.em_scope():  # (signal_ola.py's; a copy per sample, not L products)
             frames = window[:, :, 0, :]
             y = tf.reshape(tf.signal.overlap_and_add(frames, stride)[:, :sizes[s.a]], sizes)
+    elif taps is not None:  # (products and their overlap-add, as the Keras rule's)
+        with s.em_scope():
+            frames = tf.reshape(window, (1, -1, int(window.shape[3])))
+            y = tf.reshape(transposed_frames(frames, taps, stride), sizes)
     else:
         with s.em_scope():
             sizes = tf.constant(np.array(sizes, np.int32))
@@ -56,6 +61,28 @@ def _transposed(s: SeqOp):
     s.em.row(s.node, "time conv" if stride == 1 else "time upsampling", buffer=keep,
              kernel=k, stride=stride, dilation=dil, delay=out.delay)
     s.set([y], [seq(s.a, out)])
+
+
+def _one_dimensional_filter(s: SeqOp, sizes: list[int]):
+    """The filter as (k, Cin, Cout) where the op is a transposed
+    convolution over time alone (NHWC, time on H or W and the other 1, as
+    Keras writes Conv1DTranspose: (batch, 1, time, C); a constant filter,
+    1 wide across; stride and dilation 1 across): what
+    ``transposed_frames`` computes; else None."""
+    at = s.node.attr
+    across = 3 - s.a  # (the other spatial axis)
+    if s.op != "Conv2DBackpropInput" or s.a not in (1, 2) or sizes[across] != 1 or \
+            (at["data_format"].s or b"NHWC") != b"NHWC" or \
+            list(at["strides"].list.i)[across] != 1 or \
+            any(d != 1 for d in at["dilations"].list.i):
+        return None
+    try:
+        taps = s.const(1)
+    except Exception:  # noqa: BLE001 - a filter computed at run time
+        return None
+    if taps.ndim != 4 or taps.shape[across - 1] != 1 or taps.dtype != np.float32:
+        return None
+    return np.ascontiguousarray(np.transpose(np.squeeze(taps, across - 1), (0, 2, 1)))
 
 
 def _is_overlap_add(s: SeqOp, padding: str) -> bool:
