@@ -150,15 +150,16 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
         loaded.output_names = [o if o in by_key else name
                                for o, name in zip(output_specs, loaded.output_names)]
     if state is not None:
-        _drop_loop_state_outputs(loaded, state)
+        _with_variable_state(loaded, state)
     return loaded
 
 
-def _drop_loop_state_outputs(loaded, state) -> None:
-    """Leaves out the state outputs added for variables whose input only
-    started a time loop: the stream keeps that loop's state itself
-    (graph_cut._loop_initial_states), and the output was the rewrite's, not
-    the model's."""
+def _with_variable_state(loaded, state) -> None:
+    """Notes the variables made state in ``loaded``'s details (how many,
+    their initial values), and leaves out the state outputs added for those
+    whose input only started a time loop: the stream keeps that loop's
+    state itself (graph_cut._loop_initial_states), and the output was the
+    rewrite's, not the model's."""
     in_loops = set(loaded.details.get("loop_initial_states", ()))
     dropped = {f"{new}:0" for old, new in zip(state.inputs, state.outputs) if old in in_loops}
     kept = [i for i, t in enumerate(loaded.outputs) if t not in dropped]
