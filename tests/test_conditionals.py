@@ -5,10 +5,10 @@ when its variables were frozen, which TensorFlow's converter has no
 StableHLO lowering for: such models did not build ("a TF1 conditional ...
 that tfaot did not stream"). Both branches match Keras through the built
 library."""
-import importlib.util
 import textwrap
 
 import numpy as np
+from util import module_from_source
 
 from tfaot import harness
 from tfaot.cli import main
@@ -30,10 +30,7 @@ def test_a_cond_on_shapes_and_one_on_values_build_and_match_keras(tmp_path, caps
     import keras
 
     source = tmp_path / "gate.py"
-    source.write_text(GATE)
-    spec = importlib.util.spec_from_file_location("gate_classes", source)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = module_from_source(source, GATE, "gate_classes")
     keras.utils.set_random_seed(2)
     x = keras.Input((10, 16, 3))
     h = keras.layers.Resizing(12, 12, pad_to_aspect_ratio=True)(x)

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 import pytest
+from util import module_from_source
 
 from tfaot import harness
 from tfaot.cli import main
@@ -256,16 +257,11 @@ def test_a_dtln_style_keras_enhancer_streams(tmp_path, capsys):
     """DTLN's shape in Keras Lambdas: a waveform framed and rFFT'd, an LSTM's
     mask on the magnitudes, the inverse FFT, a learned Conv1D decoder and
     overlap-add back to samples: 16 samples in, 16 out a step (48 late)."""
-    import importlib.util
-
     import keras
     from keras import layers
 
     source = tmp_path / "dtln_layers.py"
-    source.write_text(DTLN_LAYERS)
-    spec = importlib.util.spec_from_file_location("dtln_layers", source)
-    user = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(user)
+    user = module_from_source(source, DTLN_LAYERS, "dtln_layers")
     keras.utils.set_random_seed(4)
     x = keras.Input(batch_shape=(1, None))
     mag, phase = layers.Lambda(user.stft)(x)

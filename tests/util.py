@@ -1,4 +1,5 @@
 """Helpers shared by the tests that run compilers, emulators and the CLI."""
+import importlib.util
 import subprocess
 
 
@@ -7,6 +8,16 @@ def run(cmd, cwd=None, **kw):
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, **kw)
     assert proc.returncode == 0, f"{' '.join(map(str, cmd))}\n{proc.stdout}\n{proc.stderr}"
     return proc
+
+
+def module_from_source(path, text: str, name: str):
+    """``text`` written to ``path`` and run as module ``name`` (a user's file
+    of custom classes, given to the build with --custom-objects)."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def x86_isa_flags(isa: str) -> list[str] | None:

@@ -149,7 +149,7 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
         if dropped:
             details["pruned_nodes"] = dropped
         consumed = {node_of(i) for n in graph_def.node for i in n.input if i[:1] != "^"}
-        data = _data_needed(graph_def, outputs)
+        data = data_needed(graph_def, outputs)
         for n in graph_def.node:
             if n.op in ("Placeholder", "PlaceholderV2") and not _UNUSED_CF_INPUT.search(n.name):
                 if n.name not in consumed or n.name not in data:
@@ -209,7 +209,7 @@ def _prune(graph_def, outputs: list[str]):
     return out, len(graph_def.node) - len(needed)
 
 
-def _data_needed(graph_def, outputs: list[str]) -> set[str]:
+def data_needed(graph_def, outputs: list[str]) -> set[str]:
     """The nodes ``outputs`` need through data inputs alone."""
     return _reachable(graph_def, outputs, control=False)
 
@@ -359,7 +359,7 @@ def _cut(graph_def, path: Path, cuts, outputs: list[str]):
     before = {n.name for n in graph_def.node}
     gd, _ = _prune(rewired, outputs)
     kept = {n.name for n in gd.node}
-    data = _data_needed(gd, outputs)
+    data = data_needed(gd, outputs)
     for n in gd.node:
         if n.op in ("Placeholder", "PlaceholderV2") and n.name in data and \
                 n.name not in {i.name for i in inputs} and \

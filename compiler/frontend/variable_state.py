@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .graph_cut import data_needed
 from .graphdef import IDENTITY_OPS, node_of
 
 _SCOPE = "tfaot_state"
@@ -138,26 +139,13 @@ def _used_only(state: StateIO, outputs: list[str]) -> StateIO:
     """``state`` without the variables no output of the call reads (a Keras 3
     dropout's seed, which its RNN advances at inference too: no state of the
     model), its graph cut to what the outputs and the states left read."""
-    needed = _data_needed(state.graph_def, outputs)
+    needed = data_needed(state.graph_def, outputs)
     used = [i for i, name in enumerate(state.inputs) if name in needed]
     state.inputs = [state.inputs[i] for i in used]
     state.outputs = [state.outputs[i] for i in used]
     state.initial = {name: state.initial[name] for name in state.inputs}
     state.graph_def = _data_only(state.graph_def, outputs + state.outputs)
     return state
-
-
-def _data_needed(graph_def, outputs: list[str]) -> set[str]:
-    """The nodes ``outputs`` read through data inputs, transitively."""
-    nodes = {n.name: n for n in graph_def.node}
-    needed, work = set(), [node_of(o) for o in outputs]
-    while work:
-        name = work.pop()
-        if name in needed or name not in nodes:
-            continue
-        needed.add(name)
-        work.extend(node_of(i) for i in nodes[name].input if not i.startswith("^"))
-    return needed
 
 
 def _data_only(graph_def, outputs: list[str]):
@@ -167,7 +155,7 @@ def _data_only(graph_def, outputs: list[str]):
     for the output's shape alone (a sink that read the state input)."""
     import tensorflow as tf
 
-    kept = _data_needed(graph_def, outputs)
+    kept = data_needed(graph_def, outputs)
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
     del out.node[:]

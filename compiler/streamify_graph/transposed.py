@@ -43,14 +43,12 @@ def _transposed(s: SeqOp):
     sizes = [int(d) for d in full_out]
     sizes[s.a] = (keep + n) * stride + (max(k - stride, 0) if padding == "valid" else 0)
     taps = _one_dimensional_filter(s, sizes)
-    if _is_overlap_add(s, padding):
-        with s.em_scope():  # (signal_ola.py's; a copy per sample, not L products)
-            frames = window[:, :, 0, :]
-            y = tf.reshape(tf.signal.overlap_and_add(frames, stride)[:, :sizes[s.a]], sizes)
-    elif taps is not None:  # (products and their overlap-add, as the Keras rule's)
+    if taps is not None:  # (products and their overlap-add, as the Keras rule's)
         with s.em_scope():
-            frames = tf.reshape(window, (1, -1, int(window.shape[3])))
-            y = tf.reshape(transposed_frames(frames, taps, stride), sizes)
+            frames = tf.reshape(window, (1, -1, taps.shape[1]))
+            y = _overlap_added(frames, stride) if _is_identity(taps) else \
+                transposed_frames(frames, taps, stride)
+            y = tf.reshape(y[:, :sizes[s.a]], sizes)
     else:
         with s.em_scope():
             sizes = tf.constant(np.array(sizes, np.int32))
@@ -85,17 +83,17 @@ def _one_dimensional_filter(s: SeqOp, sizes: list[int]):
     return np.ascontiguousarray(np.transpose(np.squeeze(taps, across - 1), (0, 2, 1)))
 
 
-def _is_overlap_add(s: SeqOp, padding: str) -> bool:
-    """Whether the op is an overlap-add: NHWC, time on axis 1 of (batch,
-    time, 1, L), the identity as filter [L, 1, 1, L], padding 'valid', no
-    dilation (signal_ola.py writes ``tf.signal.overlap_and_add`` so)."""
-    if s.op != "Conv2DBackpropInput" or s.a != 1 or padding != "valid" or \
-            (s.node.attr["data_format"].s or b"NHWC") != b"NHWC":
-        return False
-    try:
-        taps = s.const(1)
-    except Exception:  # noqa: BLE001 - a filter computed at run time: a convolution
-        return False
-    length = taps.shape[0]
-    return taps.shape == (length, 1, 1, length) and \
-        np.array_equal(taps[:, 0, 0, :], np.eye(length, dtype=taps.dtype))
+def _is_identity(taps: np.ndarray) -> bool:
+    """Whether the (k, Cin, Cout) filter is the identity of L = k = Cin taps
+    to one output channel: ``tf.signal.overlap_and_add`` as signal_ola.py
+    writes it."""
+    return taps.shape == (taps.shape[0], taps.shape[0], 1) and \
+        np.array_equal(taps[:, :, 0], np.eye(taps.shape[0], dtype=taps.dtype))
+
+
+def _overlap_added(frames, stride: int):
+    """The overlap-add of ``frames`` (1, W, L) as (1, samples, 1): a copy
+    per sample, not the L products of the identity filter."""
+    import tensorflow as tf
+
+    return tf.signal.overlap_and_add(frames, stride)[:, :, None]

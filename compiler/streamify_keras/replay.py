@@ -197,7 +197,7 @@ class Replay:
         (StreamInfo.output_latency)."""
         if y.meta == VEC:
             return y.value
-        n, lag = y.seq.n, max(0, y.seq.lag)
+        n, lag = y.seq.n, y.seq.final().lag
         cat = self.buffer("output/frames" if index == 0 else f"output{index}/frames",
                           y.value, lag)
         end = int(cat.shape[1]) - lag
