@@ -139,7 +139,19 @@ def _graph_of_keras(loaded, model_path: str, fixed_window: str, refusal: TfaotEr
     program.report["keras_graph"] = True  # (verify's reference: the same graph)
     progress.note(f"{model_path}: streams from its TensorFlow graph, not layer by "
                   f"layer, because {first_line(str(refusal)).split('; ')[0]}")
-    return program
+    _note_variable_state(graph.details, model_path, progress)
+    return _fed_back_state(program, None, model_path, progress,
+                           graph.details.get("loop_initial_states", ()),
+                           graph.details.get("state_initial"))
+
+
+def _note_variable_state(details: dict, model_path: str, progress: Progress) -> None:
+    if details.get("variable_state"):
+        at_reset = ("a recurrent layer's loop state zeros, others their saved values"
+                    if details.get("variable_loop_state") else "their saved values")
+        progress.note(f"{model_path}: keeps the {details['variable_state']} variable(s) its "
+                      "call assigns (a stateful layer's state) as the library's state "
+                      f"(at reset: {at_reset})")
 
 
 def _refuse_float64(program, model_path: str) -> None:
@@ -173,11 +185,7 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
     if others:
         progress.note(f"{model_path}: uses signature '{details['signature']}' (also has "
                       f"{', '.join(others)}; --signature NAME for another)")
-    if details.get("variable_state"):
-        progress.note(f"{model_path}: keeps the {details['variable_state']} variable(s) its "
-                      "signature assigns (a stateful layer's state) as the library's state "
-                      "(at reset: a recurrent layer's loop state zeros, others their saved "
-                      "values)")
+    _note_variable_state(details, model_path, progress)
     unused = details.get("unused_inputs")
     if unused:
         progress.note(f"{model_path}: no output reads input(s) " +

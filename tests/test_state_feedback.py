@@ -201,7 +201,7 @@ def test_saved_model_with_variable_state_keeps_it(tmp_path, capsys):
     xs = np.random.default_rng(0).normal(size=(STEPS, 1, 4)).astype(np.float32)
     want = _saved_steps(path, xs)
     assert main(["build", str(path), "-o", str(out)]) == 0
-    assert "keeps the 1 variable(s) its signature assigns" in capsys.readouterr().err
+    assert "keeps the 1 variable(s) its call assigns" in capsys.readouterr().err
     manifest = json.loads(next(out.glob("*.json")).read_text())
     assert [s["shape"] for s in manifest["state"]] == [[1, 6]]
     lib = harness.load(out)

@@ -548,6 +548,8 @@ def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
             continue
         dtype = tf.dtypes.as_dtype(n.attr["dtype"].type)
         chosen[n.name] = np.zeros([1 if d is None else d for d in shape], dtype.as_numpy_dtype)
+    if chosen and _one_block_a_call(graph_def, set(chosen)):
+        return graph_def, []
 
     def zeros(node):
         value = chosen[node.name]
@@ -559,6 +561,23 @@ def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
         node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
 
     return _edited(graph_def, set(chosen), zeros), sorted(chosen)
+
+
+def _one_block_a_call(graph_def, state_inputs: set[str]) -> bool:
+    """Whether every data input (a Placeholder besides ``state_inputs``) has
+    a fixed shape without a time axis: a step that takes one block a call
+    (DTLN's), whose loops run over an axis the graph makes and run once
+    (streamify_graph/single_pass.py). Their state inputs stay the state fed
+    back, not the loop's own."""
+    import tensorflow as tf
+
+    from ..streamify_graph.single_pass import has_no_time_axis
+
+    data = [n for n in graph_def.node if n.op in ("Placeholder", "PlaceholderWithDefault")
+            and n.name not in state_inputs]
+    return bool(data) and all(
+        has_no_time_axis(_placeholder_shape(n), tf.dtypes.as_dtype(n.attr["dtype"].type).name)
+        for n in data)
 
 
 def _edited(graph_def, names: set[str], edit):

@@ -25,13 +25,18 @@ from pathlib import Path
 
 def keras_as_graph(model, path: Path):
     """``model`` (a functional Keras model) traced with a batch of one and
-    its other dimensions as declared, frozen, as a graph_cut.LoadedGraph."""
+    its other dimensions as declared, frozen, as a graph_cut.LoadedGraph.
+    A model whose stateful layers assign their variables (they cannot be
+    frozen) keeps them as state pairs, as its SavedModel would
+    (variable_state.py)."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
 
     from ..streamify_keras import input_names, output_names
     from .graph_cut import graph_def_to_loaded
+    from .load_saved_model import with_variable_state
+    from .variable_state import variables_as_state_io
 
     # (the Keras path's names: "x_t" for one input, else the Input layers')
     specs = [tf.TensorSpec((1, *x.shape[1:]), x.dtype, name=name)
@@ -42,8 +47,20 @@ def keras_as_graph(model, path: Path):
         ys = tf.nest.flatten(model(list(xs) if len(xs) > 1 else xs[0], training=False))
         return [tf.identity(y, name=n) for y, n in zip(ys, names)]
 
-    frozen = convert_variables_to_constants_v2(tf.function(call).get_concrete_function(*specs))
-    graph_def = frozen.graph.as_graph_def()
+    traced = tf.function(call).get_concrete_function(*specs)
+    try:
+        graph_def = convert_variables_to_constants_v2(traced).graph.as_graph_def()
+    except Exception:  # noqa: BLE001 - assigned variables, or freezing's own failure
+        state = variables_as_state_io(traced)
+        if state is None:
+            raise
+        loaded = graph_def_to_loaded(state.graph_def, path, "graphdef",
+                                     output_specs=names + state.outputs,
+                                     state_inputs=tuple(state.inputs))
+        # (the pairs' names, as a SavedModel's: "new_vK_state" beside "previous_vK_state")
+        loaded.output_names[len(names):] = [n.rsplit("/", 1)[-1] for n in state.outputs]
+        with_variable_state(loaded, state)
+        return loaded
     return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)
 
 

@@ -150,11 +150,11 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
         loaded.output_names = [o if o in by_key else name
                                for o, name in zip(output_specs, loaded.output_names)]
     if state is not None:
-        _with_variable_state(loaded, state)
+        with_variable_state(loaded, state)
     return loaded
 
 
-def _with_variable_state(loaded, state) -> None:
+def with_variable_state(loaded, state) -> None:
     """Notes the variables made state in ``loaded``'s details (how many,
     their initial values), and leaves out the state outputs added for those
     whose input only started a time loop: the stream keeps that loop's
@@ -168,6 +168,7 @@ def _with_variable_state(loaded, state) -> None:
     loaded.details["loop_initial_states"] = [name for name in in_loops
                                              if name not in state.inputs]
     loaded.details["variable_state"] = len(state.inputs)  # (0: a dropout's seed alone)
+    loaded.details["variable_loop_state"] = len(dropped)  # (a time loop's own, from zeros)
     loaded.details["state_initial"] = state.initial
 
 

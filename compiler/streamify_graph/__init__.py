@@ -39,6 +39,7 @@ from ..program import InputInfo, ProgramSignature, StepProgram, TensorInfo
 from .analysis import analyse, probe
 from .graphdef import FLOAT_TYPES, INT_TYPES, Fail, NotIncremental, dtype_name, tname
 from .replay import Emitter
+from .single_pass import has_no_time_axis, single_pass_loops
 from .state import StateRegistry
 from .time_rules import probed_operands
 from .timeplan import NotAWindow, choose_mode, mode_text, plan_stream, recompute_program, \
@@ -204,6 +205,10 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         raise Fail(f"input '{inp.name}' has an unknown shape; give it with --inputs NAME:SHAPE")
     shape = list(inp.shape)
     g = analyse(loaded, unrolled=fixed_window != "whole")
+    if g.loops and inp.time_axis is None and has_no_time_axis(shape, inp.dtype):
+        once = single_pass_loops(loaded, g, [i.shape for i in loaded.inputs])
+        if once == set(g.loops):  # (one time loop left makes the graph a stream)
+            g.once = {name: g.loops.pop(name) for name in once}
     stateless = not g.loops and not g.unrolled and inp.time_axis is None
     a = inp.time_axis
     axis_hint = ""  # appended to axis errors when the time axis was guessed
@@ -227,6 +232,9 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
     if not mode:
         mode, why = choose_mode(g, shape, a, inp.time_axis is not None or _is_waveform(loaded),
                                 fixed_window, inp.dtype)
+    if g.once:
+        why += (f", and its {len(g.once)} loop(s) run once a call (over a time axis of one "
+                "frame that the graph makes)")
     stateless = mode == "stateless"
     if stateless:
         a = None  # no loop: the step is one inference on the input as it is

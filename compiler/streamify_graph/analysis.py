@@ -33,6 +33,7 @@ class Graph:
     alias: dict[str, str]  # outer tensor -> tensor name in the original graph
     unrolled: dict[str, Any] = field(default_factory=dict)  # pseudo node -> unrolled.Unrolled
     not_unrolled: str = ""  # why no unrolled recurrence was found (for the notice)
+    once: dict[str, Loop] = field(default_factory=dict)  # loops run once a call (single_pass.py)
 
 
 def analyse(loaded, unrolled: bool = True) -> Graph:

@@ -25,6 +25,7 @@ from .ring import TimePlan, TimeState, take_frames
 from . import rules, transposed  # noqa: F401 - registers the sequence rules (and time_rules')
 from .rules import ELEMENTWISE
 from .seq_op import apply_seq_rule
+from .single_pass import emit_single_pass, import_body
 from .state import StateRegistry
 
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
@@ -144,6 +145,9 @@ class Emitter:
                 with tf.name_scope(scope(name)):
                     x = tf.expand_dims(x_t, self.time_axis) if self.plan.frames == 1 else x_t
                 self.set(node, [x], [seq(self.time_axis, self.plan.input_seq())])
+                continue
+            if name in self.g.once:
+                emit_single_pass(self, node)
                 continue
             if node.op == LOOP_OP or node.op in WHILE_OPS:
                 self.emit_loop(node)
@@ -613,49 +617,8 @@ class Emitter:
                 input_map[f"{v.arg}:0"] = self._loop_counter(loop, v, read_meta)
             if v.kind == "counter" and any(u.kind == "frames" for u in loop.vars):
                 self._check_counts_frames(loop, v)
-        # Body nodes: reads of the input sequence become placeholders.
-        gd = tf.compat.v1.GraphDef()
-        for n in loop.body.node:
-            c = gd.node.add()
-            if n.name in replace_reads:
-                c.op = "Placeholder"
-                c.name = n.name
-                dt = n.attr["element_dtype"] if "element_dtype" in n.attr else n.attr["dtype"]
-                c.attr["dtype"].CopyFrom(dt)
-                input_map[f"{n.name}:0"] = replace_reads[n.name]
-            else:
-                c.CopyFrom(n)
-                c.input[:] = [i for i in n.input if not i.startswith("^")]
-                for a in ("_class", "_output_shapes"):
-                    if a in c.attr:
-                        del c.attr[a]
-        dest = sorted({parse_tensor(f)[0] for f in fetch})
-        try:
-            sub = tf.compat.v1.graph_util.extract_sub_graph(gd, dest)
-        except Exception as e:
-            raise Fail(f"loop '{loop.name}': cannot extract its body: {first_line(e)}") from None
-        for n in sub.node:
-            if n.op == "Placeholder" and n.name in length_args:
-                raise Fail(f"loop '{loop.name}': the body computes with loop variable "
-                           f"'{n.name}', which is derived from the sequence length; a stream "
-                           "does not know the length")
-            if n.op == "Placeholder" and f"{n.name}:0" not in input_map:
-                kind = next((v.kind for v in loop.vars if v.arg == n.name), "?")
-                raise Fail(f"loop '{loop.name}': the body uses loop variable '{n.name}' "
-                           f"({kind}) in a way that cannot be streamed")
-            if n.op in READ_OPS or n.op in ("TensorListSetItem", "TensorArrayWriteV3",
-                                             "TensorListPushBack", "TensorListPopBack"):
-                raise Fail(f"loop '{loop.name}': body node '{n.name}' ({n.op}) uses a "
-                           "sequence list in a way that cannot be streamed")
-        kept = {n.name for n in sub.node}
-        im = {k: v for k, v in input_map.items() if parse_tensor(k)[0] in kept}
-        try:
-            res = self._import(list(sub.node), im, [tname(f) for f in fetch],
-                               library=loop.body.library)
-        except Exception as e:
-            raise Fail(f"loop '{loop.name}': TensorFlow cannot rebuild its body: "
-                       f"{first_line(e)}") from None
-        got = dict(zip(fetch, res))
+        # Reads of the input sequence become placeholders.
+        got = import_body(self, loop, input_map, replace_reads, fetch, length_args)
         frames = (read_meta.frames if read_meta is not None else None) or self.plan.input_seq()
         valid = max(read_meta.valid_from if read_meta is not None else 0, frames.first_step)
         for v in loop.vars:
