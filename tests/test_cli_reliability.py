@@ -194,7 +194,7 @@ def test_names_of_system_libraries_and_long_names_are_refused(tmp_path, model_fi
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("stem", ["tfrt", "math"])
+@pytest.mark.parametrize("stem", ["tfrt", pytest.param("math", marks=pytest.mark.slow)])
 def test_model_file_named_like_the_runtime_gets_a_safe_default_name(tmp_path, model_file, stem):
     model = tmp_path / f"{stem}.keras"
     shutil.copy(model_file, model)

@@ -498,7 +498,7 @@ BLOCKS = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("form", ["functional", "sequential"])
+@pytest.mark.parametrize("form", ["functional", pytest.param("sequential", marks=pytest.mark.slow)])
 def test_custom_blocks_of_layers_stream_inside_a_model(tmp_path, capsys, form):
     """Custom layers holding a GRU (and a block of two of them) are inlined
     into their layers' calls, so the GRUs stream; verify runs the model as

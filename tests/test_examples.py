@@ -120,7 +120,7 @@ def test_two_keras_models_in_one_program(kws, tmp_path):
     np.testing.assert_allclose(got["rnn"], expected_rnn, rtol=0, atol=TOL)
 
 
-@pytest.mark.parametrize("cpu", ["cortex-m4", "cortex-m55"])
+@pytest.mark.parametrize("cpu", ["cortex-m4", pytest.param("cortex-m55", marks=pytest.mark.slow)])
 def test_cortex_m_firmware_make_run(kws, cpu, tmp_path):
     """examples/cortex_m: `make run` builds the KWS model for a Cortex-M4
     (and, CPU=cortex-m55, an M55 on its own board), links the bare-metal

@@ -181,7 +181,7 @@ def _keras2_op_layers():
     return tf_keras.Model(x, tf.nn.softmax(L.Dense(3)(h[:, -1, :]), axis=-1))
 
 
-@pytest.mark.parametrize("suffix", [".h5", ".keras"])
+@pytest.mark.parametrize("suffix", [".h5", pytest.param(".keras", marks=pytest.mark.slow)])
 def test_keras2_op_layers_stream(tmp_path, capsys, suffix):
     """Each op layer is found to work frame by frame (the slice of the last
     frame: as a recurrent layer's last output) and the library matches

@@ -329,7 +329,8 @@ def test_a_last_output_model_is_checked_at_every_sequence(tmp_path, capsys):
         line.endswith(": ok"), line
 
 
-@pytest.mark.parametrize("masking", ["Masking", "Embedding(mask_zero)"])
+@pytest.mark.parametrize("masking", ["Masking",
+                                     pytest.param("Embedding(mask_zero)", marks=pytest.mark.slow)])
 def test_a_masked_bidirectional_returning_sequences_equals_keras(tmp_path, capsys, masking):
     """The backward half of a masked Bidirectional returning sequences, run
     whole: Keras's unrolled loop (tfaot unrolls what it runs whole) zeroes

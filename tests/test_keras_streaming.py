@@ -19,6 +19,7 @@ def _program(name):
     return model, streamify_keras(model, f"{name}.keras", "keras")
 
 
+@pytest.mark.slow  # (test_build_keras checks the same models through the library)
 @pytest.mark.parametrize("name", sorted(keras_models.STREAMING))
 def test_streaming_matches_keras(name):
     model, program = _program(name)

@@ -74,7 +74,7 @@ def _build_and_compare(model, path: Path, out: Path, **options) -> dict:
     return built.manifest
 
 
-@pytest.mark.parametrize("fixed_window", ["auto", "whole"])
+@pytest.mark.parametrize("fixed_window", ["auto", pytest.param("whole", marks=pytest.mark.slow)])
 def test_att_rnn_builds_links_and_matches_keras(model_path, tmp_path, fixed_window):
     """The default build (a sliding window recomputed every step) and one
     whole inference per step: both unroll the LSTMs from zero states."""

@@ -237,8 +237,10 @@ def test_verify_of_two_streams_into_time_distributed(tmp_path):
     _verify(path, out)
 
 
-@pytest.mark.parametrize("form", ["keras", "saved_model"])
-@pytest.mark.parametrize("conv", ["valid", "strided"])
+@pytest.mark.parametrize("form,conv", [
+    ("keras", "valid"), ("saved_model", "strided"),
+    pytest.param("saved_model", "valid", marks=pytest.mark.slow),
+    pytest.param("keras", "strided", marks=pytest.mark.slow)])
 def test_verify_of_two_streams_whose_output_is_shorter(tmp_path, form, conv):
     """Two streamed inputs into a valid convolution (its output 2 frames
     shorter than the input) or a strided one (2 frames per step): verify
@@ -444,7 +446,8 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
                                             __import__("pathlib").Path("se.pb"), "graphdef"))
 
 
-@pytest.mark.parametrize("form", ["tile_first", "broadcast_last"])
+@pytest.mark.parametrize("form", ["tile_first",
+                                  pytest.param("broadcast_last", marks=pytest.mark.slow)])
 def test_a_conditioning_vector_tiled_and_concatenated_is_held(tmp_path, form):
     """A frozen graph that tiles (or broadcasts) a conditioning vector over
     the sequence's frames and concatenates it to each frame before a GRU

@@ -147,7 +147,7 @@ def test_one_output_model_keeps_the_flat_signature(tmp_path):
     assert isinstance(lib.step(np.zeros(lib.input_shape, np.float32)), np.ndarray)
 
 
-@pytest.mark.parametrize("named", [1, 2])
+@pytest.mark.parametrize("named", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_named_outputs_in_a_dict(tmp_path, named):
     """A model whose outputs are a dict (Keras orders them by key): one or
     two of them, built, verified against TensorFlow and stepped; the

@@ -82,7 +82,7 @@ def _frames(lib, steps, seed=0):
     return np.random.default_rng(seed).normal(size=(steps, *lib.input_shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", ["lstm_gru", "ds_cnn"])
+@pytest.mark.parametrize("name", ["lstm_gru", pytest.param("ds_cnn", marks=pytest.mark.slow)])
 def test_each_stream_equals_the_one_stream_library(built, name):
     """ds_cnn: a sliding window of convolutions (ring buffers, a depthwise
     convolution whose filter all streams share)."""

@@ -26,7 +26,8 @@ def _token_graph(lower_control_flow: bool):
         cf, lower_control_flow=lower_control_flow).graph.as_graph_def()
 
 
-@pytest.mark.parametrize("lower_control_flow", [False, True])
+@pytest.mark.parametrize("lower_control_flow",
+                         [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_int32_token_graph_builds_and_matches(lower_control_flow, tmp_path):
     gd = _token_graph(lower_control_flow)
     path = tmp_path / "tok.pb"
