@@ -31,10 +31,12 @@ _LIST_WRITES = ("TensorListSetItem", "TensorArrayWriteV3", "TensorListPushBack",
 
 
 def has_no_time_axis(shape, dtype: str) -> bool:
-    """A fixed-shape input without a time axis by stream_choice's rule:
-    (batch, features) floats, or one token id a call."""
+    """An input of fixed shape, its batch too, without a time axis by
+    stream_choice's rule: (batch, features) floats, or one token id a call.
+    (An open axis 0 of a frozen graph's (None, F) input may be time: a
+    tf.scan over it; a stateful layer's batch is fixed.)"""
     float_input = str(dtype).startswith(("float", "bfloat", "half"))
-    return (shape is not None and all(d is not None for d in shape[1:])
+    return (shape is not None and None not in tuple(shape)
             and len(shape) < (3 if float_input else 2))
 
 
@@ -44,9 +46,9 @@ def single_pass_loops(loaded, g, input_shapes) -> set[str]:
     counter (from a constant, by a constant) ends one step past its start."""
     from .analysis import probe
 
-    if any(s is None or None in tuple(s)[1:] for s in input_shapes):
+    if any(s is None or None in tuple(s) for s in input_shapes):
         return set()  # (an open axis: the loop's length may follow it)
-    input_shapes = [tuple(1 if d is None else d for d in s) for s in input_shapes]
+    input_shapes = [tuple(s) for s in input_shapes]
     counted = {}
     for name, loop in g.loops.items():
         if g.nodes[name].op not in WHILE_OPS:
@@ -105,8 +107,8 @@ def emit_single_pass(em, node) -> None:
                if em.metas[v.operand].kind == "step")
     once = Meta("step", held=held)
     for v in loop.vars:
-        out, meta = None, Meta("dead", why=f"uses loop '{loop.name}''s final "
-                               f"{v.kind}, which tfaot does not compute")
+        out, meta = None, Meta("dead", why=f"uses the final {v.kind} of loop "
+                               f"'{loop.name}', which tfaot does not compute")
         if v.kind == "state":
             out, meta = got[v.ret], once
         elif v.kind == "outlist":

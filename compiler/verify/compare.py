@@ -21,9 +21,9 @@ from . import fake_quant, int8_spread
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, id_limits,
                               has_stateful_layers, keras_stateful_reference,
-                              fixed_time_length, keras_multi_input_reference, keras_reference,
-                              keras_reference_model, library_stream, output_heads, random_inputs,
-                              with_masked_frames)
+                              fixed_time_length, keras_reference, keras_reference_model,
+                              library_stream, output_heads, random_inputs, with_masked_frames)
+from .keras_multi_reference import keras_multi_input_reference
 from .graph import GraphReference, build_cut, feedback_reference, token_limit  # noqa: F401
 from .tally import VerifyResult
 

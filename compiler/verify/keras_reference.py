@@ -29,55 +29,6 @@ def nan_filled(want) -> np.ndarray:
     return np.ma.filled(want, np.nan) if np.ma.isMaskedArray(want) else want
 
 
-def keras_multi_input_reference(model, xs: list, streamed: list, stream,
-                                step_outputs) -> list[np.ndarray]:
-    """What each step of a several-input model must return, per output:
-    ``(steps, *step output)``, masked where not defined (``undefined_steps``).
-
-    Step m is the model on the streamed inputs' frames 0..(m+1)P-1 (prefix;
-    padded with zeros to T for a fixed-length model, which a causal stream
-    cannot tell from the prefix), on the window ending ``delay`` frames
-    before them (window), or on step m's input (stateless), with the
-    per-step inputs' values of step m. One model call per step: the values
-    of the per-step inputs change every step.
-    """
-    steps, p = len(xs[0]), stream.frames_per_step
-    frames = [(x[:, 0] if p > 1 else x).reshape(1, steps * p, *x.shape[2 + (p > 1):])
-              if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
-    fixed = fixed_time_length(model) if stream.mode == "prefix" else None
-    wants = [undefined_steps((steps, *shape)) for shape in step_outputs]
-    call = _any_length_call(model, every_output=True)
-    for m in range(stream.first_valid_step, steps):
-        end = (m + 1) * p
-        if stream.mode == "window":
-            start, end = end - stream.delay - stream.window, end - stream.delay
-            if start < 0:
-                continue
-        else:
-            start = 0
-        args = [x[m] if f is None else f[:, start:end] for x, f in zip(xs, frames)]
-        if fixed is not None:
-            if end > fixed:
-                break
-            args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
-        ys = call(args)  # (a dict of named outputs: by name)
-        for i, (want, y, shape) in enumerate(zip(wants, ys, step_outputs)):
-            if stream.latency_of(i):
-                raise TfaotError(f"output {i} comes {stream.latency_of(i)} frame(s) late (its "
-                                 "model output runs past the input's end); verify does not "
-                                 "check such an output in a model of several inputs yet")
-            count = stream.frames_of(i)
-            if count > 1:  # (several frames a step: its last ones)
-                if y.shape[1] >= count:
-                    want[m] = y[:, -count:]
-            elif y.ndim == len(shape) + 1:  # the output keeps the time axis: its last
-                if y.shape[1]:  # frame (a valid convolution's output is shorter)
-                    want[m] = y[:, -1]
-            elif fixed is None or end == fixed:
-                want[m] = y
-    return wants
-
-
 def _output(y) -> np.ndarray:
     """A model call's output as an array: Keras returns a model's one named
     output in a dict (output_heads makes a model per output)."""
