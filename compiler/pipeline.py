@@ -147,11 +147,9 @@ def _graph_of_keras(loaded, model_path: str, fixed_window: str, refusal: TfaotEr
 
 def _note_variable_state(details: dict, model_path: str, progress: Progress) -> None:
     if details.get("variable_state"):
-        at_reset = ("a recurrent layer's loop state zeros, others their saved values"
-                    if details.get("variable_loop_state") else "their saved values")
         progress.note(f"{model_path}: keeps the {details['variable_state']} variable(s) its "
                       "call assigns (a stateful layer's state) as the library's state "
-                      f"(at reset: {at_reset})")
+                      "(at reset: their saved values)")
 
 
 def _refuse_float64(program, model_path: str) -> None:

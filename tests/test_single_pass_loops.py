@@ -8,6 +8,7 @@ state. It was refused ("makes a list along axis 0, but the time axis is 1").
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -80,6 +81,9 @@ def test_one_block_a_call_with_loops_run_once(tmp_path, stateful):
     assert main(["build", str(tmp_path / "sm"), "-o", str(out), "-q"]) == 0
     manifest = json.loads((out / "sm.json").read_text())
     assert len(manifest["state"]) == (4 if stateful else 0)  # h and c of two LSTMs
+    for state in manifest["state"]:  # (named after its variable: which layer's state)
+        assert re.fullmatch(r"tfaot_state/previous_v\d_lstm(_\d+)?_Variable_state",
+                            state["name"]), state["name"]
     lib = harness.load(out)
     got = lib.step_n(blocks)
     err = float(np.abs(got.reshape(want.shape) - want).max())

@@ -61,7 +61,8 @@ class LoadedGraph:
 
 def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                         output_specs=None, details: dict | None = None,
-                        state_inputs: tuple[str, ...] = ()) -> LoadedGraph:
+                        state_inputs: tuple[str, ...] = (),
+                        state_initial: dict | None = None) -> LoadedGraph:
     """Find the inputs/outputs of an in-memory frozen GraphDef and cut it to them.
 
     ``input_specs`` may name any tensor (``NAME`` or ``NAME:INDEX``), not only
@@ -72,7 +73,8 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
     reference can run the original graph. Without ``input_specs``, a
     ``placeholder_with_default`` is an input where it is a state fed back
     (``_state_defaults``; ``state_inputs``: the inputs --state names), else
-    its default is used.
+    its default is used. ``state_initial``: the values state inputs start
+    from where not zeros (a SavedModel's variables: variable_state.py).
     """
     import tensorflow as tf
 
@@ -115,7 +117,8 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
                              "consumed by another (give them with --outputs NAME,...)")
         outputs = [f"{n.name}:0" for n in outs]
         output_names = [n.name for n in outs]
-    graph_def, loop_states = _loop_initial_states(graph_def, output_names, state_inputs)
+    graph_def, loop_states = _loop_initial_states(graph_def, output_names, state_inputs,
+                                                  state_initial or {})
     if loop_states and input_specs:
         input_specs = [(n, sh) for n, sh in input_specs if node_of(n) not in loop_states]
     details = dict(details or {})
@@ -507,14 +510,17 @@ def _state_defaults(graph_def, outputs: list[str], named: tuple[str, ...]):
 _LOOP_ENTRIES = ("Enter", "RefEnter", "While", "StatelessWhile")
 
 
-def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
+def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...],
+                         initial: dict):
     """``graph_def`` with each state input (one --state names, or one whose
     name pairs with an output's) that only sets a time loop's initial state
-    made zeros, and the names of those inputs. A TF1 dynamic_rnn fed
+    made a constant, zeros or its value in ``initial``, and the names of
+    those inputs. A TF1 dynamic_rnn fed
     ``previous_state_c`` or a Keras recurrent layer's ``initial_state``
     input, exported: such a loop was refused ("the initial value of state
     ... depends on the input"). Streamed, the loop's state is the stream's,
-    from zeros at reset; its final value, an output, is the state after
+    from that constant at reset (a stateful Keras RNN: the saved value of
+    its state variable); its final value, an output, is the state after
     each step."""
     import numpy as np
     import tensorflow as tf
@@ -547,7 +553,9 @@ def _loop_initial_states(graph_def, outputs: list[str], named: tuple[str, ...]):
         if shape is None or any(d is None for d in shape[1:]) or not feeds_loops_only(n.name):
             continue
         dtype = tf.dtypes.as_dtype(n.attr["dtype"].type)
-        chosen[n.name] = np.zeros([1 if d is None else d for d in shape], dtype.as_numpy_dtype)
+        chosen[n.name] = np.asarray(initial[n.name], dtype.as_numpy_dtype) \
+            if n.name in initial else \
+            np.zeros([1 if d is None else d for d in shape], dtype.as_numpy_dtype)
     if chosen and _one_block_a_call(graph_def, set(chosen)):
         return graph_def, []
 

@@ -56,8 +56,9 @@ def keras_as_graph(model, path: Path):
             raise
         loaded = graph_def_to_loaded(state.graph_def, path, "graphdef",
                                      output_specs=names + state.outputs,
-                                     state_inputs=tuple(state.inputs))
-        # (the pairs' names, as a SavedModel's: "new_vK_state" beside "previous_vK_state")
+                                     state_inputs=tuple(state.inputs),
+                                     state_initial=state.initial)
+        # (the pairs' names, as a SavedModel's: "new_K_state" beside "previous_K_state")
         loaded.output_names[len(names):] = [n.rsplit("/", 1)[-1] for n in state.outputs]
         with_variable_state(loaded, state)
         return loaded

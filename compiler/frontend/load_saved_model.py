@@ -141,6 +141,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     out_specs = None if output_specs is None else [by_key.get(o, o) for o in output_specs]
     loaded = graph_def_to_loaded(
         gd, path, "savedmodel", cuts or signature_inputs, out_specs, state_inputs=state_inputs,
+        state_initial=state.initial if state is not None else None,
         details={"savedmodel_version": 2, **signature_details(key, sigs),
                  "signature_input": in_keys[0] if len(in_keys) == 1 else in_keys})
     if output_specs is None:
@@ -168,7 +169,6 @@ def with_variable_state(loaded, state) -> None:
     loaded.details["loop_initial_states"] = [name for name in in_loops
                                              if name not in state.inputs]
     loaded.details["variable_state"] = len(state.inputs)  # (0: a dropout's seed alone)
-    loaded.details["variable_loop_state"] = len(dropped)  # (a time loop's own, from zeros)
     loaded.details["state_initial"] = state.initial
 
 

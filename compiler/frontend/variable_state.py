@@ -9,8 +9,9 @@ graph, whose ``AssignVariableOp`` now writes to a constant. Such a
 signature is rewritten here into the form state_feedback.py hoists: each
 variable the call assigns becomes an input (``previous_<k>_state``, which
 every read of it reads) and an output (``new_<k>_state``, the value
-assigned), the pair's names saying so, its initial value the variable's
-saved one; every other variable stays the constant freezing made it.
+assigned), the pair's names saying so (k: ``v<index>_<variable name>``,
+``v0_lstm_Variable``), its initial value the variable's saved one; every
+other variable stays the constant freezing made it.
 
 It takes the graph freezing made before it failed (TensorFlow's own
 conversion of variables to constants, functional loops kept). A read that
@@ -19,6 +20,7 @@ assign inside a function body, leaves the graph refused, naming the node.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,8 +68,19 @@ def variables_as_state_io(concrete) -> StateIO | None:
     if not assigns or None in frozen.values() or \
             any(n.op in OTHER_WRITES for n in graph_def.node):
         return None
-    return _used_only(_rewritten(graph_def, assigns, frozen),
+    return _used_only(_rewritten(graph_def, assigns, frozen, _variable_labels(concrete)),
                       [t.name for t in concrete.outputs])
+
+
+def _variable_labels(concrete) -> dict[str, str]:
+    """The name of each variable ``concrete`` captures, by the name of its
+    captured placeholder (the Const freezing makes of it), as a name part
+    (``lstm/Variable:0`` -> ``lstm_Variable``): the state pairs say which
+    layer's state they are (the header's NAME_STATEi_NAME)."""
+    placeholder = {id(handle): inner.op.name for inner, handle in
+                   zip(concrete.graph.internal_captures, concrete.captured_inputs)}
+    return {placeholder[id(v.handle)]: re.sub(r"\W+", "_", v.name.partition(":")[0]).strip("_")
+            for v in concrete.variables if id(v.handle) in placeholder}
 
 
 def _frozen_variable(nodes: dict, tensor: str) -> str | None:
@@ -103,10 +116,11 @@ def _reads_after_assign(graph_def) -> bool:
     return False
 
 
-def _rewritten(graph_def, assigns: list, frozen: dict) -> StateIO:
+def _rewritten(graph_def, assigns: list, frozen: dict, labels: dict) -> StateIO:
     import tensorflow as tf
 
-    keys = {const: f"v{i}" for i, const in enumerate(sorted(set(frozen.values())))}
+    keys = {const: f"v{i}" + (f"_{labels[const]}" if labels.get(const) else "")
+            for i, const in enumerate(sorted(set(frozen.values())))}
     result = StateIO(None)
     out = tf.compat.v1.GraphDef()
     out.CopyFrom(graph_def)
