@@ -5,16 +5,18 @@ Step m is the model on the streamed inputs' frames so far with the per-step
 inputs' values of step m: one model call per step in general, each on a
 longer prefix, which made verify quadratic in the steps (a GRU and a
 TimeDistributed head on two streams, which Keras can only run eagerly:
-4 minutes for 200 steps). Where every input is streamed, with one frame of
-each output a step, a causal stream's step m is a frame of one run on the
-whole sequence (as keras_reference's ``_prefix_reference`` takes it for
-one input), checked against true prefix calls at a few steps.
+4 minutes for 200 steps). Where every input is streamed, a causal
+stream's step m is in one run on the whole sequence (as keras_reference's
+``_prefix_reference`` takes it for one input): each output's last frame
+there, its last n for one of n frames a step, those ``latency`` frames
+before the end for a late one; checked against true prefix calls at three
+steps, and the calls per step where they disagree.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .keras_reference import _any_length_call, _pad_time, fixed_time_length, undefined_steps
+from .keras_reference import any_length_call, fixed_time_length, pad_time, undefined_steps
 
 
 def keras_multi_input_reference(model, xs: list, streamed: list, stream,
@@ -32,7 +34,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
     frames = [(x[:, 0] if p > 1 else x).reshape(1, steps * p, *x.shape[2 + (p > 1):])
               if s and stream.mode != "stateless" else None for x, s in zip(xs, streamed)]
     fixed = fixed_time_length(model) if stream.mode == "prefix" else None
-    call = _any_length_call(model, every_output=True)
+    call = any_length_call(model, every_output=True)
     if stream.mode == "prefix" and fixed is None and all(f is not None for f in frames):
         wants = _one_run(call, frames, stream, steps, step_outputs)
         if wants is not None:
@@ -50,7 +52,7 @@ def keras_multi_input_reference(model, xs: list, streamed: list, stream,
         if fixed is not None:
             if end > fixed:
                 break
-            args = [a if f is None else _pad_time(a, fixed) for a, f in zip(args, frames)]
+            args = [a if f is None else pad_time(a, fixed) for a, f in zip(args, frames)]
         ys = call(args)  # (a dict of named outputs: by name)
         for i, (want, y, shape) in enumerate(zip(wants, ys, step_outputs)):
             if _keeps_time(stream, i, y, shape):

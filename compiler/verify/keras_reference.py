@@ -39,7 +39,7 @@ def _output(y) -> np.ndarray:
     return np.asarray(y)
 
 
-def _pad_time(x: np.ndarray, length: int) -> np.ndarray:
+def pad_time(x: np.ndarray, length: int) -> np.ndarray:
     pad = np.zeros((x.shape[0], length - x.shape[1], *x.shape[2:]), x.dtype)
     return np.concatenate([x, pad], axis=1)
 
@@ -259,7 +259,7 @@ def _each_input(model, xs: np.ndarray) -> np.ndarray:
     """The model on each of ``xs`` (one whole input each), traced once: a
     Bidirectional tagger's eager calls took 0.66 s each (200 steps: 2 minutes
     of `tfaot verify`)."""
-    call = _any_length_call(model)
+    call = any_length_call(model)
     return np.stack([call(x) for x in xs])
 
 
@@ -286,7 +286,7 @@ def keras_sequence_reference(model, x: np.ndarray,
         per_step = np.stack([twin[:, t] for t in range(steps)])
     except Exception:  # a layer after the recurrent one needs 2-D input
         per_step = None
-    call = _any_length_call(model)
+    call = any_length_call(model)
     for t in sorted({0, 9 % steps, steps // 2, steps - 1}):
         prefix = call(x[:, : t + 1])
         if per_step is None or np.abs(per_step[t] - prefix).max() > 1e-6:
@@ -303,7 +303,7 @@ def _traced(model):
     return tf.function(lambda args: model(args, training=False), reduce_retracing=True)
 
 
-def _any_length_call(model, every_output: bool = False):
+def any_length_call(model, every_output: bool = False):
     """``model`` (``_traced``) on an input of any time length, as an array
     (``every_output``: a list of arrays, one per output); a model that
     cannot be traced so is called eagerly. Each new trace's first result
@@ -388,7 +388,7 @@ def _window_reference(model, frames, stream, steps: int) -> np.ndarray:
     valid = [m for m in range(steps) if (m + 1) * p - d - w >= 0]
     windows = np.stack([frames[0, (m + 1) * p - d - w:(m + 1) * p - d] for m in valid])
     batch = 1 if model.inputs[0].shape[0] is not None else 64
-    call = _any_length_call(model)
+    call = any_length_call(model)
     outs = np.concatenate([call(windows[i:i + batch]) for i in range(0, len(windows), batch)])
     want = undefined_steps((steps, 1, *outs.shape[1:]))
     want[valid] = outs[:, None]
@@ -402,7 +402,7 @@ def _prefix_reference(model, frames, stream, steps: int, step_output) -> np.ndar
     p, first = stream.frames_per_step, stream.first_valid_step
     fixed = fixed_time_length(model)
 
-    call = _any_length_call(model)
+    call = any_length_call(model)
 
     def prefix_call(m):
         y = call(frames[:, :(m + 1) * p])
@@ -455,8 +455,8 @@ def _chunk_reference(model, frames, stream, steps: int, count: int,
     p, first = stream.frames_per_step, stream.first_valid_step
     fixed = fixed_time_length(model)
     total = steps if fixed is None else fixed // p  # the step the whole run ends on
-    call = _any_length_call(model)
-    seq = call(frames if fixed is None else _pad_time(frames[:, :fixed], fixed))
+    call = any_length_call(model)
+    seq = call(frames if fixed is None else pad_time(frames[:, :fixed], fixed))
     want = undefined_steps((steps, *seq.shape[:1], *([count] if count > 1 else []),
                             *seq.shape[2:]))
 
@@ -465,7 +465,7 @@ def _chunk_reference(model, frames, stream, steps: int, count: int,
 
     def prefix(m):
         return call(frames[:, :(m + 1) * p] if fixed is None
-                    else _pad_time(frames[:, :(m + 1) * p], fixed))
+                    else pad_time(frames[:, :(m + 1) * p], fixed))
 
     checked = [m for m in range(first, min(steps, total))
                if seq.shape[1] - (total - m) * count - latency >= 0]
@@ -511,7 +511,7 @@ def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
     on the T steps, else only what the model gives is compared.
     """
     steps = x.shape[1]
-    x_model = _pad_time(x, length) if steps < length else x[:, :length]
+    x_model = pad_time(x, length) if steps < length else x[:, :length]
     full = _output(model(x_model))
     sequence_output = full.ndim == 3 and full.shape[1] == length
     if sequence_output and steps <= length:
