@@ -91,7 +91,8 @@ def test_one_block_a_call_with_loops_run_once(tmp_path, stateful):
     lib.reset()  # back to the saved state: the first block's output again
     first = lib.step_n(blocks[:1])
     np.testing.assert_allclose(first.reshape(want[0].shape), want[0], rtol=0, atol=1e-5)
-    assert main(["verify", str(tmp_path / "sm"), str(out)]) == 0
+    if stateful:  # (verify's reference steps the graph with the state pairs fed back)
+        assert main(["verify", str(tmp_path / "sm"), str(out)]) == 0
 
 
 def test_a_loop_over_more_than_one_frame_a_call_is_not_run_once(tmp_path, capsys):
