@@ -40,7 +40,7 @@ def choose(requested: str, shape, dtype: str, *, axis_given: bool = False) -> Ch
         return Choice(requested, f"asked with {FLAG[requested]}")
     if axis_given:
         return Choice("stream", "its time axis was given with --time-axis")
-    if len(shape) < (3 if _is_float(dtype) else 2):
+    if not has_time_rank(shape, dtype):
         return Choice("whole", f"input {shown} has no time axis")
     if is_image(shape, dtype):
         return Choice("whole", f"input {shown} is an image (batch, H, W, C) and the model has "
@@ -48,6 +48,21 @@ def choose(requested: str, shape, dtype: str, *, axis_given: bool = False) -> Ch
     what = {2: "(batch, time) token ids", 3: "(batch, time, features)",
             5: "(batch, time, H, W, C)"}.get(len(shape), f"of rank {len(shape)}")
     return Choice("stream", f"input {shown} is {what}")
+
+
+def has_time_rank(shape, dtype: str) -> bool:
+    """Whether the input's rank leaves room for a time axis: (batch, time,
+    features) floats or more, (batch, time) token ids or more."""
+    return len(shape) >= (3 if _is_float(dtype) else 2)
+
+
+def one_block_a_call(shape, dtype: str) -> bool:
+    """An input of fixed shape, its batch too, without room for a time axis
+    (``has_time_rank``): a step that takes one block a call (DTLN's (1,
+    512)); its loops run over axes the graph makes (streamify_graph/
+    single_pass.py). (An open axis 0 of a frozen graph's (None, F) input may
+    be time: a tf.scan over it; a stateful layer's batch is fixed.)"""
+    return shape is not None and None not in tuple(shape) and not has_time_rank(shape, dtype)
 
 
 def is_image(shape, dtype: str) -> bool:

@@ -579,12 +579,12 @@ def _one_block_a_call(graph_def, state_inputs: set[str]) -> bool:
     back, not the loop's own."""
     import tensorflow as tf
 
-    from ..streamify_graph.single_pass import has_no_time_axis
+    from ..stream_choice import one_block_a_call
 
     data = [n for n in graph_def.node if n.op in ("Placeholder", "PlaceholderWithDefault")
             and n.name not in state_inputs]
     return bool(data) and all(
-        has_no_time_axis(_placeholder_shape(n), tf.dtypes.as_dtype(n.attr["dtype"].type).name)
+        one_block_a_call(_placeholder_shape(n), tf.dtypes.as_dtype(n.attr["dtype"].type).name)
         for n in data)
 
 

@@ -58,8 +58,7 @@ def keras_as_graph(model, path: Path):
                                      output_specs=names + state.outputs,
                                      state_inputs=tuple(state.inputs),
                                      state_initial=state.initial)
-        # (the pairs' names, as a SavedModel's: "new_K_state" beside "previous_K_state")
-        loaded.output_names[len(names):] = [n.rsplit("/", 1)[-1] for n in state.outputs]
+        loaded.output_names[len(names):] = state.output_keys()  # (as a SavedModel's)
         with_variable_state(loaded, state)
         return loaded
     return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)

@@ -125,7 +125,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
         in_names += state.inputs
         shapes += [state.initial[name].shape for name in state.inputs]
         outs = [t.name for t in cf.outputs] + [f"{name}:0" for name in state.outputs]
-        out_keys += [name.rsplit("/", 1)[-1] for name in state.outputs]
+        out_keys += state.output_keys()
         state_inputs = (*state_inputs, *state.inputs)
     else:
         gd = frozen.graph.as_graph_def()

@@ -44,6 +44,11 @@ class StateIO:
     outputs: list = field(default_factory=list)
     initial: dict = field(default_factory=dict)
 
+    def output_keys(self) -> list[str]:
+        """The state outputs' names less the scope ("new_v0_lstm_Variable_state"),
+        as a signature's output keys name them."""
+        return [name.rsplit("/", 1)[-1] for name in self.outputs]
+
 
 def variables_as_state_io(concrete) -> StateIO | None:
     """``concrete`` (a traced signature call) frozen, with its assigned

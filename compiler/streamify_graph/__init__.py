@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import stream_choice
 from ..errors import TfaotError
 from ..program import InputInfo, ProgramSignature, StepProgram, TensorInfo
 from .analysis import analyse, probe
 from .graphdef import FLOAT_TYPES, INT_TYPES, Fail, NotIncremental, dtype_name, tname
 from .replay import Emitter
-from .single_pass import has_no_time_axis, single_pass_loops
+from .single_pass import single_pass_loops
 from .state import StateRegistry
 from .time_rules import probed_operands
 from .timeplan import NotAWindow, choose_mode, mode_text, plan_stream, recompute_program, \
@@ -205,7 +206,7 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         raise Fail(f"input '{inp.name}' has an unknown shape; give it with --inputs NAME:SHAPE")
     shape = list(inp.shape)
     g = analyse(loaded, unrolled=fixed_window != "whole")
-    if g.loops and inp.time_axis is None and has_no_time_axis(shape, inp.dtype):
+    if g.loops and inp.time_axis is None and stream_choice.one_block_a_call(shape, inp.dtype):
         once = single_pass_loops(loaded, g, [i.shape for i in loaded.inputs])
         if once == set(g.loops):  # (one time loop left makes the graph a stream)
             g.once = {name: g.loops.pop(name) for name in once}

@@ -25,7 +25,7 @@ from .ring import TimePlan, TimeState, take_frames
 from . import rules, transposed  # noqa: F401 - registers the sequence rules (and time_rules')
 from .rules import ELEMENTWISE
 from .seq_op import apply_seq_rule
-from .single_pass import emit_single_pass, import_body
+from .single_pass import body_const, emit_single_pass, import_body
 from .state import StateRegistry
 
 _SHAPE_OPS = {"Shape", "ShapeN", "Size", "Rank"}
@@ -493,13 +493,11 @@ class Emitter:
 
         start = self.tensors.get(v.operand)
         start = None if start is None else tf.get_static_value(start)
-        by = next((n for n in loop.body.node if n.name == parse_tensor(v.detail["by"])[0]),
-                  None)
-        if start is None or by is None or by.op != "Const":
+        by = body_const(loop, v.detail["by"])
+        if start is None or by is None:
             raise Fail(f"loop '{loop.name}': the loop counter (loop variable {v.index}) is "
                        f"compared by node '{v.detail['compared'][0]}' but does not start "
                        "from a constant and count by one")
-        by = tf.make_ndarray(by.attr["value"].tensor)
         frames = (read_meta.frames if read_meta is not None else None) or self.plan.input_seq()
         frame = self.time.frame_numbers(frames)[0]
         with tf.name_scope(scope(loop.name + "/step_counter")):
@@ -533,8 +531,7 @@ class Emitter:
         if "by_var" in v.detail:
             by = self.tensors.get(loop.vars[v.detail["by_var"]].operand)
         else:
-            by_node = next(n for n in loop.body.node if n.name == parse_tensor(v.detail["by"])[0])
-            by = tf.make_ndarray(by_node.attr["value"].tensor)
+            by = body_const(loop, v.detail["by"])
         values = [None if x is None else tf.get_static_value(x) for x in (start, by)]
         if values[0] is None or values[1] is None or int(values[0]) != 0 or int(values[1]) != 1:
             raise Fail(f"loop '{loop.name}': loop variable {v.index} indexes the frames it "

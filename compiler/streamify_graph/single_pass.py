@@ -22,22 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import first_line
-from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, parse_tensor, tname
+from .graphdef import IDENTITY, READ_OPS, WHILE_OPS, Fail, parse_tensor, scope, tname
 from .meta import LIST_KINDS, Meta
 
 #: list ops a body may not keep: reads are replaced, writes fetched
 _LIST_WRITES = ("TensorListSetItem", "TensorArrayWriteV3", "TensorListPushBack",
                 "TensorListPopBack")
-
-
-def has_no_time_axis(shape, dtype: str) -> bool:
-    """An input of fixed shape, its batch too, without a time axis by
-    stream_choice's rule: (batch, features) floats, or one token id a call.
-    (An open axis 0 of a frozen graph's (None, F) input may be time: a
-    tf.scan over it; a stateful layer's batch is fixed.)"""
-    float_input = str(dtype).startswith(("float", "bfloat", "half"))
-    return (shape is not None and None not in tuple(shape)
-            and len(shape) < (3 if float_input else 2))
 
 
 def single_pass_loops(loaded, g, input_shapes) -> set[str]:
@@ -54,19 +44,20 @@ def single_pass_loops(loaded, g, input_shapes) -> set[str]:
         if g.nodes[name].op not in WHILE_OPS:
             return set()  # a TF1 frame (its trip count is not a node's output)
         counter = next((v for v in loop.vars if v.kind == "counter"), None)
-        by = None if counter is None else _const_in_body(loop, counter.detail.get("by"))
-        if by is None:
+        by = None if counter is None else body_const(loop, counter.detail.get("by"))
+        if by is None or by.size != 1:
             return set()
         counted[name] = (counter, by)
     value_of = [t for name, (v, _) in counted.items() for t in (v.operand, f"{name}:{v.index}")]
     values = probe(loaded, g, input_shapes[0], None, [], value_of,
                    input_shapes=input_shapes).values
     return {name for name, (v, by) in counted.items()
-            if int(values[f"{name}:{v.index}"]) - int(values[v.operand]) == int(by)}
+            if int(values[f"{name}:{v.index}"]) - int(values[v.operand]) == by.item()}
 
 
-def _const_in_body(loop, tensor: str | None):
-    """The scalar value of a Const node of the loop body, or None."""
+def body_const(loop, tensor: str | None):
+    """The value of the Const node of the loop body that ``tensor`` names,
+    or None (no such tensor, or not a Const)."""
     import tensorflow as tf
 
     if tensor is None:
@@ -74,8 +65,7 @@ def _const_in_body(loop, tensor: str | None):
     node = next((n for n in loop.body.node if n.name == parse_tensor(tensor)[0]), None)
     if node is None or node.op != "Const":
         return None
-    value = tf.make_ndarray(node.attr["value"].tensor)
-    return value.item() if value.size == 1 else None
+    return tf.make_ndarray(node.attr["value"].tensor)
 
 
 def emit_single_pass(em, node) -> None:
@@ -138,7 +128,7 @@ def _first_element(em, loop, v):
         raise Fail(f"loop '{loop.name}': node '{made.name}' makes a list of "
                    f"{whole.shape[0] if whole.shape.rank else 'unknown'} elements, but the "
                    "loop runs once")
-    with tf.name_scope(made.name.replace("/", "_") + "_first/"):
+    with tf.name_scope(scope(made.name + "/first")):
         return tf.squeeze(whole, [0])
 
 
