@@ -61,6 +61,8 @@ from typing import Any
 
 from ..errors import TfaotError, first_line
 from .keras2_causal import MODEL_CLASSES, causal_as_padding
+from .keras2_cudnn import (CUDNN_CLASSES, as_keras_rnn, convert_weights, cudnn_layer_names,
+                           refuse_cudnn_in_archive, tf_keras_readable)
 from .keras2_nodes import (CONSTANT_FIRST, MIXED_LISTS, call_node, filled, has_tensor_kwargs,
                            is_tensor_triple, slices, tf_function)
 
@@ -297,6 +299,8 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
             return node
         if "class_name" in node and isinstance(node.get("config"), dict):
             layer_name = node["config"].get("name", layer_name)
+            if node["class_name"] in CUDNN_CLASSES:  # (its weights: load_h5_as_keras3)
+                node = as_keras_rnn(node)
             if "time_major" in node["config"]:
                 node = {**node, "config": dict(node["config"])}
                 if node["config"].pop("time_major"):
@@ -522,12 +526,16 @@ def load_h5_as_keras3(path: Path):
         raise TfaotError(f"{path}: no model config in the file (a weights-only .h5?)")
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8")
-    config, _ = rewrite_config(json.loads(raw))
+    original = json.loads(raw)
+    config, _ = rewrite_config(original)
     with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
         copy = Path(tmp) / "model.h5"
         shutil.copyfile(path, copy)
         with h5py.File(copy, "r+") as f:
             f.attrs["model_config"] = json.dumps(config)
+            cudnn = cudnn_layer_names(original)
+            if cudnn and "model_weights" in f:
+                convert_weights(f["model_weights"], cudnn)
         return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False,
                                        safe_mode=keras_safe_mode())
 
@@ -543,10 +551,12 @@ def load_archive_as_keras3(path: Path):
     with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
         copy = Path(tmp) / "model.keras"
         with zipfile.ZipFile(path) as src, zipfile.ZipFile(copy, "w") as dst:
+            original = json.loads(src.read("config.json"))
+            refuse_cudnn_in_archive(path, original)
             for name in src.namelist():
                 data = src.read(name)
                 if name == "config.json":
-                    config, _ = rewrite_config(json.loads(data))
+                    config, _ = rewrite_config(original)
                     data = json.dumps(config).encode("utf-8")
                 dst.writestr(name, data)
         return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False)
@@ -564,9 +574,10 @@ def load_reference(path: Path, fmt: str = "h5"):
         raise TfaotError(f"{path} was saved by Keras 2; verifying it needs the tf_keras "
                          "package (pip install tf-keras==2.21.0)") from None
     try:
-        with _named(path, fmt) as named:
+        with _named(path, fmt) as named, tf_keras_readable(named, fmt) as readable:
             # tf_keras keeps its own safe mode: --allow-lambda's is Keras 3's
-            return tf_keras.models.load_model(named, compile=False, safe_mode=keras_safe_mode())
+            return tf_keras.models.load_model(readable, compile=False,
+                                              safe_mode=keras_safe_mode())
     except Exception as e:
         raise TfaotError(f"{path}: Keras 2 (tf_keras) cannot load it: {first_line(e)}") \
             from None
