@@ -93,5 +93,15 @@ def note(stream, why: str, input_name: str = "") -> str:
     if stream.mode == "prefix":
         frames = stream.frames_per_step
         return (f"streams over axis {stream.time_axis}{of}, {frames} frame"
-                f"{'s' if frames > 1 else ''} per step, because {why}")
+                f"{'s' if frames > 1 else ''} per step, because {why}{_latency(stream)}")
     return f"one whole inference per step, because {why}"
+
+
+def _latency(stream) -> str:
+    """The outputs a step returns late, said (their header's OUTPUTi_LATENCY)."""
+    late = [(i, n) for i, n in enumerate(stream.output_latency) if n]
+    if not late:
+        return ""
+    which = ", ".join(f"output {i} {n} frame{'s' if n > 1 else ''}" for i, n in late)
+    return (f"; late: {which} (a frame there reads input frames to come: padding='same' "
+            "or a transposed convolution in time)")

@@ -79,12 +79,13 @@ def test_mask_into_pooling():
     _expect(m, "'gap'", "mask")
 
 
-def test_conv1d_same_over_time():
-    # valid/causal convolutions stream (tests/test_keras_streaming_conv.py);
-    # 'same' padding in a recurrent model cannot.
+def test_conv1d_same_over_time_into_a_last_output():
+    # valid/causal convolutions stream (tests/test_keras_streaming_conv.py),
+    # 'same' ones late (tests/test_same_padding_late.py); a last output
+    # after one cannot.
     m = keras.Sequential([_seq(), layers.Conv1D(4, 3, padding="same", name="conv"),
-                          layers.LSTM(4)])
-    _expect(m, "'conv'", "Conv1D", "padding='same'", "'valid' or 'causal'")
+                          layers.LSTM(4, name="last")])
+    _expect(m, "'last'", "LSTM", "padding='same' in time", "'causal' or 'valid'")
 
 
 def test_pooling_same_over_time_suggests_what_pooling_takes():

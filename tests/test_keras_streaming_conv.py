@@ -218,12 +218,14 @@ def _expect(model, *fragments):
     assert "\n" not in message
 
 
-def test_same_padding_in_a_recurrent_model_is_refused():
+def test_same_padding_before_a_global_pooling_is_refused():
+    # (its frames come late: tests/test_same_padding_late.py)
     import keras
     from keras import layers as L
 
-    m = keras.Sequential([K._open(), L.Conv1D(4, 3, padding="same", name="c_same"), L.GRU(3)])
-    _expect(m, "'c_same'", "Conv1D", "padding='same'")
+    m = keras.Sequential([K._open(), L.Conv1D(4, 3, padding="same"),
+                          L.GlobalAveragePooling1D(name="gap")])
+    _expect(m, "'gap'", "pools every frame", "padding='same' in time")
 
 
 @pytest.mark.parametrize("kernel, streams", [(3, True), (2, False)])

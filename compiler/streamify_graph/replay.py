@@ -370,6 +370,8 @@ class Emitter:
             with tf.name_scope(scope(node.name)):
                 y = tf.expand_dims(y_t, 0)
             done = self.list_frames.get(m.key, seq(0))
+            if mode != "seq" and done.frames is not None and done.frames.lag < 0:
+                self.fail(node, f"stacks the last output of a loop, but {done.frames.late_why()}")
             self.set(node, [y], [replace(done, axis=0) if mode == "seq" else
                                  step(done.valid_from)])
             return
@@ -623,7 +625,9 @@ class Emitter:
                 got[v.ret] = self._from_stream(got[v.ret], self.state_inputs[(loop.name, v.index)],
                                                frames)
                 self.new_states[(loop.name, v.index)] = got[v.ret]
-                out_metas[v.index] = step(valid)
+                out_metas[v.index] = step(valid) if frames.lag >= 0 else Meta(
+                    "dead", why=f"uses the final state of loop '{loop.name}', but "
+                                f"{frames.late_why()}")
             elif v.kind == "outlist":
                 key = f"{loop.name}:{v.index}"
                 self.list_values[key] = (got[v.detail["item"]], v.detail["mode"])

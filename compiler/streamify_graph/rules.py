@@ -341,6 +341,8 @@ def _strided_slice(s: SeqOp):
         if (b == -1 or (T is not None and b == T - 1)) and \
                 (sm >> a & 1 or em >> a & 1 or (T is not None and e >= T)):
             # The last step: the reference's last frame of the chunk.
+            if f.lag < 0:
+                s.fail(f"takes the last time step, but {f.late_why()}")
             x, index = s.em.time.frame_at_lag((s.node.name, "last"), x, a, f, s.node.name)
             begin[a], end[a] = index, index + 1
             bm &= ~(1 << a)

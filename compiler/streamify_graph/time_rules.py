@@ -26,7 +26,7 @@ import numpy as np
 
 from ..streamify_keras import circular
 from ..streamify_keras.time_rules import (pad_ends, same_pads_nothing, tap_positions,
-                                          windowed_plan)
+                                          tf_same_pad, windowed_plan)
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -124,8 +124,9 @@ def _windowed(s: SeqOp):
             s.fail("convolves a tensor that is already space-to-batch convolved")
         dil *= s2b[1]
         padding = "same" if s2b[2] else padding
+    same = s.node.attr["padding"].s == b"SAME" and not s2b and s.op in CONV_OPS
     plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s),
-                         pooling=s.op in POOL_OPS)
+                         pooling=s.op in POOL_OPS, same_runs_late=same)
     out_s2b = ("out", 1, 0, s2b[3]) if s2b else None
     attrs = _time_stride_one(s) if plan["unstrided"] else {}
     if s2b:  # the space-to-batch pair's dilations, on the conv itself
@@ -136,7 +137,8 @@ def _windowed(s: SeqOp):
         s.set(outs, [replace(seq(s.a, frames), s2b=out_s2b)])
         return
     em = s.em
-    frames, pads = _unpadded(s.x, s.a)
+    x = em.time.clean(s.x, s.a, s.frames)[0] if plan["same"] else s.x  # (its pad before)
+    frames, pads = _unpadded(x, s.a)
     positions = tap_positions(plan)
     taps = circular.use_taps(dil, plan["keep"], len(positions)) and _other_dilations_one(s, attrs)
     if taps:  # (streamify_keras/circular.py: the rows the taps read, gathered)
@@ -149,12 +151,30 @@ def _windowed(s: SeqOp):
     if pads is not None:
         with s.em_scope():
             window = tf.pad(window, pads)
+    if plan["same"]:  # a valid conv on the other axes padded as SAME pads them
+        with s.em_scope():
+            window = tf.pad(window, _same_pads_off_time(s, spatial, window.shape))
+        attrs = {**attrs, "padding": {"s": b"VALID"}}
     (y,) = emit_with(s, {0: window}, attrs)[:1]
     out = plan["out"]
     em.row(s.node, "time conv" if s.op in CONV_OPS else "time pool", buffer=plan["keep"],
            kernel=k, stride=stride, dilation=dil, delay=out.delay,
            **({"ring": "taps"} if taps else {}))
     s.set([y], [Meta("seq", axis=s.a, frames=out, s2b=out_s2b)])
+
+
+def _same_pads_off_time(s: SeqOp, spatial: list[int], shape) -> list[list[int]]:
+    """A SAME convolution's zero pads of its spatial axes other than time, none
+    in time (streamify_keras.time_rules.same_in_time)."""
+    at = s.node.attr
+    strides = list(at["strides"].list.i)
+    dilations = list(at["dilations"].list.i) if "dilations" in at else [1] * s.rank
+    pads = [[0, 0] for _ in range(s.rank)]
+    for axis in spatial:
+        if axis != s.a:
+            pads[axis] = tf_same_pad(int(shape[axis]), int(s.tensor(1).shape[spatial.index(axis)]),
+                                     strides[axis], dilations[axis])
+    return pads
 
 
 def _dilations(s: SeqOp, attrs: dict) -> list[int]:

@@ -68,6 +68,13 @@ class Seq:
         """The first step at which the reference has a last frame."""
         return max(0, math.ceil(-self.end / self.n) - 1)
 
+    def late_why(self) -> str:
+        """Why a value that needs the last frame has none here (``lag < 0``)."""
+        late = -self.lag
+        return (f"its input's last {late} frame{'s' * (late > 1)} read input frames still to "
+                "come (padding='same' in time, or a transposed convolution, before it: those "
+                "frames come late); use padding='causal' or 'valid' in time")
+
     def final(self) -> "Seq":
         """The record of the frames a step can return as final: where the
         reference runs past the chunk (``lag < 0``: a transposed
@@ -587,9 +594,11 @@ class Replay:
                            replace(seq, dirty=seq.delay > 0), x.valid_from)
         else:
             if seq.lag != 0:
-                raise layer_error(layer, f"returns its last output, but its input's last frame "
-                                         f"is {seq.lag} frame(s) behind the stream (a crop "
-                                         "at the end of the time axis)")
+                raise NotIncremental(layer, f"returns its last output, but {seq.late_why()}") \
+                    if seq.lag < 0 else \
+                    layer_error(layer, f"returns its last output, but its input's last frame is "
+                                       f"{seq.lag} frame(s) behind the stream (a crop at the end "
+                                       "of the time axis)")
             out = Streamed(outputs[-1], VEC, valid_from=max(x.valid_from, seq.first_step))
         if getattr(layer, "return_state", False):
             return [out] + [Streamed(s, VEC, valid_from=out.valid_from) for s in states]

@@ -54,7 +54,7 @@ class WindowedRule:
             padding = "valid"
         return windowed_plan(k, s, dil, padding, seq, mode,
                              lambda why: NotIncremental(op, why),
-                             pooling=hasattr(op, "pool_size"))
+                             pooling=hasattr(op, "pool_size"), same_runs_late=True)
 
     def state_specs(self, op, seq: Seq, mode: str) -> list[tuple[str, int]]:
         plan = self.plan(op, seq, mode)
@@ -68,7 +68,7 @@ class WindowedRule:
             replay.row(op, "per-step")
             with _time_stride_one(op, plan["unstrided"]):
                 return replay.apply(op, (x,), {}, SEQ, seq=plan["out"], valid_from=x.valid_from)
-        if plan["causal"]:
+        if plan["zeros_before"]:
             x = replay.clean(x)
         # A zero padding of the other axes commutes with the ring buffer:
         # keeping the unpadded frames makes the state smaller, and the pad of
@@ -86,6 +86,8 @@ class WindowedRule:
             window = cat[:, plan["offset"]:plan["offset"] + plan["frames"]]
         if pads is not None:
             window = tf.pad(window, pads)
+        if plan["same"]:  # (run as a valid one: the other axes padded here)
+            window = tf.pad(window, same_pads_off_time(op, window.shape))
         with tf.name_scope(op.name), _valid_padding(op), \
                 _time_stride_one(op, plan["unstrided"]), _gathered_taps(op, taps):
             y = op(window)
@@ -98,14 +100,15 @@ class WindowedRule:
 
 
 def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
-                  refuse, pooling: bool = False) -> dict:
+                  refuse, pooling: bool = False, same_runs_late: bool = False) -> dict:
     """How a convolution or pooling with kernel ``k``, stride ``s`` and
     dilation ``dil`` along time streams an input chunk ``seq``: the ring
     buffer (``keep`` frames before the chunk), the slice of buffer + chunk it
     runs on (``offset``, ``frames``) and the output's ``Seq``. Shared by the
     Keras and the graph streamifiers. Raises NeedFrames, or ``refuse(why)``
     (an exception) when the layer cannot stream incrementally. ``pooling``:
-    the layer pools (no causal padding to suggest).
+    the layer pools (no causal padding to suggest). ``same_runs_late``: the
+    caller runs a ``same`` convolution as a valid one (``same_in_time``).
     """
     eff = dil * (k - 1) + 1
     unstrided = s > 1 and _one_output(seq.length, eff, s, padding)
@@ -119,12 +122,13 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
         s = 1
     if eff == 1 and s == 1:
         return {"per_step": True, "out": seq, "unstrided": unstrided}
-    if padding == "same":
+    same = padding == "same"
+    if same and not (same_runs_late and s == 1 and not pooling and mode != "window"):
         fix = ("padding='valid' (or a causal ZeroPadding1D before it)" if pooling
                else "padding='valid' or 'causal' in time")
-        raise refuse(f"pads the time axis (padding='same', kernel {k} in time), so its "
-                     f"outputs near the end depend on frames not yet received; use {fix} "
-                     "to stream it")
+        raise refuse(f"pads the time axis (padding='same', kernel {k}, stride {s} in time), "
+                     "so its outputs near the end depend on frames not yet received; use "
+                     f"{fix} to stream it")
     if seq.n % s:
         raise NeedFrames(s // _gcd(seq.n, s))
     delay, end, length = seq.delay, seq.end, seq.length
@@ -133,6 +137,8 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
             raise refuse("pads the start of each window with zeros (padding='causal'), "
                          "so a sliding window cannot reuse earlier outputs")
         delay, end = delay - (eff - 1), end + (eff - 1)
+    if same:
+        delay, end = delay - same_in_time(k, dil)[0], end + (eff - 1)
     if length is not None:
         if (end - length + 1) % s:
             raise refuse(f"has stride {s} in time, which does not line up with the "
@@ -140,7 +146,8 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
         length = (length - eff) // s + 1
     out_delay = (delay + eff - 1) // s
     keep = max(0, s * out_delay - delay)
-    return {"per_step": False, "causal": padding == "causal", "keep": keep,
+    return {"per_step": False, "zeros_before": padding in ("causal", "same"), "same": same,
+            "keep": keep,
             "offset": keep + delay - s * out_delay, "frames": (seq.n // s - 1) * s + eff,
             "out": Seq(seq.n // s, out_delay, (end - eff + 1) // s, length, True),
             "k": k, "stride": s, "dilation": dil, "unstrided": unstrided}
@@ -169,19 +176,54 @@ def _one_output(length: int | None, eff: int, s: int, padding: str) -> bool:
     return length is not None and padding != "same" and eff <= length < eff + s
 
 
+def same_in_time(k: int, dil: int) -> tuple[int, int]:
+    """A ``same`` convolution at stride 1 in time, streamed.
+
+    TensorFlow pads ``eff - 1`` frames (``eff = dil * (k - 1) + 1``), half
+    of them (rounded down) before the first frame and the rest after the
+    last: a zero pad before the stream, which the zero ring buffer holds
+    (as a causal convolution's), then a valid convolution. The frames padded
+    after the last are the stream's future: output frame j is complete once
+    input frame ``j + after`` has arrived, so the step returns it ``after``
+    frames late (``Seq.delay``), exactly the whole sequence's frame j; only
+    the last ``after`` frames of a finished sequence, which read the pad
+    after it, are never returned. Returns (before, after)."""
+    before = (dil * (k - 1)) // 2
+    return before, dil * (k - 1) - before
+
+
+def tf_same_pad(size: int, k: int, stride: int, dilation: int) -> list[int]:
+    """TensorFlow's ``same`` pad of an axis of ``size``, [before, after]:
+    ``max((ceil(size / stride) - 1) * stride + dilation * (k - 1) + 1 - size,
+    0)`` frames, the smaller half before."""
+    total = max((-(-size // stride) - 1) * stride + dilation * (k - 1) + 1 - size, 0)
+    return [total // 2, total - total // 2]
+
+
+def same_pads_off_time(op, window_shape) -> list[list[int]]:
+    """The zero pads of a ``same`` convolution's axes other than time (and
+    none in time, ``same_in_time``): run on them, it is a valid one."""
+    kernel, strides = tuple(op.kernel_size), tuple(op.strides)
+    dilations = tuple(getattr(op, "dilation_rate", (1,) * len(kernel)))
+    return [[0, 0], [0, 0]] + [
+        tf_same_pad(int(window_shape[axis + 1]), int(kernel[axis]), int(strides[axis]),
+                    int(dilations[axis])) for axis in range(1, len(kernel))] + [[0, 0]]
+
+
 class _valid_padding:
-    """Runs a causal Conv1D as a valid one (the buffer holds its left padding)."""
+    """Runs a causal or same convolution as a valid one (the buffer holds
+    its left padding in time; a same one's other axes are padded before)."""
 
     def __init__(self, op):
         self.op = op
         self.saved = getattr(op, "padding", None)
 
     def __enter__(self):
-        if self.saved == "causal":
+        if self.saved in ("causal", "same"):
             self.op.padding = "valid"
 
     def __exit__(self, *exc):
-        if self.saved == "causal":
+        if self.saved in ("causal", "same"):
             self.op.padding = self.saved
 
 
@@ -331,7 +373,7 @@ def _running_pool(replay: Replay, op, x: Streamed) -> Streamed:
 
     seq = x.seq
     if seq.lag < 0:
-        raise layer_error(op, "pools a sequence that ends after the stream's last frame")
+        raise NotIncremental(op, f"pools every frame of the sequence, but {seq.late_why()}")
     is_max = "Max" in type(op).__name__
     # the n frames that end at the reference's last frame (a lag is a delay line)
     cat = replay.buffer(f"{op.name}/delay", x.value, seq.lag, op.name)
