@@ -115,15 +115,15 @@ def test_same_padding_with_a_stride_in_time_is_still_refused():
 def test_a_saved_model_with_same_padding_streams_late(tmp_path, capsys):
     """The CRNN as a SavedModel (the graph streamifier: SAME Conv2D nodes run
     as VALID ones on a window padded off time), verified against TensorFlow
-    running the SavedModel; its last-output twin is refused, not wrong.
-    (A dilated one is not: TensorFlow writes it as SpaceToBatchND around a
-    VALID conv, whose SAME pad the graph streamifier still refuses.)"""
-    model = _crnn(dilation=1)
+    running the SavedModel (its dilated Conv1D is TensorFlow's
+    SpaceToBatchND pair around a VALID conv, the pair's pad before in time
+    the SAME one); its last-output twin is refused, not wrong."""
+    model = _crnn()
     saved = tmp_path / "crnn_sm"
     model.export(str(saved), verbose=False)
     out = tmp_path / "crnn"
     assert main(["build", str(saved), "-o", str(out)]) == 0
-    assert "late: output 0 2 frames" in capsys.readouterr().err
+    assert "late: output 0 3 frames" in capsys.readouterr().err
     assert main(["verify", str(saved), str(out), "--steps", "120"]) == 0
     assert re.search(r"over \d+ steps .*: ok", capsys.readouterr().out)
 

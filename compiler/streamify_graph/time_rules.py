@@ -25,8 +25,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..streamify_keras import circular
-from ..streamify_keras.time_rules import (pad_ends, same_pads_nothing, tap_positions,
-                                          tf_same_pad, windowed_plan)
+from ..streamify_keras.time_rules import (pad_ends, same_in_time, same_pads_nothing,
+                                          tap_positions, tf_same_pad, windowed_plan)
 from ..errors import first_line
 from .graphdef import NotIncremental, tname
 from .meta import Meta, seq, step
@@ -124,7 +124,10 @@ def _windowed(s: SeqOp):
             s.fail("convolves a tensor that is already space-to-batch convolved")
         dil *= s2b[1]
         padding = "same" if s2b[2] else padding
-    same = s.node.attr["padding"].s == b"SAME" and not s2b and s.op in CONV_OPS
+    # SAME in time: the node's own, or a space-to-batch pair's pad of the
+    # same frames before (TensorFlow's dilated form; it pads the other axes)
+    same = s.op in CONV_OPS and (s2b[2] == same_in_time(k, dil)[0] if s2b else
+                                 s.node.attr["padding"].s == b"SAME")
     plan = windowed_plan(k, stride, dil, padding, s.frames, mode(s), refuse(s),
                          pooling=s.op in POOL_OPS, same_runs_late=same)
     out_s2b = ("out", 1, 0, s2b[3]) if s2b else None
@@ -151,7 +154,7 @@ def _windowed(s: SeqOp):
     if pads is not None:
         with s.em_scope():
             window = tf.pad(window, pads)
-    if plan["same"]:  # a valid conv on the other axes padded as SAME pads them
+    if plan["same"] and not s2b:  # a valid conv on the other axes padded as SAME pads them
         with s.em_scope():
             window = tf.pad(window, _same_pads_off_time(s, spatial, window.shape))
         attrs = {**attrs, "padding": {"s": b"VALID"}}
