@@ -52,7 +52,24 @@ def _depthwise_even_kernel():
     return keras.Model(x, L.Concatenate()([h, L.Dense(2)(x)]))
 
 
-@pytest.mark.parametrize("make, latency", [(_crnn, 3), (_depthwise_even_kernel, 3)])
+def _strided_front():
+    """A keyword spotter's front written with 'same' and strides in time:
+    Conv2D (10, 4) stride (2, 2), DepthwiseConv2D (3, 3), Conv1D(5) stride 2,
+    all 'same' (4 frames a step), a GRU and a head: 3 output frames late."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(5)
+    x = keras.Input((None, 10), batch_size=1)
+    h = L.Reshape((-1, 10, 1))(x)
+    h = L.Conv2D(8, (10, 4), strides=(2, 2), padding="same", activation="relu")(h)
+    h = L.DepthwiseConv2D((3, 3), padding="same", activation="relu")(h)
+    h = L.Conv1D(8, 5, strides=2, padding="same")(L.Reshape((-1, 8 * 5))(h))
+    return keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h)))
+
+
+@pytest.mark.parametrize("make, latency", [(_crnn, 3), (_depthwise_even_kernel, 3),
+                                           (_strided_front, 3)])
 def test_same_padding_streams_late_and_matches_keras(make, latency, tmp_path, capsys):
     model = make()
     path, out = tmp_path / "m.keras", tmp_path / "m"
@@ -64,8 +81,11 @@ def test_same_padding_streams_late_and_matches_keras(make, latency, tmp_path, ca
     assert f"_OUTPUT0_LATENCY {latency}" in next(out.glob("*.h")).read_text()
 
     features = int(model.inputs[0].shape[-1])
-    xs = np.random.default_rng(0).normal(size=(1, STEPS, features)).astype(np.float32)
-    got = harness.load(out).step_n(xs.reshape(STEPS, 1, features))[:, 0]
+    per_step = manifest["stream"]["frames_per_step"]
+    xs = np.random.default_rng(0).normal(size=(1, STEPS * per_step, features))
+    xs = xs.astype(np.float32)
+    step_shape = manifest["inputs"][0]["shape"]  # (1, features) or (1, per_step, features)
+    got = harness.load(out).step_n(xs.reshape(STEPS, *step_shape)).reshape(STEPS, -1)
     full = np.asarray(model(xs))[0]  # the last `latency` frames read the pad after
     assert got.shape == full.shape and len(got) == STEPS
     err = float(np.abs(got[latency:] - full[:-latency]).max())
@@ -98,8 +118,10 @@ def test_a_last_output_after_same_padding_is_refused_clearly():
         assert words in message, message
 
 
-def test_same_padding_with_a_stride_in_time_is_still_refused():
-    """TensorFlow's 'same' pad at a stride depends on the sequence's length."""
+def test_same_padding_at_a_stride_off_whole_strides_is_refused():
+    """TensorFlow's 'same' pad at a stride depends on the sequence's length:
+    it streams where every prefix a step ends on is a whole number of strides
+    (_strided_front); after a valid Conv1D of kernel 2 every prefix is odd."""
     import keras
     from keras import layers as L
 
@@ -107,7 +129,8 @@ def test_same_padding_with_a_stride_in_time_is_still_refused():
     from tfaot.streamify_keras import streamify_keras
 
     x = keras.Input((None, 4), batch_size=1)
-    model = keras.Model(x, L.Conv1D(4, 5, strides=2, padding="same", name="c2")(x))
+    h = L.Conv1D(4, 2)(x)
+    model = keras.Model(x, L.Conv1D(4, 5, strides=2, padding="same", name="c2")(h))
     with pytest.raises(TfaotError, match=r"'c2'.*padding='same', kernel 5, stride 2"):
         streamify_keras(model, "m.keras", "keras")
 

@@ -123,7 +123,8 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
     if eff == 1 and s == 1:
         return {"per_step": True, "out": seq, "unstrided": unstrided}
     same = padding == "same"
-    if same and not (same_runs_late and s == 1 and not pooling and mode != "window"):
+    whole = (seq.end + 1) % s == 0  # every prefix a step ends on: whole strides
+    if same and not (same_runs_late and whole and not pooling and mode != "window"):
         fix = ("padding='valid' (or a causal ZeroPadding1D before it)" if pooling
                else "padding='valid' or 'causal' in time")
         raise refuse(f"pads the time axis (padding='same', kernel {k}, stride {s} in time), "
@@ -138,7 +139,7 @@ def windowed_plan(k: int, s: int, dil: int, padding: str, seq: Seq, mode: str,
                          "so a sliding window cannot reuse earlier outputs")
         delay, end = delay - (eff - 1), end + (eff - 1)
     if same:
-        delay, end = delay - same_in_time(k, dil)[0], end + (eff - 1)
+        delay, end = delay - same_in_time(k, dil, s)[0], end + (eff - 1)
     if length is not None:
         if (end - length + 1) % s:
             raise refuse(f"has stride {s} in time, which does not line up with the "
@@ -176,20 +177,23 @@ def _one_output(length: int | None, eff: int, s: int, padding: str) -> bool:
     return length is not None and padding != "same" and eff <= length < eff + s
 
 
-def same_in_time(k: int, dil: int) -> tuple[int, int]:
-    """A ``same`` convolution at stride 1 in time, streamed.
+def same_in_time(k: int, dil: int, stride: int = 1) -> tuple[int, int]:
+    """A ``same`` convolution in time, streamed.
 
-    TensorFlow pads ``eff - 1`` frames (``eff = dil * (k - 1) + 1``), half
-    of them (rounded down) before the first frame and the rest after the
-    last: a zero pad before the stream, which the zero ring buffer holds
-    (as a causal convolution's), then a valid convolution. The frames padded
-    after the last are the stream's future: output frame j is complete once
-    input frame ``j + after`` has arrived, so the step returns it ``after``
-    frames late (``Seq.delay``), exactly the whole sequence's frame j; only
-    the last ``after`` frames of a finished sequence, which read the pad
-    after it, are never returned. Returns (before, after)."""
-    before = (dil * (k - 1)) // 2
-    return before, dil * (k - 1) - before
+    On a sequence of a whole number of strides TensorFlow pads ``max(eff -
+    stride, 0)`` frames (``eff = dil * (k - 1) + 1``), half of them (rounded
+    down) before the first frame and the rest after the last: a zero pad
+    before the stream, which the zero ring buffer holds (as a causal
+    convolution's), then a valid convolution. The frames padded after the
+    last are the stream's future: an output frame is complete once the input
+    frames it reads have arrived, ``after`` frames past the chunk, so the
+    step returns it that late (``Seq.delay``), exactly the whole sequence's
+    frame; only the last ones of a finished sequence, which read the pad
+    after it, are never returned. A step ends every prefix on a whole number
+    of strides (``windowed_plan``; the prefix of another length pads
+    otherwise). Returns (before, after)."""
+    total = max(dil * (k - 1) + 1 - stride, 0)
+    return total // 2, total - total // 2
 
 
 def tf_same_pad(size: int, k: int, stride: int, dilation: int) -> list[int]:
