@@ -196,3 +196,22 @@ def test_a_saved_models_last_output_after_a_transposed_convolution_is_refused(tm
     assert main(["build", str(saved), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "stacks the last output of a loop" in err and "last 2 frames" in err
+
+
+def test_same_pooling_that_pads_nothing_in_time_keeps_its_padding_off_time():
+    """MaxPooling2D((2, 2), 'same') over whole strides pads nothing in time
+    but pads an odd frequency axis: it must run with its own padding (run as
+    a valid one it gave 2 frequencies, not 3, and the Keras path failed)."""
+    import keras
+    from keras import layers as L
+
+    from tfaot.streamify_keras import streamify_keras
+
+    x = keras.Input((None, 5), batch_size=1)
+    h = L.Conv2D(4, (3, 1), activation="relu")(L.Reshape((-1, 5, 1))(x))
+    h = L.Reshape((-1, 3 * 4))(L.MaxPooling2D((2, 2), padding="same", name="pool")(h))
+    model = keras.Model(x, L.Dense(2)(L.GRU(4, return_sequences=True)(h)))
+    program = streamify_keras(model, "m.keras", "keras")
+    assert program.stream.frames_per_step == 2
+    rows = {row["name"]: row for row in program.report["layers"]}
+    assert rows["pool"]["role"] == "time pool", rows["pool"]

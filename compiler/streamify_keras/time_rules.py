@@ -88,7 +88,7 @@ class WindowedRule:
             window = tf.pad(window, pads)
         if plan["same"]:  # (run as a valid one: the other axes padded here)
             window = tf.pad(window, same_pads_off_time(op, window.shape))
-        with tf.name_scope(op.name), _valid_padding(op), \
+        with tf.name_scope(op.name), _valid_padding(op, plan["same"]), \
                 _time_stride_one(op, plan["unstrided"]), _gathered_taps(op, taps):
             y = op(window)
         out = plan["out"]
@@ -215,19 +215,21 @@ def same_pads_off_time(op, window_shape) -> list[list[int]]:
 
 
 class _valid_padding:
-    """Runs a causal or same convolution as a valid one (the buffer holds
-    its left padding in time; a same one's other axes are padded before)."""
+    """Runs a causal convolution as a valid one (the buffer holds its left
+    padding), and a same one streamed late (``same``: its other axes padded
+    before); a same one that pads nothing in time keeps its padding."""
 
-    def __init__(self, op):
+    def __init__(self, op, same: bool):
         self.op = op
         self.saved = getattr(op, "padding", None)
+        self.active = self.saved == "causal" or (same and self.saved == "same")
 
     def __enter__(self):
-        if self.saved in ("causal", "same"):
+        if self.active:
             self.op.padding = "valid"
 
     def __exit__(self, *exc):
-        if self.saved in ("causal", "same"):
+        if self.active:
             self.op.padding = self.saved
 
 
