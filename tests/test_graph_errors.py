@@ -471,9 +471,11 @@ def test_whole_window_of_a_graph_with_a_time_loop_is_refused(tmp_path, capsys):
 
 def test_a_keras_3_export_of_time_distributed_says_what_to_build(tmp_path):
     """Keras 3's TimeDistributed over an open time axis is a tf.vectorized_map
-    over the frame index, which TensorFlow leaves as a loop slicing x[t]: the
-    error says so and names the two forms that build (the .keras file, a
-    fixed number of frames)."""
+    over an index, which TensorFlow leaves as a loop slicing x[t]; keras
+    3.15 maps over the batch size there, not the frames (the SavedModel
+    returns as many frames as the batch has samples): the error says so and
+    names the two forms that build (the .keras file, a fixed number of
+    frames)."""
     import keras
 
     from tfaot.pipeline import Progress, load_and_streamify
@@ -488,6 +490,7 @@ def test_a_keras_3_export_of_time_distributed_says_what_to_build(tmp_path):
     msg = str(e.value)
     assert "/pfor/while'" in msg and "tf.vectorized_map" in msg, msg
     assert ".keras file" in msg and "fixed number of frames" in msg and "\n" not in msg, msg
+    assert "per sample of the batch, not per frame" in msg, msg
 
 
 def test_axes_computed_from_constants_fold():

@@ -152,3 +152,51 @@ def test_slices_with_new_axes_and_ellipses_stream(tmp_path):
     model.write_bytes(graph.as_graph_def().SerializeToString())
     with pytest.raises(TfaotError, match="'strided_slice' .*with an ellipsis or a new axis"):
         _build_and_verify(model, tmp_path / "crop")
+
+
+def _mapped_frames(order: str):
+    """A tf.Module mapping a layer over the frames with tf.vectorized_map
+    (``x[i]`` for i in range(T) of the time-major input: pfor leaves the
+    slice as a loop copying frames into a list, as in an export of Keras 3's
+    TimeDistributed), then a tf.scan recurrence. ``order`` "reversed" maps
+    frame T-1-i, which is not a copy of the input in order."""
+    import tensorflow as tf
+
+    w_in, w_rec, _ = _weights(8, 6, 3)
+
+    class Mapped(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, None, 8], tf.float32)])
+        def __call__(self, x):
+            xt = tf.transpose(x, [1, 0, 2])
+            frames = tf.shape(xt)[0]
+            pick = (lambda i: i) if order == "in order" else (lambda i: frames - 1 - i)
+            y = tf.vectorized_map(lambda i: tf.nn.relu(xt[pick(i)] @ w_in), tf.range(frames))
+            h = tf.scan(lambda h, f: tf.tanh(f + h @ w_rec), y,
+                        initializer=tf.zeros([1, 6]))
+            return tf.transpose(h, [1, 0, 2])
+
+    return Mapped()
+
+
+def test_a_vectorized_map_over_the_frames_streams(tmp_path):
+    """pfor's loop that copies frame i into a list for i in range(T) (it
+    cannot vectorise x[i]) was refused as a loop indexing x with a value;
+    its stack is the input itself (checked on two lengths), so the graph
+    streams frame by frame."""
+    import tensorflow as tf
+
+    tf.saved_model.save(_mapped_frames("in order"), str(tmp_path / "mapped"))
+    err = _build_and_verify(tmp_path / "mapped", tmp_path / "lib")
+    assert err <= 1e-5, err
+
+
+def test_a_vectorized_map_over_frames_out_of_order_is_refused(tmp_path):
+    """The same loop reading frame T-1-i is not a copy: refused, naming it."""
+    import tensorflow as tf
+
+    from tfaot.pipeline import Progress, load_and_streamify
+
+    tf.saved_model.save(_mapped_frames("reversed"), str(tmp_path / "mapped"))
+    with pytest.raises(TfaotError) as e:
+        load_and_streamify(str(tmp_path / "mapped"), Progress(enabled=False))
+    assert "/pfor/while'" in str(e.value), e.value

@@ -33,9 +33,12 @@ def _cudnn_model(path, bidirectional: bool = False):
         h = L.Bidirectional(CuDNNGRU(4))(x)
     else:
         x = tf_keras.Input((None, 5), batch_size=1)
-        h = L.Conv1D(7, 3, padding="causal", activation="relu")(x)
-        h = CuDNNGRU(6, return_sequences=True)(CuDNNLSTM(12, return_sequences=True)(h))
-    model = tf_keras.Model(x, L.Dense(3)(h))
+        # (named: tf_keras numbers default names per process, and the
+        # reference reads each layer's weights from the file by name)
+        h = L.Conv1D(7, 3, padding="causal", activation="relu", name="conv1d")(x)
+        h = CuDNNLSTM(12, return_sequences=True, name="cu_dnnlstm")(h)
+        h = CuDNNGRU(6, return_sequences=True, name="cu_dnngru")(h)
+    model = tf_keras.Model(x, L.Dense(3, name="dense")(h))
     rng = np.random.default_rng(3)
     model.set_weights([rng.normal(0, 0.4, w.shape).astype(np.float32)
                        for w in model.get_weights()])

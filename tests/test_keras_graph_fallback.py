@@ -7,9 +7,8 @@ Keras streamifier refuses a layer that moves the time axis, the graph
 streamifier follows the axis through the transposes. The library is
 checked against Keras itself over 120 steps, and by ``tfaot verify``
 (Keras itself, else the same traced graph); a model neither path streams
-keeps the Keras refusal, which names the layer. (No channels_first
-convolution here: TensorFlow runs none on CPUs without AVX-512, see
-test_keras_fixed_time.)
+keeps the Keras refusal, which names the layer. (Channels_first
+convolutions, which TensorFlow runs on few CPUs: test_channels_first.)
 """
 from __future__ import annotations
 

@@ -78,6 +78,9 @@ def graph_def_to_loaded(graph_def, path: Path, fmt: str, input_specs=None,
     """
     import tensorflow as tf
 
+    from .channels_last import channels_last
+
+    graph_def, _ = channels_last(graph_def)  # (TensorFlow runs NCHW only on GPUs)
     nodes = {n.name: n for n in graph_def.node}
     consumed = set()
     for n in graph_def.node:

@@ -105,7 +105,7 @@ def _streamify_probing(loaded, probe_T: int, fixed_window: str) -> StepProgram:
 
 
 def _streamify_simplified(loaded, probe_T: int, fixed_window: str = "auto") -> StepProgram:
-    loaded = _frames_as_convolutions(_block_ops_written_out(loaded))
+    loaded = _frames_as_convolutions(_block_ops_written_out(_frame_copies_dropped(loaded)))
     simple, why = simplified(loaded)
     if simple is not None:
         try:
@@ -149,6 +149,20 @@ def _block_ops_written_out(loaded):
     if not count:
         return loaded
     details = dict(loaded.details, block_ops_written_out=count)
+    return dataclasses.replace(loaded, graph_def=graph_def, details=details)
+
+
+def _frame_copies_dropped(loaded):
+    """``loaded`` without the loops that only copy frames (frame_copies.py:
+    Keras 3's TimeDistributed over an open time axis, exported)."""
+    import dataclasses
+
+    from .frame_copies import frame_copies_as_identities
+
+    graph_def, count = frame_copies_as_identities(loaded)
+    if not count:
+        return loaded
+    details = dict(loaded.details, frame_copy_loops_dropped=count)
     return dataclasses.replace(loaded, graph_def=graph_def, details=details)
 
 

@@ -177,9 +177,15 @@ def _pfor_hint(loop: Loop) -> str:
     pfor falls back to this loop."""
     if "/pfor/" not in f"/{loop.name}/":
         return ""
+    keras = ""
+    if "time_distributed" in loop.name:
+        # keras 3.15's TimeDistributed.call maps over arange(input_shape[0])
+        # of the batch-major shape: the batch size, not the frame count.
+        keras = (", and its loop there runs once per sample of the batch, not per frame: "
+                 "the SavedModel itself returns as many frames as the batch has samples")
     return ("; this loop is what tf.vectorized_map leaves where it cannot vectorize (Keras 3 "
-            "writes TimeDistributed over an open time axis so): build the model's .keras "
-            "file instead, or export it with a fixed number of frames")
+            f"writes TimeDistributed over an open time axis so{keras}): build the model's "
+            ".keras file instead, or export it with a fixed number of frames")
 
 
 def _unchanged(v, resolve) -> bool:

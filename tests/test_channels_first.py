@@ -1,0 +1,129 @@
+"""Channels-first (NCHW) convolutions, batch norms and pooling, which
+TensorFlow runs only on GPUs: a graph trained there failed the build's test
+run ("only supports the NHWC tensor format on the CPU"). The frontend writes
+them channels-last between transposes (frontend/channels_last.py). The
+libraries are checked over 120 steps against the same model written
+channels-last by hand, with the same weights, run by TensorFlow."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graph_models as gm
+from tfaot import cli, harness
+from tfaot.frontend.channels_last import channels_last
+
+STEPS = 120
+FEATURES = 16
+
+
+def _weights():
+    rng = np.random.default_rng(0)
+    return dict(conv=rng.normal(size=(3, 3, 1, 4)).astype(np.float32) * 0.5,
+                bias=rng.normal(size=4).astype(np.float32) * 0.1,
+                scale=rng.uniform(0.5, 1.5, 4).astype(np.float32),
+                offset=rng.normal(size=4).astype(np.float32) * 0.1,
+                mean=rng.normal(size=4).astype(np.float32) * 0.1,
+                var=rng.uniform(0.5, 2.0, 4).astype(np.float32),
+                depthwise=rng.normal(size=(3, 1, 4, 1)).astype(np.float32) * 0.5)
+
+
+def _crnn_graph(fmt: str, frames: int | None):
+    """x (1, T, 16) -> Conv2D 3x3 -> BiasAdd -> FusedBatchNormV3 -> Relu ->
+    MaxPool over frequency -> depthwise 3x1 in time -> a GRU over the frames,
+    every image op in data format ``fmt`` ("NCHW" or "NHWC"); frozen."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    w = _weights()
+    first = fmt == "NCHW"
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(1)
+        x = tf1.placeholder(tf.float32, [1, frames, FEATURES], name="input")
+        img = x[:, None] if first else x[..., None]  # (1, 1, T, F) or (1, T, F, 1)
+        y = tf.nn.conv2d(img, w["conv"], [1, 1, 1, 1], "VALID", data_format=fmt)
+        y = tf.nn.bias_add(y, w["bias"], data_format=fmt)
+        y, *_ = tf1.nn.fused_batch_norm(y, w["scale"], w["offset"], w["mean"], w["var"],
+                                        is_training=False, data_format=fmt)
+        y = tf.nn.relu(y)
+        pool = [1, 1, 1, 2] if first else [1, 1, 2, 1]
+        y = tf.nn.max_pool2d(y, pool, pool, "VALID", data_format=fmt)
+        y = tf.nn.depthwise_conv2d(y, w["depthwise"], [1, 1, 1, 1], "VALID", data_format=fmt)
+        # (1, T, C, F) from (1, C, T, F) or (1, T, F, C): the same features
+        y = tf.transpose(y, [0, 2, 1, 3] if first else [0, 1, 3, 2])
+        y = tf.reshape(y, [1, -1, 4 * ((FEATURES - 2) // 2)])
+        init = tf1.random_normal_initializer(stddev=0.5, seed=5)  # (the same in both graphs)
+        cell = gm.legacy_cells().GRUCell(6, kernel_initializer=init, bias_initializer=init)
+        ys, _ = tf1.nn.dynamic_rnn(cell, y, dtype=tf.float32)
+        tf.identity(ys, name="output")
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
+                                                                 ["output"])
+
+
+def test_a_channels_first_graph_streams_and_matches_its_channels_last_twin(tmp_path):
+    import tensorflow as tf
+
+    first = _crnn_graph("NCHW", None)
+    rewritten, count = channels_last(first)
+    assert count == 4  # conv, batch norm, max pool, depthwise (BiasAdd runs NCHW on CPUs)
+    path = gm.write_graph_def(first, tmp_path / "nchw.pb", text=False)
+    assert cli.main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    xs = np.random.default_rng(2).standard_normal((STEPS, 1, FEATURES)).astype(np.float32)
+    got = harness.load(tmp_path / "out").step_n(xs)
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        tf.graph_util.import_graph_def(_crnn_graph("NHWC", None), name="")
+        want = sess.run("output:0", {"input:0": xs.reshape(1, STEPS, FEATURES)})[0]
+    # (the first two frames fill the 3-tap windows: no output for them)
+    np.testing.assert_allclose(got.reshape(-1, 6)[-want.shape[0]:], want, rtol=0, atol=1e-5)
+
+
+def test_verify_runs_a_channels_first_graph(tmp_path):
+    """verify's reference is the graph as given, which TensorFlow cannot run
+    on a CPU as it is: it runs the channels-last rewrite."""
+    from tfaot.verify.compare import verify
+
+    path = gm.write_graph_def(_crnn_graph("NCHW", None), tmp_path / "nchw.pb", text=False)
+    assert cli.main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    (result,) = verify(str(path), tmp_path / "out", steps=STEPS, seed=0, tol=1e-5)
+    assert result.steps >= 100 and result.mismatch is None, result
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_batch_norm_whose_statistics_are_read_stays(keep):
+    """Only output 0 is transposed back: a node whose other outputs are read
+    stays as it is."""
+    gd = _crnn_graph("NCHW", 8)
+    if keep:
+        bn = next(n for n in gd.node if n.op == "FusedBatchNormV3")
+        reader = gd.node.add(name="reads_mean", op="Identity", input=[f"{bn.name}:1"])
+        reader.attr["T"].type = bn.attr["U"].type
+    _, count = channels_last(gd)
+    assert count == (3 if keep else 4)
+
+
+def test_a_keras_model_ported_channels_first_streams(tmp_path):
+    """A PyTorch-style Keras model: Permute to (channels, time), a
+    channels_first Conv1D, Permute back, a GRU. Keras cannot run it on a
+    CPU at all; its traced graph, written channels-last, streams. Checked
+    against the channels_last twin with the same weights."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    conv_first = keras.layers.Conv1D(8, 3, data_format="channels_first")
+    conv_last = keras.layers.Conv1D(8, 3)
+    gru = keras.layers.GRU(5, return_sequences=True)
+    x = keras.Input((None, 12))
+    y = keras.layers.Permute((2, 1))(conv_first(keras.layers.Permute((2, 1))(x)))
+    ported = keras.Model(x, gru(y))
+    twin = keras.Model(x, gru(conv_last(x)))
+    conv_last.set_weights(conv_first.get_weights())  # (kernel (3, 12, 8) in both)
+    ported.save(tmp_path / "ported.keras")
+    assert cli.main(["build", str(tmp_path / "ported.keras"), "-o", str(tmp_path / "out"),
+                     "-q"]) == 0
+    xs = np.random.default_rng(4).standard_normal((STEPS, 1, 12)).astype(np.float32)
+    got = harness.load(tmp_path / "out").step_n(xs).reshape(-1, 5)
+    want = twin.predict(xs.reshape(1, STEPS, 12), verbose=0)[0]
+    np.testing.assert_allclose(got[-want.shape[0]:], want, rtol=0, atol=1e-5)
