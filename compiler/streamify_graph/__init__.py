@@ -154,7 +154,7 @@ def _block_ops_written_out(loaded):
 
 def _frame_copies_dropped(loaded):
     """``loaded`` without the loops that only copy frames (frame_copies.py:
-    Keras 3's TimeDistributed over an open time axis, exported)."""
+    what tf.vectorized_map over the frames leaves)."""
     import dataclasses
 
     from .frame_copies import frame_copies_as_identities

@@ -1,16 +1,18 @@
-"""Loops that only copy frames: Keras 3's TimeDistributed, exported.
+"""Loops that only copy frames: ``tf.vectorized_map`` over the frames.
 
-Keras 3 runs ``TimeDistributed(layer)`` over an open time axis as
-``vectorized_map(lambda i: layer(x[i]), arange(T))`` on the time-major
-input. pfor vectorises the layer (the frames become one batch) but not
-``x[i]``, a strided slice at an index that differs per iteration: it falls
-back to a ``While`` loop whose iteration k writes frame ``x[index[k]]`` into
-a TensorList, stacked after the loop, and the index vector is arange(T)
-computed through pfor's gathers. Such a loop does no arithmetic; its stack
-is ``x`` itself. The loop streams as it is nowhere (it indexes ``x`` with a
-value), so where its stack equals ``x`` on random inputs of two lengths,
-each item being a strided slice of the loop-invariant ``x`` (checked in the
-body), the stack is replaced by an Identity of ``x`` and the loop dropped.
+``tf.vectorized_map(lambda i: f(x[i]), tf.range(T))`` over a time-major
+``x`` vectorises ``f`` (the frames become one batch) but not ``x[i]``, a
+strided slice at an index that differs per iteration: pfor falls back to a
+``While`` loop whose iteration k writes frame ``x[index[k]]`` into a
+TensorList, stacked after the loop, the index vector computed through
+pfor's gathers. Such a loop does no arithmetic; where the index vector is
+0..T-1 its stack is ``x`` itself. The loop streams as it is nowhere (it
+indexes ``x`` with a value), so where its stack equals ``x`` on random
+inputs of two lengths, each item being a strided slice of the
+loop-invariant ``x`` (checked in the body), the stack is replaced by an
+Identity of ``x`` and the loop dropped. (Keras 3's TimeDistributed over an
+open time axis is written so, but keras 3.15 maps over the batch size, not
+the frames: that loop is no copy, and the classification refuses it.)
 """
 from __future__ import annotations
 
