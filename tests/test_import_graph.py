@@ -21,12 +21,25 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _parse(path: Path):
+    """``ast.parse`` of the file, again where CPython 3.11 raised its spurious
+    "AST constructor recursion depth mismatch" SystemError (its AST state
+    is shared by the interpreter's threads, CPython gh-106905): a full
+    suite's worker met it once, after other tests had left threads behind."""
+    for attempt in range(3):
+        try:
+            return ast.parse(path.read_text())
+        except SystemError:
+            if attempt == 2:
+                raise
+
+
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The tfaot modules ``name`` imports (``from .x import y`` counts as
     ``x.y`` when that is a module, else as ``x``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parse(path)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
