@@ -80,6 +80,54 @@ def test_a_channels_first_graph_streams_and_matches_its_channels_last_twin(tmp_p
     np.testing.assert_allclose(got.reshape(-1, 6)[-want.shape[0]:], want, rtol=0, atol=1e-5)
 
 
+def _upsampling_graph(fmt: str):
+    """x (1, T, 8) -> a transposed convolution over frequency (kernel 1x3,
+    stride 1x2: 8 -> 17 bins, the output shape computed from the input's
+    frame count, as Keras writes it) -> a GRU, in data format ``fmt``."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    first = fmt == "NCHW"
+    kernel = np.random.default_rng(5).normal(size=(1, 3, 4, 1)).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(1)
+        x = tf1.placeholder(tf.float32, [1, None, 8], name="input")
+        frames = tf.shape(x)[1]
+        img = x[:, None] if first else x[..., None]
+        shape = tf.stack([1, 4, frames, 17] if first else [1, frames, 17, 4])
+        y = tf.nn.conv2d_transpose(img, kernel, shape, [1, 1, 1, 2] if first else [1, 1, 2, 1],
+                                   "VALID", data_format=fmt)
+        y = tf.transpose(y, [0, 2, 1, 3] if first else [0, 1, 3, 2])  # (1, T, C, F)
+        y = tf.reshape(y, [1, -1, 4 * 17])
+        init = tf1.random_normal_initializer(stddev=0.3, seed=5)
+        cell = gm.legacy_cells().GRUCell(5, kernel_initializer=init, bias_initializer=init)
+        ys, _ = tf1.nn.dynamic_rnn(cell, y, dtype=tf.float32)
+        tf.identity(ys, name="output")
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
+                                                                 ["output"])
+
+
+def test_a_channels_first_transposed_convolution_streams(tmp_path):
+    """Conv2DBackpropInput in NCHW (TensorFlow's CPU kernel: "only supports
+    NHWC"): its output shape, computed in NCHW order, is reordered too. (A
+    transposed convolution read by anything but a Reshape or Squeeze, here
+    the transpose back, was refused in NHWC as well: "cannot find its
+    output's shape".)"""
+    import tensorflow as tf
+
+    path = gm.write_graph_def(_upsampling_graph("NCHW"), tmp_path / "up.pb", text=False)
+    assert cli.main(["build", str(path), "-o", str(tmp_path / "out"), "-q"]) == 0
+    xs = np.random.default_rng(6).standard_normal((STEPS, 1, 8)).astype(np.float32)
+    got = harness.load(tmp_path / "out").step_n(xs).reshape(STEPS, 5)
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        tf.graph_util.import_graph_def(_upsampling_graph("NHWC"), name="")
+        want = sess.run("output:0", {"input:0": xs.reshape(1, STEPS, 8)})[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
 def test_verify_runs_a_channels_first_graph(tmp_path):
     """verify's reference is the graph as given, which TensorFlow cannot run
     on a CPU as it is: it runs the channels-last rewrite."""

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 #: op -> the inputs that are images (the others are filters or shapes).
 IMAGE_INPUTS = {"Conv2D": (0,), "Conv3D": (0,), "DepthwiseConv2dNative": (0,),
+                "Conv2DBackpropInput": (2,), "Conv3DBackpropInputV2": (2,),
                 "MaxPool": (0,), "AvgPool": (0,), "MaxPool3D": (0,), "AvgPool3D": (0,),
                 "FusedBatchNorm": (0,), "FusedBatchNormV2": (0,), "FusedBatchNormV3": (0,)}
+
+#: op -> its input that is an output shape in the data format's order (a
+#: transposed convolution's ``input_sizes``).
+SHAPE_INPUTS = {"Conv2DBackpropInput": 0, "Conv3DBackpropInputV2": 0}
 
 #: attributes with one entry per axis, in the data format's order.
 PER_AXIS = ("strides", "dilations", "ksize")
@@ -58,6 +63,10 @@ def _rewrite(graph_def, node) -> None:
     for k in IMAGE_INPUTS[node.op]:
         node.input[k] = _transpose(graph_def, f"{node.name}/input{k}", node.input[k], to_last,
                                    node.attr["T"].type)
+    if node.op in SHAPE_INPUTS:
+        k = SHAPE_INPUTS[node.op]
+        node.input[k] = _gather(graph_def, f"{node.name}/sizes", node.input[k], to_last,
+                                node.attr["Tshape"].type if "Tshape" in node.attr else 3)
     node.attr["data_format"].s = b"NHWC" if rank == 4 else b"NDHWC"
     for key in PER_AXIS:
         if key in node.attr and len(node.attr[key].list.i) == rank:
@@ -75,13 +84,39 @@ def _transpose(graph_def, name: str, tensor: str, perm: list[int], dtype: int) -
     """Add ``Transpose(tensor, perm)`` as node ``name``; its output's name."""
     from tensorflow.core.framework import types_pb2
 
-    const = graph_def.node.add(name=f"{name}/perm", op="Const")
-    const.attr["dtype"].type = types_pb2.DT_INT32
-    value = const.attr["value"].tensor
-    value.dtype = types_pb2.DT_INT32
-    value.tensor_shape.dim.add(size=len(perm))
-    value.int_val.extend(perm)
-    node = graph_def.node.add(name=name, op="Transpose", input=[tensor, const.name])
+    node = graph_def.node.add(name=name, op="Transpose",
+                              input=[tensor, _int32s(graph_def, f"{name}/perm", perm)])
     node.attr["T"].type = dtype
     node.attr["Tperm"].type = types_pb2.DT_INT32
     return name + ":0"
+
+
+def _gather(graph_def, name: str, vector: str, order: list[int], dtype: int) -> str:
+    """Add ``GatherV2(vector, order, axis 0)`` as node ``name`` (a shape
+    vector's entries reordered); its output's name."""
+    from tensorflow.core.framework import types_pb2
+
+    node = graph_def.node.add(name=name, op="GatherV2",
+                              input=[vector, _int32s(graph_def, f"{name}/order", order),
+                                     _int32s(graph_def, f"{name}/axis", 0)])
+    node.attr["Tparams"].type = dtype
+    node.attr["Tindices"].type = types_pb2.DT_INT32
+    node.attr["Taxis"].type = types_pb2.DT_INT32
+    node.attr["batch_dims"].i = 0
+    return name + ":0"
+
+
+def _int32s(graph_def, name: str, values) -> str:
+    """Add an int32 Const ``values`` (a list, or one int: a scalar) as node ``name``."""
+    from tensorflow.core.framework import types_pb2
+
+    const = graph_def.node.add(name=name, op="Const")
+    const.attr["dtype"].type = types_pb2.DT_INT32
+    tensor = const.attr["value"].tensor
+    tensor.dtype = types_pb2.DT_INT32
+    if isinstance(values, list):
+        tensor.tensor_shape.dim.add(size=len(values))
+        tensor.int_val.extend(values)
+    else:
+        tensor.int_val.append(values)
+    return name

@@ -43,6 +43,7 @@ from .replay import Emitter
 from .single_pass import single_pass_loops
 from .state import StateRegistry
 from .time_rules import probed_operands
+from .transposed import TRANSPOSED_OPS
 from .timeplan import NotAWindow, choose_mode, mode_text, plan_stream, recompute_program, \
     keeps_time, step_shape, stream_info, time_like, window_note
 
@@ -280,6 +281,8 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         n = g.nodes[name]
         if n.op in ("Reshape", "Squeeze", "StridedSlice", "Unpack") and n.input:
             shape_of.append(tname(n.input[0]))
+            shape_of.append(f"{name}:0")
+        elif n.op in TRANSPOSED_OPS:  # (its rule needs the whole output's shape)
             shape_of.append(f"{name}:0")
     value_of = [v.operand for _, v in state_vars]
     value_of += [st["init"] for u in g.unrolled.values() for st in u.states]
