@@ -52,15 +52,22 @@ def _crnn_graph(fmt: str, frames: int | None):
         y = tf.nn.depthwise_conv2d(y, w["depthwise"], [1, 1, 1, 1], "VALID", data_format=fmt)
         # (1, T, C, F) from (1, C, T, F) or (1, T, F, C): the same features
         y = tf.transpose(y, [0, 2, 1, 3] if first else [0, 1, 3, 2])
-        y = tf.reshape(y, [1, -1, 4 * ((FEATURES - 2) // 2)])
-        init = tf1.random_normal_initializer(stddev=0.5, seed=5)  # (the same in both graphs)
-        cell = gm.legacy_cells().GRUCell(6, kernel_initializer=init, bias_initializer=init)
-        ys, _ = tf1.nn.dynamic_rnn(cell, y, dtype=tf.float32)
-        tf.identity(ys, name="output")
-        with tf1.Session() as sess:
-            sess.run(tf1.global_variables_initializer())
-            return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
-                                                                 ["output"])
+        return _gru_frozen(g, tf.reshape(y, [1, -1, 4 * ((FEATURES - 2) // 2)]), 6)
+
+
+def _gru_frozen(g, frames, units: int):
+    """``g`` with a GRU over ``frames`` (1, T, F) as its output, frozen; the
+    GRU's weights are the same in both data formats' graphs (seeded per op)."""
+    import tensorflow as tf
+
+    tf1 = tf.compat.v1
+    init = tf1.random_normal_initializer(stddev=0.4, seed=5)
+    cell = gm.legacy_cells().GRUCell(units, kernel_initializer=init, bias_initializer=init)
+    ys, _ = tf1.nn.dynamic_rnn(cell, frames, dtype=tf.float32)
+    tf.identity(ys, name="output")
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(), ["output"])
 
 
 def test_a_channels_first_graph_streams_and_matches_its_channels_last_twin(tmp_path):
@@ -99,15 +106,7 @@ def _upsampling_graph(fmt: str):
         y = tf.nn.conv2d_transpose(img, kernel, shape, [1, 1, 1, 2] if first else [1, 1, 2, 1],
                                    "VALID", data_format=fmt)
         y = tf.transpose(y, [0, 2, 1, 3] if first else [0, 1, 3, 2])  # (1, T, C, F)
-        y = tf.reshape(y, [1, -1, 4 * 17])
-        init = tf1.random_normal_initializer(stddev=0.3, seed=5)
-        cell = gm.legacy_cells().GRUCell(5, kernel_initializer=init, bias_initializer=init)
-        ys, _ = tf1.nn.dynamic_rnn(cell, y, dtype=tf.float32)
-        tf.identity(ys, name="output")
-        with tf1.Session() as sess:
-            sess.run(tf1.global_variables_initializer())
-            return tf1.graph_util.convert_variables_to_constants(sess, g.as_graph_def(),
-                                                                 ["output"])
+        return _gru_frozen(g, tf.reshape(y, [1, -1, 4 * 17]), 5)
 
 
 def test_a_channels_first_transposed_convolution_streams(tmp_path):
