@@ -157,8 +157,8 @@ def test_slices_with_new_axes_and_ellipses_stream(tmp_path):
 def _mapped_frames(order: str):
     """A tf.Module mapping a layer over the frames with tf.vectorized_map
     (``x[i]`` for i in range(T) of the time-major input: pfor leaves the
-    slice as a loop copying frames into a list, as in an export of Keras 3's
-    TimeDistributed), then a tf.scan recurrence. ``order`` "reversed" maps
+    slice as a loop copying frames into a list, the loop form of Keras 3's
+    TimeDistributed export too), then a tf.scan recurrence. ``order`` "reversed" maps
     frame T-1-i, which is not a copy of the input in order."""
     import tensorflow as tf
 
