@@ -108,15 +108,10 @@ def _gather(graph_def, name: str, vector: str, order: list[int], dtype: int) -> 
 
 def _int32s(graph_def, name: str, values) -> str:
     """Add an int32 Const ``values`` (a list, or one int: a scalar) as node ``name``."""
-    from tensorflow.core.framework import types_pb2
+    import numpy as np
+    import tensorflow as tf
 
     const = graph_def.node.add(name=name, op="Const")
-    const.attr["dtype"].type = types_pb2.DT_INT32
-    tensor = const.attr["value"].tensor
-    tensor.dtype = types_pb2.DT_INT32
-    if isinstance(values, list):
-        tensor.tensor_shape.dim.add(size=len(values))
-        tensor.int_val.extend(values)
-    else:
-        tensor.int_val.append(values)
+    const.attr["dtype"].type = tf.int32.as_datatype_enum
+    const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(values, np.int32)))
     return name

@@ -209,7 +209,7 @@ def probe(loaded, g: Graph, x_shape: tuple[int, ...], time_axis: int | None,
     rng = np.random.default_rng(0)
     feed = {}
     for inp, shape in zip(loaded.inputs, input_shapes or [x_shape]):
-        feed[f"{inp.name}:0"] = _probe_value(rng, inp.dtype, shape)
+        feed[f"{inp.name}:0"] = probe_value(rng, inp.dtype, shape)
     graph = tf.Graph()
     with graph.as_default():
         try:
@@ -274,7 +274,7 @@ def _refuse_randomness(graph_def, sess, fetch: dict, feed: dict, res: dict) -> N
                "training=False) and build that")
 
 
-def _probe_value(rng, dtype: str, shape) -> np.ndarray:
+def probe_value(rng, dtype: str, shape) -> np.ndarray:
     if np.issubdtype(np.dtype(dtype), np.integer):
         return rng.integers(0, 2, shape).astype(dtype)  # valid ids for any embedding
     if dtype == "bool":

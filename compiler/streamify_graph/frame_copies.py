@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .analysis import probe_value
 from .graphdef import Fail, parse_tensor, tname
 from .loops import functional_loops
 
@@ -107,7 +108,7 @@ def _stack_is_copy(loaded, stack: str, x: str) -> bool:
                     return False
                 shape = [1 if k == 0 and d is None else length if d is None else d
                          for k, d in enumerate(inp.shape)]
-                feed[f"{inp.name}:0"] = _random(rng, inp.dtype, shape)
+                feed[f"{inp.name}:0"] = probe_value(rng, inp.dtype, shape)
             try:
                 got, want = sess.run([f"{stack}:0", tname(x)], feed)
             except Exception:  # noqa: BLE001 (not a frame copy we can show)
@@ -115,15 +116,6 @@ def _stack_is_copy(loaded, stack: str, x: str) -> bool:
             if got.shape != want.shape or not np.array_equal(got, want):
                 return False
     return True
-
-
-def _random(rng, dtype, shape):
-    import tensorflow as tf
-
-    dt = tf.as_dtype(dtype)
-    if dt.is_floating:
-        return rng.standard_normal(shape).astype(dt.as_numpy_dtype)
-    return rng.integers(0, 2, size=shape).astype(dt.as_numpy_dtype)
 
 
 def _replaced(gd, copies: dict[str, str], outputs: list[str]):
