@@ -3,7 +3,9 @@
 Models (Keras applications, random weights whose batch norms are calibrated
 on random images, so that activations have the spread trained ones have;
 no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
-(alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out.
+(alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out; a small
+DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling),
+logits per pixel.
 
 Each model is saved as .keras and built the way a user builds it,
 ``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
@@ -50,7 +52,36 @@ def mobilenet_v2_035(size: int):
                                           weights=None, classifier_activation=None)
 
 
-MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035}
+def deeplab_small(size: int):
+    """A DeepLabV3+-style segmenter (size divisible by 4): two conv stages
+    and max pools, atrous spatial pyramid pooling (dilations 6, 12 and 18,
+    image pooling) at size / 4, bilinear upsampling by 2 to a low-level
+    skip and by 2 to the input's size, 5 classes per pixel."""
+    import keras
+    from keras import layers
+
+    def conv_bn_relu(h, filters, kernel=3, dilation=1):
+        h = layers.Conv2D(filters, kernel, dilation_rate=dilation, padding="same",
+                          use_bias=False)(h)
+        return layers.ReLU()(layers.BatchNormalization()(h))
+
+    x = keras.Input((size, size, 3))
+    h = layers.MaxPool2D()(conv_bn_relu(x, 16))
+    low = conv_bn_relu(h, 8, 1)
+    h = conv_bn_relu(layers.MaxPool2D()(conv_bn_relu(h, 32)), 32)
+    quarter = size // 4
+    pooled = conv_bn_relu(layers.AveragePooling2D(quarter)(h), 16, 1)
+    branches = [layers.UpSampling2D(quarter, interpolation="bilinear")(pooled),
+                conv_bn_relu(h, 16, 1)] + [conv_bn_relu(h, 16, 3, d) for d in (6, 12, 18)]
+    h = conv_bn_relu(layers.Concatenate()(branches), 16, 1)
+    h = layers.UpSampling2D(2, interpolation="bilinear")(h)
+    h = conv_bn_relu(conv_bn_relu(layers.Concatenate()([h, low]), 16), 16)
+    h = layers.UpSampling2D(2, interpolation="bilinear")(h)
+    return keras.Model(x, layers.Conv2D(5, 1)(h))
+
+
+MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
+          "deeplab_small": deeplab_small}
 
 
 def calibrated(factory, size: int):
@@ -69,16 +100,16 @@ def calibrated(factory, size: int):
     return model
 
 
-def build(path: Path, out: Path, weights_dtype: str) -> tuple[Path, str]:
+def build(path: Path, out: Path, weights_dtype: str) -> tuple[Path, str, int]:
     """``tfaot build`` of the saved model, whole window; the manifest's
-    int8 scheme (empty for f32)."""
+    int8 scheme (empty for f32) and context size."""
     from tfaot.pipeline import BuildOptions, Progress, build_model
 
     lib = build_model(str(path), BuildOptions(out_dir=out, fixed_window="whole",
                                               weights_dtype=weights_dtype),
                       Progress(False)).path
     manifest = json.loads(next(lib.glob("*.json")).read_text())
-    return lib, manifest.get("weights_scheme", "")
+    return lib, manifest.get("weights_scheme", ""), manifest["ctx_size"]
 
 
 def max_errors(model, timers, images: int) -> list[float]:
@@ -104,8 +135,8 @@ def measure(name: str, tmp: Path, args) -> dict:
     model = calibrated(MODELS[name], args.size)
     path = tmp / f"{name}.keras"
     model.save(path)
-    f32, _ = build(path, tmp / f"{name}_f32", "f32")
-    int8, scheme = build(path, tmp / f"{name}_int8", "int8")
+    f32, _, f32_ctx = build(path, tmp / f"{name}_f32", "f32")
+    int8, scheme, int8_ctx = build(path, tmp / f"{name}_int8", "int8")
     calls = args.calls
     timers = [Timer(f32, calls), Timer(int8, calls), LiteRTTimer(litert_whole(model), calls),
               LiteRTTimer(litert_whole(model, int8=True), calls)]
@@ -113,6 +144,7 @@ def measure(name: str, tmp: Path, args) -> dict:
     errors = max_errors(model, timers, args.images)
     return {"model": name, "size": args.size, "params": int(model.count_params()),
             "int8_convolutions": "qconv" in scheme, "weights_scheme": scheme,
+            "ctx bytes tfaot f32": f32_ctx, "ctx bytes tfaot int8": int8_ctx,
             **{f"us {r}": t[0] for r, t in zip(RUNNERS, times)},
             **{f"wall us {r}": t[1] for r, t in zip(RUNNERS, times)},
             **{f"err {r}": e for r, e in zip(RUNNERS, errors)}}
@@ -122,7 +154,8 @@ def print_table(rows: list[dict]) -> None:
     header = (f"{'model':<20} {'int8 convs':>10} "
               + " ".join(f"{'µs ' + r:>16}" for r in RUNNERS)
               + f" {'f32/LiteRT':>10} {'int8/LiteRT int8':>16} {'wall int8/int8':>14} "
-              + " ".join(f"{'err ' + r:>16}" for r in RUNNERS))
+              + " ".join(f"{'err ' + r:>16}" for r in RUNNERS)
+              + f" {'ctx KB f32':>10} {'ctx KB int8':>11}")
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -131,10 +164,11 @@ def print_table(rows: list[dict]) -> None:
               + f" {r['us tfaot f32'] / r['us LiteRT f32']:>10.2f}"
               f" {r['us tfaot int8'] / r['us LiteRT int8']:>16.2f}"
               f" {r['wall us tfaot int8'] / r['wall us LiteRT int8']:>14.2f} "
-              + " ".join(f"{r['err ' + k]:>16.2e}" for k in RUNNERS))
+              + " ".join(f"{r['err ' + k]:>16.2e}" for k in RUNNERS)
+              + f" {r['ctx bytes tfaot f32'] / 1024:>10.0f} {r['ctx bytes tfaot int8'] / 1024:>11.0f}")
     print("CPU µs per inference (thread time), medians of the interleaved repetitions; "
           "LiteRT: ai-edge-litert, XNNPACK, 1 thread; err: max abs error against "
-          "TensorFlow")
+          "TensorFlow; ctx: tfaot's context (state, input, temporaries)")
 
 
 def main(argv=None) -> int:

@@ -27,16 +27,16 @@ form (strides, an inner dilation or padding, crops beyond the padding,
 dynamic shapes, non-constant block or paddings) is left as it is: correct,
 only slower.
 
-Works on the TF-dialect text (``convert_function``'s output, generic op
-form) parsed by IREE's MLIR with unregistered dialects: op properties are
-not visible to its Python API there, so they are read from the op's text.
+Works on the TF-dialect text (``convert_function``'s output), read and
+written through tf_dialect.py.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-import numpy as np
+from .tf_dialect import (clone, i64s, int_const, is_op, owner, parsed, printed,
+                         props, rank, tensor, walk)
 
 CONV_OPS = ("tf.Conv2D", "tf.DepthwiseConv2dNative")
 
@@ -44,38 +44,19 @@ CONV_OPS = ("tf.Conv2D", "tf.DepthwiseConv2dNative")
 def fold_dilated_convs(tf_text: str) -> tuple[str, int]:
     """``tf_text`` with each dilated-convolution chain as one convolution;
     returns the text (unchanged when nothing matched) and how many were folded."""
-    from iree.compiler import ir
-
     if "tf.BatchToSpaceND" not in tf_text or "tf.SpaceToBatchND" not in tf_text:
         return tf_text, 0
-    with ir.Context() as ctx:
-        ctx.allow_unregistered_dialects = True
-        try:
-            module = ir.Module.parse(tf_text)
-        except ir.MLIRError:
-            return tf_text, 0  # the lowering reports what is wrong with it
+    with parsed(tf_text) as module:
+        if module is None:
+            return tf_text, 0
         count = 0
-        for op in _walk(module.operation):
+        for op in walk(module.operation):
             if op.name == "tf.BatchToSpaceND":
                 chain = _match(op)
                 if chain is not None:
                     _rebuild(chain)
                     count += 1
-        if not count:
-            return tf_text, 0
-        # debug locations name the TF nodes for the legality check's errors
-        return module.operation.get_asm(enable_debug_info=True), count
-
-
-def _walk(op) -> list:
-    """Every operation nested in ``op`` (a list: the rewrite erases some)."""
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_walk(inner.operation))
-    return found
+        return (printed(module), count) if count else (tf_text, 0)
 
 
 @dataclass
@@ -95,23 +76,23 @@ class _Chain:
 def _match(b2s) -> _Chain | None:
     """The chain that ends in ``b2s`` when it folds exactly, else None."""
     value, squeeze = b2s.operands[0], None
-    if _is(_owner(value), "tf.Squeeze"):
-        squeeze = _owner(value)
+    if is_op(owner(value), "tf.Squeeze"):
+        squeeze = owner(value)
         value = squeeze.operands[0]
-    conv = _owner(value)
-    if not _is(conv, *CONV_OPS) or not _plain_conv(conv):
+    conv = owner(value)
+    if not is_op(conv, *CONV_OPS) or not _plain_conv(conv):
         return None
     value, expand = conv.operands[0], None
     if squeeze is not None:
-        if not _is(_owner(value), "tf.ExpandDims"):
+        if not is_op(owner(value), "tf.ExpandDims"):
             return None
-        expand = _owner(value)
+        expand = owner(value)
         value = expand.operands[0]
-    s2b = _owner(value)
-    if not _is(s2b, "tf.SpaceToBatchND"):
+    s2b = owner(value)
+    if not is_op(s2b, "tf.SpaceToBatchND"):
         return None
-    block, paddings = _int_const(s2b.operands[1]), _int_const(s2b.operands[2])
-    b2s_block, crops = _int_const(b2s.operands[1]), _int_const(b2s.operands[2])
+    block, paddings = int_const(s2b.operands[1]), int_const(s2b.operands[2])
+    b2s_block, crops = int_const(b2s.operands[1]), int_const(b2s.operands[2])
     if any(v is None for v in (block, paddings, b2s_block, crops)):
         return None
     block, paddings, crops = block.ravel(), paddings.reshape(-1, 2), crops.reshape(-1, 2)
@@ -138,18 +119,18 @@ def _match(b2s) -> _Chain | None:
 
 def _plain_conv(conv) -> bool:
     """NHWC, VALID, unit strides and dilations: what TensorFlow puts between the pair."""
-    props = _props(conv)
+    attrs = props(conv)
     ones = "[1, 1, 1, 1]"
-    return (props.get("data_format", '"NHWC"') == '"NHWC"' and props.get("padding") == '"VALID"'
-            and props.get("strides") == ones and props.get("dilations", ones) == ones)
+    return (attrs.get("data_format", '"NHWC"') == '"NHWC"' and attrs.get("padding") == '"VALID"'
+            and attrs.get("strides") == ones and attrs.get("dilations", ones) == ones)
 
 
 def _expanded_axis(expand, squeeze) -> int | None:
     """The conv spatial axis of a 3-D tensor's time axis after ExpandDims at
     axis 1 or 2 (squeezed back at the same axis), else None."""
-    axis = _int_const(expand.operands[1])
-    dims = re.findall(r"-?\d+", _props(squeeze).get("squeeze_dims", ""))
-    if axis is None or axis.size != 1 or len(dims) != 1 or _rank(expand.operands[0]) != 3:
+    axis = int_const(expand.operands[1])
+    dims = re.findall(r"-?\d+", props(squeeze).get("squeeze_dims", ""))
+    if axis is None or axis.size != 1 or len(dims) != 1 or rank(expand.operands[0]) != 3:
         return None
     e, s = int(axis.ravel()[0]) % 4, int(dims[0]) % 4
     if e != s or e not in (1, 2):
@@ -190,97 +171,20 @@ def _rebuild(c: _Chain) -> None:
     y_type = ir.RankedTensorType(c.b2s.results[0].type)
     with ir.InsertionPoint(c.b2s), c.b2s.location:
         if c.expand is not None:
-            x4 = _clone(c.expand, [x, c.expand.operands[1]],
-                        _tensor(_as_4d(list(ir.RankedTensorType(x.type).shape), c), y_type))
+            x4 = clone(c.expand, [x, c.expand.operands[1]],
+                        tensor(_as_4d(list(ir.RankedTensorType(x.type).shape), c), y_type))
             x = x4.results[0]
         pads = [0, 0, *c.pads[0], *c.pads[1], 0, 0]
         any_pad = any(pads)
-        conv = _clone(c.conv, [x, c.conv.operands[1]],
-                      _tensor(_as_4d(list(y_type.shape), c), y_type),
-                      dilations=_i64s([1, *c.dilations, 1]),
+        conv = clone(c.conv, [x, c.conv.operands[1]],
+                      tensor(_as_4d(list(y_type.shape), c), y_type),
+                      dilations=i64s([1, *c.dilations, 1]),
                       padding=ir.StringAttr.get("EXPLICIT" if any_pad else "VALID"),
-                      explicit_paddings=_i64s(pads if any_pad else []))
+                      explicit_paddings=i64s(pads if any_pad else []))
         y = conv.results[0]
         if c.squeeze is not None:
-            y = _clone(c.squeeze, [y], y_type).results[0]
+            y = clone(c.squeeze, [y], y_type).results[0]
     c.b2s.results[0].replace_all_uses_with(y)
     for op in (c.b2s, c.squeeze, c.conv, c.expand, c.s2b):
         if op is not None and not any(list(r.uses) for r in op.results):
             op.erase()
-
-
-def _clone(op, operands: list, result_type, **changes):
-    """A new op like ``op`` (name, properties, attributes, location) on
-    ``operands``, with ``changes`` to its attributes. The properties go into
-    the attribute dictionary, where TensorFlow's parser takes them too."""
-    from iree.compiler import ir
-
-    attributes = {k: ir.Attribute.parse(v) for k, v in _props(op).items()}
-    attributes.update({name: op.attributes[name] for name in op.attributes})
-    attributes.update(changes)
-    return ir.Operation.create(op.name, results=[result_type], operands=operands,
-                               attributes=attributes, loc=op.location)
-
-
-# --------------------------------------------------------------------------
-# reading the TF dialect through unregistered ops
-
-
-def _owner(value):
-    """The operation that defines ``value``; None for a block argument."""
-    return getattr(value.owner, "operation", None)
-
-
-def _is(op, *names: str) -> bool:
-    return op is not None and op.name in names
-
-
-def _props(op) -> dict[str, str]:
-    """The op's properties (``<{name = value, ...}>`` in its generic form) as text."""
-    text = op.get_asm(print_generic_op_form=True, large_elements_limit=16)
-    body = re.search(r"<\{(.*?)\}>", text)
-    if body is None:
-        return {}
-    return dict(re.findall(r'(\w+) = ("[^"]*"|\[[^\]]*\]|dense<[^>]*> : tensor<[^>]*>|[\w.-]+)',
-                           body.group(1)))
-
-
-def _int_const(value) -> np.ndarray | None:
-    """The integers of a small ``tf.Const`` (through ``tf.Identity``), else None."""
-    from iree.compiler import ir
-
-    op = _owner(value)
-    while _is(op, "tf.Identity"):
-        op = _owner(op.operands[0])
-    if not _is(op, "tf.Const"):
-        return None
-    t = ir.RankedTensorType(op.results[0].type)
-    if not t.has_static_shape or not str(t.element_type).startswith("i") or t.rank > 2:
-        return None
-    dense = re.match(r"dense<([^>]*)>", _props(op).get("value", ""))
-    if dense is None:
-        return None
-    values = [int(v) for v in re.findall(r"-?\d+", dense.group(1))]
-    size = int(np.prod(t.shape))
-    if len(values) == 1:  # a splat
-        values *= size
-    return np.array(values, np.int64).reshape(t.shape) if len(values) == size else None
-
-
-def _rank(value) -> int:
-    from iree.compiler import ir
-
-    return ir.RankedTensorType(value.type).rank
-
-
-def _tensor(shape: list[int], like):
-    from iree.compiler import ir
-
-    return ir.RankedTensorType.get(shape, like.element_type)
-
-
-def _i64s(values: list[int]):
-    from iree.compiler import ir
-
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])

@@ -4,7 +4,8 @@
    constants in the module rather than globals).
 2. TensorFlow's own converter: ``convert_function`` to the TF dialect, then
    (after folding TensorFlow's SpaceToBatchND / BatchToSpaceND form of
-   dilated convolutions into one convolution: dilated_conv.py) the
+   dilated convolutions into one convolution: dilated_conv.py; and bilinear
+   resizes into gathers and lerps: bilinear_resize.py) the
    ``tf-lower-to-mlprogram-and-hlo`` pipeline, which ends in StableHLO.
 3. Legality (legality.py): that pipeline keeps ops it cannot lower
    *silently* (and iree-compile then crashes), so every op is checked and
@@ -24,6 +25,7 @@ import re
 import numpy as np
 
 from .activations import expand_erf, expand_tan
+from .bilinear_resize import resize_bilinear_as_gathers
 from .converts import float8_rounding, unsigned_via_signed
 from .dft import expand_ffts
 from .dilated_conv import fold_dilated_convs
@@ -50,6 +52,7 @@ def import_program(program: StepProgram, *, matvec_layout: bool = True,
     constant-matrix products as one (lower/matvec_sums.py).
     """
     tf_text, _ = fold_dilated_convs(_to_tf_dialect(program))
+    tf_text, _ = resize_bilinear_as_gathers(tf_text)
     hlo_text = unpack_bool_constants(_lower_to_stablehlo(tf_text, program.source))
     # (after the wrap, which prints the module in the pretty form the rewrite reads)
     text, _ = expand_erf(_wrap(hlo_text, program, matvec_layout, join_products))
