@@ -4,7 +4,9 @@ The import stage writes one module for every target; before iree-compile,
 the Target decides which of these rewrites the module gets:
 
 0. ``patch_copies``: convolutions that only copy their patch (streamed
-   ``tf.signal.frame``) become slices; ``constant_concats``: a
+   ``tf.signal.frame``) become slices; ``transposed_conv``: a convolution
+   of an input dilated by its stride (a transposed convolution) becomes an
+   ordinary one and an interleave; ``constant_concats``: a
    concatenation's constant parts are added after it (IREE lost their
    buffers: iree-notes 1.4); on GPU targets, ``dft`` writes out
    every real FFT as matrix products (IREE's own needs a table the GPU
@@ -37,7 +39,7 @@ from dataclasses import replace
 
 from ..target import Target
 from . import (activations, constant_concats, dft, gpu_workarounds, microkernel,
-               patch_copies, pooling, reduction_order, weight_globals)
+               patch_copies, pooling, reduction_order, transposed_conv, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -52,6 +54,7 @@ _BOOLEAN_TABLE = re.compile(
 def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Target]:
     """``mlir_text`` with the rewrites ``target`` asks for, and the target as decided."""
     mlir_text, _ = patch_copies.copies_for_patch_filters(mlir_text)
+    mlir_text, _ = transposed_conv.dilated_inputs_as_phases(mlir_text)
     mlir_text, _ = constant_concats.constants_added_to_concats(mlir_text)
     if target.is_gpu:
         mlir_text, _ = dft.expand_ffts(mlir_text, all_lengths=True)
