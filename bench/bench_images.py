@@ -4,8 +4,8 @@ Models (Keras applications, random weights whose batch norms are calibrated
 on random images, so that activations have the spread trained ones have;
 no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
 (alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out; a small
-DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling),
-logits per pixel.
+DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling) and
+a small U-Net (transposed convolutions), logits per pixel.
 
 Each model is saved as .keras and built the way a user builds it,
 ``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
@@ -80,8 +80,33 @@ def deeplab_small(size: int):
     return keras.Model(x, layers.Conv2D(5, 1)(h))
 
 
+def unet_small(size: int):
+    """A U-Net (size divisible by 8): three stages of two 3 x 3 convolutions
+    and a max pool, up-convolutions (Conv2DTranspose 2 x 2, stride 2) with
+    the skips concatenated, 2 classes per pixel."""
+    import keras
+    from keras import layers
+
+    def twice(h, filters):
+        for _ in range(2):
+            h = layers.Conv2D(filters, 3, padding="same", activation="relu")(h)
+        return h
+
+    x = keras.Input((size, size, 3))
+    skips, h = [], x
+    for filters in (8, 16, 32):
+        h = twice(h, filters)
+        skips.append(h)
+        h = layers.MaxPool2D()(h)
+    h = twice(h, 64)
+    for filters, skip in zip((32, 16, 8), skips[::-1]):
+        h = layers.Conv2DTranspose(filters, 2, strides=2)(h)
+        h = twice(layers.Concatenate()([h, skip]), filters)
+    return keras.Model(x, layers.Conv2D(2, 1)(h))
+
+
 MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
-          "deeplab_small": deeplab_small}
+          "deeplab_small": deeplab_small, "unet_small": unet_small}
 
 
 def calibrated(factory, size: int):
