@@ -314,6 +314,41 @@ def test_a_saved_model_taking_strings_is_refused_at_load(tmp_path):
     assert "input 'text' is a string placeholder" in msg and "numeric" in msg, msg
 
 
+def test_non_max_suppression_suggests_the_cut_before_it(tmp_path):
+    """A detector's post-processing (NonMaxSuppressionV3) has no StableHLO
+    lowering: the error names the node and says to build up to the boxes
+    and scores with --outputs; built so, the network's head builds."""
+    import tensorflow as tf
+
+    from tfaot.pipeline import BuildOptions, Progress, build_model
+
+    class Detector(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.random.stateless_normal([3, 3, 3, 5], seed=[1, 2]))
+
+        @tf.function(input_signature=[tf.TensorSpec([1, 16, 16, 3], tf.float32, name="image")])
+        def __call__(self, image):
+            features = tf.nn.relu(tf.nn.conv2d(image, self.w, 2, "SAME"))
+            boxes = tf.reshape(features[..., :4], [-1, 4])
+            scores = tf.reshape(features[..., 4], [-1])
+            keep = tf.image.non_max_suppression(boxes, scores, 10)
+            return {"features": features, "boxes": tf.gather(boxes, keep)}
+
+    module = Detector()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    with pytest.raises(TfaotError) as e:
+        build_model(str(tmp_path / "sm"), BuildOptions(out_dir=tmp_path / "all"), Progress(False))
+    msg = str(e.value)
+    assert "NonMaxSuppressionV3" in msg and "non_max_suppression" in msg, msg
+    assert "post-processing" in msg and "--outputs" in msg, msg
+    from tfaot.frontend.load_graph import GraphOptions
+
+    build_model(str(tmp_path / "sm"), BuildOptions(
+        out_dir=tmp_path / "head", graph_options=GraphOptions(outputs="features")),
+        Progress(False))
+    assert not (tmp_path / "all").exists()
+
+
 def test_a_string_lookup_before_an_embedding_suggests_the_embeddings_output(tmp_path):
     """Words -> a lookup table -> ids -> an embedding (GatherV2) -> GRU: the
     cut to suggest is the embedding's output (the first float tensor); its

@@ -11,26 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import compile_with_iree
+from reference import conv_module, same_as_before
 from tfaot.cli import main
 from tfaot.lower.grouped_conv import groups_as_convs
 
 
 def _grouped_module(x_shape, kernel, y_shape, groups, stride, dilation, padding) -> str:
-    def ty(shape):
-        return "tensor<" + "x".join(map(str, shape)) + "xf32>"
-
-    spatial = len(x_shape) - 2
-    layout = ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]" if spatial == 2 else
+    layout = ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]" if len(x_shape) == 4 else
               "[b, 0, f]x[0, i, o]->[b, 0, f]")
-    values = np.ascontiguousarray(kernel, "<f4").tobytes().hex().upper()
     window = (f"stride = {list(stride)}, pad = [{', '.join(f'[{a}, {b}]' for a, b in padding)}], "
               f"rhs_dilate = {list(dilation)}")
-    return f"""func.func @f(%x: {ty(x_shape)}) -> {ty(y_shape)} {{
-  %w = stablehlo.constant dense<"0x{values}"> : {ty(kernel.shape)}
-  %y = stablehlo.convolution(%x, %w) dim_numbers = {layout}, window = {{{window}}} {{batch_group_count = 1 : i64, feature_group_count = {groups} : i64}} : ({ty(x_shape)}, {ty(kernel.shape)}) -> {ty(y_shape)}
-  return %y : {ty(y_shape)}
-}}"""
+    return conv_module(x_shape, kernel, y_shape, layout, window, groups)
 
 
 @pytest.mark.parametrize("spatial,groups,stride,dilation,pads", [
@@ -49,10 +40,8 @@ def test_one_convolution_per_group_equals_the_grouped_one(spatial, groups, strid
                            [2, *out, groups * n_group], groups, stride, dilation, pads)
     rewritten, count = groups_as_convs(text)
     assert count == 1 and f"feature_group_count = {groups} :" not in rewritten
-    x = rng.normal(size=(2, *spatial, groups * c_group)).astype(np.float32)
-    want = compile_with_iree(text, cpu="generic").f(x).to_host()
-    got = compile_with_iree(rewritten, cpu="generic").f(x).to_host()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    same_as_before(text, rewritten,
+                   rng.normal(size=(2, *spatial, groups * c_group)).astype(np.float32))
 
 
 def test_depthwise_convolutions_are_left_to_their_kernel():

@@ -12,23 +12,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import compile_with_iree
+from reference import conv_module, same_as_before
 from tfaot.cli import main
 from tfaot.lower.transposed_conv import dilated_inputs_as_phases
 
 
 def _module(x_shape, k_shape, y_shape, layout, dilation, padding, kernel) -> str:
-    def ty(shape):
-        return "tensor<" + "x".join(map(str, shape)) + "xf32>"
-
-    values = np.ascontiguousarray(kernel, "<f4").tobytes().hex().upper()
     pads = ", ".join(f"[{lo}, {hi}]" for lo, hi in padding)
     ones = ", ".join("1" for _ in dilation)
-    return f"""func.func @f(%x: {ty(x_shape)}) -> {ty(y_shape)} {{
-  %w = stablehlo.constant dense<"0x{values}"> : {ty(k_shape)}
-  %y = stablehlo.convolution(%x, %w) dim_numbers = {layout}, window = {{stride = [{ones}], pad = [{pads}], lhs_dilate = [{", ".join(map(str, dilation))}], rhs_dilate = [{ones}]}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : ({ty(x_shape)}, {ty(k_shape)}) -> {ty(y_shape)}
-  return %y : {ty(y_shape)}
-}}"""
+    window = (f"stride = [{ones}], pad = [{pads}], "
+              f"lhs_dilate = [{', '.join(map(str, dilation))}], rhs_dilate = [{ones}]")
+    return conv_module(x_shape, kernel.reshape(k_shape), y_shape, layout, window)
 
 
 def _out_size(size, k, d, lo, hi):
@@ -67,10 +61,8 @@ def test_phases_equal_the_input_dilated_convolution(geometry, kernel_layout):
                    f"[b, 0, 1, f]x[0, 1, {kernel_layout}]->[b, 0, 1, f]", d, pads, kernel)
     rewritten, count = dilated_inputs_as_phases(text)
     assert count == 1 and "lhs_dilate" not in rewritten
-    x = np.random.default_rng(2).normal(size=(1, *sizes, c_in)).astype(np.float32)
-    want = compile_with_iree(text, cpu="generic").f(x).to_host()
-    got = compile_with_iree(rewritten, cpu="generic").f(x).to_host()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    same_as_before(text, rewritten, np.random.default_rng(2).normal(
+        size=(1, *sizes, c_in)).astype(np.float32))
 
 
 def test_the_one_dimensional_form():
@@ -79,10 +71,8 @@ def test_the_one_dimensional_form():
                    "[b, 0, f]x[0, i, o]->[b, 0, f]", [3], [(3, 2)], kernel)
     rewritten, count = dilated_inputs_as_phases(text)
     assert count == 1
-    x = np.random.default_rng(4).normal(size=(2, 7, 3)).astype(np.float32)
-    want = compile_with_iree(text, cpu="generic").f(x).to_host()
-    got = compile_with_iree(rewritten, cpu="generic").f(x).to_host()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    same_as_before(text, rewritten,
+                   np.random.default_rng(4).normal(size=(2, 7, 3)).astype(np.float32))
 
 
 def test_keras_conv_transposes_through_the_library(tmp_path, capsys):

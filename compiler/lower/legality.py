@@ -65,7 +65,7 @@ def check_legality(module, source: str, allowed: set[str]) -> None:
         # batched forms, under its 'pfor' scope, of which not all lower)
         hint = ("; these are the batched forms of ops that TensorFlow wrote for --streams "
                 "(the model builds with one stream)" if "/pfor/" in shown else
-                _front_end_hint(module))
+                _front_end_hint(module) or _post_processing_hint(shown))
         raise TfaotError(f"{source}: {len(bad)} op(s) have no StableHLO lowering: "
                          f"{_shorten(shown)}{hint}")
 
@@ -84,6 +84,20 @@ def _front_end_hint(module) -> str:
     return (f"; they are the model's front end: compute its features in the firmware and "
             f"build the network after it, e.g. --inputs {node}:SHAPE (the {tf_type} "
             "node's output, with the shape it has)")
+
+
+#: A detection model's post-processing, which TensorFlow does not lower.
+_NMS = re.compile(r"TF op (\w*NonMaxSuppression\w*)")
+
+
+def _post_processing_hint(shown: str) -> str:
+    """Where non-max suppression is what does not lower: the cut before it."""
+    found = _NMS.search(shown)
+    if found is None:
+        return ""
+    return (f"; {found[1]} is a detection model's post-processing: build the network up to "
+            "the boxes and scores it reads (--outputs NAME,NAME) and select the boxes in the "
+            "application")
 
 
 def _describe_illegal(op_name: str, location) -> str:

@@ -19,7 +19,8 @@ the Target decides which of these rewrites the module gets:
    running sum drifted 5x TensorFlow's error).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
    tfaot's C kernels (``Target.matvec_kernel == "tfaot"``; a grouped
-   convolution first one per group: ``grouped_conv``); with weights as
+   convolution first one per group: ``grouped_conv``; a 3-D one a sum of
+   2-D ones: ``conv3d``); with weights as
    globals, their packed weights become globals themselves.
 3. ``weight_globals``: the remaining large constants become mutable globals
    (GPU targets and --weights=file): after the kernels' rewrite, which
@@ -39,8 +40,9 @@ import re
 from dataclasses import replace
 
 from ..target import Target
-from . import (activations, constant_concats, dft, gpu_workarounds, grouped_conv, microkernel,
-               patch_copies, pooling, reduction_order, transposed_conv, weight_globals)
+from . import (activations, constant_concats, conv3d, dft, gpu_workarounds, grouped_conv,
+               microkernel, patch_copies, pooling, reduction_order, transposed_conv,
+               weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -66,6 +68,7 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)
     if target.matvec_kernel == "tfaot":
         mlir_text, _ = grouped_conv.groups_as_convs(mlir_text)
+        mlir_text, _ = conv3d.convs_3d_as_2d(mlir_text)
         kinds = target.kernel_kinds or microkernel.KINDS
         if not target.conv_int8:
             kinds = tuple(kind for kind in kinds if kind != "qconv")
