@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tf_dialect import const, create, flag, parsed, printed, tensor, walk
+from .tf_dialect import const, create, flag, rewrite_ops, tensor
 
 
 def resize_bilinear_as_gathers(tf_text: str) -> tuple[str, int]:
@@ -39,15 +39,14 @@ def resize_bilinear_as_gathers(tf_text: str) -> tuple[str, int]:
     the text (unchanged when nothing matched) and how many were rewritten."""
     if "tf.ResizeBilinear" not in tf_text:
         return tf_text, 0
-    with parsed(tf_text) as module:
-        if module is None:
-            return tf_text, 0
-        count = 0
-        for op in walk(module.operation):
-            if op.name == "tf.ResizeBilinear" and _static_4d(op):
-                _rewrite(op)
-                count += 1
-        return (printed(module), count) if count else (tf_text, 0)
+
+    def rewrite(op) -> bool:
+        if _static_4d(op):
+            _rewrite(op)
+            return True
+        return False
+
+    return rewrite_ops(tf_text, "tf.ResizeBilinear", rewrite)
 
 
 def _static_4d(op) -> bool:

@@ -30,17 +30,9 @@ _LAYOUT_2D = "#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>"
 def convs_3d_as_2d(mlir_text: str) -> tuple[str, int]:
     """Rewrites the qualifying 3-D convolutions; returns the text and how
     many were rewritten."""
-    from .mlir_import import rewrite_each_op
+    from .mlir_import import rewrite_planned
 
-    def rewrite(op) -> bool:
-        geometry = _geometry(op)
-        if geometry is not None:
-            _split(op, *geometry)
-        return geometry is not None
-
-    if "[b, 0, 1, 2, f]" not in mlir_text:
-        return mlir_text, 0
-    return rewrite_each_op(mlir_text, "stablehlo.convolution", rewrite)
+    return rewrite_planned(mlir_text, "[b, 0, 1, 2, f]", _geometry, _split)
 
 
 def _geometry(op):

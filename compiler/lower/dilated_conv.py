@@ -35,8 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .tf_dialect import (clone, i64s, int_const, is_op, owner, parsed, printed,
-                         props, rank, tensor, walk)
+from .tf_dialect import clone, i64s, int_const, is_op, owner, props, rank, rewrite_ops, tensor
 
 CONV_OPS = ("tf.Conv2D", "tf.DepthwiseConv2dNative")
 
@@ -46,17 +45,14 @@ def fold_dilated_convs(tf_text: str) -> tuple[str, int]:
     returns the text (unchanged when nothing matched) and how many were folded."""
     if "tf.BatchToSpaceND" not in tf_text or "tf.SpaceToBatchND" not in tf_text:
         return tf_text, 0
-    with parsed(tf_text) as module:
-        if module is None:
-            return tf_text, 0
-        count = 0
-        for op in walk(module.operation):
-            if op.name == "tf.BatchToSpaceND":
-                chain = _match(op)
-                if chain is not None:
-                    _rebuild(chain)
-                    count += 1
-        return (printed(module), count) if count else (tf_text, 0)
+
+    def rewrite(b2s) -> bool:
+        chain = _match(b2s)
+        if chain is not None:
+            _rebuild(chain)
+        return chain is not None
+
+    return rewrite_ops(tf_text, "tf.BatchToSpaceND", rewrite)
 
 
 @dataclass

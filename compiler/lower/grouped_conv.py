@@ -32,25 +32,17 @@ _LAYOUT = re.compile(r"#stablehlo\.conv<(.*)>")
 def groups_as_convs(mlir_text: str) -> tuple[str, int]:
     """Rewrites the qualifying grouped convolutions; returns the text and
     how many were rewritten."""
-    from .mlir_import import rewrite_each_op
+    from .mlir_import import rewrite_planned
 
-    def rewrite(op) -> bool:
-        groups = _groups(op)
-        if groups:
-            _split(op, groups)
-        return bool(groups)
-
-    if "feature_group_count" not in mlir_text:
-        return mlir_text, 0
-    return rewrite_each_op(mlir_text, "stablehlo.convolution", rewrite)
+    return rewrite_planned(mlir_text, "feature_group_count", _groups, _split)
 
 
-def _groups(op) -> int:
-    """The group count of a convolution this stage takes, else 0."""
+def _groups(op) -> tuple[int] | None:
+    """(the group count,) of a convolution this stage takes, else None."""
     from iree.compiler import ir
 
     if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
-        return 0
+        return None
     attrs = {a: str(op.attributes[a]) for a in op.attributes}
     layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", ""))
     groups = attr_ints(attrs.get("feature_group_count", "1"))[0]
@@ -58,7 +50,7 @@ def _groups(op) -> int:
     if (layout is None or layout[1] not in _LAYOUTS or groups <= 1
             or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
             or not isinstance(f_op, ir.OpView) or f_op.operation.name != "stablehlo.constant"):
-        return 0
+        return None
     x_type = ir.RankedTensorType(op.operands[0].type)
     f_type = ir.RankedTensorType(op.operands[1].type)
     y_type = ir.RankedTensorType(op.results[0].type)
@@ -66,8 +58,8 @@ def _groups(op) -> int:
     if (c_group <= 1 or c_in != groups * c_group or n_out % groups
             or not (x_type.has_static_shape and y_type.has_static_shape)
             or any(str(t.element_type) != "f32" for t in (x_type, f_type, y_type))):
-        return 0
-    return groups
+        return None
+    return (groups,)
 
 
 def _split(op, groups: int) -> None:

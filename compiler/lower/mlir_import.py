@@ -539,6 +539,18 @@ def rewrite_each_op(mlir_text: str, marker: str, rewrite) -> tuple[str, int]:
         return module.operation.get_asm(enable_debug_info=False), count
 
 
+def rewrite_planned(mlir_text: str, marker: str, plan, apply) -> tuple[str, int]:
+    """``rewrite_each_op`` where ``plan(op)`` says how to rewrite ``op``
+    (a tuple of arguments) or None, and ``apply(op, *plan)`` rewrites it."""
+    def rewrite(op) -> bool:
+        how = plan(op)
+        if how is not None:
+            apply(op, *how)
+        return how is not None
+
+    return rewrite_each_op(mlir_text, marker, rewrite)
+
+
 def function_ops(module) -> list:
     """Every op in the top-level blocks of the module's functions (a list:
     callers may insert ops while walking it)."""

@@ -30,6 +30,17 @@ def parsed(tf_text: str):
         yield module
 
 
+def rewrite_ops(tf_text: str, name: str, rewrite) -> tuple[str, int]:
+    """``tf_text`` with ``rewrite(op)`` (True where it rewrote ``op``) run on
+    every op called ``name``, and how many it rewrote; the text as it was
+    where nothing changed or it does not parse."""
+    with parsed(tf_text) as module:
+        if module is None:
+            return tf_text, 0
+        count = sum(bool(rewrite(op)) for op in walk(module.operation) if op.name == name)
+        return (printed(module), count) if count else (tf_text, 0)
+
+
 def printed(module) -> str:
     """``module``'s text, with the debug locations that name the TF nodes
     for the legality check's errors."""

@@ -45,17 +45,9 @@ _LAYOUT = re.compile(r"#stablehlo\.conv<(\[[^\]]*\])x\[([^\]]*)\]->(\[[^\]]*\])>
 def dilated_inputs_as_phases(mlir_text: str) -> tuple[str, int]:
     """Rewrites the qualifying input-dilated convolutions; returns the text
     and how many were rewritten."""
-    from .mlir_import import rewrite_each_op
+    from .mlir_import import rewrite_planned
 
-    def rewrite(op) -> bool:
-        plan = _plan(op)
-        if plan is not None:
-            _replace(op, *plan)
-        return plan is not None
-
-    if "lhs_dilate" not in mlir_text:
-        return mlir_text, 0
-    return rewrite_each_op(mlir_text, "stablehlo.convolution", rewrite)
+    return rewrite_planned(mlir_text, "lhs_dilate", _plan, _replace)
 
 
 def _plan(op):
