@@ -37,7 +37,7 @@ import numpy as np
 
 from .conv_epilogue import attr_ints
 
-#: conv layouts taken, by their data part: (spatial axes, kernel layouts)
+#: the data layouts taken (input and output alike), by their spatial axes
 _LAYOUTS = {"[b, 0, 1, f]": 2, "[b, 0, f]": 1}
 _LAYOUT = re.compile(r"#stablehlo\.conv<(\[[^\]]*\])x\[([^\]]*)\]->(\[[^\]]*\])>")
 
