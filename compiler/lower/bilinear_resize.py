@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tf_dialect import const, create, flag, rewrite_ops, tensor
+from .legality import new_op
+from .tf_dialect import const, flag, rewrite_ops, tensor
 
 
 def resize_bilinear_as_gathers(tf_text: str) -> tuple[str, int]:
@@ -85,8 +86,8 @@ def _rewrite(op) -> None:
     with ir.InsertionPoint(op), op.location:
         x = images
         if str(ir.RankedTensorType(x.type).element_type) != "f32":
-            x = create("tf.Cast", [x], ir.RankedTensorType.get(in_shape, ir.F32Type.get()),
-                       Truncate=ir.BoolAttr.get(False))
+            x = new_op("tf.Cast", ir.RankedTensorType.get(in_shape, ir.F32Type.get()), [x],
+                       {"Truncate": ir.BoolAttr.get(False)})
         shape = in_shape
         for axis in (2, 1):  # across the width first, as TensorFlow's kernel
             taps = axis_taps(in_shape[axis], out_shape[axis], align, half)
@@ -103,13 +104,13 @@ def _lerp_along(x, shape: list[int], axis: int, lower, upper, lerp):
     shape = shape[:axis] + [len(lower)] + shape[axis + 1:]
     kind = tensor(shape, x.type)
     axis_value = const(np.array(axis, np.int32))
-    low = create("tf.GatherV2", [x, const(lower), axis_value], kind, batch_dims=_i64(0))
+    low = new_op("tf.GatherV2", kind, [x, const(lower), axis_value], {"batch_dims": _i64(0)})
     if (upper == lower).all():
         return low, shape
-    high = create("tf.GatherV2", [x, const(upper), axis_value], kind, batch_dims=_i64(0))
+    high = new_op("tf.GatherV2", kind, [x, const(upper), axis_value], {"batch_dims": _i64(0)})
     weight = const(lerp.reshape([len(lerp) if a == axis else 1 for a in range(4)]))
-    step = create("tf.Mul", [create("tf.Sub", [high, low], kind), weight], kind)
-    return create("tf.AddV2", [low, step], kind), shape
+    step = new_op("tf.Mul", kind, [new_op("tf.Sub", kind, [high, low]), weight])
+    return new_op("tf.AddV2", kind, [low, step]), shape
 
 
 def _i64(value: int):

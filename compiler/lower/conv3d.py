@@ -21,7 +21,8 @@ import re
 
 import numpy as np
 
-from .conv_epilogue import attr_ints
+from .conv_epilogue import attr_ints, constant_kernel, constant_kernel_conv
+from .legality import new_constant, new_slice, new_tensor_op
 
 _LAYOUT = "#stablehlo.conv<[b, 0, 1, 2, f]x[0, 1, 2, i, o]->[b, 0, 1, 2, f]>"
 _LAYOUT_2D = "#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>"
@@ -38,21 +39,10 @@ def convs_3d_as_2d(mlir_text: str) -> tuple[str, int]:
 def _geometry(op):
     """(strides, dilations, (low, high) paddings) per spatial axis of a
     convolution this stage takes, else None."""
-    from iree.compiler import ir
-
-    if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
-        return None
-    attrs = {a: str(op.attributes[a]) for a in op.attributes}
-    f_op = op.operands[1].owner
-    if (re.sub(r"\s+", " ", attrs.get("dimension_numbers", "")) != _LAYOUT
+    attrs = constant_kernel_conv(op)
+    if (attrs is None or re.sub(r"\s+", " ", attrs.get("dimension_numbers", "")) != _LAYOUT
             or attrs.get("feature_group_count", "1 : i64") != "1 : i64"
-            or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
-            or any(v != 1 for v in attr_ints(attrs.get("lhs_dilation", "")))
-            or "true" in attrs.get("window_reversal", "")
-            or not isinstance(f_op, ir.OpView) or f_op.operation.name != "stablehlo.constant"):
-        return None
-    types = [ir.RankedTensorType(v.type) for v in (*op.operands, op.results[0])]
-    if any(not t.has_static_shape or str(t.element_type) != "f32" for t in types):
+            or any(v != 1 for v in attr_ints(attrs.get("lhs_dilation", "")))):
         return None
     strides = attr_ints(attrs.get("window_strides", "")) or [1, 1, 1]
     dilations = attr_ints(attrs.get("rhs_dilation", "")) or [1, 1, 1]
@@ -69,21 +59,17 @@ def _split(op, strides: list[int], dilations: list[int], pads) -> None:
     y_type = ir.RankedTensorType(op.results[0].type)
     n, depth, h, w, c = ir.RankedTensorType(x.type).shape
     _, out_depth, out_h, out_w, out_c = y_type.shape
-    kernel = np.array(ir.DenseElementsAttr(op.operands[1].owner.attributes["value"]),
-                      dtype=np.float32)
+    kernel = constant_kernel(op)
     f32 = y_type.element_type
     i64 = ir.IntegerType.get_signless(64)
 
     def make(name, shape, operands, **attributes):
-        return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, f32)],
-                                   operands=operands, attributes=attributes).results[0]
+        return new_tensor_op(name, shape, f32, operands, **attributes)
 
     with ir.InsertionPoint(op), op.location:
         lo, hi = pads[0]
         if lo or hi:
-            zero = make("stablehlo.constant", [], [],
-                        value=ir.DenseElementsAttr.get(np.zeros((), np.float32),
-                                                       type=ir.RankedTensorType.get([], f32)))
+            zero = new_constant(np.zeros((), np.float32), f32)
             depth += lo + hi
             x = make("stablehlo.pad", [n, depth, h, w, c], [x, zero],
                      edge_padding_low=ir.DenseI64ArrayAttr.get([0, lo, 0, 0, 0]),
@@ -92,18 +78,12 @@ def _split(op, strides: list[int], dilations: list[int], pads) -> None:
         total = None
         for tap in range(kernel.shape[0]):
             first = tap * dilations[0]
-            frames = make("stablehlo.slice", [n, out_depth, h, w, c], [x],
-                          start_indices=ir.DenseI64ArrayAttr.get([0, first, 0, 0, 0]),
-                          limit_indices=ir.DenseI64ArrayAttr.get(
-                              [n, first + (out_depth - 1) * strides[0] + 1, h, w, c]),
-                          strides=ir.DenseI64ArrayAttr.get([1, strides[0], 1, 1, 1]))
+            frames = new_slice(x, [0, first, 0, 0, 0],
+                               [n, first + (out_depth - 1) * strides[0] + 1, h, w, c],
+                               [1, strides[0], 1, 1, 1])
             images = make("stablehlo.reshape", [n * out_depth, h, w, c], [frames])
-            weights = np.ascontiguousarray(kernel[tap])
-            w_type = ir.RankedTensorType.get(list(weights.shape), f32)
-            w_value = make("stablehlo.constant", list(weights.shape), [],
-                           value=ir.DenseElementsAttr.get(weights, type=w_type))
             y = make("stablehlo.convolution", [n * out_depth, out_h, out_w, out_c],
-                     [images, w_value],
+                     [images, new_constant(kernel[tap], f32)],
                      dimension_numbers=ir.Attribute.parse(_LAYOUT_2D),
                      window_strides=ir.DenseI64ArrayAttr.get(strides[1:]),
                      rhs_dilation=ir.DenseI64ArrayAttr.get(dilations[1:]),

@@ -74,7 +74,7 @@ def epilogue_of(op, n: int) -> Epilogue | None:
             else:
                 break  # c - y
         elif name in ("stablehlo.maximum", "stablehlo.minimum", "stablehlo.clamp"):
-            bounds = [_scalar_constant(v) for v in others]
+            bounds = [scalar_constant(v) for v in others]
             if None in bounds:
                 break
             if name == "stablehlo.clamp":  # clamp(min, y, max)
@@ -135,7 +135,7 @@ def _channel_constant(value, n: int) -> np.ndarray | None:
     return rows[0].astype(np.float64)
 
 
-def _scalar_constant(value) -> float | None:
+def scalar_constant(value) -> float | None:
     """The one value of a constant, or None when its elements differ."""
     array = _constant_array(value)
     if array is None or array.size == 0 or not np.all(array == array.flat[0]):
@@ -153,7 +153,7 @@ def with_input_padding(op, g):
     x = op.operands[0]
     pad_op = x.owner
     if (not isinstance(pad_op, ir.OpView) or pad_op.operation.name != "stablehlo.pad"
-            or _scalar_constant(pad_op.operands[1]) != 0.0):
+            or scalar_constant(pad_op.operands[1]) != 0.0):
         return g, x, None
     low, high = (attr_ints(str(pad_op.attributes[a])) for a in ("edge_padding_low",
                                                              "edge_padding_high"))
@@ -169,6 +169,33 @@ def with_input_padding(op, g):
     pad = ((top + low[1], bottom + high[1]), (left + low[2], right + high[2]))
     x_type = str(image).removeprefix("tensor<").removesuffix(">")
     return replace(g, ih=shape[1], iw=shape[2], pad=pad, x_type=x_type), pad_op.operands[0], pad_op
+
+
+def constant_kernel_conv(op) -> dict[str, str] | None:
+    """The attributes (as text) of a ``stablehlo.convolution`` of static f32
+    tensors with a constant kernel, one batch group and no window reversal,
+    which the convolution rewrites start from; else None."""
+    from iree.compiler import ir
+
+    if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
+        return None
+    attrs = {a: str(op.attributes[a]) for a in op.attributes}
+    kernel = op.operands[1].owner
+    types = [ir.RankedTensorType(v.type) for v in (*op.operands, op.results[0])]
+    if (attrs.get("batch_group_count", "1 : i64") != "1 : i64"
+            or "true" in attrs.get("window_reversal", "")
+            or not isinstance(kernel, ir.OpView) or kernel.operation.name != "stablehlo.constant"
+            or any(not t.has_static_shape or str(t.element_type) != "f32" for t in types)):
+        return None
+    return attrs
+
+
+def constant_kernel(op) -> np.ndarray:
+    """The kernel of a convolution ``constant_kernel_conv`` took, as floats."""
+    from iree.compiler import ir
+
+    return np.array(ir.DenseElementsAttr(op.operands[1].owner.attributes["value"]),
+                    dtype=np.float32)
 
 
 def attr_ints(text: str) -> list[int]:

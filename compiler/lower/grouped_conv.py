@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+from .conv_epilogue import attr_ints, constant_kernel, constant_kernel_conv
+from .legality import new_constant, new_slice, new_tensor_op
 
-from .conv_epilogue import attr_ints
-
-#: The layouts the TF import writes for Conv2D and Conv1D, by spatial axes.
-_LAYOUTS = {"[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]": 2, "[b, 0, f]x[0, i, o]->[b, 0, f]": 1}
+#: The layouts the TF import writes for Conv2D and Conv1D.
+_LAYOUTS = ("[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]", "[b, 0, f]x[0, i, o]->[b, 0, f]")
 _LAYOUT = re.compile(r"#stablehlo\.conv<(.*)>")
 
 
@@ -41,23 +40,14 @@ def _groups(op) -> tuple[int] | None:
     """(the group count,) of a convolution this stage takes, else None."""
     from iree.compiler import ir
 
-    if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
+    attrs = constant_kernel_conv(op)
+    layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", "")) if attrs else None
+    if layout is None or layout[1] not in _LAYOUTS:
         return None
-    attrs = {a: str(op.attributes[a]) for a in op.attributes}
-    layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", ""))
     groups = attr_ints(attrs.get("feature_group_count", "1"))[0]
-    f_op = op.operands[1].owner
-    if (layout is None or layout[1] not in _LAYOUTS or groups <= 1
-            or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
-            or not isinstance(f_op, ir.OpView) or f_op.operation.name != "stablehlo.constant"):
-        return None
-    x_type = ir.RankedTensorType(op.operands[0].type)
-    f_type = ir.RankedTensorType(op.operands[1].type)
-    y_type = ir.RankedTensorType(op.results[0].type)
-    c_in, c_group, n_out = x_type.shape[-1], f_type.shape[-2], f_type.shape[-1]
-    if (c_group <= 1 or c_in != groups * c_group or n_out % groups
-            or not (x_type.has_static_shape and y_type.has_static_shape)
-            or any(str(t.element_type) != "f32" for t in (x_type, f_type, y_type))):
+    c_in = ir.RankedTensorType(op.operands[0].type).shape[-1]
+    c_group, n_out = ir.RankedTensorType(op.operands[1].type).shape[-2:]
+    if groups <= 1 or c_group <= 1 or c_in != groups * c_group or n_out % groups:
         return None
     return (groups,)
 
@@ -68,8 +58,7 @@ def _split(op, groups: int) -> None:
     x = op.operands[0]
     x_type = ir.RankedTensorType(x.type)
     y_type = ir.RankedTensorType(op.results[0].type)
-    f_op = op.operands[1].owner
-    kernel = np.array(ir.DenseElementsAttr(f_op.attributes["value"]), dtype=np.float32)
+    kernel = constant_kernel(op)
     c_group, n_group = kernel.shape[-2], kernel.shape[-1] // groups
     attributes = {a: op.attributes[a] for a in op.attributes}
     attributes["feature_group_count"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 1)
@@ -78,25 +67,14 @@ def _split(op, groups: int) -> None:
     parts = []
     with ir.InsertionPoint(op), op.location:
         for g in range(groups):
-            start = [0] * (rank - 1) + [g * c_group]
-            limit = list(x_type.shape[:-1]) + [(g + 1) * c_group]
-            piece = ir.Operation.create(
-                "stablehlo.slice",
-                results=[ir.RankedTensorType.get(limit[:-1] + [c_group], f32)], operands=[x],
-                attributes={"start_indices": ir.DenseI64ArrayAttr.get(start),
-                            "limit_indices": ir.DenseI64ArrayAttr.get(limit),
-                            "strides": ir.DenseI64ArrayAttr.get([1] * rank)}).results[0]
-            weights = np.ascontiguousarray(kernel[..., g * n_group:(g + 1) * n_group])
-            w_type = ir.RankedTensorType.get(list(weights.shape), f32)
-            w = ir.Operation.create("stablehlo.constant", results=[w_type], attributes={
-                "value": ir.DenseElementsAttr.get(weights, type=w_type)}).results[0]
-            parts.append(ir.Operation.create(
-                "stablehlo.convolution",
-                results=[ir.RankedTensorType.get(list(y_type.shape[:-1]) + [n_group], f32)],
-                operands=[piece, w], attributes=attributes).results[0])
-        y = ir.Operation.create(
-            "stablehlo.concatenate", results=[y_type], operands=parts,
-            attributes={"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
-                                                        rank - 1)}).results[0]
+            piece = new_slice(x, [0] * (rank - 1) + [g * c_group],
+                              list(x_type.shape[:-1]) + [(g + 1) * c_group])
+            w = new_constant(kernel[..., g * n_group:(g + 1) * n_group], f32)
+            parts.append(new_tensor_op("stablehlo.convolution",
+                                       list(y_type.shape[:-1]) + [n_group], f32, [piece, w],
+                                       **attributes))
+        y = new_tensor_op("stablehlo.concatenate", list(y_type.shape), f32, parts,
+                          dimension=ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                       rank - 1))
     op.results[0].replace_all_uses_with(y)
     op.operation.erase()

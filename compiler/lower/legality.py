@@ -5,11 +5,15 @@ crashes), so the import checks every op (``check_legality``): an op outside
 the allowed dialects is an error naming the TF op type and node, with a
 hint where the cause is known (--streams' batched forms, an audio front
 end). Constants its pipeline made after lowering its own are made StableHLO
-first (``constants_as_stablehlo``).
+first (``constants_as_stablehlo``). The small op builders the rewrites
+share live here too (``new_op``, ``new_tensor_op``, ``new_constant``,
+``new_slice``).
 """
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 from ..errors import TfaotError
 
@@ -32,6 +36,34 @@ def new_op(name: str, result_type, operands: list, attributes: dict | None = Non
 
     return ir.Operation.create(name, results=[result_type], operands=operands,
                                attributes=attributes or {}).results[0]
+
+
+def new_tensor_op(name: str, shape: list[int], element_type, operands: list, **attributes):
+    """``new_op`` whose result is a tensor of ``shape`` and ``element_type``."""
+    from iree.compiler import ir
+
+    return new_op(name, ir.RankedTensorType.get(list(shape), element_type), operands, attributes)
+
+
+def new_constant(values: np.ndarray, element_type):
+    """A new ``stablehlo.constant`` of ``values`` (their shape; f32 or i64 data)."""
+    from iree.compiler import ir
+
+    kind = ir.RankedTensorType.get(list(values.shape), element_type)
+    return new_op("stablehlo.constant", kind, [],
+                  {"value": ir.DenseElementsAttr.get(np.ascontiguousarray(values), type=kind)})
+
+
+def new_slice(x, start: list[int], limit: list[int], strides: list[int] | None = None):
+    """A new ``stablehlo.slice`` of ``x``, its result's shape from the bounds."""
+    from iree.compiler import ir
+
+    strides = strides or [1] * len(start)
+    shape = [-(-(hi - lo) // s) for lo, hi, s in zip(start, limit, strides)]
+    return new_tensor_op("stablehlo.slice", shape, ir.RankedTensorType(x.type).element_type, [x],
+                         start_indices=ir.DenseI64ArrayAttr.get(list(start)),
+                         limit_indices=ir.DenseI64ArrayAttr.get(list(limit)),
+                         strides=ir.DenseI64ArrayAttr.get(list(strides)))
 
 
 def constants_as_stablehlo(module) -> int:

@@ -27,7 +27,8 @@ import itertools
 
 import numpy as np
 
-from .conv_epilogue import attr_ints
+from .conv_epilogue import attr_ints, scalar_constant
+from .legality import new_constant, new_op, new_slice, new_tensor_op
 
 #: Windows of at most this many elements are one pass of slices; longer
 #: ones a pass per axis, and longer than this along an axis stay one
@@ -46,7 +47,7 @@ def unroll_small_pools(mlir_text: str) -> tuple[str, int]:
         plan = _small_pool(op)
         if plan is None:
             return False
-        if _splat(op.operands[0]) is not None:
+        if scalar_constant(op.operands[0]) is not None:
             _replace_by_constant(op, *plan)
         else:
             _replace(op, *plan)
@@ -80,26 +81,10 @@ def _small_pool(op):
             or not ir.RankedTensorType(op.operands[0].type).has_static_shape):
         return None
     kind = body[0].operation.name
-    init = _splat(op.operands[1])
+    init = scalar_constant(op.operands[1])
     if init is None or init != _NEUTRAL[kind]:
         return None
     return kind, window, strides, pads
-
-
-def _splat(value) -> float | None:
-    """The one value of a float constant that holds one value, else None."""
-    from iree.compiler import ir
-
-    owner = value.owner
-    if not isinstance(owner, ir.OpView) or owner.operation.name != "stablehlo.constant":
-        return None
-    attr = ir.DenseElementsAttr(owner.attributes["value"])
-    if not isinstance(attr.type.element_type, ir.F32Type):
-        return None
-    if attr.is_splat:
-        return ir.FloatAttr(attr.get_splat_value()).value
-    values = np.array(attr, dtype=np.float32).ravel()
-    return float(values[0]) if values.size == 1 else None
 
 
 def _replace(op, kind: str, window: list[int], strides: list[int], pads) -> None:
@@ -116,30 +101,21 @@ def _replace(op, kind: str, window: list[int], strides: list[int], pads) -> None
     with ir.InsertionPoint(op), op.location:
         if any(lo or hi for lo, hi in pads):
             shape = [n + lo + hi for n, (lo, hi) in zip(shape, pads)]
-            x = ir.Operation.create(
-                "stablehlo.pad", results=[ir.RankedTensorType.get(shape, f32)],
-                operands=[x, op.operands[1]],
-                attributes={"edge_padding_low": ir.DenseI64ArrayAttr.get([p[0] for p in pads]),
-                            "edge_padding_high": ir.DenseI64ArrayAttr.get([p[1] for p in pads]),
-                            "interior_padding": ir.DenseI64ArrayAttr.get([0] * rank)}
-            ).results[0]
+            x = new_tensor_op("stablehlo.pad", shape, f32, [x, op.operands[1]],
+                              edge_padding_low=ir.DenseI64ArrayAttr.get([p[0] for p in pads]),
+                              edge_padding_high=ir.DenseI64ArrayAttr.get([p[1] for p in pads]),
+                              interior_padding=ir.DenseI64ArrayAttr.get([0] * rank))
         for axes in _passes(window, strides):
-            shape = [out_shape[a] if a in axes else n for a, n in enumerate(shape)]
-            piece_type = ir.RankedTensorType.get(shape, f32)
-            result, source_shape = None, list(ir.RankedTensorType(x.type).shape)
+            result = None
             for offsets in itertools.product(*(range(window[a]) for a in axes)):
-                start, limit, step = [0] * rank, list(source_shape), [1] * rank
+                start, limit, step = [0] * rank, list(shape), [1] * rank
                 for axis, offset in zip(axes, offsets):
                     start[axis], step[axis] = offset, strides[axis]
                     limit[axis] = offset + (out_shape[axis] - 1) * strides[axis] + 1
-                piece = ir.Operation.create(
-                    "stablehlo.slice", results=[piece_type], operands=[x],
-                    attributes={"start_indices": ir.DenseI64ArrayAttr.get(start),
-                                "limit_indices": ir.DenseI64ArrayAttr.get(limit),
-                                "strides": ir.DenseI64ArrayAttr.get(step)}).results[0]
-                result = piece if result is None else ir.Operation.create(
-                    kind, results=[piece_type], operands=[result, piece]).results[0]
+                piece = new_slice(x, start, limit, step)
+                result = piece if result is None else new_op(kind, piece.type, [result, piece])
             x = result
+            shape = [out_shape[a] if a in axes else n for a, n in enumerate(shape)]
     op.results[0].replace_all_uses_with(x)
     op.operation.erase()
 
@@ -159,7 +135,7 @@ def _replace_by_constant(op, kind: str, window: list[int], strides: list[int], p
     maximum), as a constant along the axes where it varies, broadcast."""
     from iree.compiler import ir
 
-    value = _splat(op.operands[0])
+    value = scalar_constant(op.operands[0])
     shape = list(ir.RankedTensorType(op.operands[0].type).shape)
     out_type = ir.RankedTensorType(op.results[0].type)
     counts = np.ones([1] * len(shape), np.float32)
@@ -172,13 +148,8 @@ def _replace_by_constant(op, kind: str, window: list[int], strides: list[int], p
     values = counts * np.float32(value) if kind == "stablehlo.add" else \
         np.where(counts > 0, np.float32(value), np.float32("-inf")).astype(np.float32)
     with ir.InsertionPoint(op), op.location:
-        kind_small = ir.RankedTensorType.get(list(values.shape), out_type.element_type)
-        small = ir.Operation.create("stablehlo.constant", results=[kind_small], attributes={
-            "value": ir.DenseElementsAttr.get(np.ascontiguousarray(values), type=kind_small)}
-        ).results[0]
-        full = ir.Operation.create(
-            "stablehlo.broadcast_in_dim", results=[out_type], operands=[small],
-            attributes={"broadcast_dimensions": ir.DenseI64ArrayAttr.get(
-                list(range(len(shape))))}).results[0]
+        small = new_constant(values, out_type.element_type)
+        full = new_op("stablehlo.broadcast_in_dim", out_type, [small], {
+            "broadcast_dimensions": ir.DenseI64ArrayAttr.get(list(range(len(shape))))})
     op.results[0].replace_all_uses_with(full)
     op.operation.erase()

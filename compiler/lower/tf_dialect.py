@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .legality import new_op
+
 
 @contextmanager
 def parsed(tf_text: str):
@@ -139,15 +141,6 @@ def clone(op, operands: list, result_type, **changes):
                                attributes=attributes, loc=op.location)
 
 
-def create(name: str, operands: list, result_type, **attributes):
-    """The result of a new one-result TF op ``name`` at the current insertion
-    point and location."""
-    from iree.compiler import ir
-
-    return ir.Operation.create(name, results=[result_type], operands=operands,
-                               attributes=attributes).results[0]
-
-
 def const(values: np.ndarray):
     """The result of a new ``tf.Const`` holding ``values`` (int32 or float32)."""
     from iree.compiler import ir
@@ -155,4 +148,4 @@ def const(values: np.ndarray):
     values = np.ascontiguousarray(values)
     element = ir.IntegerType.get_signless(32) if values.dtype == np.int32 else ir.F32Type.get()
     kind = ir.RankedTensorType.get(list(values.shape), element)
-    return create("tf.Const", [], kind, value=ir.DenseElementsAttr.get(values, type=kind))
+    return new_op("tf.Const", kind, [], {"value": ir.DenseElementsAttr.get(values, type=kind)})

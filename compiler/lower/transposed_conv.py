@@ -35,7 +35,8 @@ import re
 
 import numpy as np
 
-from .conv_epilogue import attr_ints
+from .conv_epilogue import attr_ints, constant_kernel, constant_kernel_conv
+from .legality import new_constant, new_slice, new_tensor_op
 
 #: the data layouts taken (input and output alike), by their spatial axes
 _LAYOUTS = {"[b, 0, 1, f]": 2, "[b, 0, f]": 1}
@@ -53,32 +54,19 @@ def dilated_inputs_as_phases(mlir_text: str) -> tuple[str, int]:
 def _plan(op):
     """(kernel as [0, 1, i, o] of the 2-D form, dilation, low padding,
     spatial axes) of an op this stage takes, else None."""
-    from iree.compiler import ir
-
-    if op.operation.name != "stablehlo.convolution" or len(op.operands) != 2:
-        return None
-    attrs = {a: str(op.attributes[a]) for a in op.attributes}
-    layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", ""))
+    attrs = constant_kernel_conv(op)
+    layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", "")) if attrs else None
     if layout is None or layout[1] != layout[3] or layout[1] not in _LAYOUTS:
         return None
     spatial = _LAYOUTS[layout[1]]
     kernel_dims = [d.strip() for d in layout[2].split(",")]
     lhs = attr_ints(attrs.get("lhs_dilation", ""))
-    f_op = op.operands[1].owner
     if (not lhs or max(lhs) == 1 or any(v != 1 for v in attr_ints(attrs.get("rhs_dilation", "")))
             or any(v != 1 for v in attr_ints(attrs.get("window_strides", "")))
             or kernel_dims[:spatial] != [str(a) for a in range(spatial)]
-            or attrs.get("feature_group_count", "1 : i64") != "1 : i64"
-            or attrs.get("batch_group_count", "1 : i64") != "1 : i64"
-            or "true" in attrs.get("window_reversal", "")
-            or not isinstance(f_op, ir.OpView) or f_op.operation.name != "stablehlo.constant"):
+            or attrs.get("feature_group_count", "1 : i64") != "1 : i64"):
         return None
-    x_type = ir.RankedTensorType(op.operands[0].type)
-    y_type = ir.RankedTensorType(op.results[0].type)
-    if not (x_type.has_static_shape and y_type.has_static_shape) or any(
-            str(t.element_type) != "f32" for t in (x_type, y_type)):
-        return None
-    kernel = np.array(ir.DenseElementsAttr(f_op.attributes["value"]), dtype=np.float32)
+    kernel = constant_kernel(op)
     if kernel_dims[spatial:] == ["o", "i"]:
         kernel = np.swapaxes(kernel, -1, -2)
     pad = attr_ints(attrs.get("padding", "")) or [0] * (2 * spatial)
@@ -129,23 +117,16 @@ def _replace(op, kernel: np.ndarray, dilation: list[int], lo: list[int], spatial
     (dh, dw), (gh, gw) = dilation, axes
 
     def make(name, shape, operands, **attributes):
-        return ir.Operation.create(name, results=[ir.RankedTensorType.get(shape, f32)],
-                                   operands=operands, attributes=attributes).results[0]
+        return new_tensor_op(name, shape, f32, operands, **attributes)
 
     with ir.InsertionPoint(op), op.location:
         if spatial == 1:
             x = make("stablehlo.reshape", x_shape, [x])
         if any(g["start"] or g["stop"] != x_shape[1 + a] for a, g in enumerate(axes)):
-            x = make("stablehlo.slice", [n, *(g["stop"] - g["start"] for g in axes),
-                                         x_shape[3]], [x],
-                     start_indices=ir.DenseI64ArrayAttr.get([0, gh["start"], gw["start"], 0]),
-                     limit_indices=ir.DenseI64ArrayAttr.get([n, gh["stop"], gw["stop"],
-                                                             x_shape[3]]),
-                     strides=ir.DenseI64ArrayAttr.get([1, 1, 1, 1]))
+            x = new_slice(x, [0, gh["start"], gw["start"], 0],
+                          [n, gh["stop"], gw["stop"], x_shape[3]])
         blocks = [gh["blocks"], gw["blocks"]]
-        kind = ir.RankedTensorType.get(list(weights.shape), f32)
-        w = make("stablehlo.constant", list(weights.shape), [],
-                 value=ir.DenseElementsAttr.get(weights, type=kind))
+        w = new_constant(weights, f32)
         z = make("stablehlo.convolution", [n, *blocks, dh * dw * c_out], [x, w],
                  dimension_numbers=ir.Attribute.parse(
                      "#stablehlo.conv<[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]>"),
@@ -158,12 +139,8 @@ def _replace(op, kernel: np.ndarray, dilation: list[int], lo: list[int], spatial
                  permutation=ir.DenseI64ArrayAttr.get([0, 1, 3, 2, 4, 5]))
         z = make("stablehlo.reshape", [n, blocks[0] * dh, blocks[1] * dw, c_out], [z])
         crop = [gh["crop"], gw["crop"]]
-        y = make("stablehlo.slice", [n, y_shape[1], y_shape[2], c_out], [z],
-                 start_indices=ir.DenseI64ArrayAttr.get([0, *crop, 0]),
-                 limit_indices=ir.DenseI64ArrayAttr.get(
-                     [n, crop[0] + y_shape[1], crop[1] + y_shape[2], c_out]),
-                 strides=ir.DenseI64ArrayAttr.get([1, 1, 1, 1]))
+        y = new_slice(z, [0, *crop, 0], [n, crop[0] + y_shape[1], crop[1] + y_shape[2], c_out])
         if spatial == 1:
-            y = ir.Operation.create("stablehlo.reshape", results=[y_type], operands=[y]).results[0]
+            y = make("stablehlo.reshape", list(y_type.shape), [y])
     op.results[0].replace_all_uses_with(y)
     op.operation.erase()
