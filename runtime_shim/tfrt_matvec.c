@@ -1890,6 +1890,18 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
  * 28 outputs 5% slower). The last positions (at most TFRT_CONV_TAIL) stay
  * with the blocks above. */
 #ifdef TFRT_AVX2_F32
+/* Rows of a packed tile ahead of the one being read that a kernel reading
+ * weights from memory prefetches (4 KB; 16 and 64 rows were slower). */
+enum { TFRT_PREFETCH_ROWS = 32 };
+/* Prefetches both 64-byte lines of the tile row `rows` rows after w (a
+ * tile row is TFRT_MATVEC_TILE floats). The address may lie past the
+ * weights' end: a prefetch does not fault, and it is computed as an
+ * integer, not as a pointer out of its array. */
+static inline void tfrt_prefetch_row(const float *w, size_t rows) {
+  const uintptr_t at = (uintptr_t)w + rows * TFRT_MATVEC_TILE * sizeof(float);
+  _mm_prefetch((const char *)at, _MM_HINT_T0);
+  _mm_prefetch((const char *)(at + 64), _MM_HINT_T0);
+}
 
 /* (q: the position) one broadcast input, two FMAs */
 #define TFRT_AVX2_ROW(q)                                                                   \
@@ -1917,11 +1929,18 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
   }
 
 /* Positions p0..p0+5 (clamped at the end) times lanes t..t+15; w points at
- * lane t of its packed tile (rows T apart). */
+ * lane t of its packed tile (rows T apart). The tile's first block (p0 = 0,
+ * its first 16 lanes) is the first to read the tile's weights, from memory
+ * where they are not cached (a model of more weights than the caches hold
+ * reads them all every inference: ResNet50's 95 MB): it prefetches rows
+ * ahead, both halves, which the hardware prefetcher, seeing every other
+ * 64-byte line read, did not (ResNet50's 6 x 6 stage, weights not cached,
+ * 8.3 -> 6.9 ms on a Zen 3 class EPYC). */
 static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                            size_t p0, size_t t) {
   enum { T = TFRT_MATVEC_TILE };
   const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const int first = p0 == 0 && t % T == 0;
   const float *at[6];
   TFRT_PATCH_STARTS(g, x, p0, 6, positions, at);
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
@@ -1930,11 +1949,19 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
                 *x3 = at[3] + skip, *x4 = at[4] + skip, *x5 = at[5] + skip;
-    for (size_t e = 0; e < run; e++) {
-      const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
-      TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
-      TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
-    }
+    if (first)
+      for (size_t e = 0; e < run; e++) {
+        tfrt_prefetch_row(w + e * T, TFRT_PREFETCH_ROWS);
+        const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
+        TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
+        TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
+      }
+    else
+      for (size_t e = 0; e < run; e++) {
+        const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
+        TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
+        TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
+      }
   }
   /* the bias is added at the store (tfrt_conv_m8x2; post is padded to whole
    * tiles), read only now (tfrt_conv_avx2_8) */
@@ -1944,6 +1971,79 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
   const size_t lanes = g->n - t < 16 ? g->n - t : 16;
   TFRT_AVX2_STORE(0) TFRT_AVX2_STORE(1) TFRT_AVX2_STORE(2)
   TFRT_AVX2_STORE(3) TFRT_AVX2_STORE(4) TFRT_AVX2_STORE(5)
+}
+
+/* A layer of few output positions (3 to TFRT_AVX2_FEW_P: the last stages of
+ * an image model) and weights no L2 cache holds (TFRT_AVX2_FEW_WEIGHTS and
+ * up) reads its tiles' weights once from memory, where the blocks above read
+ * them again for every 6 positions and for each half of a tile. The
+ * positions go in blocks of 3 times the tile's 32 lanes (12 accumulators,
+ * the weights read as FMA operands), all blocks over one chunk of the
+ * tile's rows at a time (TFRT_AVX2_FEW_ROWS rows: 8 KB, in L1 for the
+ * blocks after the first), their sums kept in memory between chunks; the
+ * first block prefetches. ResNet50 at 96 x 96 on a Zen 3 class EPYC, its
+ * 3 x 3 stage (9 positions, 1 to 8 MB a layer) not cached 9.5-9.8 -> 6.2-6.6 ms,
+ * from L3 4.1-4.3 -> 3.8-3.9 ms. With the weights in L2 the blocks above
+ * are faster (a streamed frame's 5 to 12 positions, 64 to 256 channels:
+ * 35-42 GMAC/s against these blocks' 27-32), so below 1 MB they stay. */
+enum { TFRT_AVX2_FEW_P = 12, TFRT_AVX2_FEW_ROWS = 64, TFRT_AVX2_FEW_WEIGHTS = 1 << 18 };
+#define TFRT_AVX2_FEW_ROW(q)                                                                \
+  {                                                                                        \
+    const __m256 xv = _mm256_broadcast_ss(x##q + e);                                       \
+    c##q##0 = _mm256_fmadd_ps(_mm256_loadu_ps(we), xv, c##q##0);                           \
+    c##q##1 = _mm256_fmadd_ps(_mm256_loadu_ps(we + 8), xv, c##q##1);                       \
+    c##q##2 = _mm256_fmadd_ps(_mm256_loadu_ps(we + 16), xv, c##q##2);                      \
+    c##q##3 = _mm256_fmadd_ps(_mm256_loadu_ps(we + 24), xv, c##q##3);                      \
+  }
+
+/* Rows e0..e1 of run r (whose inputs start `skip` after each position's
+ * patch) added to the sums s of positions at[0..2]; w: run r's first row.
+ * The sums are taken into locals for the loop (indexed by a block, gcc
+ * kept them in memory: a load and a store per FMA). */
+static inline __attribute__((always_inline)) void tfrt_avx2_few_rows(
+    const float *w, const float *const at[3], size_t skip, size_t e0, size_t e1, int prefetch,
+    __m256 s[12]) {
+  enum { T = TFRT_MATVEC_TILE };
+  const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip;
+  __m256 c00 = s[0], c01 = s[1], c02 = s[2], c03 = s[3], c10 = s[4], c11 = s[5], c12 = s[6],
+         c13 = s[7], c20 = s[8], c21 = s[9], c22 = s[10], c23 = s[11];
+  for (size_t e = e0; e < e1; e++) {
+    const float *we = w + e * T;
+    if (prefetch) tfrt_prefetch_row(we, TFRT_PREFETCH_ROWS);
+    TFRT_AVX2_FEW_ROW(0) TFRT_AVX2_FEW_ROW(1) TFRT_AVX2_FEW_ROW(2)
+  }
+  s[0] = c00, s[1] = c01, s[2] = c02, s[3] = c03, s[4] = c10, s[5] = c11, s[6] = c12;
+  s[7] = c13, s[8] = c20, s[9] = c21, s[10] = c22, s[11] = c23;
+}
+
+/* Every position (at most TFRT_AVX2_FEW_P) times lanes t..t+31 (fewer at
+ * the end of n: stored under tfrt_store_lanes256); w: the tile. */
+static void tfrt_conv_avx2_few(const struct tfrt_conv *g, const float *w, const float *x,
+                               float *y, size_t t) {
+  enum { T = TFRT_MATVEC_TILE, B = (TFRT_AVX2_FEW_P + 2) / 3 };
+  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const size_t blocks = (positions + 2) / 3;
+  const float *at[3 * B];
+  TFRT_PATCH_STARTS(g, x, 0, 3 * B, positions, at);
+  __m256 sums[B][12]; /* [block][position in it * 4 + vector] */
+  for (size_t b = 0; b < blocks; b++)
+    for (size_t v = 0; v < 12; v++) sums[b][v] = _mm256_setzero_ps();
+  for (size_t r = 0; r < runs; r++, w += run * T) {
+    const size_t skip = TFRT_RUN_START(g, r);
+    for (size_t e0 = 0; e0 < run; e0 += TFRT_AVX2_FEW_ROWS) {
+      const size_t e1 = run - e0 < TFRT_AVX2_FEW_ROWS ? run : e0 + TFRT_AVX2_FEW_ROWS;
+      tfrt_avx2_few_rows(w, at, skip, e0, e1, 1, sums[0]);
+      for (size_t b = 1; b < blocks; b++) tfrt_avx2_few_rows(w, at + 3 * b, skip, e0, e1, 0, sums[b]);
+    }
+  }
+  const float *post = g->post; /* (read now: y might alias post) */
+  const struct tfrt_clamp clamp = tfrt_clamp_of(post);
+  const size_t lanes = g->n - t < T ? g->n - t : T;
+  for (size_t p = 0; p < positions; p++)
+    for (size_t v = 0; v < 4 && 8 * v < lanes; v++) {
+      const __m256 biased = _mm256_add_ps(sums[p / 3][p % 3 * 4 + v], _mm256_loadu_ps(post + 2 + t + 8 * v));
+      tfrt_store_lanes256(y + p * g->n + t + 8 * v, tfrt_clamp256(clamp, biased), lanes - 8 * v);
+    }
 }
 
 /* The last 8 or fewer lanes of a layer (n = 8, 24, 40, ...: a MobileNet's
@@ -2279,6 +2379,11 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
        * alone in blocks of 8 (over every position: the C blocks below
        * recompute the last few with the rest of the tile) */
       const size_t lanes = n - t < TFRT_MATVEC_TILE ? n - t : TFRT_MATVEC_TILE;
+      if (g.positions >= 3 && g.positions <= TFRT_AVX2_FEW_P && lanes > 16 &&
+          k * n >= TFRT_AVX2_FEW_WEIGHTS) {
+        tfrt_conv_avx2_few(&g, w, x, y, t);
+        continue;
+      }
       const size_t wide = lanes % 16 && lanes % 16 <= 8 ? lanes - lanes % 16 : lanes;
       if (wide < lanes)
         for (size_t p8 = 0; p8 < g.positions; p8 += TFRT_AVX2_8_P)

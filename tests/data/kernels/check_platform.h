@@ -12,6 +12,7 @@
 #include <string.h>
 
 #if defined(__arm__) && !defined(__linux__)
+#define CHECK_BARE_METAL 1
 #include "semihost.h"
 static _Alignas(64) unsigned char pool[CHECK_POOL_BYTES];
 static size_t pool_used;

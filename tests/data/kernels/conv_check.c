@@ -134,6 +134,14 @@ int main(void) {
       /* (a scalar FPU's blocks: padding of 1 on one side only) */
       {24, 24, 3, 3, 4, 13, 0, 0, 1, 0, 1, 1, 1, 1, 1},
       {24, 24, 3, 3, 4, 9, 0, 0, 0, 1, 1, 1, 1, 1, 1},
+#ifndef CHECK_BARE_METAL /* (over 1 MB of weights: more than the pool) */
+      /* few positions and weights no L2 holds (AVX2: all positions over a
+       * chunk of rows at a time): 10 positions (a last block of 1) and
+       * tiles of 32, 32 and 8 lanes; 4 positions, dilated and strided,
+       * tiles of 32 and 24 lanes */
+      {72, 512, 3, 3, 4, 7, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {56, 640, 3, 3, 5, 6, 0, 0, 0, 0, 2, 1, 1, 2, 0},
+#endif
   };
   const size_t count = sizeof cases / sizeof cases[0];
   for (size_t i = 0; i < count; i++) {
