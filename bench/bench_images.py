@@ -5,7 +5,8 @@ on random images, so that activations have the spread trained ones have;
 no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
 (alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out; a small
 DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling) and
-a small U-Net (transposed convolutions), logits per pixel.
+a small U-Net (transposed convolutions), logits per pixel; on request
+(``--models``), ResNet50 and EfficientNetV2B0.
 
 Each model is saved as .keras and built the way a user builds it,
 ``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
@@ -18,7 +19,7 @@ runs). All four run one image per call, timed in turn in every repetition
 abs error against TensorFlow over ``--images`` random images is reported.
 
     .venv/bin/python bench/bench_images.py [--size 224] [--repeats 7]
-        [--images 10] [--models mobilenet_v3_small mobilenet_v2_035]
+        [--images 10] [--models mobilenet_v3_small ... resnet50 efficientnet_v2_b0]
 
 Needs the bench extra (ai-edge-litert); writes bench/results/images-*.json.
 """
@@ -50,6 +51,22 @@ def mobilenet_v2_035(size: int):
 
     return keras.applications.MobileNetV2(input_shape=(size, size, 3), alpha=0.35,
                                           weights=None, classifier_activation=None)
+
+
+def resnet50(size: int):
+    """ResNet50 (95 MB of f32 weights: read from memory every inference)."""
+    import keras
+
+    return keras.applications.ResNet50(input_shape=(size, size, 3), weights=None,
+                                       classifier_activation=None)
+
+
+def efficientnet_v2_b0(size: int):
+    import keras
+
+    return keras.applications.EfficientNetV2B0(
+        input_shape=(size, size, 3), weights=None, include_preprocessing=False,
+        classifier_activation=None)
 
 
 def deeplab_small(size: int):
@@ -106,7 +123,11 @@ def unet_small(size: int):
 
 
 MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
-          "deeplab_small": deeplab_small, "unet_small": unet_small}
+          "deeplab_small": deeplab_small, "unet_small": unet_small, "resnet50": resnet50,
+          "efficientnet_v2_b0": efficientnet_v2_b0}
+#: what a run measures unless --models says otherwise (ResNet50 and
+#: EfficientNetV2B0 take minutes to convert and build: on request)
+DEFAULT_MODELS = ["mobilenet_v3_small", "mobilenet_v2_035", "deeplab_small", "unet_small"]
 
 
 def calibrated(factory, size: int):
@@ -203,7 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=20, help="inferences per timed pass")
     parser.add_argument("--images", type=int, default=10,
                         help="random images the errors are measured on")
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=DEFAULT_MODELS)
     args = parser.parse_args(argv)
 
     from tfaot.frontend.tfenv import quiet_tensorflow

@@ -1891,7 +1891,8 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
  * with the blocks above. */
 #ifdef TFRT_AVX2_F32
 /* Rows of a packed tile ahead of the one being read that a kernel reading
- * weights from memory prefetches (4 KB; 16 and 64 rows were slower). */
+ * weights from memory prefetches (4 KB; 16 to 256 rows, or into L2 only,
+ * measured within the noise of it). */
 enum { TFRT_PREFETCH_ROWS = 32 };
 /* Prefetches both 64-byte lines of the tile row `rows` rows after w (a
  * tile row is TFRT_MATVEC_TILE floats). The address may lie past the
@@ -1935,7 +1936,7 @@ static inline void tfrt_prefetch_row(const float *w, size_t rows) {
  * reads them all every inference: ResNet50's 95 MB): it prefetches rows
  * ahead, both halves, which the hardware prefetcher, seeing every other
  * 64-byte line read, did not (ResNet50's 6 x 6 stage, weights not cached,
- * 8.3 -> 6.9 ms on a Zen 3 class EPYC). */
+ * 7.9-10.2 -> 7.6-8.2 ms in three alternating runs on a Zen 3 class EPYC). */
 static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                            size_t p0, size_t t) {
   enum { T = TFRT_MATVEC_TILE };
@@ -1985,8 +1986,21 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
  * 3 x 3 stage (9 positions, 1 to 8 MB a layer) not cached 9.5-9.8 -> 6.2-6.6 ms,
  * from L3 4.1-4.3 -> 3.8-3.9 ms. With the weights in L2 the blocks above
  * are faster (a streamed frame's 5 to 12 positions, 64 to 256 channels:
- * 35-42 GMAC/s against these blocks' 27-32), so below 1 MB they stay. */
+ * 35-42 GMAC/s against these blocks' 27-32), so a layer under 1 MB keeps
+ * them, unless the model is too large for its weights to stay in L2 from
+ * one step to the next (TFRT_LARGE_MODEL, set by the build:
+ * package/link.py LARGE_MODEL_BYTES): EfficientNetV2B0's 9-position layers
+ * of 0.9 MB in the model, 16.6-17.9 -> 19.0-20.7 GMAC/s. */
 enum { TFRT_AVX2_FEW_P = 12, TFRT_AVX2_FEW_ROWS = 64, TFRT_AVX2_FEW_WEIGHTS = 1 << 18 };
+/* whether a layer of `weights` weights reads them from memory */
+static inline int tfrt_weights_from_memory(size_t weights) {
+#ifdef TFRT_LARGE_MODEL
+  (void)weights;
+  return 1;
+#else
+  return weights >= TFRT_AVX2_FEW_WEIGHTS;
+#endif
+}
 #define TFRT_AVX2_FEW_ROW(q)                                                                \
   {                                                                                        \
     const __m256 xv = _mm256_broadcast_ss(x##q + e);                                       \
@@ -2033,16 +2047,19 @@ static void tfrt_conv_avx2_few(const struct tfrt_conv *g, const float *w, const 
     for (size_t e0 = 0; e0 < run; e0 += TFRT_AVX2_FEW_ROWS) {
       const size_t e1 = run - e0 < TFRT_AVX2_FEW_ROWS ? run : e0 + TFRT_AVX2_FEW_ROWS;
       tfrt_avx2_few_rows(w, at, skip, e0, e1, 1, sums[0]);
-      for (size_t b = 1; b < blocks; b++) tfrt_avx2_few_rows(w, at + 3 * b, skip, e0, e1, 0, sums[b]);
+      for (size_t b = 1; b < blocks; b++)
+        tfrt_avx2_few_rows(w, at + 3 * b, skip, e0, e1, 0, sums[b]);
     }
   }
-  const float *post = g->post; /* (read now: y might alias post) */
-  const struct tfrt_clamp clamp = tfrt_clamp_of(post);
+  /* the epilogue read before any store (y might alias post) */
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  __m256 bias[4];
+  for (size_t v = 0; v < 4; v++) bias[v] = _mm256_loadu_ps(g->post + 2 + t + 8 * v);
   const size_t lanes = g->n - t < T ? g->n - t : T;
   for (size_t p = 0; p < positions; p++)
     for (size_t v = 0; v < 4 && 8 * v < lanes; v++) {
-      const __m256 biased = _mm256_add_ps(sums[p / 3][p % 3 * 4 + v], _mm256_loadu_ps(post + 2 + t + 8 * v));
-      tfrt_store_lanes256(y + p * g->n + t + 8 * v, tfrt_clamp256(clamp, biased), lanes - 8 * v);
+      const __m256 sum = _mm256_add_ps(sums[p / 3][p % 3 * 4 + v], bias[v]);
+      tfrt_store_lanes256(y + p * g->n + t + 8 * v, tfrt_clamp256(clamp, sum), lanes - 8 * v);
     }
 }
 
@@ -2380,7 +2397,7 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
        * recompute the last few with the rest of the tile) */
       const size_t lanes = n - t < TFRT_MATVEC_TILE ? n - t : TFRT_MATVEC_TILE;
       if (g.positions >= 3 && g.positions <= TFRT_AVX2_FEW_P && lanes > 16 &&
-          k * n >= TFRT_AVX2_FEW_WEIGHTS) {
+          tfrt_weights_from_memory(k * n)) {
         tfrt_conv_avx2_few(&g, w, x, y, t);
         continue;
       }
