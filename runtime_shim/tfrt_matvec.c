@@ -1976,7 +1976,7 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
 
 /* A layer of few output positions (3 to TFRT_AVX2_FEW_P: the last stages of
  * an image model) and weights no L2 cache holds (TFRT_AVX2_FEW_WEIGHTS and
- * up) reads its tiles' weights once from memory, where the blocks above read
+ * up) reads its tiles' weights once, where the blocks above read
  * them again for every 6 positions and for each half of a tile. The
  * positions go in blocks of 3 times the tile's 32 lanes (12 accumulators,
  * the weights read as FMA operands), all blocks over one chunk of the
@@ -1986,21 +1986,17 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
  * 3 x 3 stage (9 positions, 1 to 8 MB a layer) not cached 9.5-9.8 -> 6.2-6.6 ms,
  * from L3 4.1-4.3 -> 3.8-3.9 ms. With the weights in L2 the blocks above
  * are faster (a streamed frame's 5 to 12 positions, 64 to 256 channels:
- * 35-42 GMAC/s against these blocks' 27-32), so a layer under 1 MB keeps
- * them, unless the model is too large for its weights to stay in L2 from
- * one step to the next (TFRT_LARGE_MODEL, set by the build:
- * package/link.py LARGE_MODEL_BYTES): EfficientNetV2B0's 9-position layers
- * of 0.9 MB in the model, 16.6-17.9 -> 19.0-20.7 GMAC/s. */
-enum { TFRT_AVX2_FEW_P = 12, TFRT_AVX2_FEW_ROWS = 64, TFRT_AVX2_FEW_WEIGHTS = 1 << 18 };
-/* whether a layer of `weights` weights reads them from memory */
-static inline int tfrt_weights_from_memory(size_t weights) {
-#ifdef TFRT_LARGE_MODEL
-  (void)weights;
-  return 1;
-#else
-  return weights >= TFRT_AVX2_FEW_WEIGHTS;
-#endif
-}
+ * 35-42 GMAC/s against these blocks' 27-32; 0.3 MB at 9 and 12
+ * positions: 44-47 against 34-36), so a layer under 512 KB (Zen 3's L2)
+ * keeps them. From 512
+ * KB up the two are even with the weights cached (0.9 MB, 9 positions:
+ * 33-35 GMAC/s both), and these are faster where they are not:
+ * EfficientNetV2B0's 9-position layers of 0.6-0.9 MB in the model (timed
+ * per call) 16.6-17.9 -> 19.0-20.7 GMAC/s. Deciding by the whole model's
+ * size instead (a model over 2 MB cannot keep its weights in L2 from one
+ * step to the next) made a streamed model of small convolutions and two
+ * GRU(384) 7-12% slower: the convolutions' 70 to 440 KB stayed cached. */
+enum { TFRT_AVX2_FEW_P = 12, TFRT_AVX2_FEW_ROWS = 64, TFRT_AVX2_FEW_WEIGHTS = 1 << 17 };
 #define TFRT_AVX2_FEW_ROW(q)                                                                \
   {                                                                                        \
     const __m256 xv = _mm256_broadcast_ss(x##q + e);                                       \
@@ -2397,7 +2393,7 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
        * recompute the last few with the rest of the tile) */
       const size_t lanes = n - t < TFRT_MATVEC_TILE ? n - t : TFRT_MATVEC_TILE;
       if (g.positions >= 3 && g.positions <= TFRT_AVX2_FEW_P && lanes > 16 &&
-          tfrt_weights_from_memory(k * n)) {
+          k * n >= TFRT_AVX2_FEW_WEIGHTS) {
         tfrt_conv_avx2_few(&g, w, x, y, t);
         continue;
       }

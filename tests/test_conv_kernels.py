@@ -115,10 +115,10 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     (16, 24, 1, 1, 8, 9, (1, 1), (1, 1)),  # 72 positions: 4 blocks and 8 more
     (8, 48, 1, 1, 7, 7, (1, 1), (1, 1)),  # 49: 3 blocks, the last 4 moved back
     (48, 6, 3, 3, 7, 8, (1, 1), (1, 1)),  # 32 + 16 lanes over 30 positions
-    # few positions, over 1 MB of weights (AVX2: all positions a chunk of rows at a time)
+    # few positions, over 512 KB of weights (AVX2: all positions a chunk of rows at a time)
     (72, 512, 3, 3, 4, 7, (1, 1), (1, 1)),  # 10 positions, 32 + 32 + 8 lanes
     (56, 640, 3, 3, 5, 6, (2, 1), (1, 2)),  # 4 positions, strided and dilated, 32 + 24
-    (64, 4096, 1, 1, 1, 3, (1, 1), (1, 1)),  # 3 positions, exactly 1 MB
+    (64, 4096, 1, 1, 1, 3, (1, 1), (1, 1)),  # 3 positions, 1 MB
     (40, 7000, 1, 1, 3, 4, (1, 1), (1, 1)),  # 12 positions, 32 + 8 lanes
 ]
 
@@ -220,21 +220,18 @@ def test_a_large_bias_is_added_after_the_sums(kernels, kind):
     assert np.abs(got - exact).max() <= np.spacing(np.float32(1024.0)) / 2 + 2e-6
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "avx2-large-model", "native"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_kernels_under_sanitizers(cc, isa, tmp_path):
     """Both convolution kernels, each x86-64 path of them this machine can
-    run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU; built
-    for a large model, TFRT_LARGE_MODEL, also the blocks for few positions
-    on small layers), on exactly sized heap buffers, under AddressSanitizer
-    and UndefinedBehaviorSanitizer, against a plain loop."""
+    run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU), on
+    exactly sized heap buffers, under AddressSanitizer and
+    UndefinedBehaviorSanitizer, against a plain loop."""
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
-    flags = x86_isa_flags(isa.removesuffix("-large-model"))
+    flags = x86_isa_flags(isa)
     if flags is None:
         pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
-    if isa.endswith("-large-model"):
-        flags = [*flags, "-DTFRT_LARGE_MODEL=1"]
     exe = tmp_path / "check"
     data = Path(__file__).parent / "data" / "kernels"
     _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
@@ -511,36 +508,6 @@ def test_streamed_model_through_the_so(conv_case, capsys):
     _verify(tmp, out, capsys)
     again = _build(tmp, "again")  # deterministic
     assert (out / "libck.a").read_bytes() == (again / "libck.a").read_bytes()
-
-
-def test_a_large_models_kernels_read_weights_as_from_memory(tmp_path, monkeypatch, capsys):
-    """A model over link.LARGE_MODEL_BYTES (made 0 here) compiles its kernels
-    with TFRT_LARGE_MODEL: on AVX2 its convolutions of 3 to 12 positions a
-    step (8, and 6 over 32 + 8 channels) take the blocks that read each
-    weight once, and the library still matches TensorFlow."""
-    import keras
-    from keras import layers as L
-
-    from tfaot.package import link
-
-    keras.utils.set_random_seed(5)
-    x = keras.Input((None, 10, 3), batch_size=1)
-    h = L.Conv2D(24, (3, 3), activation="relu")(x)
-    h = L.Conv2D(40, (2, 3))(h)
-    model = keras.Model(x, L.Dense(4)(L.Reshape((-1, 6 * 40))(h)))
-    model.save(tmp_path / "ck.keras")
-    monkeypatch.setattr(link, "LARGE_MODEL_BYTES", 0)
-    flags_seen = []
-    merge = link._merge_shim_source
-
-    def recording(target, toolchain, kernels, source, flags, *rest):
-        flags_seen.append(flags)
-        return merge(target, toolchain, kernels, source, flags, *rest)
-
-    monkeypatch.setattr(link, "_merge_shim_source", recording)
-    out = _build(tmp_path, "out")
-    assert any("-DTFRT_LARGE_MODEL=1" in flags for flags in flags_seen)
-    _verify(tmp_path, out, capsys)
 
 
 def test_half_width_weights_through_the_so(conv_case, capsys):

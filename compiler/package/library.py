@@ -37,21 +37,19 @@ def package(vm: emit_mod.VMProgram, sig: ProgramSignature, compiled: CompiledMod
     src.mkdir(parents=True, exist_ok=True)
     write_shim(src, target.shim_backend)
     toolchain = target.toolchain()
-    weights = api.weights_blob()
     kernels = None
     if target.has_kernel_object:
         kernels = src / f"{name}_kernels.o"
         rename_query_symbol(compiled.kernel_object, kernels, compiled.library_query,
                             api.query_symbol, toolchain, target.triple)
         if compiled.kernel_symbols:  # target.matvec_kernel == "tfaot" needs a toolchain
-            # (the kernel object holds the weights unless they are a file)
-            model_bytes = kernels.stat().st_size + len(weights or b"")
             add_micro_kernels(target, toolchain, kernels, compiled.kernel_symbols,
-                              workdir / "matvec", model_bytes)
+                              workdir / "matvec")
         if toolchain is not None:
             add_libm_shims(target, toolchain, kernels, name, workdir / "libm")
             non_executable_stack(toolchain, kernels, src)
 
+    weights = api.weights_blob()
     if weights:
         (out_dir / f"{name}.weights").write_bytes(weights)
     c_text = api.render_c()

@@ -83,21 +83,13 @@ def matvec_flags(target: Target, cc: str | None = None) -> list[str]:
     return ["-O3", cpu, *wide, *dtype]
 
 
-#: A model of more bytes than this (its kernel object and weights) is run
-#: with its weights read from memory or L3 on every step: no core's L2 keeps
-#: them from one step to the next (tfrt_matvec.c TFRT_LARGE_MODEL).
-LARGE_MODEL_BYTES = 2 << 20
-
-
 def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path,
-                      symbols: dict[str, str], workdir: Path, model_bytes: int = 0) -> None:
+                      symbols: dict[str, str], workdir: Path) -> None:
     """Compiles the micro-kernels ``{kind: symbol}`` and merges them into ``kernels``.
 
     The kernel object then defines what its matvec and convolution
     dispatches call: it stays one self-contained object, as for IREE's own
-    kernels. ``model_bytes``: the size of the model's kernel object and
-    weights, over LARGE_MODEL_BYTES the kernels' blocks for weights that
-    come from memory.
+    kernels.
     """
     if toolchain is None:
         raise TfaotError(f"package: tfaot's micro-kernels need the C toolchain of "
@@ -107,8 +99,6 @@ def add_micro_kernels(target: Target, toolchain: Toolchain | None, kernels: Path
     names = [f"-DTFRT_{kind.upper()}_FN={symbol}"
              for kind, symbol in sorted(with_wrapped_kernels(symbols).items())]
     flags = matvec_flags(target, toolchain.cc)
-    if model_bytes > LARGE_MODEL_BYTES:
-        flags.append("-DTFRT_LARGE_MODEL=1")
     if target.cpu_flag and target.cpu_flag not in flags:
         print(f"tfaot: warning: the C compiler ({toolchain.cc}) does not know --cpu "
               f"{target.cpu}: tfaot's micro-kernels are built for the baseline {target.arch}, "
