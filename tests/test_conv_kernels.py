@@ -115,6 +115,10 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     (16, 24, 1, 1, 8, 9, (1, 1), (1, 1)),  # 72 positions: 4 blocks and 8 more
     (8, 48, 1, 1, 7, 7, (1, 1), (1, 1)),  # 49: 3 blocks, the last 4 moved back
     (48, 6, 3, 3, 7, 8, (1, 1), (1, 1)),  # 32 + 16 lanes over 30 positions
+    # one position (x86-64, aarch64: two sums a lane)
+    (40, 64, 1, 3, 1, 3, (1, 1), (1, 1)),  # a Conv1D's frame, 32 + 8 lanes
+    (33, 20, 3, 3, 3, 5, (1, 2), (1, 2)),  # a 2-D patch, strided and dilated in width
+    (16, 7, 2, 2, 2, 2, (1, 1), (1, 1)),  # one tile of 16 lanes, odd runs
     # few positions, over 512 KB of weights (AVX2: all positions a chunk of rows at a time)
     (72, 512, 3, 3, 4, 7, (1, 1), (1, 1)),  # 10 positions, 32 + 32 + 8 lanes
     (56, 640, 3, 3, 5, 6, (2, 1), (1, 2)),  # 4 positions, strided and dilated, 32 + 24
@@ -243,7 +247,7 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
 
 #: the geometries of data/kernels/conv_check.c, and those it checks only
 #: hosted (their weights are more than its Cortex-M pool)
-CONV_CHECK_GEOMETRIES = 34
+CONV_CHECK_GEOMETRIES = 36
 CONV_CHECK_HOSTED = 2
 
 

@@ -134,6 +134,10 @@ int main(void) {
       /* (a scalar FPU's blocks: padding of 1 on one side only) */
       {24, 24, 3, 3, 4, 13, 0, 0, 1, 0, 1, 1, 1, 1, 1},
       {24, 24, 3, 3, 4, 9, 0, 0, 0, 1, 1, 1, 1, 1, 1},
+      /* one position (x86-64, aarch64: two sums a lane): a Conv1D's frame
+       * of 32 + 8 outputs; a 2-D patch, dilated in width, of 33 */
+      {40, 64, 1, 3, 1, 3, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {33, 20, 3, 3, 3, 5, 0, 0, 0, 0, 1, 2, 1, 2, 0},
 #ifndef CHECK_BARE_METAL /* (over 1 MB of weights: more than the pool) */
       /* few positions and weights no L2 holds (AVX2: all positions over a
        * chunk of rows at a time): 10 positions (a last block of 1) and
