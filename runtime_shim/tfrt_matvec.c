@@ -2006,8 +2006,8 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
 
 /* A layer of few output positions (3 to TFRT_AVX2_FEW_P: the last stages of
  * an image model) and weights no L2 cache holds (TFRT_AVX2_FEW_WEIGHTS and
- * up) reads its tiles' weights once, where the blocks above read
- * them again for every 6 positions and for each half of a tile. The
+ * up) reads its tiles' weights once, where the blocks above read them
+ * again for every 6 positions and for each half of a tile. The
  * positions go in blocks of 3 times the tile's 32 lanes (12 accumulators,
  * the weights read as FMA operands), all blocks over one chunk of the
  * tile's rows at a time (TFRT_AVX2_FEW_ROWS rows: 8 KB, in L1 for the
@@ -2018,9 +2018,9 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
  * are faster (a streamed frame's 5 to 12 positions, 64 to 256 channels:
  * 35-42 GMAC/s against these blocks' 27-32; 0.3 MB at 9 and 12
  * positions: 44-47 against 34-36), so a layer under 512 KB (Zen 3's L2)
- * keeps them. From 512
- * KB up the two are even with the weights cached (0.9 MB, 9 positions:
- * 33-35 GMAC/s both), and these are faster where they are not:
+ * keeps them. From 512 KB up the two are even with the weights cached
+ * (0.9 MB, 9 positions: 33-35 GMAC/s both), and these are faster where
+ * they are not:
  * EfficientNetV2B0's 9-position layers of 0.6-0.9 MB in the model (timed
  * per call) 16.6-17.9 -> 19.0-20.7 GMAC/s. Deciding by the whole model's
  * size instead (a model over 2 MB cannot keep its weights in L2 from one
