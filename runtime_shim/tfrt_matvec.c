@@ -1980,19 +1980,12 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
                 *x3 = at[3] + skip, *x4 = at[4] + skip, *x5 = at[5] + skip;
-    if (first)
-      for (size_t e = 0; e < run; e++) {
-        tfrt_prefetch_row(w + e * T, TFRT_PREFETCH_ROWS);
-        const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
-        TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
-        TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
-      }
-    else
-      for (size_t e = 0; e < run; e++) {
-        const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
-        TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
-        TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
-      }
+    for (size_t e = 0; e < run; e++) { /* (gcc -O3 unswitches the test of first) */
+      if (first) tfrt_prefetch_row(w + e * T, TFRT_PREFETCH_ROWS);
+      const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
+      TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
+      TFRT_AVX2_ROW(3) TFRT_AVX2_ROW(4) TFRT_AVX2_ROW(5)
+    }
   }
   /* the bias is added at the store (tfrt_conv_m8x2; post is padded to whole
    * tiles), read only now (tfrt_conv_avx2_8) */
