@@ -1980,7 +1980,7 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
     const size_t skip = TFRT_RUN_START(g, r);
     const float *x0 = at[0] + skip, *x1 = at[1] + skip, *x2 = at[2] + skip,
                 *x3 = at[3] + skip, *x4 = at[4] + skip, *x5 = at[5] + skip;
-    for (size_t e = 0; e < run; e++) { /* (gcc -O3 unswitches the test of first) */
+    for (size_t e = 0; e < run; e++) { /* (first: a predictable branch) */
       if (first) tfrt_prefetch_row(w + e * T, TFRT_PREFETCH_ROWS);
       const __m256 w0 = _mm256_loadu_ps(w + e * T), w1 = _mm256_loadu_ps(w + e * T + 8);
       TFRT_AVX2_ROW(0) TFRT_AVX2_ROW(1) TFRT_AVX2_ROW(2)
