@@ -19,7 +19,7 @@ runs). All four run one image per call, timed in turn in every repetition
 abs error against TensorFlow over ``--images`` random images is reported.
 
     .venv/bin/python bench/bench_images.py [--size 224] [--repeats 7]
-        [--images 10] [--models mobilenet_v3_small ... resnet50 efficientnet_v2_b0]
+        [--images 10] [--models mobilenet_v3_small ... efficientnet_v2_b0 efficientnet_b0]
 
 Needs the bench extra (ai-edge-litert); writes bench/results/images-*.json.
 """
@@ -67,6 +67,14 @@ def efficientnet_v2_b0(size: int):
     return keras.applications.EfficientNetV2B0(
         input_shape=(size, size, 3), weights=None, include_preprocessing=False,
         classifier_activation=None)
+
+
+def efficientnet_b0(size: int):
+    """EfficientNetB0: a swish after every convolution but the projections."""
+    import keras
+
+    return keras.applications.EfficientNetB0(input_shape=(size, size, 3), weights=None,
+                                             classifier_activation=None)
 
 
 def deeplab_small(size: int):
@@ -124,7 +132,7 @@ def unet_small(size: int):
 
 MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
           "deeplab_small": deeplab_small, "unet_small": unet_small, "resnet50": resnet50,
-          "efficientnet_v2_b0": efficientnet_v2_b0}
+          "efficientnet_v2_b0": efficientnet_v2_b0, "efficientnet_b0": efficientnet_b0}
 #: what a run measures unless --models says otherwise (ResNet50 and
 #: EfficientNetV2B0 take minutes to convert and build: on request)
 DEFAULT_MODELS = ["mobilenet_v3_small", "mobilenet_v2_035", "deeplab_small", "unet_small"]

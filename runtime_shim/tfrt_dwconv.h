@@ -179,9 +179,9 @@ TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
 static void tfrt_dwconv_avx2_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
                                   const float *w, float *y, size_t o0) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  /* the bias (post + 2) is added at the store: summed onto a large one (a
-   * batch norm's shift), each product was rounded at its scale */
-  const float *bias = g->post + 2 + o0;
+  /* the bias (post + TFRT_POST_BIAS) is added at the store: summed onto a
+   * large one (a batch norm's shift), each product was rounded at its scale */
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
          a30 = a00, a31 = a00;
   TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
@@ -201,9 +201,9 @@ static void tfrt_dwconv_avx2_inside(const struct tfrt_dwconv *g, const struct tf
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   const size_t step = g->sw * g->c, i0 = b->i0, i1 = b->i1;
   const float *x = b->xrow + (size_t)b->col * g->c + o0;
-  /* the bias (post + 2) is added at the store: summed onto a large one (a
-   * batch norm's shift), each product was rounded at its scale */
-  const float *bias = g->post + 2 + o0;
+  /* the bias (post + TFRT_POST_BIAS) is added at the store: summed onto a
+   * large one (a batch norm's shift), each product was rounded at its scale */
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
          a30 = a00, a31 = a00;
   for (size_t i = i0; i < i1; i++) {
@@ -258,11 +258,12 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block_avx2(
     }
   }
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
   for (size_t q = 0; q < P; q++)
     for (size_t v = 0; v < V; v++)
       _mm256_storeu_ps(y + q * n + o0 + 8 * v,
                        tfrt_clamp256(clamp, _mm256_add_ps(acc[q][v], _mm256_loadu_ps(
-                                                                      g->post + 2 + o0 + 8 * v))));
+                                                                      bias + 8 * v))));
 }
 
 /* One output row of those layers (at least 4 positions and 16 channels):
@@ -332,6 +333,7 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
   }
   TFRT_DW_TAPS_END
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
   TFRT_UNROLL
@@ -339,7 +341,7 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
       _mm512_mask_storeu_ps(
           y + q * n + o0 + 16 * v, m[v],
           tfrt_clamp512(clamp, _mm512_add_ps(acc[q][v], _mm512_maskz_loadu_ps(
-                                                            m[v], g->post + 2 + o0 + 16 * v))));
+                                                            m[v], bias + 16 * v))));
 }
 /* (the blocks tfrt_dwconv_positions calls, each its own function: inlined
  * into one, the depthwise layers of a DS-CNN took 15% longer) */
@@ -411,6 +413,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
     }
   }
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
     TFRT_UNROLL
@@ -418,7 +421,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
       _mm512_mask_storeu_ps(
           y + q * n + o0 + 16 * v, m[v],
           tfrt_clamp512(clamp, _mm512_add_ps(acc[q][v], _mm512_maskz_loadu_ps(
-                                                            m[v], g->post + 2 + o0 + 16 * v))));
+                                                            m[v], bias + 16 * v))));
 }
 
 /* One output row of tfrt_dw3_block's layers (depth multiplier 1, at least
@@ -491,7 +494,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const float bias = g->post[2 + o]; /* added at the end (tfrt_dwconv_avx2_edge) */
+  const float bias = g->post[TFRT_POST_BIAS + o]; /* added at the end (tfrt_dwconv_avx2_edge) */
   float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   const float *xi = b->xrow + o;
   const tfrt_weight *wi = w + b->i0 * 3 * n + o;
@@ -531,7 +534,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channels_mve(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const float *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const float32x4_t bias = vld1q_f32(g->post + 2 + o); /* added at the end */
+  const float32x4_t bias = vld1q_f32(g->post + TFRT_POST_BIAS + o); /* added at the end */
   float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
   const float *xi = b->xrow + o;
   const float *wi = w + b->i0 * 3 * n + o;
@@ -604,12 +607,15 @@ static inline __attribute__((always_inline)) struct tfrt_f2 tfrt_dw3h_clamp(stru
   if (hi <= FLT_MAX) a.lo = a.lo > hi ? hi : a.lo, a.hi = a.hi > hi ? hi : a.hi;
   return a;
 }
+/* (the activation before the rounding to halves: this block writes them) */
+#define TFRT_DW3H_ACT(a) (a).lo = tfrt_act(act, (a).lo), (a).hi = tfrt_act(act, (a).hi)
 static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
     const struct tfrt_dwconv *g, const uint16_t *xrow, size_t i0, size_t i1,
     const tfrt_weight *w, uint16_t *y, size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1,
     const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const struct tfrt_f2 bias = {g->post[2 + o], g->post[3 + o]}; /* added at the end */
+  const struct tfrt_f2 bias = {g->post[TFRT_POST_BIAS + o],
+                               g->post[TFRT_POST_BIAS + 1 + o]}; /* added at the end */
   struct tfrt_f2 a0 = {0.0f, 0.0f}, a1 = a0, a2 = a0, a3 = a0;
   const uint16_t *xi = xrow + o;
   const tfrt_weight *wi = w + i0 * 3 * n + o;
@@ -622,14 +628,17 @@ static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
   a0.lo += bias.lo, a0.hi += bias.hi, a1.lo += bias.lo, a1.hi += bias.hi;
   a2.lo += bias.lo, a2.hi += bias.hi, a3.lo += bias.lo, a3.hi += bias.hi;
   const float lo = g->post[0], hi = g->post[1];
+  const int act = tfrt_act_of(g->post);
   a0 = tfrt_dw3h_clamp(a0, lo, hi), a1 = tfrt_dw3h_clamp(a1, lo, hi);
   a2 = tfrt_dw3h_clamp(a2, lo, hi), a3 = tfrt_dw3h_clamp(a3, lo, hi);
+  if (act) TFRT_DW3H_ACT(a0), TFRT_DW3H_ACT(a1), TFRT_DW3H_ACT(a2), TFRT_DW3H_ACT(a3);
   tfrt_h_put_word(y + o, tfrt_f2h2(a0.lo, a0.hi));
   tfrt_h_put_word(y + n + o, tfrt_f2h2(a1.lo, a1.hi));
   tfrt_h_put_word(y + 2 * n + o, tfrt_f2h2(a2.lo, a2.hi));
   tfrt_h_put_word(y + 3 * n + o, tfrt_f2h2(a3.lo, a3.hi));
 }
 #undef TFRT_DW3H_MAC
+#undef TFRT_DW3H_ACT
 #undef TFRT_DW3H_X
 #define TFRT_DW3H_CHANNELS(k0, k1, edge)                                                \
   for (size_t o = 0; o < g->n; o += 2)                                                  \

@@ -48,6 +48,7 @@ void TFRT_CONV16_FN(const tfrt_weight *w, size_t w_offset, const uint16_t *x, si
   for (size_t oy = 0; oy < oh; oy++) {
     tfrt_h_strip(strip, x, oy * sh, dh, kh, iw * c);
     TFRT_CONV_FN(w, w_offset, strip, 0, out, 0, post, n, c, kh, kw, iw, 1, ow, 1, sw, 1, dw);
+    tfrt_act_pass(tfrt_act_of(post), out, ow * n); /* (before the rounding) */
     tfrt_h_store(y + oy * ow * n, out, ow * n);
   }
 }
@@ -73,7 +74,7 @@ static void tfrt_dwh_row_one(const tfrt_weight *w, const uint16_t *x, uint16_t *
           TFRT_MAC(acc, TFRT_W(w[(i * kw + j) * n + o]),
                    tfrt_h2f(x[(xr * iw + (size_t)ix) * c + o / mult]));
         }
-      y[ox * n + o] = tfrt_f2h(tfrt_post(post, o, acc));
+      y[ox * n + o] = tfrt_f2h(tfrt_act(tfrt_act_of(post), tfrt_post(post, o, acc)));
     }
 }
 
@@ -113,6 +114,7 @@ void TFRT_DWCONV16_FN(const tfrt_weight *w, size_t w_offset, const uint16_t *x,
       tfrt_h_strip(rows, x, first, dh, i1 - i0, iw * c);
       TFRT_DWCONV_FN(w, i0 * kw * n, rows, 0, out, 0, post, n, c, i1 - i0, kw, i1 - i0, iw, 0,
                      left, 1, ow, 1, sw, 1, dw);
+      tfrt_act_pass(tfrt_act_of(post), out, ow * n);
       tfrt_h_store(y, out, ow * n);
     } else {
       tfrt_dwh_row_one(w, x, y, post, n, c, kw, iw, left, ow, sw, dh, dw, at, i0, i1);
@@ -176,6 +178,7 @@ void TFRT_QCONV16_FN(const int8_t *w, size_t w_offset, const uint16_t *x, size_t
                      size_t dw) {
   float *row = tfrt_h_scratch(s, s_offset);
   int8_t *xq = (int8_t *)(void *)(row + (ow * n + 3) / 4 * 4);
+  const int act = tfrt_act_of(post);
   x += x_offset;
   y += y_offset;
   if (kh == 1 && kw == 1) { /* a scale per pixel (tfrt_qconv.h) */
@@ -183,6 +186,7 @@ void TFRT_QCONV16_FN(const int8_t *w, size_t w_offset, const uint16_t *x, size_t
         tfrt_q_call_of(w + w_offset, row, post, NULL, n, c, 1, 1, iw, ow, sh, sw, dh, dw);
     for (size_t oy = 0; oy < oh; oy++) {
       tfrt_q_pointwise(&call, x, tfrt_q_pixel16, xq, oy * ow, (oy + 1) * ow);
+      tfrt_act_pass(act, row, ow * n);
       tfrt_h_store(y + oy * ow * n, row, ow * n);
     }
     return;
@@ -196,6 +200,7 @@ void TFRT_QCONV16_FN(const int8_t *w, size_t w_offset, const uint16_t *x, size_t
       tfrt_q_call_of(w + w_offset, row, post, &x_scale, n, c, kh, kw, iw, ow, sh, sw, dh, dw);
   for (size_t oy = 0; oy < oh; oy++) {
     tfrt_q_range(call.wq, call.k4, xq, &call.g, oy * ow, (oy + 1) * ow, call.o);
+    tfrt_act_pass(act, row, ow * n);
     tfrt_h_store(y + oy * ow * n, row, ow * n);
   }
 }

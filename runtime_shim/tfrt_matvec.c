@@ -1644,23 +1644,71 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 #endif /* TFRT_MATVEC_INT8 */
 #endif /* TFRT_MATVEC_FN || TFRT_MATMUL_FN || TFRT_QCONV_FN */
 
-#if defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN)
+#if defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
+    defined(TFRT_ACT_FN)
 /* The convolutions' epilogue: what followed the convolution in the model
- * and the build folded into its stores (microkernel.py Epilogue: a bias, a
- * batch norm's shift, a ReLU or ReLU6; a scale went into the weights).
- * post is [lo, hi, bias[0..ceil(n/32)*32)] (zeros past n, so that a whole
- * tile's bias can be loaded): each output is min(max(y + bias[o], lo), hi),
- * lo = -inf and hi = +inf where there was no clamp. The vector blocks
- * start their sums at the bias and clamp only on the sides that have a
- * bound (an epilogue at every store cost 5% of a 64-channel pointwise
- * layer). A NaN stays NaN. */
+ * and the build folded into the kernel (conv_epilogue.py Epilogue: a bias,
+ * a batch norm's shift, a ReLU or ReLU6 into its stores, a swish or hard
+ * swish into a pass after it, tfrt_act_pass; a scale went into the weights).
+ * post is [lo, hi, act, 0, bias[0..ceil(n/32)*32)] (zeros past n, so that
+ * a whole tile's bias can be loaded): each output is act(min(max(y +
+ * bias[o], lo), hi)), lo = -inf and hi = +inf where there was no clamp,
+ * act one of TFRT_ACT_*. The vector blocks start their sums at the bias
+ * and clamp only on the sides that have a bound (an epilogue at every
+ * store cost 5% of a 64-channel pointwise layer). A NaN stays NaN. */
+enum { TFRT_POST_BIAS = 4 };
+/* The activations, as the build writes them into post[2] (each was a pass
+ * of IREE's over the feature map: EfficientNet's swish, MobileNetV3's hard
+ * swish) */
+enum { TFRT_ACT_NONE = 0, TFRT_ACT_SWISH = 1, TFRT_ACT_HARD_SWISH = 2 };
+
+TFRT_UNUSED static inline int tfrt_act_of(const float *post) { return (int)post[2]; }
+
 TFRT_UNUSED static inline float tfrt_clamp_to(float lo, float hi, float v) {
   v = v < lo ? lo : v;
   return v > hi ? hi : v;
 }
 
+/* e^z as compiler/lower/activations.py writes it out for IREE (the same
+ * polynomial and steps; its docstring has the derivation and the error,
+ * 1.1e-7 relative for the logistic): z clamped to [-87, 87], n = round(z
+ * / ln 2) by adding and subtracting 1.5 * 2^23, r = z - n ln 2 in two
+ * parts, e^r = 1 + r + r^2 q(r), 2^n from the sum's low bits shifted into
+ * the exponent field. No libm call (a Cortex-M4's expf is a newlib
+ * routine) and the same steps as the vector forms below. */
+#define TFRT_EXP_LOG2E 1.44269504f
+#define TFRT_EXP_ROUNDER 12582912.0f
+#define TFRT_EXP_LN2_HI 0.693359375f
+#define TFRT_EXP_LN2_LO (-2.12194440e-4f)
+#define TFRT_EXP_C0 1.381461275741458e-3f
+#define TFRT_EXP_C1 8.368710055947304e-3f
+#define TFRT_EXP_C2 4.166838899254799e-2f
+#define TFRT_EXP_C3 1.666652113199234e-1f
+#define TFRT_EXP_C4 4.999999403953552e-1f
+#define TFRT_EXP_ONE_BITS 0x3F800000u /* 1.0f: 2^n is 1.0f's bits plus n << 23 */
+TFRT_UNUSED static inline float tfrt_exp(float z) {
+  z = z < -87.0f ? -87.0f : z > 87.0f ? 87.0f : z;
+  union { float f; uint32_t u; } k = {z * TFRT_EXP_LOG2E + TFRT_EXP_ROUNDER}, two_n;
+  const float n = k.f - TFRT_EXP_ROUNDER;
+  const float r = (z - n * TFRT_EXP_LN2_HI) - n * TFRT_EXP_LN2_LO;
+  const float q = (((TFRT_EXP_C0 * r + TFRT_EXP_C1) * r + TFRT_EXP_C2) * r + TFRT_EXP_C3) * r +
+                  TFRT_EXP_C4;
+  two_n.u = (k.u << 23) + TFRT_EXP_ONE_BITS;
+  return two_n.f + two_n.f * (r + r * r * q);
+}
+
+/* swish(v) = v * logistic(v) = v / (1 + e^-v); hard swish(v) = v *
+ * (relu6(v + 3) * (1/6)), in the order TensorFlow's graph computes it
+ * (Keras' hard_silu: the division by 6 is a multiplication by 1/6 there) */
+TFRT_UNUSED static inline float tfrt_act(int act, float v) {
+  if (act == TFRT_ACT_SWISH) return v / (1.0f + tfrt_exp(-v));
+  if (act == TFRT_ACT_HARD_SWISH) return v * (tfrt_clamp_to(0.0f, 6.0f, v + 3.0f) * (1.0f / 6.0f));
+  return v;
+}
+
+/* the bias and the clamp of output o (the activation: tfrt_act_pass) */
 TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) {
-  return tfrt_clamp_to(post[0], post[1], v + post[2 + o]);
+  return tfrt_clamp_to(post[0], post[1], v + post[TFRT_POST_BIAS + o]);
 }
 
 /* A convolution's geometry g (struct tfrt_conv or tfrt_qconv: c, kw, iw,
@@ -1714,11 +1762,75 @@ static inline struct tfrt_clamp tfrt_clamp_of(const float *post) {
 #define TFRT_UNROLL _Pragma("GCC unroll 16")
 #endif
 #endif
+#if defined(TFRT_AVX512_F32) && \
+    (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
+     defined(TFRT_ACT_FN))
+/* tfrt_exp and tfrt_act, 16 lanes */
+TFRT_UNUSED static inline __m512 tfrt_exp512(__m512 z) {
+  z = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), z));
+  const __m512 k = _mm512_fmadd_ps(z, _mm512_set1_ps(TFRT_EXP_LOG2E),
+                                   _mm512_set1_ps(TFRT_EXP_ROUNDER));
+  const __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(TFRT_EXP_ROUNDER));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TFRT_EXP_LN2_HI), z);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TFRT_EXP_LN2_LO), r);
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(TFRT_EXP_C0), r, _mm512_set1_ps(TFRT_EXP_C1));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C2));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C3));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C4));
+  const __m512 m = _mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r);
+  const __m512 two_n = _mm512_castsi512_ps(_mm512_add_epi32(
+      _mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(TFRT_EXP_ONE_BITS)));
+  return _mm512_fmadd_ps(two_n, m, two_n);
+}
+TFRT_UNUSED static inline __m512 tfrt_act512(int act, __m512 v) {
+  if (act == TFRT_ACT_SWISH)
+    return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f),
+                                          tfrt_exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+  if (act == TFRT_ACT_HARD_SWISH) {
+    const __m512 t = _mm512_add_ps(v, _mm512_set1_ps(3.0f)); /* a NaN stays */
+    const __m512 relu6 = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_setzero_ps(), t));
+    return _mm512_mul_ps(v, _mm512_mul_ps(relu6, _mm512_set1_ps(1.0f / 6.0f)));
+  }
+  return v;
+}
+#endif
 #if defined(TFRT_AVX512_F32) && (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 /* (vmaxps/vminps return their second operand when one is NaN) */
 static inline __m512 tfrt_clamp512(struct tfrt_clamp c, __m512 v) {
   if (c.lower) v = _mm512_max_ps(_mm512_set1_ps(c.lo), v);
   if (c.upper) v = _mm512_min_ps(_mm512_set1_ps(c.hi), v);
+  return v;
+}
+#endif
+#if defined(TFRT_AVX2_F32) && \
+    (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
+     defined(TFRT_ACT_FN))
+/* tfrt_exp and tfrt_act, 8 lanes */
+TFRT_UNUSED static inline __m256 tfrt_exp256(__m256 z) {
+  z = _mm256_min_ps(_mm256_set1_ps(87.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), z));
+  const __m256 k = _mm256_fmadd_ps(z, _mm256_set1_ps(TFRT_EXP_LOG2E),
+                                   _mm256_set1_ps(TFRT_EXP_ROUNDER));
+  const __m256 n = _mm256_sub_ps(k, _mm256_set1_ps(TFRT_EXP_ROUNDER));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(TFRT_EXP_LN2_HI), z);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(TFRT_EXP_LN2_LO), r);
+  __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(TFRT_EXP_C0), r, _mm256_set1_ps(TFRT_EXP_C1));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C2));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C3));
+  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C4));
+  const __m256 m = _mm256_fmadd_ps(_mm256_mul_ps(r, r), q, r);
+  const __m256 two_n = _mm256_castsi256_ps(_mm256_add_epi32(
+      _mm256_slli_epi32(_mm256_castps_si256(k), 23), _mm256_set1_epi32(TFRT_EXP_ONE_BITS)));
+  return _mm256_fmadd_ps(two_n, m, two_n);
+}
+TFRT_UNUSED static inline __m256 tfrt_act256(int act, __m256 v) {
+  if (act == TFRT_ACT_SWISH)
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                          tfrt_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v))));
+  if (act == TFRT_ACT_HARD_SWISH) {
+    const __m256 t = _mm256_add_ps(v, _mm256_set1_ps(3.0f)); /* a NaN stays */
+    const __m256 relu6 = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), t));
+    return _mm256_mul_ps(v, _mm256_mul_ps(relu6, _mm256_set1_ps(1.0f / 6.0f)));
+  }
   return v;
 }
 #endif
@@ -1756,6 +1868,76 @@ static inline void tfrt_store_lanes256(float *y, __m256 v, size_t lanes) {
     part = _mm_movehl_ps(part, part), y += 2;
   }
   if (lanes & 1) _mm_store_ss(y, part);
+}
+#endif
+
+#if defined(__aarch64__) && \
+    (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
+     defined(TFRT_ACT_FN))
+#include <arm_neon.h>
+/* tfrt_exp and tfrt_act, 4 lanes (aarch64: FMAX and FMIN keep a NaN) */
+TFRT_UNUSED static inline float32x4_t tfrt_exp128(float32x4_t z) {
+  z = vminq_f32(vdupq_n_f32(87.0f), vmaxq_f32(vdupq_n_f32(-87.0f), z));
+  const float32x4_t k = vfmaq_f32(vdupq_n_f32(TFRT_EXP_ROUNDER), z, vdupq_n_f32(TFRT_EXP_LOG2E));
+  const float32x4_t n = vsubq_f32(k, vdupq_n_f32(TFRT_EXP_ROUNDER));
+  float32x4_t r = vfmsq_f32(z, n, vdupq_n_f32(TFRT_EXP_LN2_HI));
+  r = vfmsq_f32(r, n, vdupq_n_f32(TFRT_EXP_LN2_LO));
+  float32x4_t q = vfmaq_f32(vdupq_n_f32(TFRT_EXP_C1), vdupq_n_f32(TFRT_EXP_C0), r);
+  q = vfmaq_f32(vdupq_n_f32(TFRT_EXP_C2), q, r);
+  q = vfmaq_f32(vdupq_n_f32(TFRT_EXP_C3), q, r);
+  q = vfmaq_f32(vdupq_n_f32(TFRT_EXP_C4), q, r);
+  const float32x4_t m = vfmaq_f32(r, vmulq_f32(r, r), q);
+  const float32x4_t two_n = vreinterpretq_f32_u32(vaddq_u32(
+      vshlq_n_u32(vreinterpretq_u32_f32(k), 23), vdupq_n_u32(TFRT_EXP_ONE_BITS)));
+  return vfmaq_f32(two_n, two_n, m);
+}
+TFRT_UNUSED static inline float32x4_t tfrt_act128(int act, float32x4_t v) {
+  if (act == TFRT_ACT_SWISH)
+    return vdivq_f32(v, vaddq_f32(vdupq_n_f32(1.0f), tfrt_exp128(vnegq_f32(v))));
+  if (act == TFRT_ACT_HARD_SWISH) {
+    const float32x4_t t = vaddq_f32(v, vdupq_n_f32(3.0f));
+    const float32x4_t relu6 = vminq_f32(vdupq_n_f32(6.0f), vmaxq_f32(vdupq_n_f32(0.0f), t));
+    return vmulq_f32(v, vmulq_f32(relu6, vdupq_n_f32(1.0f / 6.0f)));
+  }
+  return v;
+}
+#endif
+
+#if defined(TFRT_ACT_FN) || defined(TFRT_CONV16_FN) || defined(TFRT_DWCONV16_FN) || \
+    defined(TFRT_QCONV16_FN)
+/* The epilogue's activation act (TFRT_ACT_*) over count outputs at y: a
+ * pass of its own after the convolution's, which the dispatch calls where
+ * the convolution has one (TFRT_ACT_FN; kernel_dispatch.py), and the
+ * kernels on f16 images on each row before they round it. Computed in the
+ * blocks' stores instead, the swish cost more than this pass and more than
+ * IREE's own pass over the feature map: on a Zen 3 class EPYC (AVX2) a
+ * pointwise 16 -> 96 layer at 80 x 80 took 0.58 ns an output more with a
+ * swish in its stores, 0.38 with this pass (IREE's pass after that layer
+ * in EfficientNetB0: 0.65), the blocks' accumulators leaving the
+ * exponential's long chains too few registers; a depthwise 3 x 3 over 96
+ * channels 0.73 more in its stores, 0.40 with this pass. A pass in the
+ * convolution kernels themselves cost a Cortex-M4's DS-CNN, which has
+ * none, 16 and 64 bytes more of their stack frames. */
+TFRT_UNUSED static void tfrt_act_pass(int act, float *y, size_t count) {
+  if (act == TFRT_ACT_NONE) return;
+  size_t i = 0;
+#if defined(TFRT_AVX512_F32)
+  for (; i + 16 <= count; i += 16)
+    _mm512_storeu_ps(y + i, tfrt_act512(act, _mm512_loadu_ps(y + i)));
+#elif defined(TFRT_AVX2_F32)
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(y + i, tfrt_act256(act, _mm256_loadu_ps(y + i)));
+#elif defined(__aarch64__)
+  for (; i + 4 <= count; i += 4) vst1q_f32(y + i, tfrt_act128(act, vld1q_f32(y + i)));
+#endif
+  for (; i < count; i++) y[i] = tfrt_act(act, y[i]);
+}
+#endif
+
+#ifdef TFRT_ACT_FN
+void TFRT_ACT_FN(float *y, size_t y_offset, size_t count, size_t act);
+void TFRT_ACT_FN(float *y, size_t y_offset, size_t count, size_t act) {
+  tfrt_act_pass((int)act, y + y_offset, count);
 }
 #endif
 
@@ -1885,7 +2067,7 @@ static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const floa
    * large bias (a batch norm's shift), each product rounded at the bias's
    * scale (a conv + batch norm 2.5x TensorFlow's error). Read now: y might
    * alias post. */
-  const float *bias = g->post + 2 + t;
+  const float *bias = g->post + TFRT_POST_BIAS + t;
   const float b0 = bias[0], b1 = bias[1], b2 = bias[2], b3 = bias[3], b4 = bias[4],
               b5 = bias[5], b6 = bias[6], b7 = bias[7];
   float s00 = 0, s01 = 0, s02 = 0, s03 = 0, s04 = 0, s05 = 0, s06 = 0, s07 = 0;
@@ -1991,7 +2173,8 @@ static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const floa
    * tiles), read only now (tfrt_conv_avx2_8) */
   const float *post = tfrt_after_sums(g->post);
   const struct tfrt_clamp clamp = tfrt_clamp_of(post);
-  const __m256 bias0 = _mm256_loadu_ps(post + 2 + t), bias1 = _mm256_loadu_ps(post + 10 + t);
+  const __m256 bias0 = _mm256_loadu_ps(post + TFRT_POST_BIAS + t),
+               bias1 = _mm256_loadu_ps(post + TFRT_POST_BIAS + 8 + t);
   const size_t lanes = g->n - t < 16 ? g->n - t : 16;
   TFRT_AVX2_STORE(0) TFRT_AVX2_STORE(1) TFRT_AVX2_STORE(2)
   TFRT_AVX2_STORE(3) TFRT_AVX2_STORE(4) TFRT_AVX2_STORE(5)
@@ -2073,7 +2256,8 @@ static void tfrt_conv_avx2_few(const struct tfrt_conv *g, const float *w, const 
   /* the epilogue read before any store (y might alias post) */
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   __m256 bias[4];
-  for (size_t v = 0; v < 4; v++) bias[v] = _mm256_loadu_ps(g->post + 2 + t + 8 * v);
+  for (size_t v = 0; v < 4; v++)
+    bias[v] = _mm256_loadu_ps(g->post + TFRT_POST_BIAS + t + 8 * v);
   const size_t lanes = g->n - t < T ? g->n - t : T;
   for (size_t p = 0; p < positions; p++)
     for (size_t v = 0; v < 4 && 8 * v < lanes; v++) {
@@ -2120,7 +2304,7 @@ static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const fl
   }
   const float *post = tfrt_after_sums(g->post);
   const struct tfrt_clamp clamp = tfrt_clamp_of(post);
-  const __m256 bias = _mm256_loadu_ps(post + 2 + t); /* added at the store */
+  const __m256 bias = _mm256_loadu_ps(post + TFRT_POST_BIAS + t); /* added at the store */
   const size_t lanes = g->n - t;
   TFRT_AVX2_STORE8(0) TFRT_AVX2_STORE8(1) TFRT_AVX2_STORE8(2) TFRT_AVX2_STORE8(3)
   TFRT_AVX2_STORE8(4) TFRT_AVX2_STORE8(5) TFRT_AVX2_STORE8(6) TFRT_AVX2_STORE8(7)
@@ -2173,7 +2357,8 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
     if (++ox == g->ow) ox = 0, oy++;
   }
   /* the bias is added at the store (tfrt_conv_m8x2; post is padded to whole tiles) */
-  const __m512 bias0 = _mm512_loadu_ps(g->post + 2 + t), bias1 = _mm512_loadu_ps(g->post + 18 + t);
+  const __m512 bias0 = _mm512_loadu_ps(g->post + TFRT_POST_BIAS + t),
+               bias1 = _mm512_loadu_ps(g->post + TFRT_POST_BIAS + 16 + t);
   __m512 a0[TFRT_CONV512_P], a1[TFRT_CONV512_P];
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++) a0[q] = _mm512_setzero_ps(), a1[q] = _mm512_setzero_ps();
@@ -2225,7 +2410,8 @@ static void tfrt_conv512_wide(const struct tfrt_conv *g, const float *w, const f
   }
   __m512 acc[P][4], bias[4]; /* the bias is added at the store (tfrt_conv_m8x2) */
   TFRT_UNROLL
-  for (size_t v = 0; v < 4; v++) bias[v] = _mm512_loadu_ps(g->post + 2 + t + 16 * v);
+  for (size_t v = 0; v < 4; v++)
+    bias[v] = _mm512_loadu_ps(g->post + TFRT_POST_BIAS + t + 16 * v);
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++)
     TFRT_UNROLL
@@ -2299,7 +2485,7 @@ static inline __attribute__((always_inline)) void tfrt_conv512_half(
     at[q] = x + (oy * g->sh * g->iw + ox * g->sw) * g->c;
     if (++ox == g->ow) ox = 0, oy++;
   }
-  const __m512 bias = _mm512_loadu_ps(g->post + 2 + t); /* added at the store */
+  const __m512 bias = _mm512_loadu_ps(g->post + TFRT_POST_BIAS + t); /* added at the store */
   __m512 a[TFRT_CONV512_HALF_P];
   TFRT_UNROLL
   for (size_t q = 0; q < P; q++) a[q] = _mm512_setzero_ps();

@@ -114,7 +114,7 @@ static inline void tfrt_q_store512(const struct tfrt_q_out *o, size_t q, __m512i
         _mm512_loadu_si512((const void *)(o->wsum + o->t + 16 * h)), 7);
     __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums[h], offset));
     v = _mm512_mul_ps(_mm512_mul_ps(v, xs), _mm512_loadu_ps(o->row_scale + o->t + 16 * h));
-    v = _mm512_add_ps(v, _mm512_loadu_ps(o->post + 2 + o->t + 16 * h));
+    v = _mm512_add_ps(v, _mm512_loadu_ps(o->post + TFRT_POST_BIAS + o->t + 16 * h));
     /* (max and min return v where it is NaN) */
     v = _mm512_min_ps(_mm512_set1_ps(o->post[1]), _mm512_max_ps(_mm512_set1_ps(o->post[0]), v));
     _mm512_mask_storeu_ps(yq + 16 * h, mask, v);
@@ -242,7 +242,7 @@ static void tfrt_q_finish(const struct tfrt_q_out *o, size_t q, size_t t, size_t
   const float lo = o->post[0], hi = o->post[1], x_scale = tfrt_q_xs(o, q);
   const int lower = lo >= -FLT_MAX, upper = hi <= FLT_MAX;
   for (size_t l = 0; l < lanes; l++) {
-    float v = sums[l] * x_scale * o->row_scale[t + l] + o->post[2 + t + l];
+    float v = sums[l] * x_scale * o->row_scale[t + l] + o->post[TFRT_POST_BIAS + t + l];
     if (lower) v = v < lo ? lo : v;
     if (upper) v = v > hi ? hi : v;
     y[l] = v;

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import toolchains
-from tfaot.lower import microkernel, weight_packing
+from tfaot.lower import conv_epilogue, microkernel, weight_packing
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
@@ -41,7 +41,7 @@ def kernels(request, tmp_path_factory):
         lib = tmp_path_factory.mktemp(f"k_{cc}") / f"k_{dtype}.so"
         _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
               *matvec_flags(make_target("cpu", weights_dtype=dtype)),
-              "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv",
+              "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_ACT_FN=act",
               shim_dir() / "tfrt_matvec.c", "-o", lib])
         libs[dtype] = ctypes.CDLL(str(lib))
     return libs
@@ -65,12 +65,13 @@ def _reference(x, filters, stride, dilation, groups):
     return y
 
 
-def _post(n, bias=None, lo=-np.inf, hi=np.inf):
-    """The kernels' epilogue array (tfrt_post): [lo, hi, bias padded to tiles]."""
-    post = np.zeros(2 + -(-n // weight_packing.TILE) * weight_packing.TILE, np.float32)
-    post[:2] = lo, hi
+def _post(n, bias=None, lo=-np.inf, hi=np.inf, act="none"):
+    """The kernels' epilogue array (tfrt_post): [lo, hi, act, 0, bias padded
+    to tiles]."""
+    post = np.zeros(4 + -(-n // weight_packing.TILE) * weight_packing.TILE, np.float32)
+    post[:3] = lo, hi, conv_epilogue.ACTIVATIONS[act]
     if bias is not None:
-        post[2:2 + n] = bias
+        post[4:4 + n] = bias
     return post
 
 
@@ -203,6 +204,44 @@ def test_epilogue_bias_and_clamp(kernels, kind):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
+#: geometries (n, c, kh, kw, ih, iw) that take each path of the f32 conv
+#: kernel: AVX2's 6 x 16 blocks and 8-lane blocks, AVX-512's half tiles,
+#: one position, few positions over 512 KB of weights, the C blocks' tail
+ACTIVATION_CONVS = [(40, 40, 3, 3, 6, 17), (24, 16, 1, 1, 5, 7), (8, 48, 1, 1, 7, 7),
+                    (40, 64, 1, 3, 1, 3), (72, 512, 3, 3, 4, 7), (20, 8, 2, 2, 3, 3)]
+
+
+@pytest.mark.parametrize("act", ["swish", "hard_swish"])
+@pytest.mark.parametrize("kind, geometry", [("conv", g) for g in ACTIVATION_CONVS]
+                         + [("dwconv", (40, 40, 3, 3, 6, 17)), ("dwconv", (300, 300, 3, 3, 4, 9))],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_epilogue_activation(kernels, kind, geometry, act):
+    """A swish or hard swish after the bias (and a clamp: ReLU6 at most,
+    here no lower bound), by the act kernel after the convolution's, as
+    TensorFlow computes them, over outputs from -100 to 100 (past the
+    exponential's clamp at 87) and NaN."""
+    n, c, kh, kw, ih, iw = geometry
+    rng = np.random.default_rng(n + c)
+    cg = c if kind == "conv" else 1
+    filters = (rng.standard_normal((kh, kw, cg, n)) * 3 / np.sqrt(kh * kw * cg)).astype(np.float32)
+    x = rng.standard_normal((ih, iw, c)).astype(np.float32)
+    x[0, 1, 0] = np.nan
+    bias = rng.standard_normal(n).astype(np.float32)
+    bias[:4] = [-100.0, 100.0, -90.0, 90.0]
+    post = _post(n, bias, hi=6.0 if n % 2 else np.inf, act=act)
+    want = _reference(x.astype(np.float64), filters.astype(np.float64), (1, 1), (1, 1),
+                      1 if kind == "conv" else c) + bias
+    want = conv_epilogue.activation(conv_epilogue.ACTIVATIONS[act],
+                                    np.where(np.isnan(want), np.nan, np.minimum(want, post[1])))
+    got = _call_kind(kernels, kind, filters, x, want.shape[:2], post)
+    # the act kernel after the convolution, as the dispatch calls it
+    act_kernel = kernels["f32"].act
+    act_kernel.argtypes = [ctypes.c_void_p] + [ctypes.c_size_t] * 3
+    act_kernel(got.ctypes.data, 0, got.size, conv_epilogue.ACTIVATIONS[act])
+    assert np.isnan(got).sum() == np.isnan(want).sum() > 0
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["conv", "dwconv"])
 def test_a_large_bias_is_added_after_the_sums(kernels, kind):
     """A batch norm's shift folded in as the bias can be far larger than the
@@ -240,11 +279,23 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
     data = Path(__file__).parent / "data" / "kernels"
     _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-          "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", data / "conv_check.c",
+          *CONV_CHECK_KERNELS, data / "conv_check.c",
           shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
     assert _run([exe]).stdout.strip() == f"ok {CONV_CHECK_GEOMETRIES + CONV_CHECK_HOSTED}"
 
 
+def test_aarch64_kernels_match_the_loop(tmp_path):
+    """data/kernels/conv_check.c built for aarch64 (NEON: the blocks gcc
+    vectorizes, the activations' 4-lane pass) under qemu-aarch64."""
+    proc = toolchains.run_kernel_check_aarch64(
+        Path(__file__).parent / "data" / "kernels" / "conv_check.c",
+        CONV_CHECK_KERNELS, "armv8-a", "fdiv\tv", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == f"ok {CONV_CHECK_GEOMETRIES + CONV_CHECK_HOSTED}", proc.stdout
+
+
+#: the kernels data/kernels/conv_check.c calls
+CONV_CHECK_KERNELS = ["-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_ACT_FN=act"]
 #: the geometries of data/kernels/conv_check.c, and those it checks only
 #: hosted (their weights are more than its Cortex-M pool)
 CONV_CHECK_GEOMETRIES = 36
@@ -261,7 +312,7 @@ def test_cortex_m_kernels_match_the_loop(cpu, tmp_path):
     from test_weights_int8 import _cortex_m_image, _run_cortex_m
 
     toolchains.require("arm-none-eabi-gcc", "qemu-system-arm")
-    image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv"],
+    image = _cortex_m_image(cpu, tmp_path, CONV_CHECK_KERNELS,
                             driver=Path(__file__).parent / "data" / "kernels" / "conv_check.c")
     proc = _run_cortex_m(cpu, image)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -381,9 +432,9 @@ def test_rewrite_folds_padding_and_epilogue_into_the_kernel():
     for op in ("stablehlo.pad", "stablehlo.add", "stablehlo.multiply", "stablehlo.clamp"):
         assert op not in new, op
     post = _post_of(new)
-    assert list(post[:2]) == [0.0, 6.0]
-    np.testing.assert_allclose(post[2:42], np.arange(40) / 10 * 0.5, rtol=1e-6)
-    assert not post[42:].any() and len(post) == 2 + 64  # padded to whole tiles
+    assert list(post[:4]) == [0.0, 6.0, 0.0, 0.0]  # no activation
+    np.testing.assert_allclose(post[4:44], np.arange(40) / 10 * 0.5, rtol=1e-6)
+    assert not post[44:].any() and len(post) == 4 + 64  # padded to whole tiles
 
 
 @pytest.mark.parametrize("after, left", [
@@ -406,6 +457,54 @@ def test_rewrite_keeps_an_output_used_twice():
         _epilogue_module("%z = stablehlo.add %y, %b : tensor<1x4x4x40xf32>", extra_use=True),
         "m")
     assert count == 1 and "stablehlo.add" in new and not _post_of(new)[2:].any()
+
+
+#: an activation after the epilogue's bias, as the import writes Keras'
+#: swish (and silu) and hard_swish (and MobileNetV3's hard_swish)
+SWISH = """%a = stablehlo.add %y, %b : tensor<1x4x4x40xf32>
+    %s = stablehlo.logistic %a : tensor<1x4x4x40xf32>
+    %z = stablehlo.multiply %a, %s : tensor<1x4x4x40xf32>"""
+HARD_SWISH = """%a = stablehlo.add %y, %b : tensor<1x4x4x40xf32>
+    %three = stablehlo.constant dense<3.000000e+00> : tensor<1x4x4x40xf32>
+    %sixth = stablehlo.constant dense<0.166666672> : tensor<1x4x4x40xf32>
+    %t = stablehlo.add %a, %three : tensor<1x4x4x40xf32>
+    %r = stablehlo.clamp %lo, %t, %hi : (tensor<f32>, tensor<1x4x4x40xf32>, tensor<f32>) -> tensor<1x4x4x40xf32>
+    %g = stablehlo.multiply %r, %sixth : tensor<1x4x4x40xf32>
+    %z = stablehlo.multiply %g, %a : tensor<1x4x4x40xf32>"""
+
+
+@pytest.mark.parametrize("act, after", [("swish", SWISH), ("hard_swish", HARD_SWISH)])
+def test_rewrite_folds_an_activation_into_the_kernel(act, after):
+    """A swish or hard swish after the bias becomes the kernel's: none of
+    its ops is left for IREE, the epilogue names it."""
+    new, count = microkernel.rewrite_matvecs(_epilogue_module(after), "m")
+    assert count == 1
+    body = new[:new.index("func.func private @tfaot_")]
+    assert not re.findall(r"= stablehlo\.(add|multiply|clamp|logistic) ", body), body
+    post = _post_of(new)
+    assert list(post[:4]) == [-np.inf, np.inf, conv_epilogue.ACTIVATIONS[act], 0.0]
+    np.testing.assert_allclose(post[4:44], np.arange(40) / 10, rtol=1e-6)
+
+
+@pytest.mark.parametrize("after, left", [
+    # the gate of another value: x * logistic(y) is not a swish of x
+    (SWISH.replace("%s = stablehlo.logistic %a", "%s = stablehlo.logistic %b"),
+     "stablehlo.logistic"),
+    # relu6(v + 3) / 5: not the hard sigmoid
+    (HARD_SWISH.replace("0.166666672", "2.000000e-01"), "stablehlo.clamp"),
+    # relu(v + 3) * (1/6): no upper bound
+    (HARD_SWISH.replace("%r = stablehlo.clamp %lo, %t, %hi : (tensor<f32>, tensor<1x4x4x40xf32>, "
+                        "tensor<f32>) -> tensor<1x4x4x40xf32>",
+                        "%r = stablehlo.maximum %t, %lo4 : tensor<1x4x4x40xf32>")
+     .replace("%three =", "%lo4 = stablehlo.constant dense<0.000000e+00> : tensor<1x4x4x40xf32>\n"
+              "    %three ="), "stablehlo.maximum"),
+    # the swish's input, or its gate, also used elsewhere
+    (SWISH + "\n    %y2 = stablehlo.add %a, %s : tensor<1x4x4x40xf32>", "stablehlo.logistic"),
+    (SWISH + "\n    %y2 = stablehlo.add %s, %s : tensor<1x4x4x40xf32>", "stablehlo.logistic"),
+])
+def test_rewrite_leaves_what_is_not_an_activation(after, left):
+    new, count = microkernel.rewrite_matvecs(_epilogue_module(after), "m")
+    assert count == 1 and left in new
 
 
 def test_a_batch_of_single_patches_is_one_image_of_positions():
@@ -606,5 +705,68 @@ def test_batch_norm_model_through_the_so(mode, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", str(tmp_path / "bn.keras"), "-o", str(out), "--quiet", mode]) == 0
     assert main(["verify", str(tmp_path / "bn.keras"), str(out), "--steps", str(STEPS)]) == 0
+    err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
+    assert err <= 1e-5
+
+
+def _keras_activation_model():
+    """An EfficientNet / MobileNetV3-like block: convolutions with a batch
+    norm and a swish, a depthwise one with a hard swish, a pointwise one
+    with Keras' silu as its own activation; a window of 16 frames."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(6)
+    x = keras.Input((16, 10))
+    h = L.Reshape((16, 10, 1))(x)
+    h = L.Activation("swish")(L.BatchNormalization()(L.Conv2D(24, (3, 3), use_bias=False)(h)))
+    h = L.DepthwiseConv2D((3, 3), padding="same")(h)
+    h = L.Activation("hard_swish")(L.BatchNormalization()(h))
+    h = L.Conv2D(16, (1, 1), activation="silu")(h)
+    model = keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h)))
+    rng = np.random.default_rng(2)
+    for layer in model.layers:
+        if isinstance(layer, L.BatchNormalization):
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([1 + 0.3 * rng.standard_normal(gamma.shape).astype("f4"),
+                               0.5 * rng.standard_normal(beta.shape).astype("f4"),
+                               0.1 * rng.standard_normal(mean.shape).astype("f4"),
+                               rng.uniform(0.5, 1.5, var.shape).astype("f4")])
+    return model
+
+
+def test_activations_fold_into_the_kernels():
+    """Every swish, hard swish and silu after a convolution of the model
+    (and its batch norm) becomes the kernels' own: the imported step keeps
+    none of their ops for IREE."""
+    from tfaot.lower.mlir_import import import_program
+    from tfaot.streamify_keras import streamify_keras
+
+    program = streamify_keras(_keras_activation_model(), "act.keras", "keras",
+                              fixed_window="whole")
+    text = import_program(program)
+    assert text.count("stablehlo.logistic") == 2  # (as imported)
+    new, count = microkernel.rewrite_matvecs(text, "m")
+    assert count == 4  # three convolutions and the dense layer
+    body = new[:new.index("func.func private @tfaot_")]
+    left = re.findall(r"= stablehlo\.(logistic|clamp|multiply|add) ", body)
+    assert not left, body
+    acts = sorted(int(_post_of(new[m.start():])[2])
+                  for m in re.finditer(r'sym_name = "tfaot_\w+_post"', new))
+    assert acts == [1, 1, 2]  # swish, silu; hard swish
+
+
+@pytest.mark.parametrize("mode", ["--whole-window", "--stream"])
+def test_activation_model_through_the_so(mode, tmp_path, capsys):
+    """The folded activations give TensorFlow's outputs, whole window and
+    streamed, over STEPS steps through the built library."""
+    from tfaot.cli import main
+
+    _keras_activation_model().save(tmp_path / "act.keras")
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "act.keras"), "-o", str(out), "--quiet", mode]) == 0
+    manifest = json.loads((out / "act.json").read_text())
+    assert set(manifest["micro_kernels"]) == {"conv", "dwconv", "matvec", "act"}
+    assert main(["verify", str(tmp_path / "act.keras"), str(out), "--steps", str(STEPS)]) == 0
     err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
     assert err <= 1e-5

@@ -87,7 +87,8 @@ def _write_cases(tmp_path: Path, half_blocks: bool) -> int:
     return len(rows)
 
 
-HALF_KERNELS = ["-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_CONV16_FN=conv16",
+HALF_KERNELS = ["-DTFRT_ACT_FN=act", "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv",
+                "-DTFRT_CONV16_FN=conv16",
                 "-DTFRT_DWCONV16_FN=dwconv16"]
 
 

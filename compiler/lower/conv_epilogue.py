@@ -1,9 +1,12 @@
 """What a convolution's kernel takes from the ops around it (lower/microkernel.py).
 
 * After it, ``Epilogue``: the per-channel work a model does right after a
-  convolution (a bias, a batch norm in inference, a ReLU, ReLU6 or clamp).
-  A scale goes into the packed weights, the shift and the clamp into the
-  kernel's stores, so none of it costs IREE a pass over the feature map.
+  convolution (a bias, a batch norm in inference, a ReLU, ReLU6 or clamp),
+  and a swish or hard swish after that (EfficientNet, MobileNetV3). A
+  scale goes into the packed weights, the shift and the clamp into the
+  kernel's stores, the activation into a kernel of tfaot's (act) that the
+  dispatch calls after the convolution's, so none of it costs IREE a pass
+  over the feature map.
 * Before it, ``with_input_padding``: a zero ``stablehlo.pad`` (Keras'
   ZeroPadding2D) becomes the convolution's own padding, which the depthwise
   kernel skips instead of reading a padded copy of the image.
@@ -15,17 +18,36 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 
+#: The activations the kernels apply after the clamp (runtime_shim/tfrt_matvec.c
+#: TFRT_ACT_*), as they are numbered in the kernels' ``post``
+ACTIVATIONS = {"none": 0, "swish": 1, "hard_swish": 2}
+
+
+def activation(act: int, y: np.ndarray) -> np.ndarray:
+    """What the kernels compute for activation number ``act`` (ACTIVATIONS)
+    of ``y``, in y's precision: TensorFlow's formulas."""
+    if act == ACTIVATIONS["swish"]:
+        with np.errstate(over="ignore"):
+            return y / (1 + np.exp(-y))
+    if act == ACTIVATIONS["hard_swish"]:
+        return y * (np.clip(y + 3, 0, 6) * (1 / 6))
+    return y
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """Per-channel work after a convolution that its kernel does instead:
-    ``y = clamp(conv(x) * scale + shift, lo, hi)``, channels last.
+    ``y = act(clamp(conv(x) * scale + shift, lo, hi))``, channels last.
 
     ``ops`` are the elementwise ops it replaces, in order: multiplications,
     additions and subtractions of a constant that is the same at every
     position (a bias, a batch norm in inference: ``_channel_constant``),
     then maxima and minima with a scalar (ReLU, ReLU6, ``stablehlo.clamp``);
-    each the only use of the one before. The scale goes into the weights;
-    the shift and the clamp into the kernel's stores (``post``).
+    each the only use of the one before; then the ops of an activation
+    (``_activation``). The scale goes into the weights; the shift and the
+    clamp into the kernel's stores (``post``), the activation into the act
+    kernel after it (runtime_shim/tfrt_matvec.c tfrt_act_pass; ``post``
+    names it too, for the kernels on f16 images, which apply it per row).
     """
 
     scale: np.ndarray
@@ -33,6 +55,7 @@ class Epilogue:
     lo: float
     hi: float
     ops: tuple
+    act: str = "none"
 
     def folded_into(self, g):
         """``g`` (a microkernel.ConvGeometry) computing the convolution and
@@ -41,7 +64,7 @@ class Epilogue:
         weights = (g.weights * self.scale[None, :] if g.depthwise
                    else g.weights * self.scale[:, None]).astype(np.float32)
         post = np.concatenate([[self.lo, self.hi], self.shift]).astype(np.float32)
-        return replace(g, weights=weights, post=post)
+        return replace(g, weights=weights, post=post, act=ACTIVATIONS[self.act])
 
 
 def epilogue_of(op, n: int) -> Epilogue | None:
@@ -90,9 +113,71 @@ def epilogue_of(op, n: int) -> Epilogue | None:
             break
         chain.append(user)
         value = user.results[0]
+    act, act_ops = _activation(value)
+    chain += act_ops
     if not chain or not (np.all(np.isfinite(scale)) and np.all(np.isfinite(shift))):
         return None
-    return Epilogue(scale, shift, float(lo), float(hi), tuple(chain))
+    return Epilogue(scale, shift, float(lo), float(hi), tuple(chain), act)
+
+
+def _activation(value) -> tuple[str, list]:
+    """The activation applied to ``value`` (a convolution's result, after its
+    affine ops and clamp), which has no other use: ``swish`` is ``v *
+    logistic(v)`` as the import writes Keras' swish and silu; ``hard_swish``
+    is ``v * (clamp(0, v + 3, 6) * (1/6))``, Keras' hard_silu and
+    MobileNetV3's hard_swish (their division by 6 a multiplication there).
+    Returns its name and ops (the last gives the result), or ``("none",
+    [])``."""
+    users = [use.owner.operation for use in value.uses]
+    if len(users) != 2 or users[0] == users[1]:
+        return "none", []
+    for product, first in (users, users[::-1]):
+        operands = list(product.operands)
+        if (product.name == "stablehlo.multiply" and len(operands) == 2
+                and operands.count(value) == 1):
+            gate = _gate_chain(first, operands[1 - operands.index(value)])
+            if gate is None:
+                continue
+            names = [op.name for op in gate]
+            if names == ["stablehlo.logistic"]:
+                return "swish", [*gate, product]
+            if (names == ["stablehlo.add", "stablehlo.clamp", "stablehlo.multiply"]
+                    and _is_hard_sigmoid(value, *gate)):
+                return "hard_swish", [*gate, product]
+    return "none", []
+
+
+def _gate_chain(first, gate_value) -> list | None:
+    """The ops from ``first`` to the one that gives ``gate_value``, each of
+    one result that only the next one uses (at most 3; the last one's, the
+    activation's product), or None."""
+    chain, op = [], first
+    while len(chain) < 3 and len(op.results) == 1:
+        chain.append(op)
+        uses = list(op.results[0].uses)
+        if len(uses) != 1:
+            return None
+        if op.results[0] == gate_value:
+            return chain
+        op = uses[0].owner.operation
+    return None
+
+
+def _is_hard_sigmoid(value, add, clamp, scale) -> bool:
+    """Whether the chain ``add``, ``clamp``, ``scale`` is ``clamp(0, value +
+    3, 6) * (1/6)``."""
+    return (_other_constant(add, value) == 3.0 and clamp.operands[1] == add.results[0]
+            and [scalar_constant(clamp.operands[i]) for i in (0, 2)] == [0.0, 6.0]
+            and np.float32(_other_constant(scale, clamp.results[0]) or 0) == np.float32(1 / 6))
+
+
+def _other_constant(op, value) -> float | None:
+    """The scalar constant that binary ``op`` combines with its operand
+    ``value``, or None."""
+    operands = list(op.operands)
+    if len(operands) != 2 or operands.count(value) != 1:
+        return None
+    return scalar_constant(operands[1 - operands.index(value)])
 
 
 def _constant_array(value) -> np.ndarray | None:

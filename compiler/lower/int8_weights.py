@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TfaotError
+from .conv_epilogue import activation
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +130,7 @@ def int8_conv(w: np.ndarray, x: np.ndarray, kh: int, kw: int, strides=(1, 1),
     rounded to int8 with one scale (max|x| / 127, f32 as the kernel; a
     pointwise convolution's, each pixel with its own), exact int32 sums over
     each patch, times the image's and the row's scales, then ``post``
-    (``[lo, hi, bias]``, ConvGeometry.post_data). NaN or Inf in the image
+    (``[lo, hi, act, 0, bias]``, ConvGeometry.post_data). NaN or Inf in the image
     (a pointwise convolution's: in a pixel) gives NaN outputs (at its
     position). Returns ``[oh, ow, n]``; the kernel's f32 products differ by
     rounding only."""
@@ -154,7 +155,8 @@ def int8_conv(w: np.ndarray, x: np.ndarray, kh: int, kw: int, strides=(1, 1),
     sums = (patches @ q.T.astype(np.int64)).astype(np.float32)
     y = sums * x_scale * scale[None, :]
     if post is not None:
-        y = y + post[2:2 + len(q)]
+        y = y + post[4:4 + len(q)]
         y = np.where(y < post[0], post[0], y)
         y = np.where(y > post[1], post[1], y)
+        y = activation(int(post[2]), y)
     return y.reshape(oh, ow, len(q))

@@ -96,7 +96,8 @@ def element(data: np.ndarray) -> str:
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
                      post: np.ndarray | None = None, scratch: int = 0,
-                     in_place: bool = False, images: str = "f32", batch: int = 1) -> str:
+                     in_place: bool = False, images: str = "f32", batch: int = 1,
+                     activation: tuple[str, int] | None = None) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
@@ -115,7 +116,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     half images, microkernel.HALF_KINDS). ``batch``: x and y hold that many
     images (x's and y's leading dimension; an N-stream build's
     convolutions), the kernel is called on each in turn, the scratch
-    reused.
+    reused. ``activation`` (a kernel and conv_epilogue.ACTIVATIONS' number):
+    after them, ``act_kernel(y, y_offset, count, act)`` over all of y.
     """
     elem = element(data)
     wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
@@ -155,6 +157,17 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         w_global, w_binding = "", "%bw: !stream.binding, "
         w_value = f"stream.binding.subspan %bw[%c0] : !stream.binding -> {wtype}"
     y_binding = "" if in_place else ", %by: !stream.binding"
+    act_decl = act_call = ""
+    if activation is not None:
+        act_kernel, act = activation
+        count = int(np.prod([int(d) for d in yt.split("x")[:-1]]))
+        act_decl = f"""
+      func.func private @{act_kernel}(memref<f32>, index, index, index)
+          attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}"""
+        act_call = f"""
+        %act_count = arith.constant {count} : index
+        %act = arith.constant {act} : index
+        func.call @{act_kernel}(%yb, %yo, %act_count, %act) : (memref<f32>, index, index, index) -> ()"""
     return f"""
   stream.executable private @{sym}_exe {{
     stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
@@ -164,7 +177,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     builtin.module {{{w_global}{post_global}
       func.func private @{kernel}(memref<{elem}>, index, memref<{images}>, index,
                                   memref<{images}>, index, {post_decl}{index_types})
-          attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}
+          attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}{act_decl}
       func.func @{sym}({w_binding}%bx: !stream.binding{y_binding}{scratch_binding}) {{
         %c0 = arith.constant 0 : index{constants}
         %w = {w_value}
@@ -175,7 +188,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         {metadata("y", f"memref<{yt}>", y_rank, images)}{post_value}{scratch_value}
         {_calls(kernel, batch, xt, yt, f"{post_arg}{scratch_arg}{size_values}",
                 f"memref<{elem}>, index, memref<{images}>, index, memref<{images}>, index, "
-                f"{post_decl}{index_types}")}
+                f"{post_decl}{index_types}")}{act_call}
         return
       }}
     }}

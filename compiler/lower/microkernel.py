@@ -109,8 +109,9 @@ INT8_MAX_PATCH = 65536
 
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
 #: (matmul: the int8 product of many streams' rows, --streams; qconv: the
-#: int8 convolution).
-KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16")
+#: int8 convolution; act: the swish or hard swish after a convolution of f32
+#: images, conv_epilogue.ACTIVATIONS).
+KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act")
 #: The convolutions' kernels on f16 images (--intermediates=f16:
 #: runtime_shim/tfrt_half.h) by the kind of f32 images' kernel each is
 #: compiled with (it calls it on strips, or shares its helpers).
@@ -414,8 +415,10 @@ class ConvGeometry:
     x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
     y_type: str
     weights: np.ndarray = field(compare=False, repr=False)
-    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue)
+    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue):
+    #: ``[lo, hi, bias]``; then its activation (conv_epilogue.ACTIVATIONS)
     post: np.ndarray | None = field(default=None, compare=False, repr=False)
+    act: int = 0
     #: int8 weights (the int8 convolution kernel, --weights-dtype=int8)
     int8: bool = False
     #: f16 images in and out (--intermediates=f16: HALF_KINDS)
@@ -431,13 +434,14 @@ class ConvGeometry:
 
     @property
     def post_data(self) -> np.ndarray:
-        """``[lo, hi, bias]`` as the kernel reads them (tfrt_post): the bias
-        padded with zeros to whole tiles, for the vector blocks' loads."""
+        """``[lo, hi, act, 0, bias]`` as the kernel reads them (tfrt_post):
+        the bias padded with zeros to whole tiles, for the vector blocks'
+        loads."""
         lo, hi, bias = ((-np.inf, np.inf, np.zeros(self.n)) if self.post is None
                         else (self.post[0], self.post[1], self.post[2:]))
         padded = np.zeros(-(-self.n // TILE) * TILE)
         padded[:self.n] = bias
-        return np.concatenate([[lo, hi], padded]).astype(np.float32)
+        return np.concatenate([[lo, hi, self.act, 0], padded]).astype(np.float32)
 
     @property
     def run(self) -> int:
@@ -691,7 +695,9 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
   func.func private @{sym}(%x: tensor<{x_type}>) -> tensor<{y_type}> {{{body}
     return %y : tensor<{y_type}>
   }}"""
+    # (the kernels on f16 images apply the activation to each row themselves)
+    activation = (kernel_symbol(name, dtype, "act"), g.act) if g.act and not g.half else None
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
         post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act,
-        batch=g.batch)
+        batch=g.batch, activation=activation)

@@ -30,6 +30,7 @@ void dwconv(const float *w, size_t w_offset, const float *x, size_t x_offset, fl
             size_t y_offset, const float *post, size_t n, size_t c, size_t kh, size_t kw,
             size_t ih, size_t iw, size_t top, size_t left, size_t oh, size_t ow, size_t sh,
             size_t sw, size_t dh, size_t dw);
+void act(float *y, size_t y_offset, size_t count, size_t act);
 void conv16(const float *w, size_t w_offset, const uint16_t *x, size_t x_offset, uint16_t *y,
             size_t y_offset, const float *post, uint8_t *s, size_t s_offset, size_t n,
             size_t c, size_t kh, size_t kw, size_t iw, size_t oh, size_t ow, size_t sh,
@@ -137,11 +138,12 @@ static int check(const struct half_case *k) {
   /* (the depthwise image is unpadded: the kernel skips the padding) */
   const size_t ih = k->depthwise ? k->ih : ph, iw = k->depthwise ? k->iw : pw;
   unsigned seed = (unsigned)(n * 17 + c * 5 + k->kh);
-  float *w = malloc(wsize * 4), *post = malloc((2 + tiles * 32) * 4);
+  float *w = malloc(wsize * 4), *post = malloc((4 + tiles * 32) * 4);
   for (size_t i = 0; i < wsize; i++) w[i] = value(&seed) / 4;
-  for (size_t i = 0; i < 2 + tiles * 32; i++) post[i] = value(&seed);
-  post[0] = n % 2 ? 0.0f : -__builtin_inff();
+  for (size_t i = 0; i < 4 + tiles * 32; i++) post[i] = value(&seed);
+  post[0] = n % 2 ? 0.0f : -__builtin_inff(); /* [lo, hi, act, 0, bias] */
   post[1] = n % 3 ? 0.4f : __builtin_inff();
+  post[2] = (float)((c + k->kw) % 3), post[3] = 0; /* none, swish, hard swish */
   uint16_t *x = halves(ih * iw * c, &seed), *y = malloc(oh * ow * n * 2);
   float *xf = malloc(ih * iw * c * 4), *want = malloc(oh * ow * n * 4);
   uint8_t *scratch = malloc(k->scratch_bytes);
@@ -150,6 +152,7 @@ static int check(const struct half_case *k) {
   if (k->depthwise) {
     dwconv(w, 0, xf, 0, want, 0, post, n, c, k->kh, k->kw, ih, iw, k->top, k->left, oh, ow,
            k->sh, k->sw, k->dh, k->dw);
+    act(want, 0, oh * ow * n, (size_t)post[2]); /* (the f16 kernels apply it themselves) */
     dwconv16(w, 0, x, 0, y, 0, post, scratch, 0, n, c, k->kh, k->kw, ih, iw, k->top, k->left,
              oh, ow, k->sh, k->sw, k->dh, k->dw, k->strip);
     bad = compare(y, want, oh * ow * n, "depthwise output ");
@@ -160,6 +163,7 @@ static int check(const struct half_case *k) {
     }
   } else {
     conv(w, 0, xf, 0, want, 0, post, n, c, k->kh, k->kw, iw, oh, ow, k->sh, k->sw, k->dh, k->dw);
+    act(want, 0, oh * ow * n, (size_t)post[2]);
     conv16(w, 0, x, 0, y, 0, post, scratch, 0, n, c, k->kh, k->kw, iw, oh, ow, k->sh, k->sw,
            k->dh, k->dw);
     bad = compare(y, want, oh * ow * n, "output ");
