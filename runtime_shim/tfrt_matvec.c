@@ -1762,75 +1762,54 @@ static inline struct tfrt_clamp tfrt_clamp_of(const float *post) {
 #define TFRT_UNROLL _Pragma("GCC unroll 16")
 #endif
 #endif
-#if defined(TFRT_AVX512_F32) && \
+#if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32)) && \
     (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
      defined(TFRT_ACT_FN))
-/* tfrt_exp and tfrt_act, 16 lanes */
-TFRT_UNUSED static inline __m512 tfrt_exp512(__m512 z) {
-  z = _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), z));
-  const __m512 k = _mm512_fmadd_ps(z, _mm512_set1_ps(TFRT_EXP_LOG2E),
-                                   _mm512_set1_ps(TFRT_EXP_ROUNDER));
-  const __m512 n = _mm512_sub_ps(k, _mm512_set1_ps(TFRT_EXP_ROUNDER));
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TFRT_EXP_LN2_HI), z);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(TFRT_EXP_LN2_LO), r);
-  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(TFRT_EXP_C0), r, _mm512_set1_ps(TFRT_EXP_C1));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C2));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C3));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(TFRT_EXP_C4));
-  const __m512 m = _mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r);
-  const __m512 two_n = _mm512_castsi512_ps(_mm512_add_epi32(
-      _mm512_slli_epi32(_mm512_castps_si512(k), 23), _mm512_set1_epi32(TFRT_EXP_ONE_BITS)));
-  return _mm512_fmadd_ps(two_n, m, two_n);
-}
-TFRT_UNUSED static inline __m512 tfrt_act512(int act, __m512 v) {
-  if (act == TFRT_ACT_SWISH)
-    return _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f),
-                                          tfrt_exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
-  if (act == TFRT_ACT_HARD_SWISH) {
-    const __m512 t = _mm512_add_ps(v, _mm512_set1_ps(3.0f)); /* a NaN stays */
-    const __m512 relu6 = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_setzero_ps(), t));
-    return _mm512_mul_ps(v, _mm512_mul_ps(relu6, _mm512_set1_ps(1.0f / 6.0f)));
+/* tfrt_exp and tfrt_act over the W-bit vectors V of AVX2 (W = 256) or
+ * AVX-512 (512): tfrt_expW, tfrt_actW. (vmaxps/vminps return their second
+ * operand when one is NaN: z and t keep a NaN.) */
+#define TFRT_ACT_VECTORS(W, V)                                                                     \
+  TFRT_UNUSED static inline V tfrt_exp##W(V z) {                                                   \
+    z = _mm##W##_min_ps(_mm##W##_set1_ps(87.0f), _mm##W##_max_ps(_mm##W##_set1_ps(-87.0f), z));    \
+    const V k = _mm##W##_fmadd_ps(z, _mm##W##_set1_ps(TFRT_EXP_LOG2E),                             \
+                                  _mm##W##_set1_ps(TFRT_EXP_ROUNDER));                             \
+    const V n = _mm##W##_sub_ps(k, _mm##W##_set1_ps(TFRT_EXP_ROUNDER));                            \
+    V r = _mm##W##_fnmadd_ps(n, _mm##W##_set1_ps(TFRT_EXP_LN2_HI), z);                             \
+    r = _mm##W##_fnmadd_ps(n, _mm##W##_set1_ps(TFRT_EXP_LN2_LO), r);                               \
+    V q = _mm##W##_fmadd_ps(_mm##W##_set1_ps(TFRT_EXP_C0), r, _mm##W##_set1_ps(TFRT_EXP_C1));      \
+    q = _mm##W##_fmadd_ps(q, r, _mm##W##_set1_ps(TFRT_EXP_C2));                                    \
+    q = _mm##W##_fmadd_ps(q, r, _mm##W##_set1_ps(TFRT_EXP_C3));                                    \
+    q = _mm##W##_fmadd_ps(q, r, _mm##W##_set1_ps(TFRT_EXP_C4));                                    \
+    const V m = _mm##W##_fmadd_ps(_mm##W##_mul_ps(r, r), q, r);                                    \
+    const V two_n = _mm##W##_castsi##W##_ps(                                                       \
+        _mm##W##_add_epi32(_mm##W##_slli_epi32(_mm##W##_castps_si##W(k), 23),                      \
+                           _mm##W##_set1_epi32(TFRT_EXP_ONE_BITS)));                               \
+    return _mm##W##_fmadd_ps(two_n, m, two_n);                                                     \
+  }                                                                                                \
+  TFRT_UNUSED static inline V tfrt_act##W(int act, V v) {                                          \
+    if (act == TFRT_ACT_SWISH)                                                                     \
+      return _mm##W##_div_ps(v, _mm##W##_add_ps(_mm##W##_set1_ps(1.0f),                            \
+                                                tfrt_exp##W(_mm##W##_sub_ps(                       \
+                                                    _mm##W##_setzero_ps(), v))));                  \
+    if (act == TFRT_ACT_HARD_SWISH) {                                                              \
+      const V t = _mm##W##_add_ps(v, _mm##W##_set1_ps(3.0f));                                      \
+      const V relu6 =                                                                              \
+          _mm##W##_min_ps(_mm##W##_set1_ps(6.0f), _mm##W##_max_ps(_mm##W##_setzero_ps(), t));      \
+      return _mm##W##_mul_ps(v, _mm##W##_mul_ps(relu6, _mm##W##_set1_ps(1.0f / 6.0f)));            \
+    }                                                                                              \
+    return v;                                                                                      \
   }
-  return v;
-}
+#ifdef TFRT_AVX512_F32
+TFRT_ACT_VECTORS(512, __m512)
+#else
+TFRT_ACT_VECTORS(256, __m256)
+#endif
 #endif
 #if defined(TFRT_AVX512_F32) && (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 /* (vmaxps/vminps return their second operand when one is NaN) */
 static inline __m512 tfrt_clamp512(struct tfrt_clamp c, __m512 v) {
   if (c.lower) v = _mm512_max_ps(_mm512_set1_ps(c.lo), v);
   if (c.upper) v = _mm512_min_ps(_mm512_set1_ps(c.hi), v);
-  return v;
-}
-#endif
-#if defined(TFRT_AVX2_F32) && \
-    (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN) || defined(TFRT_QCONV_FN) || \
-     defined(TFRT_ACT_FN))
-/* tfrt_exp and tfrt_act, 8 lanes */
-TFRT_UNUSED static inline __m256 tfrt_exp256(__m256 z) {
-  z = _mm256_min_ps(_mm256_set1_ps(87.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), z));
-  const __m256 k = _mm256_fmadd_ps(z, _mm256_set1_ps(TFRT_EXP_LOG2E),
-                                   _mm256_set1_ps(TFRT_EXP_ROUNDER));
-  const __m256 n = _mm256_sub_ps(k, _mm256_set1_ps(TFRT_EXP_ROUNDER));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(TFRT_EXP_LN2_HI), z);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(TFRT_EXP_LN2_LO), r);
-  __m256 q = _mm256_fmadd_ps(_mm256_set1_ps(TFRT_EXP_C0), r, _mm256_set1_ps(TFRT_EXP_C1));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C2));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C3));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(TFRT_EXP_C4));
-  const __m256 m = _mm256_fmadd_ps(_mm256_mul_ps(r, r), q, r);
-  const __m256 two_n = _mm256_castsi256_ps(_mm256_add_epi32(
-      _mm256_slli_epi32(_mm256_castps_si256(k), 23), _mm256_set1_epi32(TFRT_EXP_ONE_BITS)));
-  return _mm256_fmadd_ps(two_n, m, two_n);
-}
-TFRT_UNUSED static inline __m256 tfrt_act256(int act, __m256 v) {
-  if (act == TFRT_ACT_SWISH)
-    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f),
-                                          tfrt_exp256(_mm256_sub_ps(_mm256_setzero_ps(), v))));
-  if (act == TFRT_ACT_HARD_SWISH) {
-    const __m256 t = _mm256_add_ps(v, _mm256_set1_ps(3.0f)); /* a NaN stays */
-    const __m256 relu6 = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), t));
-    return _mm256_mul_ps(v, _mm256_mul_ps(relu6, _mm256_set1_ps(1.0f / 6.0f)));
-  }
   return v;
 }
 #endif

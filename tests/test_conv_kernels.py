@@ -665,13 +665,21 @@ def _keras_batch_norm_model():
     h = L.DepthwiseConv2D((3, 3))(L.ZeroPadding2D(((0, 0), (1, 1)))(h))
     h = L.ReLU()(L.BatchNormalization()(h))
     h = L.ReLU(6.0)(L.BatchNormalization()(L.Conv2D(72, (1, 1), use_bias=False)(h)))
-    model = keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h)))
-    rng = np.random.default_rng(1)
+    return _with_trained_batch_norms(keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h))),
+                                     seed=1, shift=0.2)
+
+
+def _with_trained_batch_norms(model, seed: int, shift: float):
+    """``model`` with statistics and scales in its batch norms as training
+    leaves them (random: scales near 1, shifts of about ``shift``)."""
+    from keras import layers as L
+
+    rng = np.random.default_rng(seed)
     for layer in model.layers:
         if isinstance(layer, L.BatchNormalization):
             gamma, beta, mean, var = layer.get_weights()
             layer.set_weights([1 + 0.3 * rng.standard_normal(gamma.shape).astype("f4"),
-                               0.2 * rng.standard_normal(beta.shape).astype("f4"),
+                               shift * rng.standard_normal(beta.shape).astype("f4"),
                                0.1 * rng.standard_normal(mean.shape).astype("f4"),
                                rng.uniform(0.5, 1.5, var.shape).astype("f4")])
     return model
@@ -723,16 +731,8 @@ def _keras_activation_model():
     h = L.DepthwiseConv2D((3, 3), padding="same")(h)
     h = L.Activation("hard_swish")(L.BatchNormalization()(h))
     h = L.Conv2D(16, (1, 1), activation="silu")(h)
-    model = keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h)))
-    rng = np.random.default_rng(2)
-    for layer in model.layers:
-        if isinstance(layer, L.BatchNormalization):
-            gamma, beta, mean, var = layer.get_weights()
-            layer.set_weights([1 + 0.3 * rng.standard_normal(gamma.shape).astype("f4"),
-                               0.5 * rng.standard_normal(beta.shape).astype("f4"),
-                               0.1 * rng.standard_normal(mean.shape).astype("f4"),
-                               rng.uniform(0.5, 1.5, var.shape).astype("f4")])
-    return model
+    return _with_trained_batch_norms(keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(h))),
+                                     seed=2, shift=0.5)
 
 
 def test_activations_fold_into_the_kernels():
