@@ -108,9 +108,7 @@ INT8_MAX_PATCH = 65536
 
 
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
-#: (matmul: the int8 product of many streams' rows, --streams; qconv: the
-#: int8 convolution; act: the swish or hard swish after a convolution of f32
-#: images, conv_epilogue.ACTIVATIONS).
+#: (matmul: many streams' int8 rows; qconv: int8 convolutions; act: a swish after one).
 KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act")
 #: The convolutions' kernels on f16 images (--intermediates=f16:
 #: runtime_shim/tfrt_half.h) by the kind of f32 images' kernel each is
@@ -415,8 +413,9 @@ class ConvGeometry:
     x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
     y_type: str
     weights: np.ndarray = field(compare=False, repr=False)
-    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue):
-    #: ``[lo, hi, bias]``; then its activation (conv_epilogue.ACTIVATIONS)
+    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue),
+    #: ``[lo, hi, bias]``; its activation (conv_epilogue.ACTIVATIONS) the act
+    #: kernel's after it (the kernels on f16 images: theirs, row by row)
     post: np.ndarray | None = field(default=None, compare=False, repr=False)
     act: int = 0
     #: int8 weights (the int8 convolution kernel, --weights-dtype=int8)
@@ -434,9 +433,8 @@ class ConvGeometry:
 
     @property
     def post_data(self) -> np.ndarray:
-        """``[lo, hi, act, 0, bias]`` as the kernel reads them (tfrt_post):
-        the bias padded with zeros to whole tiles, for the vector blocks'
-        loads."""
+        """``[lo, hi, act, 0, bias]`` as the kernels read them (tfrt_post), the
+        bias padded with zeros to whole tiles for the vector blocks' loads."""
         lo, hi, bias = ((-np.inf, np.inf, np.zeros(self.n)) if self.post is None
                         else (self.post[0], self.post[1], self.post[2:]))
         padded = np.zeros(-(-self.n // TILE) * TILE)
@@ -695,7 +693,6 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
   func.func private @{sym}(%x: tensor<{x_type}>) -> tensor<{y_type}> {{{body}
     return %y : tensor<{y_type}>
   }}"""
-    # (the kernels on f16 images apply the activation to each row themselves)
     activation = (kernel_symbol(name, dtype, "act"), g.act) if g.act and not g.half else None
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
