@@ -21,6 +21,7 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
 struct tfrt_dwconv {
   size_t n, c, kh, kw, iw, sw, dh, dw;
   const float *post; /* the epilogue (tfrt_post) */
+  int act;           /* its activation, read once (tfrt_act_of) */
 };
 
 /* Where a block of positions reads: the image x, the input row of filter
@@ -626,7 +627,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3h_channels(
   a0.lo += bias.lo, a0.hi += bias.hi, a1.lo += bias.lo, a1.hi += bias.hi;
   a2.lo += bias.lo, a2.hi += bias.hi, a3.lo += bias.lo, a3.hi += bias.hi;
   const float lo = g->post[0], hi = g->post[1];
-  const int act = tfrt_act_of(g->post);
+  const int act = g->act;
   a0 = tfrt_dw3h_clamp(a0, lo, hi), a1 = tfrt_dw3h_clamp(a1, lo, hi);
   a2 = tfrt_dw3h_clamp(a2, lo, hi), a3 = tfrt_dw3h_clamp(a3, lo, hi);
   /* before the rounding to halves, which this block does; a call (inlined
@@ -746,7 +747,7 @@ void TFRT_DWCONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
                     size_t kw, size_t ih, size_t iw, size_t top, size_t left, size_t oh,
                     size_t ow, size_t sh, size_t sw, size_t dh, size_t dw) {
   enum { P = TFRT_DWCONV_P };
-  const struct tfrt_dwconv g = {n, c, kh, kw, iw, sw, dh, dw, post};
+  const struct tfrt_dwconv g = {n, c, kh, kw, iw, sw, dh, dw, post, tfrt_act_of(post)};
   /* the positions whose every filter column is over the image: [inner0, inner1) */
   const ptrdiff_t reach = (ptrdiff_t)(iw + left) - (ptrdiff_t)((kw - 1) * dw);
   const size_t past = reach <= 0 ? 0 : (size_t)(reach + (ptrdiff_t)sw - 1) / sw;

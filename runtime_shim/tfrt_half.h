@@ -97,7 +97,7 @@ void TFRT_DWCONV16_FN(const tfrt_weight *w, size_t w_offset, const uint16_t *x,
   y += y_offset;
 #ifdef TFRT_DW3H_ROWS
   const int blocks = TFRT_DW3H_ROWS(kw, sw, dw, n, c, ow, x, y);
-  const struct tfrt_dwconv g = {n, c, kh, kw, iw, sw, dh, dw, post};
+  const struct tfrt_dwconv g = {n, c, kh, kw, iw, sw, dh, dw, post, tfrt_act_of(post)};
 #endif
   for (size_t oy = 0; oy < oh; oy++, y += ow * n) {
     const ptrdiff_t at = (ptrdiff_t)(oy * sh) - (ptrdiff_t)top;
