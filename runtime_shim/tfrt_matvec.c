@@ -104,6 +104,14 @@ typedef float tfrt_weight;
 #include <immintrin.h>
 #define TFRT_AVX2_F32 1
 #endif
+/* aarch64, f32 weights: the depthwise blocks in intrinsics (gcc kept the C
+ * blocks' sums in memory at the image's edges, and ran the block of one
+ * position on scalars). */
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFRT_MATVEC_BF16) && \
+    !defined(TFRT_MATVEC_F16)
+#include <arm_neon.h>
+#define TFRT_NEON_F32 1
+#endif
 /* x86-64 with AVX-512, f32 weights, hosted: the depthwise block below in
  * intrinsics (gcc's code for the plain C block ran at about 20 GMAC/s on
  * a Zen 5, these at 30-37). */
@@ -1737,7 +1745,7 @@ TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) 
     }                                                                                   \
   } while (0)
 #endif
-#if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32)) && \
+#if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32) || defined(TFRT_NEON_F32)) && \
     (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 #include <float.h>
 /* post's bounds, and which of them clamp */
