@@ -337,13 +337,18 @@ static inline float32x4_t tfrt_clamp128(struct tfrt_clamp c, float32x4_t v) {
     const float *xt_ = TFRT_DW_X(g, q);                                                  \
     TFRT_DW_NEON_FMA(q, xt_)                                                            \
   }
-/* the bias (post + TFRT_POST_BIAS) added at the store, as the other blocks */
-#define TFRT_DW_NEON_STORE(q)                                                           \
-  for (size_t v_ = 0; v_ < 4; v_++) {                                                   \
-    const float32x4_t a_ = v_ == 0 ? a##q##0 : v_ == 1 ? a##q##1 : v_ == 2 ? a##q##2 : a##q##3; \
-    vst1q_f32(y + q * g->n + o0 + 4 * v_,                                               \
-              tfrt_clamp128(clamp, vaddq_f32(a_, vld1q_f32(bias + 4 * v_))));           \
-  }
+/* a position's 16 sums to y, the bias (post + TFRT_POST_BIAS) added at the
+ * store, as the other blocks */
+static inline void tfrt_dw_neon_store(float *y, const float *bias, struct tfrt_clamp clamp,
+                                      float32x4_t a0, float32x4_t a1, float32x4_t a2,
+                                      float32x4_t a3) {
+  vst1q_f32(y, tfrt_clamp128(clamp, vaddq_f32(a0, vld1q_f32(bias))));
+  vst1q_f32(y + 4, tfrt_clamp128(clamp, vaddq_f32(a1, vld1q_f32(bias + 4))));
+  vst1q_f32(y + 8, tfrt_clamp128(clamp, vaddq_f32(a2, vld1q_f32(bias + 8))));
+  vst1q_f32(y + 12, tfrt_clamp128(clamp, vaddq_f32(a3, vld1q_f32(bias + 12))));
+}
+#define TFRT_DW_NEON_STORE(q) \
+  tfrt_dw_neon_store(y + q * g->n + o0, bias, clamp, a##q##0, a##q##1, a##q##2, a##q##3);
 static void tfrt_dwconv_neon_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
                                   const float *w, float *y, size_t o0) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
