@@ -104,13 +104,39 @@ typedef float tfrt_weight;
 #include <immintrin.h>
 #define TFRT_AVX2_F32 1
 #endif
-/* aarch64, f32 weights: the depthwise blocks in intrinsics (gcc kept the C
- * blocks' sums in memory at the image's edges, and ran the block of one
- * position on scalars). */
+/* 4-lane vectors, f32 weights, where no blocks above run: aarch64 (NEON)
+ * and x86-64 without AVX2 (SSE2, which every x86-64 has; hosted): the
+ * depthwise blocks in intrinsics (tfrt_dwconv.h; gcc kept the C blocks'
+ * sums in memory at the image's edges, and ran the block of one position
+ * on scalars). tfrt_v4_mac is fused where TFRT_MAC is. */
 #if defined(__aarch64__) && defined(__ARM_NEON) && !defined(TFRT_MATVEC_BF16) && \
     !defined(TFRT_MATVEC_F16)
 #include <arm_neon.h>
-#define TFRT_NEON_F32 1
+#define TFRT_V4_F32 1
+typedef float32x4_t tfrt_v4;
+#define tfrt_v4_load vld1q_f32
+#define tfrt_v4_store vst1q_f32
+#define tfrt_v4_set1 vdupq_n_f32
+#define tfrt_v4_add vaddq_f32
+#define tfrt_v4_max vmaxq_f32 /* (FMAX and FMIN keep a NaN) */
+#define tfrt_v4_min vminq_f32
+#define tfrt_v4_mac(acc, w, x) vfmaq_f32((acc), (w), (x))
+#elif defined(__x86_64__) && !defined(TFRT_AVX2_F32) && !defined(__AVX512F__) && \
+    !defined(TFRT_MATVEC_BF16) && !defined(TFRT_MATVEC_F16) && !defined(TFRT_FREESTANDING)
+#include <immintrin.h>
+#define TFRT_V4_F32 1
+typedef __m128 tfrt_v4;
+#define tfrt_v4_load _mm_loadu_ps
+#define tfrt_v4_store _mm_storeu_ps
+#define tfrt_v4_set1 _mm_set1_ps
+#define tfrt_v4_add _mm_add_ps
+#define tfrt_v4_max _mm_max_ps /* (maxps and minps return their second operand on a NaN) */
+#define tfrt_v4_min _mm_min_ps
+#ifdef __FMA__
+#define tfrt_v4_mac(acc, w, x) _mm_fmadd_ps((w), (x), (acc))
+#else
+#define tfrt_v4_mac(acc, w, x) _mm_add_ps((acc), _mm_mul_ps((w), (x)))
+#endif
 #endif
 /* x86-64 with AVX-512, f32 weights, hosted: the depthwise block below in
  * intrinsics (gcc's code for the plain C block ran at about 20 GMAC/s on
@@ -1745,7 +1771,7 @@ TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) 
     }                                                                                   \
   } while (0)
 #endif
-#if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32) || defined(TFRT_NEON_F32)) && \
+#if (defined(TFRT_AVX512_F32) || defined(TFRT_AVX2_F32) || defined(TFRT_V4_F32)) && \
     (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 #include <float.h>
 /* post's bounds, and which of them clamp */
