@@ -164,83 +164,121 @@ TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
 #endif
 
 #ifdef TFRT_AVX2_F32
-/* (q: the position) the tap's 16 channels at position q: two FMAs */
-#define TFRT_DW_AVX2_TAP(q)                                                              \
-  {                                                                                      \
-    const float *xt = TFRT_DW_X(g, q);                                                   \
-    a##q##0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a##q##0);                         \
-    a##q##1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), a##q##1);                     \
-  }
-#define TFRT_DW_AVX2_STORE(q)                                                            \
+/* The depthwise blocks' vectors (TFRT_DW_V_*, below): 16 channels as two
+ * 8-lane vectors */
+#define TFRT_DW_V_ZERO(q) __m256 a##q##0 = _mm256_setzero_ps(), a##q##1 = a##q##0;
+#define TFRT_DW_V_WEIGHTS(wt) \
+  const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps((wt) + 8);
+#define TFRT_DW_V_MAC(q, xt)                                                            \
+  a##q##0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), a##q##0);                           \
+  a##q##1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps((xt) + 8), a##q##1);
+#define TFRT_DW_V_STORE(q)                                                              \
   _mm256_storeu_ps(y + q * g->n + o0,                                                     \
                    tfrt_clamp256(clamp, _mm256_add_ps(a##q##0, _mm256_loadu_ps(bias))));  \
   _mm256_storeu_ps(y + q * g->n + o0 + 8,                                                 \
                    tfrt_clamp256(clamp, _mm256_add_ps(a##q##1, _mm256_loadu_ps(bias + 8))));
-
-/* The block of 4 with intrinsics: 8 accumulators in registers (gcc kept
- * the C block's on the stack: 11.5 -> 17 GMAC/s, 64 or 300 channels, 3x3,
- * on a Zen 3). At the image's edges: */
-static void tfrt_dwconv_avx2_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                                  const float *w, float *y, size_t o0) {
-  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  /* the bias (post + TFRT_POST_BIAS) is added at the store: summed onto a
-   * large one (a batch norm's shift), each product was rounded at its scale */
-  const float *bias = g->post + TFRT_POST_BIAS + o0;
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
-         a30 = a00, a31 = a00;
-  TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
-  const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
-  TFRT_DW_AVX2_TAP(0) TFRT_DW_AVX2_TAP(1) TFRT_DW_AVX2_TAP(2) TFRT_DW_AVX2_TAP(3)
-  TFRT_DW_TAPS_END
-  TFRT_DW_AVX2_STORE(0) TFRT_DW_AVX2_STORE(1) TFRT_DW_AVX2_STORE(2) TFRT_DW_AVX2_STORE(3)
+#elif defined(TFRT_V4_F32)
+/* aarch64 and x86-64 without AVX2: 16 channels as four 4-lane vectors
+ * (tfrt_v4). Of gcc's code for the C blocks, the edge block (4 positions)
+ * kept its sums in memory and the one-position block was scalar: on
+ * aarch64 53 instructions an output on a 3 x 3 x 336 image (qemu-aarch64,
+ * counted), on x86-64 with SSE2 6.3 ns. */
+static inline tfrt_v4 tfrt_clamp_v4(struct tfrt_clamp c, tfrt_v4 v) {
+  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
+  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
+  return v;
 }
-/* Inside the image: one input pointer per tap. (Both were one function
- * with the side chosen inside: its prologue and the extra call made the
- * inner blocks 15% slower on a DS-CNN layer.) */
-#define TFRT_DW_AVX2_TAP_INSIDE(q)                                                       \
-  a##q##0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt + q * step), a##q##0);                \
-  a##q##1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + q * step + 8), a##q##1);
-static void tfrt_dwconv_avx2_inside(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                                    const float *w, float *y, size_t o0) {
+/* a position's 16 sums to y, the bias added, clamped */
+static inline void tfrt_dw_v4_store(float *y, const float *bias, struct tfrt_clamp clamp,
+                                    tfrt_v4 a0, tfrt_v4 a1, tfrt_v4 a2, tfrt_v4 a3) {
+  tfrt_v4_store(y, tfrt_clamp_v4(clamp, tfrt_v4_add(a0, tfrt_v4_load(bias))));
+  tfrt_v4_store(y + 4, tfrt_clamp_v4(clamp, tfrt_v4_add(a1, tfrt_v4_load(bias + 4))));
+  tfrt_v4_store(y + 8, tfrt_clamp_v4(clamp, tfrt_v4_add(a2, tfrt_v4_load(bias + 8))));
+  tfrt_v4_store(y + 12, tfrt_clamp_v4(clamp, tfrt_v4_add(a3, tfrt_v4_load(bias + 12))));
+}
+#define TFRT_DW_V_ZERO(q)                                                               \
+  tfrt_v4 a##q##0 = tfrt_v4_set1(0.0f), a##q##1 = a##q##0, a##q##2 = a##q##0,            \
+          a##q##3 = a##q##0;
+#define TFRT_DW_V_WEIGHTS(wt)                                                           \
+  const tfrt_v4 w0 = tfrt_v4_load(wt), w1 = tfrt_v4_load((wt) + 4),                      \
+                w2 = tfrt_v4_load((wt) + 8), w3 = tfrt_v4_load((wt) + 12);
+#define TFRT_DW_V_MAC(q, xt)                                                            \
+  a##q##0 = tfrt_v4_mac(a##q##0, w0, tfrt_v4_load(xt));                                  \
+  a##q##1 = tfrt_v4_mac(a##q##1, w1, tfrt_v4_load((xt) + 4));                            \
+  a##q##2 = tfrt_v4_mac(a##q##2, w2, tfrt_v4_load((xt) + 8));                            \
+  a##q##3 = tfrt_v4_mac(a##q##3, w3, tfrt_v4_load((xt) + 12));
+#define TFRT_DW_V_STORE(q) \
+  tfrt_dw_v4_store(y + q * g->n + o0, bias, clamp, a##q##0, a##q##1, a##q##2, a##q##3);
+#endif
+
+#if defined(TFRT_AVX2_F32) || defined(TFRT_V4_F32)
+/* The blocks in intrinsics, 16 channels from o0, over the vectors above:
+ * TFRT_DW_V_ZERO(q) declares position q's sums, TFRT_DW_V_WEIGHTS(wt)
+ * loads a tap's weights, TFRT_DW_V_MAC(q, xt) adds the tap's products with
+ * the input at xt to q's sums, TFRT_DW_V_STORE(q) stores them. The sums
+ * stay in registers (gcc kept the C block's on the stack: 11.5 -> 17
+ * GMAC/s with AVX2, 64 or 300 channels, 3x3, on a Zen 3). The bias (post +
+ * TFRT_POST_BIAS) is added at the store: summed onto a large one (a batch
+ * norm's shift), each product was rounded at its scale. */
+#define TFRT_DW_V_TAP(q)                                                                \
+  {                                                                                     \
+    const float *xt_ = TFRT_DW_X(g, q);                                                  \
+    TFRT_DW_V_MAC(q, xt_)                                                               \
+  }
+/* 4 positions at the image's edges */
+static void tfrt_dwconv_vec_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                 const float *w, float *y, size_t o0) {
+  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
+  const float *bias = g->post + TFRT_POST_BIAS + o0;
+  TFRT_DW_V_ZERO(0) TFRT_DW_V_ZERO(1) TFRT_DW_V_ZERO(2) TFRT_DW_V_ZERO(3)
+  TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
+  TFRT_DW_V_WEIGHTS(wt)
+  TFRT_DW_V_TAP(0) TFRT_DW_V_TAP(1) TFRT_DW_V_TAP(2) TFRT_DW_V_TAP(3)
+  TFRT_DW_TAPS_END
+  TFRT_DW_V_STORE(0) TFRT_DW_V_STORE(1) TFRT_DW_V_STORE(2) TFRT_DW_V_STORE(3)
+}
+/* 4 positions inside the image: one input pointer per tap. (Both were one
+ * function with the side chosen inside: its prologue and the extra call
+ * made the inner blocks 15% slower on a DS-CNN layer.) */
+static void tfrt_dwconv_vec_inside(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                   const float *w, float *y, size_t o0) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   const size_t step = g->sw * g->c, i0 = b->i0, i1 = b->i1;
   const float *x = b->xrow + (size_t)b->col * g->c + o0;
-  /* the bias (post + TFRT_POST_BIAS) is added at the store: summed onto a
-   * large one (a batch norm's shift), each product was rounded at its scale */
   const float *bias = g->post + TFRT_POST_BIAS + o0;
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,
-         a30 = a00, a31 = a00;
+  TFRT_DW_V_ZERO(0) TFRT_DW_V_ZERO(1) TFRT_DW_V_ZERO(2) TFRT_DW_V_ZERO(3)
   for (size_t i = i0; i < i1; i++) {
     for (size_t j = 0; j < g->kw; j++) {
       const float *xt = x + ((i - i0) * g->dh * g->iw + j * g->dw) * g->c;
       const float *wt = w + (i * g->kw + j) * g->n + o0;
-      const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
-      TFRT_DW_AVX2_TAP_INSIDE(0) TFRT_DW_AVX2_TAP_INSIDE(1)
-      TFRT_DW_AVX2_TAP_INSIDE(2) TFRT_DW_AVX2_TAP_INSIDE(3)
+      TFRT_DW_V_WEIGHTS(wt)
+      TFRT_DW_V_MAC(0, xt) TFRT_DW_V_MAC(1, xt + step)
+      TFRT_DW_V_MAC(2, xt + 2 * step) TFRT_DW_V_MAC(3, xt + 3 * step)
     }
   }
-  TFRT_DW_AVX2_STORE(0) TFRT_DW_AVX2_STORE(1) TFRT_DW_AVX2_STORE(2) TFRT_DW_AVX2_STORE(3)
+  TFRT_DW_V_STORE(0) TFRT_DW_V_STORE(1) TFRT_DW_V_STORE(2) TFRT_DW_V_STORE(3)
 }
-#define TFRT_DWCONV_INSIDE_P tfrt_dwconv_avx2_inside
-#define TFRT_DWCONV_EDGE_P tfrt_dwconv_avx2_edge
-
 /* One position (a row narrower than a block: the last stages of a small
- * image, 3 x 3 or 6 x 6), 16 channels from o0. The C block gcc compiled to
- * scalar FMAs there: a 3 x 3 'same' layer over 3 x 3 x 336 took 6.4 ns an
- * output, a fifth of MobileNetV2 0.35's depthwise time at 96 x 96. */
-static void tfrt_dwconv_avx2_one(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                                 const float *w, float *y, size_t o0) {
+ * image, 3 x 3 or 6 x 6). The C block gcc compiled to scalar FMAs there:
+ * with AVX2 a 3 x 3 'same' layer over 3 x 3 x 336 took 6.4 ns an output, a
+ * fifth of MobileNetV2 0.35's depthwise time at 96 x 96. */
+static void tfrt_dwconv_vec_one(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
+                                const float *w, float *y, size_t o0) {
   const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
   const float *bias = g->post + TFRT_POST_BIAS + o0;
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00;
+  TFRT_DW_V_ZERO(0)
   TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
-  const __m256 w0 = _mm256_loadu_ps(wt), w1 = _mm256_loadu_ps(wt + 8);
-  TFRT_DW_AVX2_TAP(0)
+  TFRT_DW_V_WEIGHTS(wt)
+  TFRT_DW_V_TAP(0)
   TFRT_DW_TAPS_END
-  TFRT_DW_AVX2_STORE(0)
+  TFRT_DW_V_STORE(0)
 }
-#define TFRT_DWCONV_ONE tfrt_dwconv_avx2_one
+#define TFRT_DWCONV_INSIDE_P tfrt_dwconv_vec_inside
+#define TFRT_DWCONV_EDGE_P tfrt_dwconv_vec_edge
+#define TFRT_DWCONV_ONE tfrt_dwconv_vec_one
+#endif
 
+#ifdef TFRT_AVX2_F32
 /* Three filter columns at stride and dilation 1 along the row, as the
  * AVX-512 tfrt_dw3_block: the 4 positions of a block read 6 input
  * columns, each loaded once for the taps that use it; 16 channels from o0
@@ -252,7 +290,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block_avx2(
   enum { P = TFRT_DWCONV_P, V = 2 };
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
   const ptrdiff_t col = b->col, width = (ptrdiff_t)g->iw;
-  __m256 acc[P][V]; /* the bias is added at the store (tfrt_dwconv_avx2_edge) */
+  __m256 acc[P][V]; /* the bias is added at the store (tfrt_dwconv_vec_edge) */
   for (size_t v = 0; v < V; v++)
     for (size_t q = 0; q < P; q++) acc[q][v] = _mm256_setzero_ps();
   const float *xi = b->xrow + o0; /* input row i from channel o0 */
@@ -309,90 +347,7 @@ static __attribute__((noinline)) void tfrt_dw3_row_avx2(const struct tfrt_dwconv
     }
   }
 }
-#elif defined(TFRT_V4_F32)
-/* aarch64 and x86-64 without AVX2: the blocks of 4 positions and of one in
- * 4-lane intrinsics (tfrt_v4), 16 channels from o0 as 4 vectors. Of gcc's
- * code for the C blocks, the edge block (4 positions) kept its sums in
- * memory and the one-position block was scalar: on aarch64 53
- * instructions an output on a 3 x 3 x 336 image (qemu-aarch64, counted),
- * on x86-64 with SSE2 6.3 ns. */
-static inline tfrt_v4 tfrt_clamp_v4(struct tfrt_clamp c, tfrt_v4 v) {
-  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
-  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
-  return v;
-}
-#define TFRT_DW_V4_ZERO(q)                                                              \
-  tfrt_v4 a##q##0 = tfrt_v4_set1(0.0f), a##q##1 = a##q##0, a##q##2 = a##q##0,            \
-          a##q##3 = a##q##0;
-#define TFRT_DW_V4_WEIGHTS(wt)                                                          \
-  const tfrt_v4 w0 = tfrt_v4_load(wt), w1 = tfrt_v4_load((wt) + 4),                      \
-                w2 = tfrt_v4_load((wt) + 8), w3 = tfrt_v4_load((wt) + 12);
-/* (q: the position) the tap's 16 channels at xt */
-#define TFRT_DW_V4_MAC(q, xt)                                                           \
-  a##q##0 = tfrt_v4_mac(a##q##0, w0, tfrt_v4_load(xt));                                  \
-  a##q##1 = tfrt_v4_mac(a##q##1, w1, tfrt_v4_load((xt) + 4));                            \
-  a##q##2 = tfrt_v4_mac(a##q##2, w2, tfrt_v4_load((xt) + 8));                            \
-  a##q##3 = tfrt_v4_mac(a##q##3, w3, tfrt_v4_load((xt) + 12));
-#define TFRT_DW_V4_TAP(q)                                                               \
-  {                                                                                     \
-    const float *xt_ = TFRT_DW_X(g, q);                                                  \
-    TFRT_DW_V4_MAC(q, xt_)                                                              \
-  }
-/* a position's 16 sums to y, the bias (post + TFRT_POST_BIAS) added at the
- * store, as the other blocks */
-static inline void tfrt_dw_v4_store(float *y, const float *bias, struct tfrt_clamp clamp,
-                                    tfrt_v4 a0, tfrt_v4 a1, tfrt_v4 a2, tfrt_v4 a3) {
-  tfrt_v4_store(y, tfrt_clamp_v4(clamp, tfrt_v4_add(a0, tfrt_v4_load(bias))));
-  tfrt_v4_store(y + 4, tfrt_clamp_v4(clamp, tfrt_v4_add(a1, tfrt_v4_load(bias + 4))));
-  tfrt_v4_store(y + 8, tfrt_clamp_v4(clamp, tfrt_v4_add(a2, tfrt_v4_load(bias + 8))));
-  tfrt_v4_store(y + 12, tfrt_clamp_v4(clamp, tfrt_v4_add(a3, tfrt_v4_load(bias + 12))));
-}
-#define TFRT_DW_V4_STORE(q) \
-  tfrt_dw_v4_store(y + q * g->n + o0, bias, clamp, a##q##0, a##q##1, a##q##2, a##q##3);
-static void tfrt_dwconv_v4_edge(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                                const float *w, float *y, size_t o0) {
-  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  const float *bias = g->post + TFRT_POST_BIAS + o0;
-  TFRT_DW_V4_ZERO(0) TFRT_DW_V4_ZERO(1) TFRT_DW_V4_ZERO(2) TFRT_DW_V4_ZERO(3)
-  TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
-  TFRT_DW_V4_WEIGHTS(wt)
-  TFRT_DW_V4_TAP(0) TFRT_DW_V4_TAP(1) TFRT_DW_V4_TAP(2) TFRT_DW_V4_TAP(3)
-  TFRT_DW_TAPS_END
-  TFRT_DW_V4_STORE(0) TFRT_DW_V4_STORE(1) TFRT_DW_V4_STORE(2) TFRT_DW_V4_STORE(3)
-}
-static void tfrt_dwconv_v4_inside(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                                  const float *w, float *y, size_t o0) {
-  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  const size_t step = g->sw * g->c, i0 = b->i0, i1 = b->i1;
-  const float *x = b->xrow + (size_t)b->col * g->c + o0;
-  const float *bias = g->post + TFRT_POST_BIAS + o0;
-  TFRT_DW_V4_ZERO(0) TFRT_DW_V4_ZERO(1) TFRT_DW_V4_ZERO(2) TFRT_DW_V4_ZERO(3)
-  for (size_t i = i0; i < i1; i++) {
-    for (size_t j = 0; j < g->kw; j++) {
-      const float *xt = x + ((i - i0) * g->dh * g->iw + j * g->dw) * g->c;
-      const float *wt = w + (i * g->kw + j) * g->n + o0;
-      TFRT_DW_V4_WEIGHTS(wt)
-      TFRT_DW_V4_MAC(0, xt) TFRT_DW_V4_MAC(1, xt + step)
-      TFRT_DW_V4_MAC(2, xt + 2 * step) TFRT_DW_V4_MAC(3, xt + 3 * step)
-    }
-  }
-  TFRT_DW_V4_STORE(0) TFRT_DW_V4_STORE(1) TFRT_DW_V4_STORE(2) TFRT_DW_V4_STORE(3)
-}
-static void tfrt_dwconv_v4_one(const struct tfrt_dwconv *g, const struct tfrt_dwblock *b,
-                               const float *w, float *y, size_t o0) {
-  const struct tfrt_clamp clamp = tfrt_clamp_of(g->post);
-  const float *bias = g->post + TFRT_POST_BIAS + o0;
-  TFRT_DW_V4_ZERO(0)
-  TFRT_DW_TAPS_BEGIN(g, b, w, o0, 1)
-  TFRT_DW_V4_WEIGHTS(wt)
-  TFRT_DW_V4_TAP(0)
-  TFRT_DW_TAPS_END
-  TFRT_DW_V4_STORE(0)
-}
-#define TFRT_DWCONV_INSIDE_P tfrt_dwconv_v4_inside
-#define TFRT_DWCONV_EDGE_P tfrt_dwconv_v4_edge
-#define TFRT_DWCONV_ONE tfrt_dwconv_v4_one
-#else
+#elif !defined(TFRT_V4_F32)
 TFRT_DWCONV_INSIDE_BLOCK(4, tfrt_dwconv_inside_4)
 TFRT_DWCONV_EDGE_BLOCK(4, tfrt_dwconv_edge_4)
 #define TFRT_DWCONV_INSIDE_P tfrt_dwconv_inside_4
@@ -421,7 +376,7 @@ static inline __attribute__((always_inline)) void tfrt_dw512(const struct tfrt_d
     const size_t from = o0 + 16 * v, lanes = from >= n ? 0 : n - from < 16 ? n - from : 16;
     m[v] = full ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1); /* full: no masks */
   TFRT_UNROLL
-    for (size_t q = 0; q < P; q++) /* the bias is added at the store (tfrt_dwconv_avx2_edge) */
+    for (size_t q = 0; q < P; q++) /* the bias is added at the store (tfrt_dwconv_vec_edge) */
       acc[q][v] = _mm512_setzero_ps();
   }
   TFRT_DW_TAPS_BEGIN(g, b, w, o0, edge)
@@ -598,7 +553,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_channel_scalar(
     const struct tfrt_dwconv *g, const struct tfrt_dwblock *b, const tfrt_weight *w, float *y,
     size_t o, ptrdiff_t col, ptrdiff_t k0, ptrdiff_t k1, const int edge) {
   const size_t n = g->n, c = g->c, row = g->dh * g->iw * c;
-  const float bias = g->post[TFRT_POST_BIAS + o]; /* added at the end (tfrt_dwconv_avx2_edge) */
+  const float bias = g->post[TFRT_POST_BIAS + o]; /* added at the end (tfrt_dwconv_vec_edge) */
   float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   const float *xi = b->xrow + o;
   const tfrt_weight *wi = w + b->i0 * 3 * n + o;
