@@ -44,7 +44,8 @@ def choose(requested: str, shape, dtype: str, *, axis_given: bool = False) -> Ch
         return Choice("whole", f"input {shown} has no time axis")
     if is_image(shape, dtype):
         return Choice("whole", f"input {shown} is an image (batch and 3 image axes) and the "
-                               "model has no recurrence; --stream to stream it over axis 1")
+                               "model has no recurrence that streams; --stream to stream it "
+                               "over axis 1")
     what = {2: "(batch, time) token ids", 3: "(batch, time, features)",
             5: "(batch, time, H, W, C)"}.get(len(shape), f"of rank {len(shape)}")
     return Choice("stream", f"input {shown} is {what}")

@@ -110,6 +110,36 @@ def test_direct_step_through_the_library_over_many_steps():
                                atol=1e-5)
 
 
+def test_a_step_of_many_dispatches_calls_them_outlined(vm_texts, tmp_path, monkeypatch):
+    """Past INLINED_CALLS_MAX dispatches the step calls the kernels through
+    tfrt_direct_call_outlined (gcc's -O2 time grew with the square of the
+    inlined calls); the library so built runs 100 steps as numpy does."""
+    from tfaot import harness
+    from tfaot.backend.build import build_library
+    from tfaot.emit import direct_step
+
+    inlined = emit.translate(vm_texts["accumulator"], prefix="acc").step.direct.body
+    assert "tfrt_direct_call(" in inlined and "_outlined" not in inlined
+    monkeypatch.setattr(direct_step, "INLINED_CALLS_MAX", 0)
+    outlined = emit.translate(vm_texts["accumulator"], prefix="acc").step.direct.body
+    assert re.search(r"tfrt_direct_call_outlined\(&ctx->direct_sites\[0\], 1u, 1u, 1u, ",
+                     outlined)
+    assert "tfrt_direct_call(" not in outlined
+
+    spec = backend_models.ALL["accumulator"]()
+    build_library(spec.mlir, spec.signature, tmp_path / "out", name=spec.name,
+                  workdir=tmp_path / "work")
+    assert "tfrt_direct_call_outlined(&" in (tmp_path / "out" / "src" / "accumulator.c").read_text()
+    lib = harness.load(tmp_path / "out")
+    xs = np.random.default_rng(1).standard_normal((100, 1, 4)).astype(np.float32)
+    want, state = [], spec.init_state()
+    for x in xs:
+        y, state = spec.step(x, state)
+        want.append(y)
+    np.testing.assert_allclose(lib.step_n(xs).reshape(100, 1, 4), np.stack(want), rtol=1e-6,
+                               atol=1e-5)
+
+
 def test_inputs_and_outputs_of_other_types_than_the_c_api_are_refused(vm_texts):
     """The direct step reads its inputs without the views' checks: a build
     whose C API disagrees with the compiled step on an element type or a

@@ -40,6 +40,12 @@ from .vm_rules import BINARY_OPS, SELECT_OPS, UNARY_OPS, VM_RULES, call_groups
 from .vmir import const_int, location, rodata_sym, symbol
 
 _ALIGN = 64  # kernels assume 64-byte aligned bindings (as the arena's blocks)
+#: A step of more dispatches than this calls them through
+#: tfrt_direct_call_outlined (runtime_shim/tfrt_cpu.c) instead of inlining
+#: each: gcc's -O2 time grows with the square of the inlined calls (43 s for
+#: 811), while a step of few dispatches (a microcontroller's recurrent
+#: model) keeps the instructions inlining saves.
+INLINED_CALLS_MAX = 64
 
 #: imports a direct step may call
 _CALLS = {"hal_inline.buffer.allocate", "hal_inline.buffer.storage", "hal_inline.buffer.length",
@@ -69,6 +75,8 @@ class DirectPlan:
     pooled: set[tuple[int, int]] = field(default_factory=set)
     # the new state written over the old (emit/state_reuse.py), or None
     in_place: InPlace | None = None
+    # its dispatches call tfrt_direct_call_outlined (INLINED_CALLS_MAX)
+    outlined_calls: bool = False
 
     @property
     def scratch_bytes(self) -> int:
@@ -120,9 +128,11 @@ def plan_direct_step(module, fn_op, info) -> DirectPlan | None:
         return None
     try:
         plan = _plan(module, fn_op)
-        DirectEmitter(module, fn_op, info, plan, dry_run=True).emit_direct()
+        dry = DirectEmitter(module, fn_op, info, plan, dry_run=True)
+        dry.emit_direct()
     except (Ineligible, TfaotError):  # (the translated @step reports a real error)
         return None
+    plan.outlined_calls = len(dry.dispatches) > INLINED_CALLS_MAX
     return plan
 
 
@@ -546,7 +556,8 @@ def _dispatch(de: DirectEmitter, op, groups) -> None:
         de.line(f"  void *const p_[] = {{{', '.join(p for p, _, _ in spans)}}};")
         de.line(f"  {'static ' if all(c for _, _, c in spans) else ''}const size_t n_[] = "
                 f"{{{', '.join(n for _, n, _ in spans)}}};")
-    de.line(f"  TFRT_TRY(tfrt_direct_call(&ctx->direct_sites[{len(de.dispatches)}], "
+    call = "tfrt_direct_call_outlined" if de.plan.outlined_calls else "tfrt_direct_call"
+    de.line(f"  TFRT_TRY({call}(&ctx->direct_sites[{len(de.dispatches)}], "
             f"{grid[0]}u, {grid[1]}u, {grid[2]}u, {len(consts)}u, {'c_' if consts else 'NULL'}, "
             f"{len(binds)}u, {'p_, n_' if binds else 'NULL, NULL'}));")
     de.line("}")
