@@ -58,7 +58,7 @@ class Epilogue:
     act: str = "none"
 
     def folded_into(self, g):
-        """``g`` (a microkernel.ConvGeometry) computing the convolution and
+        """``g`` (a conv_geometry.ConvGeometry) computing the convolution and
         this epilogue."""
         # weights: conv W[n, k]; depthwise [kh*kw, n]
         weights = (g.weights * self.scale[None, :] if g.depthwise
@@ -229,7 +229,7 @@ def scalar_constant(value) -> float | None:
 
 
 def with_input_padding(op, g):
-    """``g`` (a microkernel.ConvGeometry) with the zero padding of a
+    """``g`` (a conv_geometry.ConvGeometry) with the zero padding of a
     ``stablehlo.pad`` that makes its image (Keras' ZeroPadding2D before a
     convolution) taken into its own, the convolution's input, and that pad
     op; or ``g``, its input, None."""

@@ -5,13 +5,13 @@ them)."""
 from __future__ import annotations
 
 
-def replace_with_call(op, callee: str, x, w_index: int):
-    """``op`` becomes ``callee(x)``; its constant weights (operand
+def replace_with_call(op, callee: str, x, w_index: int, extra: tuple = ()):
+    """``op`` becomes ``callee(x, *extra)``; its constant weights (operand
     ``w_index``) go when nothing else uses them. Returns the call."""
     from iree.compiler import ir
 
     with ir.InsertionPoint(op), op.location:
-        call = _call(callee, x, op.results[0].type)
+        call = _call(callee, x, op.results[0].type, extra)
     retire(op, w_index, call.results[0])
     return call
 
@@ -33,11 +33,11 @@ def half_call(op, callee: str, x, w_index: int):
     return y
 
 
-def _call(callee: str, x, result_type):
-    """``func.call @callee(x) -> result_type`` at the insertion point."""
+def _call(callee: str, x, result_type, extra: tuple = ()):
+    """``func.call @callee(x, *extra) -> result_type`` at the insertion point."""
     from iree.compiler import ir
 
-    return ir.Operation.create("func.call", results=[result_type], operands=[x],
+    return ir.Operation.create("func.call", results=[result_type], operands=[x, *extra],
                                attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
 
 

@@ -21,7 +21,10 @@ Keras' ZeroPadding2D). The rest stays with IREE.
 What follows a convolution per output channel is folded into its kernel
 (``conv_epilogue.Epilogue``): multiplications by a constant into the weights, additions
 (a bias, a batch norm's shift) and a ReLU or ReLU6 into the kernel's stores,
-so they cost no pass of their own over the output.
+so they cost no pass of their own over the output. A squeeze-and-
+excitation gate in front of one goes into its weights where they are the
+smaller (``channel_gate``): the function gates the packed weights, the
+kernel reads the ungated image.
 The matrix products of an N-stream step (``X[N,K] . W[K,M]``, one row per
 stream: lower/streams.py) go to the convolution kernel too, as a 1x1
 convolution over N positions: its blocks of positions times output lanes
@@ -69,13 +72,13 @@ stream equals the one-stream build bit for bit).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from . import kernel_calls, kernel_dispatch
+from . import channel_gate, kernel_calls, kernel_dispatch
 from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
-from .int8_weights import pack_qconv, qconv_runs, qconv_scratch_bytes
+from .conv_geometry import HALF_KINDS, ConvGeometry, patches_as_rows
 from .weight_packing import TILE, matvec_tile, pack, pack_int8, weight_data
 from ..errors import TfaotError
 
@@ -110,10 +113,6 @@ INT8_MAX_PATCH = 65536
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
 #: (matmul: many streams' int8 rows; qconv: int8 convolutions; act: a swish after one).
 KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act")
-#: The convolutions' kernels on f16 images (--intermediates=f16:
-#: runtime_shim/tfrt_half.h) by the kind of f32 images' kernel each is
-#: compiled with (it calls it on strips, or shares its helpers).
-HALF_KINDS = {"conv": "conv16", "dwconv": "dwconv16", "qconv": "qconv16"}
 #: The kernels an int8 build compiles for int8 weights; its other
 #: convolutions keep f32 weights.
 INT8_KINDS = ("matvec", "matmul", "qconv", "qconv16")
@@ -231,6 +230,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
         globals_texts: list[str] = []
         texts: list[str] = []
         folded: list = []  # ops folded into kernels: input pads, epilogues
+        gate_ops: list = []  # channel gates moved into weights (_gate_into_weights)
         back_to_f32: list = []  # the f32 forms of kernels' f16 results (_half_call)
         count = 0
         ops = function_ops(module)
@@ -252,6 +252,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
             # the matrix is the dot's first operand in a matvec, its second in X . W
             w_index = 0 if kind_of(conv, streams) == "matvec" else 1
             x = op.operands[1 - w_index]
+            gate = None
             if op.operation.name == "stablehlo.convolution":
                 conv = replace(conv, half=half_images, half_blocks=half_dw_blocks,
                                reuse_image=reuse_images)
@@ -259,18 +260,23 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                 if pad_op is not None and len(list(pad_op.results[0].uses)) == 1:
                     folded.append(pad_op)  # used by this convolution alone
                 conv = patches_as_rows(conv)
+                gate = _gate_into_weights(op, conv, x, dtype) if pad_op is None else None
+                if gate:
+                    x = gate.image
+                    gate_ops += gate.ops
             epilogue = epilogue_of(op, conv.n) if conv else None
             if epilogue:
                 conv = epilogue.folded_into(conv)
                 w = conv.weights
             kind = kind_of(conv, streams)
+            gate_type = gate.gate_type if gate else None
             key = (w.tobytes() + (conv.post_data.tobytes() if conv else b"")
-                   + bytes(f"{w.shape}{conv!r}{streams}", "ascii"))
+                   + bytes(f"{w.shape}{conv!r}{streams}{gate_type}", "ascii"))
             if key not in kernels:
                 kernels[key] = f"tfaot_{kind}_{len(kernels)}"
                 sym = kernels[key]
                 weights, text = (
-                    _conv_text(sym, conv, name, dtype, weights_as_globals) if conv
+                    _conv_text(sym, conv, name, dtype, weights_as_globals, gate_type) if conv
                     else _matvec_text(sym, w, name, dtype, weights_as_globals, streams,
                                  int8_layout))
                 if weights:
@@ -281,14 +287,15 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                 result = kernel_calls.half_call(op, kernels[key], x, w_index)
                 back_to_f32.append(result)
             else:
-                result = kernel_calls.replace_with_call(op, kernels[key], x, w_index).results[0]
+                result = kernel_calls.replace_with_call(op, kernels[key], x, w_index,
+                                                        (gate.gate,) if gate else ()).results[0]
             if epilogue:
                 epilogue.ops[-1].results[0].replace_all_uses_with(result)
                 folded += epilogue.ops
             count += 1
         if not count:
             return mlir_text, 0
-        for op in reversed(folded):  # now unused; after the walk over ``ops``
+        for op in [*reversed(folded), *gate_ops]:  # now unused; after the walk over ``ops``
             op.operation.erase()
         for value in back_to_f32:  # a kernel's f16 result only the next kernel reads
             if not list(value.uses):
@@ -305,6 +312,18 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
 #: Ops without operands whose result is a constant (IREE's const-expr roots).
 _CONSTANT_ROOTS = ("stablehlo.constant", "arith.constant", "stablehlo.iota",
                    "ml_program.global_load_const")
+
+
+def _gate_into_weights(op, conv: ConvGeometry, x, dtype: str):
+    """The channel gate (lower/channel_gate.py) that makes the image ``x`` of
+    the convolution ``op``, when its kernel takes it into its f32 weights
+    for less than the product costs; else None."""
+    if (conv.depthwise or conv.half or conv.int8 or conv.batch != 1
+            or kernel_dtype(conv.kind, dtype) != "f32"):
+        return None
+    gate = channel_gate.gate_of(x, conv.c, op)
+    packed = -(-conv.n // TILE) * TILE * conv.kh * conv.kw * conv.c
+    return gate if gate and channel_gate.worth_it(packed, conv.ih * conv.iw * conv.c) else None
 
 
 def _constant_values(ops: list) -> set:
@@ -384,132 +403,6 @@ def kind_of(conv: ConvGeometry | None, streams: int) -> str:
     return conv.kind if conv else "matmul" if streams else "matvec"
 
 
-@dataclass(frozen=True)
-class ConvGeometry:
-    """A convolution the conv kernel computes: one image, channels last,
-    filter ``[kh][kw][c][n]`` (as ``weights``, ``W[n, kh*kw*c]``).
-
-    A 1-D convolution is the 2-D one with ``kh = ih = 1``. ``pad`` is
-    ``((top, bottom), (left, right))``: a pad op before the conv kernel, the
-    depthwise kernel's own (it skips the taps over it). A
-    depthwise convolution (``groups == c``, filter ``[kh][kw][1][n]``) keeps
-    its weights as ``[kh*kw, n]``.
-    """
-
-    n: int
-    c: int
-    kh: int
-    kw: int
-    ih: int
-    iw: int
-    oh: int
-    ow: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pad: tuple[tuple[int, int], tuple[int, int]]
-    depthwise: bool
-    x_type: str  # the op's operand and result shapes, e.g. "1x9x3xf32"
-    y_type: str
-    weights: np.ndarray = field(compare=False, repr=False)
-    #: the epilogue the kernel applies as it stores (conv_epilogue.Epilogue),
-    #: ``[lo, hi, bias]``; its activation (conv_epilogue.ACTIVATIONS) the act
-    #: kernel's after it (the kernels on f16 images: theirs, row by row)
-    post: np.ndarray | None = field(default=None, compare=False, repr=False)
-    act: int = 0
-    #: int8 weights (the int8 convolution kernel, --weights-dtype=int8)
-    int8: bool = False
-    #: f16 images in and out (--intermediates=f16: HALF_KINDS)
-    half: bool = False
-    #: depthwise on f16 images: the target's block reads the halves itself
-    #: (Target.half_dw_blocks and the block's shape, ``half_block``): no strip
-    half_blocks: bool = False
-    #: a result of the image's shape may take the image's buffer (_conv_text)
-    reuse_image: bool = True
-    #: images in the op's batch (an N-stream build's: lower/streams.py), each
-    #: its own kernel call in the dispatch
-    batch: int = 1
-
-    @property
-    def post_data(self) -> np.ndarray:
-        """``[lo, hi, act, 0, bias]`` as the kernels read them (tfrt_post), the
-        bias padded with zeros to whole tiles for the vector blocks' loads."""
-        lo, hi, bias = ((-np.inf, np.inf, np.zeros(self.n)) if self.post is None
-                        else (self.post[0], self.post[1], self.post[2:]))
-        padded = np.zeros(-(-self.n // TILE) * TILE)
-        padded[:self.n] = bias
-        return np.concatenate([[lo, hi, self.act, 0], padded]).astype(np.float32)
-
-    @property
-    def run(self) -> int:
-        """Contiguous inputs per run of a patch (int8_weights.qconv_runs)."""
-        return qconv_runs(self.c, self.kh, self.kw, self.dw)[1]
-
-    @property
-    def padded_shape(self) -> tuple[int, int]:
-        """The image's height and width with the padding a pad op adds."""
-        return self.ih + sum(self.pad[0]), self.iw + sum(self.pad[1])
-
-    @property
-    def half_block(self) -> bool:
-        """Whether a depthwise convolution has the shape of the scalar FPU's
-        f16 block (runtime_shim/tfrt_dwconv.h TFRT_DW3H_ROWS)."""
-        return (self.depthwise and self.kw == 3 and self.sw == 1 and self.dw == 1
-                and self.n == self.c and self.c % 2 == 0 and self.ow >= 4)
-
-    @property
-    def strip_floats(self) -> int:
-        """On f16 images (runtime_shim/tfrt_half.h), the f32 strip of the
-        input rows of one output row and that row's outputs; 0 where the
-        depthwise block reads the halves itself and for the int8 kernel."""
-        if not self.half or self.int8 or (self.half_blocks and self.half_block):
-            return 0
-        width = self.iw if self.depthwise else self.padded_shape[1]
-        return self.kh * width * self.c + self.ow * self.n
-
-    @property
-    def scratch_bytes(self) -> int:
-        """The kernel's scratch: the int8 kernel's quantized image (a
-        pointwise one's blocks of pixels) and its slack (on f16 images after
-        an output row's f32 outputs, rounded up to 4); on f16 images the f32
-        strip (strip_floats); either with 16 bytes of room to align the f32
-        part. 0 for the f32 kernels."""
-        quantized = (qconv_scratch_bytes(self.c, self.kh, self.kw,
-                                         self.padded_shape[0] * self.padded_shape[1],
-                                         self.oh * self.ow) if self.int8 else 0)
-        if self.half:
-            row = -(-self.ow * self.n // 4) * 4 if self.int8 else 0
-            return 16 + 4 * (self.strip_floats + row) + quantized
-        return quantized
-
-    @property
-    def kind(self) -> str:
-        kind = "dwconv" if self.depthwise else "qconv" if self.int8 else "conv"
-        return HALF_KINDS[kind] if self.half else kind
-
-    def packed(self) -> np.ndarray:
-        """The weights as the kernel reads them (tfrt_matvec.c)."""
-        if self.int8:
-            return pack_qconv(self.weights, *qconv_runs(self.c, self.kh, self.kw, self.dw), TILE)
-        return self.weights if self.depthwise else pack(self.weights)
-
-    @property
-    def kernel_args(self) -> tuple[int, ...]:
-        """The kernel's scalar arguments after post (tfrt_matvec.c): the
-        depthwise kernel takes the image and its padding (it skips the
-        padding's taps), the conv kernel the padded width."""
-        if self.depthwise:
-            (top, _), (left, _) = self.pad
-            strip = (self.strip_floats,) if self.half else ()
-            return (self.n, self.c, self.kh, self.kw, self.ih, self.iw, top, left, self.oh,
-                    self.ow, self.sh, self.sw, self.dh, self.dw, *strip)
-        padded_ih, padded_iw = self.padded_shape
-        image = (padded_ih, padded_iw) if self.int8 else (padded_iw,)
-        return (self.n, self.c, self.kh, self.kw, *image, self.oh, self.ow,
-                self.sh, self.sw, self.dh, self.dw)
-
-
 #: The layouts the TF import writes for Conv2D and Conv1D (channels last).
 _CONV_LAYOUTS = {"[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]": 2, "[b, 0, f]x[0, i, o]->[b, 0, f]": 1}
 
@@ -576,30 +469,6 @@ def constant_conv(op, min_weights: int) -> ConvGeometry | None:
     return geometry
 
 
-def patches_as_rows(g: ConvGeometry) -> ConvGeometry:
-    """``g`` over a batch of images that are each one whole patch (one
-    output position, no padding, adjacent taps) as the 1x1 convolution of
-    one image of ``batch`` positions of kh*kw*c channels (the same memory,
-    the same weight rows): an N-stream step's streamed convolutions, one
-    position per stream, take the kernel's blocks of positions instead of a
-    call per stream that fills one position of a block (bench_streams'
-    conv1d64 at 8 streams: 23.6 us a step that way, 6.8 this way).
-    Likewise a 1x1 convolution of stride 1 over a batch is one over an
-    image of all the batch's pixels. Other geometries are returned as they
-    are (a call per image)."""
-    if g.batch == 1 or g.depthwise or any(sum(p) for p in g.pad):
-        return g
-    if (g.kh, g.kw, g.sh, g.sw) == (1, 1, 1, 1):
-        pixels = g.batch * g.ih * g.iw
-        return replace(g, ih=1, iw=pixels, oh=1, ow=pixels, batch=1)
-    one_patch = ((g.ih, g.iw) == ((g.kh - 1) * g.dh + 1, (g.kw - 1) * g.dw + 1)
-                 and (g.kh == 1 or g.dh == 1) and (g.kw == 1 or g.dw == 1))
-    if (g.oh, g.ow) != (1, 1) or not one_patch:
-        return g
-    return replace(g, c=g.kh * g.kw * g.c, kh=1, kw=1, ih=1, iw=g.batch, oh=1, ow=g.batch,
-                   sh=1, sw=1, dh=1, dw=1, batch=1)
-
-
 def _constant_matmul(op, min_weights: int) -> ConvGeometry | None:
     """``X[S,K] . W[K,M]`` with constant f32 ``W`` and S > 1 (an N-stream
     build's matvecs, lower/streams.py) as the 1x1 convolution of an image
@@ -649,12 +518,14 @@ def _matvec_text(sym: str, w: np.ndarray, name: str, dtype: str, as_global: bool
                      + kernel_dispatch.executable_text(sym, data, xt, yt, kernel, sizes, weights))
 
 
-def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
-               as_global: bool) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
+def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool,
+               gate_type: str | None = None) -> tuple[kernel_dispatch.WeightsGlobal | None, str]:
     """A private function ``@sym(x) -> conv(x, W)`` and the executable it dispatches.
 
     Before the dispatch the input becomes ``[1, ih, iw, c]`` (1-D: a
     reshape) and is padded; after it the result gets the op's shape back.
+    With ``gate_type`` (a channel gate's type: ``_gate_into_weights``) it is
+    ``@sym(x, g) -> conv(x, W * g)``, the weights gated in the function.
     """
     (top, bottom), (left, right) = g.pad
     act = "f16" if g.half else "f32"  # the images' element type
@@ -672,6 +543,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     last = "%x1" if padded != image else "%x0"
     data = weight_data(g.packed(), kernel_dtype(g.kind, dtype))
     weights = kernel_dispatch.weights_global(sym, data, as_global)
+    computed = gate_type and _gated_weights(weights, data, g, gate_type)
     # the int8 convolution reads its image once, into its scratch, before it
     # writes anything: a result of the image's own shape (a pointwise layer)
     # can take the image's buffer (a streamed or whole-window DS-CNN's
@@ -686,15 +558,28 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str,
     in_place = g.reuse_image and padded == result and (
         g.kh == 1 and not g.depthwise if g.half else g.int8)
     lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result,
-                                              g.scratch_bytes, in_place),
+                                              g.scratch_bytes, in_place, computed or None),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
+    gate_arg = f", %g: tensor<{gate_type}>" if gate_type else ""
     function = f"""
-  func.func private @{sym}(%x: tensor<{x_type}>) -> tensor<{y_type}> {{{body}
+  func.func private @{sym}(%x: tensor<{x_type}>{gate_arg}) -> tensor<{y_type}> {{{body}
     return %y : tensor<{y_type}>
   }}"""
     activation = (kernel_symbol(name, dtype, "act"), g.act) if g.act and not g.half else None
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
         post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act,
-        batch=g.batch, activation=activation)
+        batch=g.batch, activation=activation, bound=bool(computed))
+
+
+def _gated_weights(weights, data: np.ndarray, g: ConvGeometry,
+                   gate_type: str) -> tuple[list[str], str]:
+    """The lines that make ``%w``, the packed f32 ``data`` (or its global,
+    ``weights``) times the gate ``%g``, and its type (channel_gate)."""
+    tensor = kernel_dispatch.tensor_type(data)
+    source = (f"%w_packed = ml_program.global_load @{weights.name} : {tensor}" if weights
+              else f'%w_packed = stablehlo.constant dense<"0x{data.tobytes().hex().upper()}"> '
+                   f": {tensor}")
+    return [source, *channel_gate.weight_lines("%w_packed", tensor, data.shape, g.kh * g.kw,
+                                               g.c, gate_type)], tensor
