@@ -1758,9 +1758,24 @@ TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) 
  * repeated past the end) into at[]: one division for the block, then a
  * step along the output row. A division per position cost more than the
  * multiply-adds of a pointwise layer with few input channels (a MobileNet's
- * 8 -> 48 expansion: 6 divisions against 8 x 12 FMAs a block). */
+ * 8 -> 48 expansion: 6 divisions against 8 x 12 FMAs a block). A pointwise
+ * layer of stride 1 over an unpadded image (TFRT_POSITIONS_APART) has its
+ * positions' inputs c apart, found without the division and the steps: on
+ * a Zen 3 class EPYC (AVX2) a MobileNet's 16 -> 96 expansion went from 27.6
+ * to 29.5-30.1 GMAC/s, its 24 -> 144 from 33.4 to 34.8-36.1. */
+#if defined(__x86_64__) || defined(__aarch64__) /* (a Cortex-M keeps its code small) */
+#define TFRT_POSITIONS_APART(g) \
+  ((g)->runs == 1 && (g)->kw == 1 && (g)->sw == 1 && (g)->sh == 1 && (g)->iw == (g)->ow)
+#else
+#define TFRT_POSITIONS_APART(g) 0
+#endif
 #define TFRT_PATCH_STARTS(g, x, p0, count, positions, at)                              \
   do {                                                                                  \
+    if (TFRT_POSITIONS_APART(g)) {                                                      \
+      for (size_t q_ = 0; q_ < (count); q_++)                                           \
+        (at)[q_] = (x) + ((p0) + q_ < (positions) ? (p0) + q_ : (positions) - 1) * (g)->c; \
+      break;                                                                            \
+    }                                                                                   \
     size_t oy_ = (p0) / (g)->ow, ox_ = (p0) % (g)->ow, p_ = (p0);                      \
     for (size_t q_ = 0; q_ < (count); q_++) {                                           \
       (at)[q_] = (x) + (oy_ * (g)->sh * (g)->iw + ox_ * (g)->sw) * (g)->c;              \
