@@ -99,3 +99,29 @@ def test_gated_model_through_the_so(se_keras, weights, tmp_path, capsys):
     assert main(["verify", str(se_keras), str(out), "--steps", str(STEPS)]) == 0
     err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
     assert err <= 2e-5
+
+
+def test_a_conv1d_gate_through_the_so(tmp_path, capsys):
+    """A Conv1D's gate, whose product reaches the convolution through the
+    import's reshape to a 2-D image, goes into its weights too (a reshape
+    of the ungated image takes the product's place); TensorFlow's outputs
+    over STEPS steps through the built library."""
+    import keras
+    from keras import layers as L
+
+    from tfaot.cli import main
+
+    keras.utils.set_random_seed(4)
+    x = keras.Input((50, 12))
+    h = L.Conv1D(32, 5, padding="same", activation="relu")(x)
+    s = L.Dense(32, activation="sigmoid")(L.Dense(8, activation="relu")(
+        L.GlobalAveragePooling1D(keepdims=True)(h)))
+    h = L.Conv1D(16, 1)(L.Multiply()([h, s]))
+    keras.Model(x, L.Dense(3)(L.GlobalAveragePooling1D()(h))).save(tmp_path / "se1.keras")
+    out = tmp_path / "out"
+    assert main(["build", str(tmp_path / "se1.keras"), "-o", str(out), "--quiet",
+                 "--whole-window", "--keep-temps"]) == 0
+    assert (out / "temps" / "compile" / "se1.mlir").read_text().count("%w_gated = ") == 1
+    assert main(["verify", str(tmp_path / "se1.keras"), str(out), "--steps", str(STEPS)]) == 0
+    err = float(re.search(r"max abs error (\S+)", capsys.readouterr().out).group(1))
+    assert err <= 2e-5

@@ -21,12 +21,27 @@ import numpy as np
 @dataclass(frozen=True)
 class ChannelGate:
     """``product = image * broadcast(gate)``, the gate one value per channel
-    (the last axis): ``ops`` are the product and, when nothing else reads
-    it, the broadcast, in the order they can be erased."""
+    (the last axis), maybe reshaped for the convolution (a Conv1D's
+    product, as a 2-D convolution's image): ``ops`` are the reshape, the
+    product and, when nothing else reads it, the broadcast, in the order
+    they can be erased; ``reader`` the convolution."""
 
     image: object
     gate: object
     ops: tuple
+    reader: object
+
+    def kernel_input(self):
+        """What the kernel reads: the image, reshaped as the product was
+        (the reshape made in front of the convolution)."""
+        from iree.compiler import ir
+
+        if self.ops[0].operation.name != "stablehlo.reshape":
+            return self.image
+        with ir.InsertionPoint(self.reader), self.reader.location:
+            return ir.Operation.create("stablehlo.reshape",
+                                       results=[self.ops[0].results[0].type],
+                                       operands=[self.image]).results[0]
 
     @property
     def gate_type(self) -> str:
@@ -37,25 +52,39 @@ class ChannelGate:
 def gate_of(product, channels: int, reader) -> ChannelGate | None:
     """The gate ``product`` (an f32 image, channels last) is made with, when
     ``reader`` (the convolution) is its only use and it is
-    ``image * broadcast_in_dim(gate)`` (either order) with ``gate`` of
-    ``channels`` values along the image's last axis; else None."""
+    ``image * broadcast_in_dim(gate)`` (either order, maybe reshaped keeping
+    the channels last) with ``gate`` of ``channels`` values along the
+    image's last axis; else None."""
     from iree.compiler import ir
 
+    if _only_use(product, reader) and _is(product.owner, "stablehlo.reshape"):
+        reshape = product.owner
+        gate = gate_of(reshape.operands[0], channels, reshape)
+        if gate is None or ir.RankedTensorType(product.type).shape[-1] != channels:
+            return None
+        return ChannelGate(gate.image, gate.gate, (reshape, *gate.ops), reader)
     owner = product.owner
-    if (not isinstance(owner, ir.OpView) or owner.operation.name != "stablehlo.multiply"
-            or [u.owner.operation for u in product.uses] != [reader.operation]):
+    if not _is(owner, "stablehlo.multiply") or not _only_use(product, reader):
         return None
     for image, gated in (owner.operands, list(owner.operands)[::-1]):
         broadcast = gated.owner
-        if (isinstance(broadcast, ir.OpView)
-                and broadcast.operation.name == "stablehlo.broadcast_in_dim"
-                and str(image.type) == str(product.type)
+        if (_is(broadcast, "stablehlo.broadcast_in_dim") and str(image.type) == str(product.type)
                 and _along_last_axis(broadcast, channels)):
-            users = [u.owner.operation for u in gated.uses]
-            only_here = users == [owner.operation]
             return ChannelGate(image, broadcast.operands[0],
-                               (owner, broadcast) if only_here else (owner,))
+                               (owner, broadcast) if _only_use(gated, owner) else (owner,), reader)
     return None
+
+
+def _is(owner, name: str) -> bool:
+    """Whether ``owner`` (a value's) is an op named ``name``."""
+    from iree.compiler import ir
+
+    return isinstance(owner, ir.OpView) and owner.operation.name == name
+
+
+def _only_use(value, reader) -> bool:
+    """Whether ``reader`` (an op) is ``value``'s only use."""
+    return [u.owner.operation for u in value.uses] == [reader.operation]
 
 
 def _along_last_axis(broadcast, channels: int) -> bool:

@@ -262,7 +262,7 @@ def rewrite_matvecs(mlir_text: str, name: str, *, min_weights: int = MIN_WEIGHTS
                 conv = patches_as_rows(conv)
                 gate = _gate_into_weights(op, conv, x, dtype) if pad_op is None else None
                 if gate:
-                    x = gate.image
+                    x = gate.kernel_input()
                     gate_ops += gate.ops
             epilogue = epilogue_of(op, conv.n) if conv else None
             if epilogue:
