@@ -100,13 +100,18 @@ def test_direct_step_through_the_library_over_many_steps():
 
     spec, out, _ = backend_models.built("accumulator")
     assert "accumulator_vm_step_direct(" in (out / "src" / "accumulator.c").read_text()
-    lib = harness.load(out)
-    xs = np.random.default_rng(0).standard_normal((300, 1, 4)).astype(np.float32)
+    _check_steps(spec, harness.load(out), 300)
+
+
+def _check_steps(spec, lib, steps: int) -> None:
+    """The accumulator library ``lib`` over ``steps`` random steps against
+    ``spec``'s numpy step."""
+    xs = np.random.default_rng(steps).standard_normal((steps, 1, 4)).astype(np.float32)
     want, state = [], spec.init_state()
     for x in xs:
         y, state = spec.step(x, state)
         want.append(y)
-    np.testing.assert_allclose(lib.step_n(xs).reshape(300, 1, 4), np.stack(want), rtol=1e-6,
+    np.testing.assert_allclose(lib.step_n(xs).reshape(steps, 1, 4), np.stack(want), rtol=1e-6,
                                atol=1e-5)
 
 
@@ -130,14 +135,7 @@ def test_a_step_of_many_dispatches_calls_them_outlined(vm_texts, tmp_path, monke
     build_library(spec.mlir, spec.signature, tmp_path / "out", name=spec.name,
                   workdir=tmp_path / "work")
     assert "tfrt_direct_call_outlined(&" in (tmp_path / "out" / "src" / "accumulator.c").read_text()
-    lib = harness.load(tmp_path / "out")
-    xs = np.random.default_rng(1).standard_normal((100, 1, 4)).astype(np.float32)
-    want, state = [], spec.init_state()
-    for x in xs:
-        y, state = spec.step(x, state)
-        want.append(y)
-    np.testing.assert_allclose(lib.step_n(xs).reshape(100, 1, 4), np.stack(want), rtol=1e-6,
-                               atol=1e-5)
+    _check_steps(spec, harness.load(tmp_path / "out"), 100)
 
 
 def test_inputs_and_outputs_of_other_types_than_the_c_api_are_refused(vm_texts):
