@@ -543,7 +543,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
     last = "%x1" if padded != image else "%x0"
     data = weight_data(g.packed(), kernel_dtype(g.kind, dtype))
     weights = kernel_dispatch.weights_global(sym, data, as_global)
-    computed = gate_type and _gated_weights(weights, data, g, gate_type)
+    computed = _gated_weights(weights, data, g, gate_type) if gate_type else None
     # the int8 convolution reads its image once, into its scratch, before it
     # writes anything: a result of the image's own shape (a pointwise layer)
     # can take the image's buffer (a streamed or whole-window DS-CNN's
@@ -558,7 +558,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
     in_place = g.reuse_image and padded == result and (
         g.kh == 1 and not g.depthwise if g.half else g.int8)
     lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result,
-                                              g.scratch_bytes, in_place, computed or None),
+                                              g.scratch_bytes, in_place, computed),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
     gate_arg = f", %g: tensor<{gate_type}>" if gate_type else ""
@@ -570,7 +570,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
     return weights, function + kernel_dispatch.executable_text(
         sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
         post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act,
-        batch=g.batch, activation=activation, bound=bool(computed))
+        batch=g.batch, activation=activation, bound=computed is not None)
 
 
 def _gated_weights(weights, data: np.ndarray, g: ConvGeometry,
