@@ -95,8 +95,25 @@ def _pooled_conv_residual():
     return keras.Model(x, L.Add()([x, m]))
 
 
+def _squeeze_excite():
+    """EfficientNet's squeeze-and-excitation gate: a mean over the image
+    through two 1x1 convolutions and a sigmoid, broadcast back. Fenced as a
+    row reduction (a convolution's), every EfficientNet failed in
+    iree-compile's Vulkan host program ('util.buffer.subspan')."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(9)
+    x = keras.Input((12, 12, 3))
+    h = L.Conv2D(16, 3, padding="same", activation="swish")(x)
+    s = L.Conv2D(4, 1, activation="swish")(L.GlobalAveragePooling2D(keepdims=True)(h))
+    h = L.Multiply()([h, L.Conv2D(16, 1, activation="sigmoid")(s)])
+    return keras.Model(x, L.Dense(5)(L.GlobalAveragePooling2D()(L.Conv2D(8, 1)(h))))
+
+
 MODELS = {
     "lstm40": _lstm40,
+    "squeeze_excite": _squeeze_excite,
     "pooled_conv_residual": _pooled_conv_residual,
     "same_pools": _same_pools,
     "average_same": _average_same,

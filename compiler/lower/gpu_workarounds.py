@@ -39,17 +39,35 @@ def fence_row_reductions(mlir_text: str) -> tuple[str, int]:
 
 def _reduces_rows(op) -> bool:
     """Whether ``op`` sums across rows: a reduction of some axis but not its
-    operand's innermost, a pooling window, or a convolution (over its taps)."""
+    operand's innermost, a pooling window, or a convolution over taps (a
+    1 x 1 one sums its input's innermost axis, the channels, alone: the
+    squeeze-and-excitation layers' on a pooled vector, whose gate fenced
+    made every EfficientNet fail in IREE's host program)."""
     from iree.compiler import ir
 
     name = op.operation.name
-    if name in ("stablehlo.reduce_window", "stablehlo.convolution"):
+    if name == "stablehlo.reduce_window":
         return True
+    if name == "stablehlo.convolution":
+        return _has_taps(op)
     if name != "stablehlo.reduce":
         return False
     last = ir.RankedTensorType(op.operands[0].type).rank - 1
     axes = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
     return bool(axes) and last not in axes
+
+
+def _has_taps(conv) -> bool:
+    """Whether a ``stablehlo.convolution``'s filter spans more than one
+    position along a spatial axis (its digits in the filter's layout; a
+    layout written otherwise counts as taps)."""
+    from iree.compiler import ir
+
+    layout = re.search(r"\]x\[([^\]]*)\]->", str(conv.attributes["dimension_numbers"]))
+    if layout is None:
+        return True
+    shape = ir.RankedTensorType(conv.operands[1].type).shape
+    return any(shape[i] != 1 for i, dim in enumerate(layout[1].split(", ")) if dim.isdigit())
 
 
 def _from_row_reduction(value, depth: int = 6) -> bool:
