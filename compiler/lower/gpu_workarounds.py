@@ -58,16 +58,17 @@ def _reduces_rows(op) -> bool:
 
 
 def _has_taps(conv) -> bool:
-    """Whether a ``stablehlo.convolution``'s filter spans more than one
-    position along a spatial axis (its digits in the filter's layout; a
-    layout written otherwise counts as taps)."""
+    """Whether a ``stablehlo.convolution`` sums across rows: its filter spans
+    more than one position along a spatial axis (its digits in the filter's
+    layout), or its input's channels are not its innermost axis (channels
+    first); a layout written otherwise counts."""
     from iree.compiler import ir
 
-    layout = re.search(r"\]x\[([^\]]*)\]->", str(conv.attributes["dimension_numbers"]))
-    if layout is None:
+    layout = re.search(r"\[([^\]]*)\]x\[([^\]]*)\]->", str(conv.attributes["dimension_numbers"]))
+    if layout is None or not layout[1].endswith("f"):
         return True
     shape = ir.RankedTensorType(conv.operands[1].type).shape
-    return any(shape[i] != 1 for i, dim in enumerate(layout[1].split(", ")) if dim.isdigit())
+    return any(shape[i] != 1 for i, dim in enumerate(layout[2].split(", ")) if dim.isdigit())
 
 
 def _from_row_reduction(value, depth: int = 6) -> bool:
