@@ -1759,13 +1759,13 @@ TFRT_UNUSED static inline float tfrt_post(const float *post, size_t o, float v) 
  * step along the output row. A division per position cost more than the
  * multiply-adds of a pointwise layer with few input channels (a MobileNet's
  * 8 -> 48 expansion: 6 divisions against 8 x 12 FMAs a block). A pointwise
- * layer of stride 1 over an unpadded image (TFRT_POSITIONS_APART) has its
- * positions' inputs c apart, found without the division and the steps: on
- * a Zen 3 class EPYC (AVX2) a MobileNet's 16 -> 96 expansion went from 27.6
- * to 29.5-30.1 GMAC/s, its 24 -> 144 from 33.4 to 34.8-36.1. */
+ * layer of stride 1 over an unpadded image (struct tfrt_conv's apart,
+ * decided once a call) has its positions' inputs c apart, found without
+ * the division and the steps: on a Zen 3 class EPYC (AVX2) a MobileNet's
+ * 16 -> 96 expansion went from 27.6 to 29.5-30.1 GMAC/s, its 24 -> 144
+ * from 33.4 to 34.8-36.1. */
 #if defined(__x86_64__) || defined(__aarch64__) /* (a Cortex-M keeps its code small) */
-#define TFRT_POSITIONS_APART(g) \
-  ((g)->runs == 1 && (g)->kw == 1 && (g)->sw == 1 && (g)->sh == 1 && (g)->iw == (g)->ow)
+#define TFRT_POSITIONS_APART(g) ((g)->apart)
 #else
 #define TFRT_POSITIONS_APART(g) 0
 #endif
@@ -1980,6 +1980,7 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
 struct tfrt_conv {
   size_t n, c, kw, iw, ow, sh, sw, dh, dw, runs, run, positions;
   const float *post;
+  int apart; /* a pointwise layer of stride 1, unpadded (TFRT_PATCH_STARTS) */
 };
 
 /* One block of P output positions from p0 (fewer at the end: the last
@@ -2591,7 +2592,8 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
                   size_t kw, size_t iw, size_t oh, size_t ow, size_t sh, size_t sw, size_t dh,
                   size_t dw) {
   const struct tfrt_conv g = {n,  c,  kw, iw, ow, sh, sw, dh, dw, dw == 1 ? kh : kh * kw,
-                              dw == 1 ? kw * c : c, oh * ow, post};
+                              dw == 1 ? kw * c : c, oh * ow, post,
+                              kh == 1 && kw == 1 && sh == 1 && sw == 1 && iw == ow};
   const size_t k = kh * kw * c;
   w += w_offset;
   x += x_offset;

@@ -28,31 +28,26 @@ def dispatch_function(sym: str, xt: str, yt: str, weights: "WeightsGlobal | None
   }}"""
 
 
-def dispatch_lines(sym: str, weights: "WeightsGlobal | None", x: str, xt: str, y: str,
-                    yt: str, scratch: int = 0, in_place: bool = False,
-                    computed: tuple[list[str], str] | None = None) -> list[str]:
-    """``y = dispatch(x)``, with the weights' global loaded and passed first
-    when they are one; with ``scratch`` bytes, the dispatch has a second
-    result, the kernel's scratch buffer (unused after it: IREE allocates it
-    with the step's other temporaries). ``in_place`` (x and y of one type):
-    y is x's buffer, tied to it, so IREE gives the result no buffer of its
-    own where x is not used after (otherwise it copies x first).
-    ``computed``: the lines that make ``%w`` and its type, weights the
-    function computes (lower/channel_gate.py), passed first as a global's."""
+def dispatch_lines(sym: str, weights: "WeightsGlobal | ComputedWeights | None", x: str,
+                   xt: str, y: str, yt: str, scratch: int = 0,
+                   in_place: bool = False) -> list[str]:
+    """``y = dispatch(x)``, with the weights (a global loaded, or computed)
+    passed first when they are a binding; with ``scratch`` bytes, the
+    dispatch has a second result, the kernel's scratch buffer (unused after
+    it: IREE allocates it with the step's other temporaries). ``in_place``
+    (x and y of one type): y is x's buffer, tied to it, so IREE gives the
+    result no buffer of its own where x is not used after (otherwise it
+    copies x first)."""
     y_type = x if in_place else f"tensor<{yt}>"
     results, result_types = y, y_type
     if scratch:
         results, result_types = f"{y}, %scratch", f"({y_type}, tensor<{scratch}xi8>)"
-    if computed is not None:
-        lines, tensor = computed
-    elif weights is not None:
-        lines = [f"%w = ml_program.global_load @{weights.name} : {weights.tensor}"]
-        tensor = weights.tensor
-    else:
+    if weights is None:
         return [f"{results} = flow.dispatch @{sym}_exe::@{sym}({x}) : (tensor<{xt}>) -> "
                 f"{result_types}"]
-    return [*lines, f"{results} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({tensor}, "
-                    f"tensor<{xt}>) -> {result_types}"]
+    return [*weights.load_lines(),
+            f"{results} = flow.dispatch @{sym}_exe::@{sym}(%w, {x}) : ({weights.tensor}, "
+            f"tensor<{xt}>) -> {result_types}"]
 
 
 def weights_global(sym: str, data: np.ndarray, as_global: bool) -> WeightsGlobal | None:
@@ -80,6 +75,10 @@ class WeightsGlobal:
     def tensor(self) -> str:
         return tensor_type(self.data)
 
+    def load_lines(self) -> list[str]:
+        """The line that makes ``%w`` for the dispatch."""
+        return [f"%w = ml_program.global_load @{self.name} : {self.tensor}"]
+
     def global_text(self) -> str:
         hexval = self.data.tobytes().hex().upper()
         return (f'  ml_program.global private mutable @{self.name}(dense<"0x{hexval}"> : '
@@ -94,6 +93,19 @@ class WeightsGlobal:
   }}"""
 
 
+@dataclass(frozen=True)
+class ComputedWeights:
+    """Weights the kernel's function computes before the dispatch (a
+    channel gate's: lower/channel_gate.py), passed as a global's are: the
+    lines that make ``%w``, of type ``tensor``."""
+
+    lines: tuple[str, ...]
+    tensor: str
+
+    def load_lines(self) -> list[str]:
+        return list(self.lines)
+
+
 def tensor_type(data: np.ndarray) -> str:
     """The MLIR tensor type of packed weights as the kernel reads them."""
     return f"tensor<{'x'.join(map(str, data.shape))}x{element(data)}>"
@@ -106,10 +118,11 @@ def element(data: np.ndarray) -> str:
 
 
 def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
-                     sizes: tuple[int, ...], weights: WeightsGlobal | None = None,
+                     sizes: tuple[int, ...],
+                     weights: WeightsGlobal | ComputedWeights | None = None,
                      post: np.ndarray | None = None, scratch: int = 0,
                      in_place: bool = False, images: str = "f32", batch: int = 1,
-                     activation: tuple[str, int] | None = None, bound: bool = False) -> str:
+                     activation: tuple[str, int] | None = None) -> str:
     """The executable whose only work is
     ``kernel(w, w_offset, x, x_offset, y, y_offset, *sizes)``, or with
     ``post`` (f32: a convolution's epilogue, conv_epilogue.Epilogue)
@@ -118,9 +131,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     dispatch's second result) ``kernel(..., post, s, s_offset, *sizes)``.
 
     The packed weights are a read-only global of the kernel object, or with
-    ``weights`` (a global of the host program) or ``bound`` (weights the
-    host program computes: dispatch_lines' ``computed``) a third binding,
-    the first.
+    ``weights`` (a global of the host program, or weights it computes) a
+    third binding, the first.
     Each binding is a base pointer plus an element offset: IREE moves a
     binding's offset (e.g. one state inside a fused state buffer, one
     weights global among the others) into the subspan. Half-width weights
@@ -159,7 +171,7 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         %s = stream.binding.subspan %bs[%c0] : !stream.binding -> memref<{scratch}xi8>
         {metadata("s", f"memref<{scratch}xi8>", 1, "i8")}"""
     post_decl += "memref<i8>, index, " * bool(scratch)
-    if weights is None and not bound:
+    if weights is None:
         hexval = data.tobytes().hex().upper()
         ttype = "tensor" + wtype[len("memref"):]
         w_global = f"""

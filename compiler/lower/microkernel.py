@@ -543,7 +543,7 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
     last = "%x1" if padded != image else "%x0"
     data = weight_data(g.packed(), kernel_dtype(g.kind, dtype))
     weights = kernel_dispatch.weights_global(sym, data, as_global)
-    computed = _gated_weights(weights, data, g, gate_type) if gate_type else None
+    bound = _gated_weights(weights, data, g, gate_type) if gate_type else weights
     # the int8 convolution reads its image once, into its scratch, before it
     # writes anything: a result of the image's own shape (a pointwise layer)
     # can take the image's buffer (a streamed or whole-window DS-CNN's
@@ -557,8 +557,8 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
     # (lower/passes.py leaves them apart there).
     in_place = g.reuse_image and padded == result and (
         g.kh == 1 and not g.depthwise if g.half else g.int8)
-    lines += [*kernel_dispatch.dispatch_lines(sym, weights, last, padded, "%y0", result,
-                                              g.scratch_bytes, in_place, computed),
+    lines += [*kernel_dispatch.dispatch_lines(sym, bound, last, padded, "%y0", result,
+                                              g.scratch_bytes, in_place),
               f"%y = stablehlo.reshape %y0 : (tensor<{result}>) -> tensor<{y_type}>"]
     body = "".join(f"\n    {line}" for line in lines)
     gate_arg = f", %g: tensor<{gate_type}>" if gate_type else ""
@@ -568,18 +568,19 @@ def _conv_text(sym: str, g: ConvGeometry, name: str, dtype: str, as_global: bool
   }}"""
     activation = (kernel_symbol(name, dtype, "act"), g.act) if g.act and not g.half else None
     return weights, function + kernel_dispatch.executable_text(
-        sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, weights,
+        sym, data, padded, result, kernel_symbol(name, dtype, g.kind), g.kernel_args, bound,
         post=g.post_data, scratch=g.scratch_bytes, in_place=in_place, images=act,
-        batch=g.batch, activation=activation, bound=computed is not None)
+        batch=g.batch, activation=activation)
 
 
 def _gated_weights(weights, data: np.ndarray, g: ConvGeometry,
-                   gate_type: str) -> tuple[list[str], str]:
-    """The lines that make ``%w``, the packed f32 ``data`` (or its global,
-    ``weights``) times the gate ``%g``, and its type (channel_gate)."""
+                   gate_type: str) -> kernel_dispatch.ComputedWeights:
+    """``%w``: the packed f32 ``data`` (or its global, ``weights``) times the
+    gate ``%g`` (channel_gate)."""
     tensor = kernel_dispatch.tensor_type(data)
     source = (f"%w_packed = ml_program.global_load @{weights.name} : {tensor}" if weights
               else f'%w_packed = stablehlo.constant dense<"0x{data.tobytes().hex().upper()}"> '
                    f": {tensor}")
-    return [source, *channel_gate.weight_lines("%w_packed", tensor, data.shape, g.kh * g.kw,
-                                               g.c, gate_type)], tensor
+    return kernel_dispatch.ComputedWeights(
+        (source, *channel_gate.weight_lines("%w_packed", tensor, data.shape, g.kh * g.kw, g.c,
+                                            gate_type)), tensor)
