@@ -6,7 +6,9 @@ no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
 (alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out; a small
 DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling) and
 a small U-Net (transposed convolutions), logits per pixel; on request
-(``--models``), ResNet50 and EfficientNetV2B0.
+(``--models``), ResNet50, EfficientNetB0, EfficientNetV2B0 and a small 3-D
+U-Net (a volume of side ``--size`` / 8, one channel: Conv3D and
+Conv3DTranspose, as volumetric segmenters are built).
 
 Each model is saved as .keras and built the way a user builds it,
 ``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
@@ -130,9 +132,38 @@ def unet_small(size: int):
     return keras.Model(x, layers.Conv2D(2, 1)(h))
 
 
+def unet3d_small(size: int):
+    """A 3-D U-Net on a volume of side size / 8 (divisible by 4), one
+    channel: two stages of two 3 x 3 x 3 convolutions and a 2 x 2 x 2
+    convolution of stride 2 (as V-Net downsamples: LiteRT has no 3-D max
+    pool), up-convolutions (Conv3DTranspose 2 x 2 x 2, stride 2) with the skips
+    concatenated, 2 classes per voxel."""
+    import keras
+    from keras import layers
+
+    def twice(h, filters):
+        for _ in range(2):
+            h = layers.Conv3D(filters, 3, padding="same", activation="relu")(h)
+        return h
+
+    side = size // 8
+    x = keras.Input((side, side, side, 1))
+    skips, h = [], x
+    for filters in (8, 16):
+        h = twice(h, filters)
+        skips.append(h)
+        h = layers.Conv3D(filters, 2, strides=2, activation="relu")(h)
+    h = twice(h, 32)
+    for filters, skip in zip((16, 8), skips[::-1]):
+        h = layers.Conv3DTranspose(filters, 2, strides=2)(h)
+        h = twice(layers.Concatenate()([h, skip]), filters)
+    return keras.Model(x, layers.Conv3D(2, 1)(h))
+
+
 MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
           "deeplab_small": deeplab_small, "unet_small": unet_small, "resnet50": resnet50,
-          "efficientnet_v2_b0": efficientnet_v2_b0, "efficientnet_b0": efficientnet_b0}
+          "efficientnet_v2_b0": efficientnet_v2_b0, "efficientnet_b0": efficientnet_b0,
+          "unet3d_small": unet3d_small}
 #: what a run measures unless --models says otherwise (ResNet50 and
 #: EfficientNetV2B0 take minutes to convert and build: on request)
 DEFAULT_MODELS = ["mobilenet_v3_small", "mobilenet_v2_035", "deeplab_small", "unet_small"]
@@ -149,7 +180,8 @@ def calibrated(factory, size: int):
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = 0.0
-    images = np.random.default_rng(2).standard_normal((16, size, size, 3)).astype(np.float32)
+    images = np.random.default_rng(2).standard_normal(
+        (16, *model.inputs[0].shape[1:])).astype(np.float32)
     model(images, training=True)
     return model
 

@@ -5,8 +5,8 @@ on the Keras layers below, with the same products.
 
 The rewrite is checked against the op it replaces by IREE's own runtime on
 many geometries (strides, kernels larger and smaller than the stride,
-padding that crops, the 1-D form, both kernel layouts), and Keras models
-against TensorFlow through the built library."""
+padding that crops, the 1-D and 3-D forms, both kernel layouts), and
+Keras models against TensorFlow through the built library."""
 from __future__ import annotations
 
 import numpy as np
@@ -75,6 +75,32 @@ def test_the_one_dimensional_form():
                    np.random.default_rng(4).normal(size=(2, 7, 3)).astype(np.float32))
 
 
+#: 3-D geometries: Conv3DTranspose(k=2, s=2); k=3, s=(1, 2, 2), same; and
+#: kernels larger and smaller than uneven strides
+GEOMETRIES_3D = [
+    ((3, 4, 3), (2, 2, 2), (2, 2, 2), ((1, 1), (1, 1), (1, 1))),
+    ((3, 4, 3), (3, 3, 3), (1, 2, 2), ((1, 1), (2, 1), (2, 1))),
+    ((2, 3, 4), (3, 1, 2), (2, 3, 1), ((2, 1), (0, 2), (1, 0))),
+]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES_3D, ids=["k2s2", "same", "uneven"])
+@pytest.mark.parametrize("kernel_layout", ["i, o", "o, i"])
+def test_the_three_dimensional_form(geometry, kernel_layout):
+    sizes, k, d, pads = geometry
+    kernel = _weights_before_layout(k, 3, 2, 5)
+    if kernel_layout == "o, i":
+        kernel = np.swapaxes(kernel, -1, -2)
+    y_sizes = [_out_size(s, kk, dd, lo, hi) for s, kk, dd, (lo, hi) in zip(sizes, k, d, pads)]
+    text = _module([2, *sizes, 3], list(kernel.shape), [2, *y_sizes, 2],
+                   f"[b, 0, 1, 2, f]x[0, 1, 2, {kernel_layout}]->[b, 0, 1, 2, f]", d, pads,
+                   kernel)
+    rewritten, count = dilated_inputs_as_phases(text)
+    assert count == 1 and "lhs_dilate" not in rewritten
+    same_as_before(text, rewritten, np.random.default_rng(6).normal(
+        size=(2, *sizes, 3)).astype(np.float32))
+
+
 def test_keras_conv_transposes_through_the_library(tmp_path, capsys):
     """A decoder of Conv2DTranspose layers as users write them (U-Net's
     2 x 2 up-convolution, 'same' with kernel 3 and 4, a stride of 2 across
@@ -94,6 +120,33 @@ def test_keras_conv_transposes_through_the_library(tmp_path, capsys):
     assert main(["-q", "import", str(path), "-o", str(tmp_path / "decoder.mlir")]) == 0
     _, count = dilated_inputs_as_phases((tmp_path / "decoder.mlir").read_text())
     assert count == 4
+    assert main(["-q", "build", str(path), "-o", str(out)]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
+def test_keras_conv3d_transposes_through_the_library(tmp_path, capsys):
+    """A volumetric decoder (a 3-D U-Net's 2 x 2 x 2 up-convolution, then
+    'same' with kernel 3 and a stride across space only): each becomes one
+    3-D phase convolution, then 2-D convolutions for tfaot's kernel (no
+    3-D or input-dilated convolution is left), against TensorFlow."""
+    import keras
+
+    from tfaot.lower.conv3d import convs_3d_as_2d
+
+    keras.utils.set_random_seed(4)
+    layers = keras.layers
+    x = keras.Input((3, 4, 5, 6))
+    h = layers.Conv3DTranspose(8, 2, strides=2, activation="relu")(x)
+    h = layers.Conv3DTranspose(4, 3, strides=(1, 2, 2), padding="same")(h)
+    path = tmp_path / "volume.keras"
+    keras.Model(x, h).save(path)
+    assert main(["-q", "import", str(path), "-o", str(tmp_path / "volume.mlir")]) == 0
+    phases, count = dilated_inputs_as_phases((tmp_path / "volume.mlir").read_text())
+    assert count == 2
+    planes, count = convs_3d_as_2d(phases)
+    assert count == 2 and "[b, 0, 1, 2, f]" not in planes and "lhs_dilate" not in planes
+    out = tmp_path / "lib"
     assert main(["-q", "build", str(path), "-o", str(out)]) == 0
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
     assert ": ok" in capsys.readouterr().out
