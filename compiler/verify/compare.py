@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import copy
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..frontend.graphdef import source_node
-from . import fake_quant, int8_spread
+from . import fake_quant, int8_spread, sensitivity
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, id_limits,
                               has_stateful_layers, keras_stateful_reference,
@@ -176,20 +176,36 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
     lib = load_to_run(lib_dir)  # run_sequence inits (maybe in a child process)
     case = make_case(model_path, lib, steps=steps, seed=seed, tol=tol,
                      graph_options=graph_options)
-    return run_case(lib, case)
+    results = run_case(lib, case)
+    if any(not r.ok and r.mismatch is None for r in results):
+        # does the check say anything? (module sensitivity)
+        jittered = make_case(model_path, lib, steps=steps, seed=seed, tol=case.tolerance,
+                             graph_options=graph_options, jitter=True)
+        for result, move in zip(results, int8_spread.spread(case, jittered)):
+            if move > sensitivity.NOTABLE * result.tolerance:
+                result.rounding_move = move
+    return results
 
 
 def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
-              graph_options=None) -> Case:
+              graph_options=None, jitter: bool = False) -> Case:
     """Inputs for ``lib`` (a harness.Model or LibrarySpec) and TensorFlow's
-    outputs on them; the library itself is not run."""
+    outputs on them; the library itself is not run. ``jitter``: TensorFlow
+    runs the model with its weights moved by a rounding step (module
+    sensitivity)."""
     from ..frontend.load import load_model
 
-    rng = np.random.default_rng(seed)
     graph_options = build_cut(lib, graph_options)
     # (a subclassed model as the build traced it: frontend/subclassed.py)
     loaded = load_model(model_path, graph_options,
                         keras_fixed_time=bool(lib.manifest.get("keras_fixed_time")))
+    with sensitivity.with_jittered_weights(loaded) if jitter else nullcontext(loaded) as loaded:
+        return _loaded_case(loaded, lib, steps, seed, tol, model_path)
+
+
+def _loaded_case(loaded, lib, steps: int, seed: int, tol: float | None, model_path) -> Case:
+    """``make_case`` for the loaded model."""
+    rng = np.random.default_rng(seed)
     if loaded.keras_model is None or not lib.manifest.get("keras_graph"):
         return _case_of(loaded, lib, rng, steps, tol, model_path)
     # Built from the Keras model's traced graph (pipeline._graph_of_keras):

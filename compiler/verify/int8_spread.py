@@ -31,10 +31,11 @@ verify stricter than it was.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
+
+from .changed_weights import with_changed_weights
 
 #: allowed error, in multiples of the spread of the weights' rounding alone
 MARGIN = 3.0
@@ -94,39 +95,11 @@ def note(spread_of_output: float) -> str:
             "rounds them (its inputs' rounding adds about as much again)")
 
 
-@contextmanager
 def with_rounded_weights(loaded, rule: Rule):
     """``loaded`` as TensorFlow would run it with the weights ``rule`` names
-    rounded (``rounded``): a graph's copy, or, for Keras, the model's own
-    variables (put back on exit) and a Keras 2 reference loaded rounded."""
-    if loaded.keras_model is None:
-        graph = loaded.graph
-        details = dict(graph.details)
-        if "source_graph_def" in details:  # (what the reference runs: the graph before a cut)
-            details["source_graph_def"] = _rounded_graph(details["source_graph_def"], rule)
-        yield replace(loaded, graph=replace(graph, graph_def=_rounded_graph(graph.graph_def, rule),
-                                            details=details))
-        return
-    from ..frontend import keras2
-
-    saved = []
-    load_reference = keras2.load_reference
-
-    def load_rounded(*args, **kwargs):
-        model = load_reference(*args, **kwargs)
-        _round_keras(model, rule, [])
-        return model
-
-    try:
-        for model in {id(m): m for m in (loaded.keras_model, loaded.keras_original)
-                      if m is not None}.values():
-            _round_keras(model, rule, saved)
-        keras2.load_reference = load_rounded
-        yield loaded
-    finally:
-        keras2.load_reference = load_reference
-        for variable, value in saved:
-            variable.assign(value)
+    rounded (``rounded``): a context (changed_weights)."""
+    return with_changed_weights(loaded, lambda model, saved: _round_keras(model, rule, saved),
+                                lambda graph_def: _rounded_graph(graph_def, rule))
 
 
 #: a Keras layer's matrices, by attribute (a SeparableConv's pointwise one is a 1x1 convolution)
