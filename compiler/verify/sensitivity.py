@@ -60,4 +60,3 @@ def with_jittered_weights(loaded, seed: int = 0):
         return out
 
     return with_changed_weights(loaded, change_keras, change_graph)
-
