@@ -181,9 +181,12 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
         # does the check say anything? (module sensitivity)
         jittered = make_case(model_path, lib, steps=steps, seed=seed, tol=case.tolerance,
                              graph_options=graph_options, jitter=True)
-        for result, move in zip(results, int8_spread.spread(case, jittered)):
+        moves = int8_spread.spread(case, jittered)
+        for result, move, checks in zip(results, moves, case.checks):
             if move > sensitivity.NOTABLE * result.tolerance:
-                result.rounding_move = move
+                result.rounding_note = sensitivity.note(
+                    result.output, move, amplified=move > DEFAULT_TOLERANCE["f32"] *
+                    output_scale(checks))
     return results
 
 

@@ -11,8 +11,11 @@ with it either. verify failed that (right) library by 1.4e5.
 So when a check fails, verify runs TensorFlow once more on the same inputs
 with every f32 weight moved by one rounding step (``STEP`` relative, the
 sign random) and, where that alone moves an output by more than
-``NOTABLE`` of its tolerance, says so beside the FAIL. The verdict stands:
-such a model cannot be checked at that tolerance, and the note says why.
+``NOTABLE`` of its tolerance, says so beside the FAIL: that the model
+amplifies rounding where the move is over f32's default tolerance for
+outputs of that size, else that the tolerance (a ``--tol`` given) is
+below f32's rounding of the model. The verdict stands: such a model cannot
+be checked at that tolerance, and the note says why.
 """
 from __future__ import annotations
 
@@ -60,3 +63,17 @@ def with_jittered_weights(loaded, seed: int = 0):
         return out
 
     return with_changed_weights(loaded, change_keras, change_graph)
+
+
+def note(output: str, move: float, amplified: bool) -> str:
+    """Why a failed ``output`` says little, TensorFlow's own values moving
+    by ``move`` with the weights jittered; ``amplified``: more than f32's
+    default tolerance allows outputs of their size."""
+    said = (f"TensorFlow's own {output} moves by {move:.3g} when the model's weights move "
+            "by one f32 rounding step")
+    if not amplified:
+        return f"{said}: this tolerance is below f32's rounding of this model"
+    return (f"{said}, so the model amplifies rounding (untrained weights? batch norm "
+            "statistics far from these inputs'?): a library that rounds otherwise differs "
+            "by several times that without being wrong, and verify cannot check this model "
+            "at this tolerance")

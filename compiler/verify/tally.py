@@ -27,10 +27,10 @@ class VerifyResult:
     spread: float = 0.0
     # Why the tolerance is what it is, where the default's rule is not all of it
     tolerance_note: str | None = None
-    # On a failure: how far TensorFlow's own values moved with the weights
-    # moved by one f32 rounding step, where that is a notable share of the
-    # tolerance (verify/sensitivity.py); 0 where not measured or not notable
-    rounding_move: float = 0.0
+    # On a failure where TensorFlow's own values move by a notable share of
+    # the tolerance with the weights moved by one f32 rounding step: what
+    # that says (verify/sensitivity.py)
+    rounding_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -47,13 +47,8 @@ class VerifyResult:
                      f"of them, first at {self.first_nonfinite})")
         if self.tolerance_note:
             line += f"\n  note: {self.tolerance_note}"
-        if self.rounding_move and not self.ok:
-            line += (f"\n  note: TensorFlow's own {self.output} moves by "
-                     f"{self.rounding_move:.3g} when the model's weights move by one f32 "
-                     "rounding step, so the model amplifies rounding (untrained weights? "
-                     "batch norm statistics far from these inputs'?): a library that rounds "
-                     "otherwise differs by several times that without being wrong, and "
-                     "verify cannot check this model at this tolerance")
+        if self.rounding_note and not self.ok:
+            line += f"\n  note: {self.rounding_note}"
         if self.constant and self.spread == 0:
             line += (f"\n  note: TensorFlow's {self.output} is the same at every one of these "
                      f"{self.steps} {self.unit}, whatever the input, so this check says "
