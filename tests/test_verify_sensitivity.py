@@ -5,6 +5,8 @@ step, the FAIL says so; a wrong library of an ordinary model gets no such
 note."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -91,8 +93,8 @@ def test_jittered_weights_move_by_one_rounding_step(tmp_path, kind):
 
         from tfaot.frontend.keras_graph import keras_as_graph
 
-        graph = type(loaded)(**{**loaded.__dict__, "keras_model": None,
-                                "graph": keras_as_graph(loaded.keras_model, loaded.path)})
+        graph = replace(loaded, keras_model=None,
+                        graph=keras_as_graph(loaded.keras_model, loaded.path))
 
         def consts(graph_def):
             return [tf.make_ndarray(n.attr["value"].tensor) for n in graph_def.node

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import TfaotError, first_line
 from ..frontend.graphdef import source_node
-from . import fake_quant, int8_spread, sensitivity
+from . import changed_weights, fake_quant, int8_spread, sensitivity
 from .case import Case, Checks, run_case, signature
 from .keras_reference import (check_input_shape, defined_steps, id_limits,
                               has_stateful_layers, keras_stateful_reference,
@@ -181,8 +181,8 @@ def verify(model_path: str, lib_dir: Path, *, steps: int, seed: int, tol: float 
         # does the check say anything? (module sensitivity)
         jittered = make_case(model_path, lib, steps=steps, seed=seed, tol=case.tolerance,
                              graph_options=graph_options, jitter=True)
-        moves = int8_spread.spread(case, jittered)
-        for result, move, checks in zip(results, moves, case.checks):
+        for result, move, checks in zip(results, changed_weights.moves(case, jittered),
+                                        case.checks):
             if move > sensitivity.NOTABLE * result.tolerance:
                 result.rounding_note = sensitivity.note(
                     result.output, move, amplified=move > DEFAULT_TOLERANCE["f32"] *
@@ -266,7 +266,7 @@ def _int8_spreads(loaded, lib, case, rng, steps: int, tol: float, model_path) ->
         return [0.0] * len(case.checks)
     with int8_spread.with_rounded_weights(loaded, rule) as rounded:
         rounded_case = _make_case(rounded, lib, rng, steps, tol, model_path, lib.dir)
-    return int8_spread.spread(case, rounded_case)
+    return changed_weights.moves(case, rounded_case)
 
 
 @contextmanager

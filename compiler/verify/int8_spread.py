@@ -11,15 +11,16 @@ where the fixed bound was 0.15. Its few channels per layer average the
 rounding less.
 
 So verify also runs TensorFlow on the model with the weights the build
-quantizes rounded as the build rounds them (``rounded``: per output channel,
-symmetric, 127 steps), on the same inputs, and allows ``MARGIN`` times the
-largest change that alone makes (``spread``). The weights' rounding is
-about half of the library's error (the inputs' rounding is the other
-half): that model's library differed by 1.7 times it, a MobileNetV2 0.35
-by 1.6 times, recurrent models and a DS-CNN by 1.3 to 1.9 times. A wrong
-kernel, off by about the outputs' size, still fails; an error of a few
-times the rounding passes where the rounding is large (on the MobileNet
-alpha 0.25 at 64x64 of the tests, its last layer's weights scaled by 1.3).
+quantizes rounded as the build rounds them (``rounded``: per output
+channel, symmetric, 127 steps), on the same inputs, and allows ``MARGIN``
+times the largest change that alone makes (its spread:
+changed_weights.moves). The weights' rounding is about half of the
+library's error (the inputs' rounding is the other half): that model's
+library differed by 1.7 times it, a MobileNetV2 0.35 by 1.6 times,
+recurrent models and a DS-CNN by 1.3 to 1.9 times. A wrong kernel, off by
+about the outputs' size, still fails; an error of a few times the rounding
+passes where the rounding is large (on the MobileNet alpha 0.25 at 64x64 of
+the tests, its last layer's weights scaled by 1.3).
 
 Which weights the build quantized comes from its manifest: matrices
 (Dense, recurrent kernels, a graph's MatMul) of ``int8_min_weights`` or
@@ -73,21 +74,6 @@ def rounded(w: np.ndarray, axis: int) -> np.ndarray:
     return np.moveaxis(back, -1, axis)
 
 
-def spread(case, rounded_case) -> list[float]:
-    """Per output, the largest change between two cases' TensorFlow values
-    (same inputs), over the values finite in both."""
-    out = []
-    for mine, theirs in zip(case.checks, rounded_case.checks):
-        largest = 0.0
-        for a, b in zip(mine.values, theirs.values):
-            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-            finite = np.isfinite(a) & np.isfinite(b)
-            if finite.any():
-                largest = max(largest, float(np.max(np.abs(a - b)[finite])))
-        out.append(largest)
-    return out
-
-
 def note(spread_of_output: float) -> str:
     """Why an output's tolerance is ``MARGIN`` times its spread, for verify's report."""
     return (f"the tolerance is {MARGIN:g} x {spread_of_output:.3g}, how far TensorFlow's "
@@ -98,7 +84,7 @@ def note(spread_of_output: float) -> str:
 def with_rounded_weights(loaded, rule: Rule):
     """``loaded`` as TensorFlow would run it with the weights ``rule`` names
     rounded (``rounded``): a context (changed_weights)."""
-    return with_changed_weights(loaded, lambda model, saved: _round_keras(model, rule, saved),
+    return with_changed_weights(loaded, lambda model: _rounded_keras(model, rule),
                                 lambda graph_def: _rounded_graph(graph_def, rule))
 
 
@@ -106,28 +92,22 @@ def with_rounded_weights(loaded, rule: Rule):
 _KERNELS = ("kernel", "recurrent_kernel", "pointwise_kernel")
 
 
-def _round_keras(model, rule: Rule, saved: list) -> None:
-    """Rounds the quantized matrices of ``model``'s layers in place (their
-    output channel is the last axis), keeping (variable, old value) in
-    ``saved``; a variable already there (a layer the trace of a subclassed
-    model shares with it) is left as it is, so that its old value is the
-    one put back."""
-    done = {id(variable) for variable, _ in saved}
+def _rounded_keras(model, rule: Rule):
+    """(variable, rounded value) for the quantized matrices of ``model``'s
+    layers (their output channel is the last axis)."""
     for layer in model._flatten_layers(include_self=False):
         kind = type(layer).__name__
         if "Depthwise" in kind:
             continue
         for attr in _KERNELS:
             variable = getattr(layer, attr, None)
-            if variable is None or not hasattr(variable, "assign") or id(variable) in done:
+            if variable is None or not hasattr(variable, "assign"):
                 continue
             value = np.asarray(variable)
             is_conv = "Conv" in kind or attr == "pointwise_kernel"
             if value.size < rule.min_weights or (is_conv and not rule.convolutions):
                 continue
-            saved.append((variable, value))
-            done.add(id(variable))
-            variable.assign(rounded(value, -1))
+            yield variable, rounded(value, -1)
 
 
 #: graph ops whose second input is a matrix the int8 build may quantize

@@ -39,15 +39,11 @@ def with_jittered_weights(loaded, seed: int = 0):
         signs = rng.choice(np.array([-1.0, 1.0]), size=value.shape)
         return (value.astype(np.float64) * (1.0 + signs * STEP)).astype(np.float32)
 
-    def change_keras(model, saved: list) -> None:
-        done = {id(variable) for variable, _ in saved}
+    def keras_changes(model):
         for variable in model.weights:
             value = np.asarray(variable)
-            if value.dtype != np.float32 or id(variable) in done:
-                continue
-            saved.append((variable, value))
-            done.add(id(variable))
-            variable.assign(jittered(value))
+            if value.dtype == np.float32:
+                yield variable, jittered(value)
 
     def change_graph(graph_def):
         import tensorflow as tf
@@ -62,7 +58,7 @@ def with_jittered_weights(loaded, seed: int = 0):
                 node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(jittered(value)))
         return out
 
-    return with_changed_weights(loaded, change_keras, change_graph)
+    return with_changed_weights(loaded, keras_changes, change_graph)
 
 
 def note(output: str, move: float, amplified: bool) -> str:
