@@ -295,3 +295,16 @@ def attr_ints(text: str) -> list[int]:
         count = int(np.prod([int(d) for d in shape.group(1).split("x")])) if shape else 1
         values *= count
     return values
+
+
+def conv_dims(text: str) -> tuple[list[str], list[str], list[str]] | None:
+    """The input's, kernel's and output's dimensions of a convolution's
+    ``dimension_numbers`` text (``#stablehlo.conv<[b, 0, 1, f]x[0, 1, i,
+    o]->[b, 0, 1, f]>``: ``["b", "0", "1", "f"]``, ...), else None."""
+    import re
+
+    found = re.fullmatch(r"#stablehlo\.conv<\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]>",
+                         " ".join(text.split()))
+    if found is None:
+        return None
+    return tuple([d.strip() for d in part.split(",")] for part in found.groups())

@@ -64,11 +64,13 @@ def _has_taps(conv) -> bool:
     first); a layout written otherwise counts."""
     from iree.compiler import ir
 
-    layout = re.search(r"\[([^\]]*)\]x\[([^\]]*)\]->", str(conv.attributes["dimension_numbers"]))
-    if layout is None or not layout[1].endswith("f"):
+    from .conv_epilogue import conv_dims
+
+    dims = conv_dims(str(conv.attributes["dimension_numbers"]))
+    if dims is None or dims[0][-1] != "f":
         return True
     shape = ir.RankedTensorType(conv.operands[1].type).shape
-    return any(shape[i] != 1 for i, dim in enumerate(layout[2].split(", ")) if dim.isdigit())
+    return any(shape[i] != 1 for i, dim in enumerate(dims[1]) if dim.isdigit())
 
 
 def _from_row_reduction(value, depth: int = 6) -> bool:

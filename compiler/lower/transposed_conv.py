@@ -38,16 +38,13 @@ f32.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
-from .conv_epilogue import attr_ints, constant_kernel, constant_kernel_conv
+from .conv_epilogue import attr_ints, constant_kernel, constant_kernel_conv, conv_dims
 from .legality import new_constant, new_slice, new_tensor_op
 
 #: the data layouts taken (input and output alike), by their spatial axes
-_LAYOUTS = {"[b, 0, 1, 2, f]": 3, "[b, 0, 1, f]": 2, "[b, 0, f]": 1}
-_LAYOUT = re.compile(r"#stablehlo\.conv<(\[[^\]]*\])x\[([^\]]*)\]->(\[[^\]]*\])>")
+_LAYOUTS = {("b", "0", "1", "2", "f"): 3, ("b", "0", "1", "f"): 2, ("b", "0", "f"): 1}
 
 
 def dilated_inputs_as_phases(mlir_text: str) -> tuple[str, int]:
@@ -62,11 +59,11 @@ def _plan(op):
     """(kernel as [0, 1, (2,) i, o] (the 1-D form as 2-D), dilation, low
     padding, spatial axes) of an op this stage takes, else None."""
     attrs = constant_kernel_conv(op)
-    layout = _LAYOUT.fullmatch(attrs.get("dimension_numbers", "")) if attrs else None
-    if layout is None or layout[1] != layout[3] or layout[1] not in _LAYOUTS:
+    dims = conv_dims(attrs.get("dimension_numbers", "")) if attrs else None
+    if dims is None or dims[0] != dims[2] or tuple(dims[0]) not in _LAYOUTS:
         return None
-    spatial = _LAYOUTS[layout[1]]
-    kernel_dims = [d.strip() for d in layout[2].split(",")]
+    spatial = _LAYOUTS[tuple(dims[0])]
+    kernel_dims = dims[1]
     lhs = attr_ints(attrs.get("lhs_dilation", ""))
     if (not lhs or max(lhs) == 1 or any(v != 1 for v in attr_ints(attrs.get("rhs_dilation", "")))
             or any(v != 1 for v in attr_ints(attrs.get("window_strides", "")))
