@@ -11,9 +11,9 @@ def replace_with_call(op, callee: str, x, w_index: int, extra: tuple = ()):
     from iree.compiler import ir
 
     with ir.InsertionPoint(op), op.location:
-        call = _call(callee, x, op.results[0].type, extra)
-    retire(op, w_index, call.results[0])
-    return call
+        made = call(callee, x, op.results[0].type, extra)
+    retire(op, w_index, made.results[0])
+    return made
 
 
 def half_call(op, callee: str, x, w_index: int):
@@ -27,13 +27,13 @@ def half_call(op, callee: str, x, w_index: int):
 
     shape = ir.RankedTensorType(op.results[0].type).shape
     with ir.InsertionPoint(op), op.location:
-        call = _call(callee, _as_f16(x), ir.RankedTensorType.get(shape, ir.F16Type.get()))
-        y = _convert(call.results[0], ir.F32Type.get())
+        made = call(callee, _as_f16(x), ir.RankedTensorType.get(shape, ir.F16Type.get()))
+        y = _convert(made.results[0], ir.F32Type.get())
     retire(op, w_index, y)
     return y
 
 
-def _call(callee: str, x, result_type, extra: tuple = ()):
+def call(callee: str, x, result_type, extra: tuple = ()):
     """``func.call @callee(x, *extra) -> result_type`` at the insertion point."""
     from iree.compiler import ir
 

@@ -117,7 +117,7 @@ def element(data: np.ndarray) -> str:
     return {1: "i8", 2: "i16", 4: "f32"}[data.dtype.itemsize]
 
 
-def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
+def executable_text(sym: str, data: np.ndarray | None, xt: str, yt: str, kernel: str,
                      sizes: tuple[int, ...],
                      weights: WeightsGlobal | ComputedWeights | None = None,
                      post: np.ndarray | None = None, scratch: int = 0,
@@ -132,7 +132,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
 
     The packed weights are a read-only global of the kernel object, or with
     ``weights`` (a global of the host program, or weights it computes) a
-    third binding, the first.
+    third binding, the first. A kernel without weights (``data`` None: the
+    pooling kernel) is ``kernel(x, x_offset, y, y_offset, *sizes)``.
     Each binding is a base pointer plus an element offset: IREE moves a
     binding's offset (e.g. one state inside a fused state buffer, one
     weights global among the others) into the subspan. Half-width weights
@@ -145,8 +146,8 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
     reused. ``activation`` (a kernel and conv_epilogue.ACTIVATIONS' number):
     after them, ``act_kernel(y, y_offset, count, act)`` over all of y.
     """
-    elem = element(data)
-    wtype = f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
+    elem = "f32" if data is None else element(data)
+    wtype = "" if data is None else f"memref<{'x'.join(map(str, data.shape))}x{elem}>"
     index_types = ", ".join(["index"] * len(sizes))
     constants = "".join(f"\n        %s{i} = arith.constant {v} : index"
                         for i, v in enumerate(sizes))
@@ -171,7 +172,9 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         %s = stream.binding.subspan %bs[%c0] : !stream.binding -> memref<{scratch}xi8>
         {metadata("s", f"memref<{scratch}xi8>", 1, "i8")}"""
     post_decl += "memref<i8>, index, " * bool(scratch)
-    if weights is None:
+    if data is None:
+        w_global = w_binding = w_value = ""
+    elif weights is None:
         hexval = data.tobytes().hex().upper()
         ttype = "tensor" + wtype[len("memref"):]
         w_global = f"""
@@ -194,6 +197,11 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
         %act_count = arith.constant {count} : index
         %act = arith.constant {act} : index
         func.call @{act_kernel}(%yb, %yo, %act_count, %act) : (memref<f32>, index, index, index) -> ()"""
+    w_decl = "" if data is None else f"memref<{elem}>, index, "
+    w_lines = "" if data is None else f"""
+        %w = {w_value}"""
+    w_metadata = "" if data is None else f"""
+        {metadata("w", wtype, data.ndim, elem)}"""
     return f"""
   stream.executable private @{sym}_exe {{
     stream.executable.export public @{sym} workgroups() -> (index, index, index) {{
@@ -201,20 +209,18 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
       stream.return %c1, %c1, %c1 : index, index, index
     }}
     builtin.module {{{w_global}{post_global}
-      func.func private @{kernel}(memref<{elem}>, index, memref<{images}>, index,
+      func.func private @{kernel}({w_decl}memref<{images}>, index,
                                   memref<{images}>, index, {post_decl}{index_types})
           attributes {{hal.import.static, llvm.bareptr = true, llvm.no_unwind}}{act_decl}
       func.func @{sym}({w_binding}%bx: !stream.binding{y_binding}{scratch_binding}) {{
-        %c0 = arith.constant 0 : index{constants}
-        %w = {w_value}
+        %c0 = arith.constant 0 : index{constants}{w_lines}
         %x = stream.binding.subspan %bx[%c0] : !stream.binding -> memref<{xt}>
-        %y = stream.binding.subspan {"%bx" if in_place else "%by"}[%c0] : !stream.binding -> memref<{yt}>
-        {metadata("w", wtype, data.ndim, elem)}
+        %y = stream.binding.subspan {"%bx" if in_place else "%by"}[%c0] : !stream.binding -> memref<{yt}>{w_metadata}
         {metadata("x", f"memref<{xt}>", x_rank, images)}
         {metadata("y", f"memref<{yt}>", y_rank, images)}{post_value}{scratch_value}
         {_calls(kernel, batch, xt, yt, f"{post_arg}{scratch_arg}{size_values}",
-                f"memref<{elem}>, index, memref<{images}>, index, memref<{images}>, index, "
-                f"{post_decl}{index_types}")}{act_call}
+                f"{w_decl}memref<{images}>, index, memref<{images}>, index, "
+                f"{post_decl}{index_types}", data is not None)}{act_call}
         return
       }}
     }}
@@ -222,11 +228,13 @@ def executable_text(sym: str, data: np.ndarray, xt: str, yt: str, kernel: str,
 """
 
 
-def _calls(kernel: str, batch: int, xt: str, yt: str, args: str, types: str) -> str:
+def _calls(kernel: str, batch: int, xt: str, yt: str, args: str, types: str,
+           with_weights: bool = True) -> str:
     """The kernel's call, or with ``batch`` > 1 a loop of calls, one per
     image of x and y (types ``xt``, ``yt``), offset by their image sizes."""
+    w_args = "%wb, %wo, " if with_weights else ""
     if batch == 1:
-        return f"func.call @{kernel}(%wb, %wo, %xb, %xo, %yb, %yo, {args}) : ({types}) -> ()"
+        return f"func.call @{kernel}({w_args}%xb, %xo, %yb, %yo, {args}) : ({types}) -> ()"
     x_image, y_image = (int(np.prod([int(d) for d in t.split("x")[1:-1]])) for t in (xt, yt))
     return f"""%batch = arith.constant {batch} : index
         %c1_b = arith.constant 1 : index
@@ -237,7 +245,7 @@ def _calls(kernel: str, batch: int, xt: str, yt: str, args: str, types: str) -> 
           %y_skip = arith.muli %b, %y_image : index
           %xo_b = arith.addi %xo, %x_skip : index
           %yo_b = arith.addi %yo, %y_skip : index
-          func.call @{kernel}(%wb, %wo, %xb, %xo_b, %yb, %yo_b, {args}) : ({types}) -> ()
+          func.call @{kernel}({w_args}%xb, %xo_b, %yb, %yo_b, {args}) : ({types}) -> ()
         }}"""
 
 

@@ -111,8 +111,10 @@ INT8_MAX_PATCH = 65536
 
 
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
-#: (matmul: many streams' int8 rows; qconv: int8 convolutions; act: a swish after one).
-KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act")
+#: (matmul: many streams' int8 rows; qconv: int8 convolutions; act: a swish after one;
+#: pool: max and average pooling, lower/pool_kernel.py).
+KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act",
+         "pool")
 #: The kernels an int8 build compiles for int8 weights; its other
 #: convolutions keep f32 weights.
 INT8_KINDS = ("matvec", "matmul", "qconv", "qconv16")

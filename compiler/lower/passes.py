@@ -13,8 +13,10 @@ the Target decides which of these rewrites the module gets:
    host program loses) and ``gpu_workarounds`` rewrites what IREE's GPU
    code gets wrong (a reduction across rows fused with its consumers, a
    reduction of booleans).
-1. ``pooling``: small pooling windows become slices (CPU targets: IREE's
-   pooling is a generic loop); ``reduction_order``: a long sum over
+1. ``pool_kernel``: pooling windows over channels-last images become calls
+   of tfaot's pooling kernel (with the micro-kernels, where the target
+   takes it); ``pooling``: the other small pooling windows become slices
+   (CPU targets: IREE's pooling is a generic loop); ``reduction_order``: a long sum over
    several axes (a global average pooling) one axis at a time (IREE's one
    running sum drifted 5x TensorFlow's error).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
@@ -41,8 +43,8 @@ from dataclasses import replace
 
 from ..target import Target
 from . import (activations, constant_concats, conv3d, dft, gpu_workarounds, grouped_conv,
-               microkernel, patch_copies, pooling, reduction_order, transposed_conv,
-               weight_globals)
+               microkernel, patch_copies, pool_kernel, pooling, reduction_order,
+               transposed_conv, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -52,6 +54,12 @@ _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
 #: expected padding_value has 'i8' but got: 'i1'").
 _BOOLEAN_TABLE = re.compile(
     r"stablehlo\.constant dense<(?:\[[^>]*|\"0x[0-9A-F]*\")> : tensor<(?:\d+x)+i1>", re.I)
+
+
+def _kernel_kinds(target: Target) -> tuple[str, ...]:
+    """The micro-kernels ``target`` takes (with ``matvec_kernel == "tfaot"``)."""
+    kinds = target.kernel_kinds or microkernel.KINDS
+    return kinds if target.conv_int8 else tuple(kind for kind in kinds if kind != "qconv")
 
 
 def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Target]:
@@ -64,16 +72,15 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = gpu_workarounds.fence_row_reductions(mlir_text)
         mlir_text, _ = gpu_workarounds.integer_boolean_reductions(mlir_text)
     else:
+        if target.matvec_kernel == "tfaot" and "pool" in _kernel_kinds(target):
+            mlir_text, _ = pool_kernel.pools_as_calls(mlir_text, name, target.weights_dtype)
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
         mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)
     if target.matvec_kernel == "tfaot":
         mlir_text, _ = grouped_conv.groups_as_convs(mlir_text)
         mlir_text, _ = conv3d.convs_3d_as_2d(mlir_text)
-        kinds = target.kernel_kinds or microkernel.KINDS
-        if not target.conv_int8:
-            kinds = tuple(kind for kind in kinds if kind != "qconv")
         mlir_text, rewritten = microkernel.rewrite_matvecs(
-            mlir_text, name, dtype=target.weights_dtype, kinds=kinds,
+            mlir_text, name, dtype=target.weights_dtype, kinds=_kernel_kinds(target),
             min_weights=target.kernel_min_weights,
             weights_as_globals=target.weights_as_globals,
             int8_layout=target.int8_layout if target.weights_dtype == "int8" else "lanes",

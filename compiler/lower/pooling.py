@@ -13,6 +13,11 @@ a pass of slices per axis (an SPP block's 13 x 13 pool, 26 slices for
 169). Padding is a ``stablehlo.pad`` with the init value first, which is
 what the window reads there.
 
+With tfaot's micro-kernels, the windows over channels-last images that are
+padded or large go to the pooling kernel first (lower/pool_kernel.py);
+this rewrite takes what remains, and all of them in builds without the
+kernels (GPU targets leave every window to IREE: lower/passes.py).
+
 Taken: windows of at most ``MAX_WINDOW`` elements along each axis, without
 dilation, whose body is one ``maximum`` (init -inf) or ``add`` (init 0):
 max and average pooling as TensorFlow imports them (average pooling
