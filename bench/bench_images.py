@@ -6,9 +6,11 @@ no pretrained weights are downloaded): MobileNetV3Small and MobileNetV2
 (alpha 0.35), 224 x 224 x 3 by default (``--size``), logits out; a small
 DeepLabV3+-style segmenter (dilated convolutions, bilinear upsampling) and
 a small U-Net (transposed convolutions), logits per pixel; on request
-(``--models``), ResNet50, EfficientNetB0, EfficientNetV2B0 and a small 3-D
+(``--models``), ResNet50, EfficientNetB0, EfficientNetV2B0, a small 3-D
 U-Net (a volume of side ``--size`` / 8, one channel: Conv3D and
-Conv3DTranspose, as volumetric segmenters are built).
+Conv3DTranspose, as volumetric segmenters are built) and ``pool_blocks``
+(the max and average pools of ResNet, Inception and DenseNet on a map of
+side ``--size`` / 4).
 
 Each model is saved as .keras and built the way a user builds it,
 ``tfaot build MODEL.keras --whole-window`` with ``--weights-dtype`` f32 and
@@ -160,10 +162,29 @@ def unet3d_small(size: int):
     return keras.Model(x, layers.Conv3D(2, 1)(h))
 
 
+def pool_blocks(size: int):
+    """The pools of image classifiers on a map of side size / 4, 64
+    channels: ResNet's stem pool (3 x 3, stride 2, 'same'), an Inception
+    block (a 3 x 3 'same' average pool and max pool of stride 1 beside a
+    pointwise convolution, concatenated), a DenseNet transition (pointwise
+    convolution, 2 x 2 average pool), logits."""
+    import keras
+    from keras import layers
+
+    side = size // 4
+    x = keras.Input((side, side, 64))
+    h = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    h = layers.Concatenate()([
+        layers.Conv2D(64, 1)(layers.AveragePooling2D(3, strides=1, padding="same")(h)),
+        layers.MaxPooling2D(3, strides=1, padding="same")(h), layers.Conv2D(64, 1)(h)])
+    h = layers.AveragePooling2D(2)(layers.Conv2D(96, 1, activation="relu")(h))
+    return keras.Model(x, layers.Dense(10)(layers.GlobalAveragePooling2D()(h)))
+
+
 MODELS = {"mobilenet_v3_small": mobilenet_v3_small, "mobilenet_v2_035": mobilenet_v2_035,
           "deeplab_small": deeplab_small, "unet_small": unet_small, "resnet50": resnet50,
           "efficientnet_v2_b0": efficientnet_v2_b0, "efficientnet_b0": efficientnet_b0,
-          "unet3d_small": unet3d_small}
+          "unet3d_small": unet3d_small, "pool_blocks": pool_blocks}
 #: what a run measures unless --models says otherwise (ResNet50 and
 #: EfficientNetV2B0 take minutes to convert and build: on request)
 DEFAULT_MODELS = ["mobilenet_v3_small", "mobilenet_v2_035", "deeplab_small", "unet_small"]

@@ -72,7 +72,7 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
         mlir_text, _ = gpu_workarounds.fence_row_reductions(mlir_text)
         mlir_text, _ = gpu_workarounds.integer_boolean_reductions(mlir_text)
     else:
-        if target.matvec_kernel == "tfaot" and "pool" in _kernel_kinds(target):
+        if pool_kernel.applies(target, _kernel_kinds(target)):
             mlir_text, _ = pool_kernel.pools_as_calls(mlir_text, name, target.weights_dtype)
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
         mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)

@@ -71,6 +71,17 @@ class Pool:
                 self.sw, self.top, self.left, MODES[self.mode])
 
 
+def applies(target, kinds: tuple[str, ...]) -> bool:
+    """Whether a build for ``target`` (a Target, taking the micro-kernels
+    ``kinds``) sends its pools to the kernel: not with f16 images
+    (--intermediates=f16). There IREE fuses a pool's slices with the
+    conversions from and to f16 around it, which the f32 kernel would
+    need as passes of their own; not measured, so those builds stay as
+    they were."""
+    return (target.matvec_kernel == "tfaot" and "pool" in kinds
+            and target.intermediates != "f16")
+
+
 def pools_as_calls(mlir_text: str, name: str, dtype: str = "f32") -> tuple[str, int]:
     """Replaces the pooling windows this stage takes (module docstring) by
     calls of the pooling kernel (``NAME_pool_f32``, named for the build's
