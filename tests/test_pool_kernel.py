@@ -319,3 +319,17 @@ def test_aarch64_under_qemu(tmp_path):
     xs = np.random.default_rng(5).normal(size=(6, 20, 22, 13)).astype(np.float32)
     ys = toolchains.step_under_qemu_aarch64(out, "pa", xs, tmp_path)
     np.testing.assert_allclose(ys, np.asarray(model(xs)), rtol=0, atol=1e-5)
+
+
+def test_which_builds_take_the_kernel():
+    """Builds with tfaot's kernels take it; not with --matvec=iree, f16
+    images (--intermediates=f16) or kinds that leave it out (bare metal's)."""
+    from dataclasses import replace
+
+    from tfaot.lower.microkernel import KINDS
+
+    target = replace(make_target("cpu"), matvec="tfaot")
+    assert pool_kernel.applies(target, KINDS)
+    assert not pool_kernel.applies(replace(target, matvec="iree"), KINDS)
+    assert not pool_kernel.applies(replace(target, intermediates="f16"), KINDS)
+    assert not pool_kernel.applies(target, ("matvec", "conv", "dwconv"))
