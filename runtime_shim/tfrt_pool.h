@@ -162,6 +162,7 @@ void TFRT_POOL_FN(const float *x, size_t x_offset, float *y, size_t y_offset, si
       float count = mode == TFRT_POOL_MEAN_INSIDE   ? (float)((h1 - h0) * (w1 - w0))
                     : mode == TFRT_POOL_MEAN_WINDOW ? (float)(kh * kw)
                                                     : 0.0f;
+      /* no tap inside (padding past a window): 0 / 0, as TensorFlow divides */
       if (mode == TFRT_POOL_MEAN_INSIDE && count == 0.0f) count = __builtin_nanf("");
       tfrt_pool_pixel(x, y + (i * ow + j) * c, iw, c, h0, h1, w0, w1, is_max, count);
     }

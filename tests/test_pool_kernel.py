@@ -6,7 +6,8 @@ the kernel's order) on every vector path this machine compiles (gcc and
 clang for the build's CPU, x86-64's baseline SSE2, the portable C), over
 windows past the image's edges, strides, channel counts that leave partial
 vectors, offsets and NaN taps; the rewrite on the op forms it must take or
-leave (an average's division folded in by what it divides by); whole
+leave (an average's division folded in by what it divides by); a C
+check under AddressSanitizer and UBSan and under qemu-aarch64; whole
 models through the .so against TensorFlow, several streams, and aarch64
 (NEON) under qemu. Speed: docs/performance.md, "Pooling".
 """
@@ -16,6 +17,7 @@ import ctypes
 import platform
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +27,9 @@ from tfaot.lower import pool_kernel
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
+from util import x86_isa_flags
+
+DATA = Path(__file__).parent / "data" / "kernels"
 
 MODES = pool_kernel.MODES
 
@@ -133,6 +138,35 @@ def test_windows_past_the_padding_and_nan_taps(pool):
     got = _call(pool, x, 3, 3, 1, 1, 1, 1, 5, 6, "max")
     assert not np.isnan(got).any()
     assert np.isnan(_call(pool, x, 3, 3, 1, 1, 1, 1, 5, 6, "sum")[2, 3, :4]).all()
+
+
+#: tests/data/kernels/pool_check.c: its geometries times the four modes
+POOL_CHECK_CASES = 36
+
+
+@pytest.mark.parametrize("isa", ["generic", "native"])
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_kernel_under_sanitizers(cc, isa, tmp_path):
+    """data/kernels/pool_check.c (exactly sized heap buffers, a plain loop as
+    the reference) under AddressSanitizer and UndefinedBehaviorSanitizer."""
+    if not shutil.which(cc):
+        pytest.skip(f"needs {cc}")
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
+    exe = tmp_path / "check"
+    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
+          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_POOL_FN=pool",
+          DATA / "pool_check.c", shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    assert _run([exe]).stdout.strip() == f"ok {POOL_CHECK_CASES}"
+
+
+def test_aarch64_kernel_matches_the_loop(tmp_path):
+    """The NEON path (fmaxnm: a NaN tap passed over, as on x86) under qemu-aarch64."""
+    proc = toolchains.run_kernel_check_aarch64(DATA / "pool_check.c", ["-DTFRT_POOL_FN=pool"],
+                                               "armv8-a", "fmaxnm\tv", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == f"ok {POOL_CHECK_CASES}", proc.stdout
 
 
 # --- the rewrite -------------------------------------------------------------
