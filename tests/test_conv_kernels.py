@@ -23,7 +23,6 @@ from tfaot.lower import conv_epilogue, microkernel, weight_packing
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
-from util import x86_isa_flags
 
 STEPS = 120
 
@@ -270,17 +269,9 @@ def test_kernels_under_sanitizers(cc, isa, tmp_path):
     run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU), on
     exactly sized heap buffers, under AddressSanitizer and
     UndefinedBehaviorSanitizer, against a plain loop."""
-    if not shutil.which(cc):
-        pytest.skip(f"needs {cc}")
-    flags = x86_isa_flags(isa)
-    if flags is None:
-        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
-    exe = tmp_path / "check"
-    data = Path(__file__).parent / "data" / "kernels"
-    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-          *CONV_CHECK_KERNELS, data / "conv_check.c",
-          shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    exe = toolchains.build_kernel_check_sanitized(
+        cc, isa, Path(__file__).parent / "data" / "kernels" / "conv_check.c",
+        CONV_CHECK_KERNELS, tmp_path)
     assert _run([exe]).stdout.strip() == f"ok {CONV_CHECK_GEOMETRIES + CONV_CHECK_HOSTED}"
 
 

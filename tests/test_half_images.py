@@ -31,7 +31,6 @@ from tfaot.lower import int8_weights, microkernel
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
-from util import x86_isa_flags
 
 DATA = Path(__file__).parent / "data" / "kernels"
 STEPS = 120
@@ -97,16 +96,9 @@ HALF_KERNELS = ["-DTFRT_ACT_FN=act", "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dw
 def test_kernels_under_sanitizers(cc, isa, tmp_path):
     """Each x86-64 path this machine runs (the f32 kernels the f16 ones call
     on their strips), gcc and clang warning-free."""
-    if not shutil.which(cc):
-        pytest.skip(f"needs {cc}")
-    flags = x86_isa_flags(isa)
-    if flags is None:
-        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
     count = _write_cases(tmp_path, half_blocks=False)
-    exe = tmp_path / "check"
-    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *HALF_KERNELS,
-          "-I", tmp_path, DATA / "half_check.c", shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    exe = toolchains.build_kernel_check_sanitized(cc, isa, DATA / "half_check.c", HALF_KERNELS,
+                                                  tmp_path)
     assert _run([exe]).stdout.strip() == f"ok {count}"
 
 
@@ -175,14 +167,9 @@ def test_int8_kernel_under_sanitizers(isa, tmp_path):
     """The int8 convolution on halves (the image quantized straight from
     them, an output row at a time) on this machine's paths, with the
     scratch the build gives it; an image with NaN or Inf gives NaNs."""
-    flags = x86_isa_flags(isa)
-    if flags is None:
-        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
     cases = _write_qconv_cases(tmp_path, 10)
-    exe = tmp_path / "check"
-    _run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", *flags,
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *QCONV16,
-          "-I", tmp_path, DATA / "qconv_check.c", shim_dir() / "tfrt_matvec.c", "-o", exe])
+    exe = toolchains.build_kernel_check_sanitized("gcc", isa, DATA / "qconv_check.c", QCONV16,
+                                                  tmp_path)
     _check_half_output(subprocess.run([exe], capture_output=True, text=True, timeout=120), cases)
 
 

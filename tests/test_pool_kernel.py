@@ -27,7 +27,6 @@ from tfaot.lower import pool_kernel
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
-from util import x86_isa_flags
 
 DATA = Path(__file__).parent / "data" / "kernels"
 
@@ -149,15 +148,8 @@ POOL_CHECK_CASES = 36
 def test_kernel_under_sanitizers(cc, isa, tmp_path):
     """data/kernels/pool_check.c (exactly sized heap buffers, a plain loop as
     the reference) under AddressSanitizer and UndefinedBehaviorSanitizer."""
-    if not shutil.which(cc):
-        pytest.skip(f"needs {cc}")
-    flags = x86_isa_flags(isa)
-    if flags is None:
-        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
-    exe = tmp_path / "check"
-    _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
-          "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_POOL_FN=pool",
-          DATA / "pool_check.c", shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe])
+    exe = toolchains.build_kernel_check_sanitized(cc, isa, DATA / "pool_check.c",
+                                                  ["-DTFRT_POOL_FN=pool"], tmp_path)
     assert _run([exe]).stdout.strip() == f"ok {POOL_CHECK_CASES}"
 
 

@@ -23,6 +23,29 @@ RUN_HOOKS = Path(__file__).parent / "data" / "backend" / "c" / "run_hooks.c"
 FIRMWARE = Path(__file__).parent.parent / "examples" / "cortex_m"
 
 
+def build_kernel_check_sanitized(cc: str, isa: str, driver: Path, defines: list[str],
+                                 tmp_path: Path) -> Path:
+    """A kernel check program (tests/data/kernels/``driver``, its cases header
+    in ``tmp_path``) built with runtime_shim/tfrt_matvec.c by ``cc`` for the
+    x86-64 path ``isa`` (util.x86_isa_flags) under AddressSanitizer and
+    UndefinedBehaviorSanitizer, warning-free; the test skips where ``cc`` is
+    missing or this machine cannot run that path."""
+    from tfaot.resources import shim_dir
+    from util import x86_isa_flags
+
+    if not shutil.which(cc):
+        pytest.skip(f"needs {cc}")
+    flags = x86_isa_flags(isa)
+    if flags is None:
+        pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")
+    exe = tmp_path / "check"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", *flags,
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", *defines,
+                    "-I", tmp_path, driver, shim_dir() / "tfrt_matvec.c", "-lm", "-o", exe],
+                   check=True)
+    return exe
+
+
 def run_kernel_check_aarch64(driver: Path, defines: list[str], march: str, instruction: str,
                              tmp_path: Path) -> subprocess.CompletedProcess:
     """A kernel check program (tests/data/kernels/``driver``, its cases header

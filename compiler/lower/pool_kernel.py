@@ -148,7 +148,7 @@ def pool_of(op) -> Pool | None:
     if (rank not in (3, 4) or str(x_type.element_type) != "f32"
             or not x_type.has_static_shape):
         return None
-    attrs = {a: str(op.attributes[a]) for a in op.attributes}
+    attrs = _attrs(op)
     window = attr_ints(attrs["window_dimensions"])
     strides = attr_ints(attrs.get("window_strides", "")) or [1] * rank
     for name in ("base_dilations", "window_dilations"):
@@ -213,10 +213,15 @@ def _same_window(a, b) -> bool:
              "window_dilations")
 
     def window(op):
-        attrs = {a: str(op.attributes[a]) for a in op.attributes}
+        attrs = _attrs(op)
         return [attrs.get(name) for name in names], str(op.results[0].type)
 
     return window(a) == window(b)
+
+
+def _attrs(op) -> dict[str, str]:
+    """An op's attributes as text, by name."""
+    return {a: str(op.attributes[a]) for a in op.attributes}
 
 
 #: What erasing a pooling leaves unused: its window, the window counting
