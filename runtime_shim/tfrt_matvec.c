@@ -115,6 +115,7 @@ typedef float tfrt_weight;
 #define TFRT_V4_F32 1
 typedef float32x4_t tfrt_v4;
 #define tfrt_v4_load vld1q_f32
+#define tfrt_v4_load1 vld1q_dup_f32 /* one float to every lane */
 #define tfrt_v4_store vst1q_f32
 #define tfrt_v4_set1 vdupq_n_f32
 #define tfrt_v4_add vaddq_f32
@@ -127,6 +128,7 @@ typedef float32x4_t tfrt_v4;
 #define TFRT_V4_F32 1
 typedef __m128 tfrt_v4;
 #define tfrt_v4_load _mm_loadu_ps
+#define tfrt_v4_load1 _mm_load1_ps
 #define tfrt_v4_store _mm_storeu_ps
 #define tfrt_v4_set1 _mm_set1_ps
 #define tfrt_v4_add _mm_add_ps
@@ -2016,11 +2018,13 @@ struct tfrt_conv {
 
 /* Positions per block (TFRT_CONV_P), and per block at the end of the
  * positions (TFRT_CONV_TAIL: a streamed frame often has few), so that
- * P x 32 accumulators fit the vector registers. AVX-512 (and other ISAs
- * for now): 8, 16 of the 32 registers (also fastest with AVX2 on an Intel
- * core). x86-64 without AVX-512: 3, 12 of AVX2's 16 registers, the weights
- * read as FMA operands; 8 spilled on a Zen 3, 22 -> 38 GMAC/s with 3 (a
- * kws_streaming CNN's convolutions; 4 and 6 x 16 lanes were slower). */
+ * P x 32 accumulators fit the vector registers. AVX-512 (and the ISAs
+ * without blocks of their own: half-width weights, Helium, RISC-V; aarch64
+ * and SSE2 take tfrt_conv_v4.h's): 8, 16 of the 32 registers (also fastest
+ * with AVX2 on an Intel core). x86-64 without AVX-512: 3, 12 of AVX2's 16
+ * registers, the weights read as FMA operands; 8 spilled on a Zen 3, 22 ->
+ * 38 GMAC/s with 3 (a kws_streaming CNN's convolutions; 4 and 6 x 16
+ * lanes were slower). */
 #if defined(__x86_64__) && !defined(__AVX512F__)
 #define TFRT_CONV_P 3
 #define TFRT_CONV_TAIL 2
@@ -2341,6 +2345,9 @@ static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const fl
   TFRT_AVX2_STORE8(8) TFRT_AVX2_STORE8(9)
 }
 #endif
+#if defined(TFRT_V4_F32) && defined(TFRT_CONV_FN)
+#include "tfrt_conv_v4.h"
+#endif
 
 /* x86-64 with AVX-512, f32 weights: blocks of 12 positions times a tile's
  * 32 lanes, 24 accumulators in registers. Unlike the C blocks above,
@@ -2651,6 +2658,12 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
         for (size_t h = 0; h < wide; h += 16)
           tfrt_conv_avx2(&g, w + h, x, y, p0, t + h);
     }
+#endif
+#ifdef TFRT_V4_F32
+    /* (aarch64, x86-64 with SSE2 only) every position, 16 lanes at a time */
+    for (; p0 < g.positions; p0 += TFRT_CONV_V4_P)
+      for (size_t h = 0; h < TFRT_MATVEC_TILE && t + h < n; h += 16)
+        tfrt_conv_v4(&g, w + h, x, y, p0, t + h);
 #endif
     for (; p0 < g.positions; p0 += TFRT_CONV_P) {
       if (g.positions - p0 <= TFRT_CONV_TAIL)
