@@ -220,9 +220,9 @@ def test_generated_c_is_warning_free(keras_case, cc, tmp_path):
         _build(model, tmp, "out", matvec="tfaot")
     warn = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
     _run([*warn, "-O2", "-c", "mk.c", "-o", tmp_path / "mk.o"], cwd=out / "src")
-    _run([*warn, "-O3", *native_vector_flags(), "-DTFRT_MATVEC_FN=mk_matvec_f32", "-DTFRT_CONV_FN=mk_conv_f32",
-          "-DTFRT_DWCONV_FN=mk_dwconv_f32", "-c", shim_dir() / "tfrt_matvec.c",
-          "-o", tmp_path / "matvec.o"])
+    _run([*warn, "-O3", *native_vector_flags(), "-DTFRT_MATVEC_FN=mk_matvec_f32",
+          "-DTFRT_CONV_FN=mk_conv_f32", "-DTFRT_DWCONV_FN=mk_dwconv_f32", "-c",
+          shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "matvec.o"])
 
 
 def test_iree_matvec_still_available(keras_case):
