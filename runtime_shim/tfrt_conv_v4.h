@@ -1,7 +1,8 @@
 /* tfrt_conv_v4.h - the convolution kernel's block in 4-lane vectors
  * (tfrt_v4: NEON on aarch64, SSE2 on x86-64 without AVX2), f32 weights.
  * Included by tfrt_matvec.c (TFRT_CONV_FN), which defines struct
- * tfrt_conv, TFRT_PATCH_STARTS, TFRT_RUN_START and the epilogue.
+ * tfrt_conv, TFRT_PATCH_STARTS, TFRT_RUN_START and the epilogue
+ * (tfrt_clamp_of, tfrt_clamp_v4).
  *
  * The C blocks keep P x 32 sums (8 x 32 on aarch64: 64 vectors, twice
  * NEON's 32 registers), and gcc spilled them: a load and a store around
@@ -47,13 +48,6 @@
     tfrt_conv_v4_store(y + (p0 + q) * g->n + t, post + TFRT_POST_BIAS + t, clamp, lanes, \
                        c##q##0, c##q##1, c##q##2, c##q##3);
 
-static inline tfrt_v4 tfrt_conv_v4_post(struct tfrt_clamp c, const float *bias, tfrt_v4 v) {
-  v = tfrt_v4_add(v, tfrt_v4_load(bias));
-  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
-  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
-  return v;
-}
-
 /* A position's 16 sums (its first `lanes` of them, at most 16) to y, each
  * with its bias, clamped; the bias is read for all 16 (post is padded to
  * whole tiles). */
@@ -62,7 +56,7 @@ static inline void tfrt_conv_v4_store(float *y, const float *bias, struct tfrt_c
                                       tfrt_v4 s3) {
   const tfrt_v4 sums[4] = {s0, s1, s2, s3};
   for (size_t v = 0; v < 4 && 4 * v < lanes; v++) {
-    const tfrt_v4 out = tfrt_conv_v4_post(clamp, bias + 4 * v, sums[v]);
+    const tfrt_v4 out = tfrt_clamp_v4(clamp, tfrt_v4_add(sums[v], tfrt_v4_load(bias + 4 * v)));
     if (lanes >= 4 * v + 4) {
       tfrt_v4_store(y + 4 * v, out);
     } else { /* the layer's last lanes */

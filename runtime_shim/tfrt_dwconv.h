@@ -183,11 +183,6 @@ TFRT_DWCONV_EDGE_BLOCK(1, tfrt_dwconv_block_1)
  * kept its sums in memory and the one-position block was scalar: on
  * aarch64 53 instructions an output on a 3 x 3 x 336 image (qemu-aarch64,
  * counted), on x86-64 with SSE2 6.3 ns. */
-static inline tfrt_v4 tfrt_clamp_v4(struct tfrt_clamp c, tfrt_v4 v) {
-  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
-  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
-  return v;
-}
 /* a position's 16 sums to y, the bias added, clamped */
 static inline void tfrt_dw_v4_store(float *y, const float *bias, struct tfrt_clamp clamp,
                                     tfrt_v4 a0, tfrt_v4 a1, tfrt_v4 a2, tfrt_v4 a3) {

@@ -1800,6 +1800,14 @@ static inline struct tfrt_clamp tfrt_clamp_of(const float *post) {
   const struct tfrt_clamp c = {post[0], post[1], post[0] >= -FLT_MAX, post[1] <= FLT_MAX};
   return c;
 }
+#ifdef TFRT_V4_F32
+/* v clamped to post's bounds (the 4-lane convolution and depthwise blocks) */
+static inline tfrt_v4 tfrt_clamp_v4(struct tfrt_clamp c, tfrt_v4 v) {
+  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
+  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
+  return v;
+}
+#endif
 #endif
 #if defined(TFRT_AVX512_F32) && (defined(TFRT_CONV_FN) || defined(TFRT_DWCONV_FN))
 /* Fully unrolls a loop over a block's positions or vectors (a constant
