@@ -8,13 +8,13 @@ nm), and the build fails if the two disagree.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 from . import c_layout
 from ..errors import TfaotError
 from .c_api import CTX_ALIGN
+from .link import llvm_tool
 
 #: NAME.c defines the context before this line; what follows (the weights of
 #: packed builds among it: megabytes of C) is not needed to lay it out.
@@ -58,7 +58,7 @@ def measure_ctx_size(c_text: str, h_text: str, *, name: str, triple: str, backen
         first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr[:200])
         raise TfaotError(f"package: compiling the generated C for {triple} failed "
                          f"({cmd[0]}): {first}")
-    nm = shutil.which("llvm-nm") or "nm"
+    nm = llvm_tool("llvm-nm") or "nm"
     out = subprocess.run([nm, "-S", "probe.o"], cwd=probe, capture_output=True, text=True,
                          check=False).stdout
     for line in out.splitlines():

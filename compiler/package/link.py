@@ -1,7 +1,9 @@
 """Compiling and linking the library with the target's toolchain (Target.toolchain)."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -18,8 +20,36 @@ PUBLIC_FUNCTIONS = ("ctx_size", "init", "reset", "step", "step_n", "state_size",
                     "set_state", "stream_state_size", "get_stream_state", "set_stream_state",
                     "reset_stream", "read_input", "write_output", "run", "deinit",
                     "status_string")
+#: Where Debian and Ubuntu install each LLVM version's tools (llvm-N/bin).
+LLVM_ROOT = Path("/usr/lib")
+
 #: Defined only by --weights=file builds.
 WEIGHTS_FILE_FUNCTIONS = ("init_with_weights",)
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_tool(name: str) -> str | None:
+    """The path of LLVM's tool ``name`` (clang, llvm-objcopy, llvm-nm), or None.
+
+    The unversioned name first, else the newest versioned one: Debian and
+    Ubuntu install ``clang-14``, ``llvm-objcopy-14`` on PATH and the plain
+    names in /usr/lib/llvm-14/bin, and only the ``clang``/``llvm`` packages
+    add the unversioned links.
+    """
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = []
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        for path in Path(folder or ".").glob(f"{name}-*"):
+            version = path.name[len(name) + 1:]
+            if version.isdigit() and os.access(path, os.X_OK):
+                versions.append((int(version), str(path)))
+    for path in LLVM_ROOT.glob(f"llvm-*/bin/{name}"):
+        version = path.parts[-3].removeprefix("llvm-")
+        if version.isdigit() and os.access(path, os.X_OK):
+            versions.append((int(version), str(path)))
+    return max(versions)[1] if versions else None
 
 
 def c_command(target: Target, toolchain: Toolchain | None) -> list[str] | None:
@@ -30,8 +60,9 @@ def c_command(target: Target, toolchain: Toolchain | None) -> list[str] | None:
     """
     if toolchain is not None:
         return [toolchain.cc, *C_FLAGS, *target.c_flags()]
-    if shutil.which("clang"):
-        return ["clang", f"--target={target.triple}", "-ffreestanding", "-DTFRT_FREESTANDING",
+    clang = llvm_tool("clang")
+    if clang:
+        return [clang, f"--target={target.triple}", "-ffreestanding", "-DTFRT_FREESTANDING",
                 *C_FLAGS, *target.c_flags()]
     return None
 
@@ -49,7 +80,7 @@ def rename_query_symbol(kernel_object: Path, dest: Path, old: str, new: str,
                         toolchain: Toolchain | None, triple: str) -> None:
     """Copies the kernel object to ``dest`` with its query symbol renamed."""
     # Binutils of the host only read host objects; llvm-objcopy reads all targets.
-    objcopy = toolchain.objcopy if toolchain else (shutil.which("llvm-objcopy") or "objcopy")
+    objcopy = toolchain.objcopy if toolchain else (llvm_tool("llvm-objcopy") or "objcopy")
     proc = subprocess.run([objcopy, f"--redefine-sym={old}={new}", str(kernel_object),
                            str(dest)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
