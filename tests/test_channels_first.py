@@ -174,3 +174,71 @@ def test_a_keras_model_ported_channels_first_streams(tmp_path):
     got = harness.load(tmp_path / "out").step_n(xs).reshape(-1, 5)
     want = twin.predict(xs.reshape(1, STEPS, 12), verbose=0)[0]
     np.testing.assert_allclose(got[-want.shape[0]:], want, rtol=0, atol=1e-5)
+
+
+def _torch_like(seed: int):
+    """A channels_first image classifier as PyTorch ports write it in Keras:
+    (N, C, H, W) in, Conv2D + BatchNormalization(axis=1) + ReLU + MaxPool,
+    Flatten in channels-first order, Dense."""
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(seed)
+    first = dict(data_format="channels_first")
+    x = keras.Input((2, 8, 8))
+    h = L.Conv2D(4, 3, padding="same", use_bias=False, **first)(x)
+    h = L.BatchNormalization(axis=1, beta_initializer="random_normal",
+                             moving_mean_initializer="random_normal")(h)
+    h = L.MaxPooling2D(2, **first)(L.ReLU()(h))
+    return keras.Model(x, L.Dense(3)(L.Flatten()(h)))
+
+
+def test_verify_runs_a_channels_first_keras_model(tmp_path, capsys):
+    """Keras runs channels_first convolutions and pools through TensorFlow's
+    NCHW kernels, which exist only on GPUs, so verify had no reference ("The
+    Conv2D op currently only supports the NHWC tensor format on the CPU"):
+    it runs the model's traced graph channels-last, and says so (a saved
+    case too). A library of the same model with other weights fails that
+    check."""
+    from tfaot.verify.compare import CHANNELS_FIRST_NOTE, verify
+
+    for seed in (0, 1):
+        _torch_like(seed).save(tmp_path / f"m{seed}.keras")
+        assert cli.main(["build", str(tmp_path / f"m{seed}.keras"), "-o",
+                         str(tmp_path / f"out{seed}"), "-q"]) == 0
+    (result,) = verify(str(tmp_path / "m0.keras"), tmp_path / "out0", steps=STEPS, seed=0,
+                       tol=None)
+    assert result.ok and result.steps >= 100, result.describe()
+    assert not result.constant and result.reference_note == CHANNELS_FIRST_NOTE
+    (other,) = verify(str(tmp_path / "m0.keras"), tmp_path / "out1", steps=STEPS, seed=0,
+                      tol=None)
+    assert not other.ok, other.describe()
+    case = tmp_path / "case.npz"
+    capsys.readouterr()
+    assert cli.main(["verify", str(tmp_path / "m0.keras"), str(tmp_path / "out0"),
+                     "--save-case", str(case)]) == 0
+    assert cli.main(["verify", "--case", str(case), str(tmp_path / "out0")]) == 0
+    assert f"note: {CHANNELS_FIRST_NOTE}" in capsys.readouterr().out
+
+
+def test_a_keras_channels_first_conv3d_builds(tmp_path):
+    """Keras 3 runs a channels_first Conv3D through a jit_compile function
+    (TensorFlow's CPU kernels lack NCDHW). Its traced graph kept the call,
+    whose frozen function TensorFlow's context already held under its name:
+    the build failed ("Attempting to add a duplicate function with name:
+    __inference__conv_xla_frozen_92"). The call is inlined, and the
+    Conv3D written channels-last."""
+    import keras
+    from keras import layers as L
+
+    from tfaot.verify.compare import verify
+
+    keras.utils.set_random_seed(2)
+    x = keras.Input((2, 6, 6, 6))
+    h = L.Conv3D(4, 3, padding="same", activation="relu", data_format="channels_first")(x)
+    keras.Model(x, L.Dense(3)(L.Flatten()(h))).save(tmp_path / "cf3d.keras")
+    assert cli.main(["build", str(tmp_path / "cf3d.keras"), "-o", str(tmp_path / "out"),
+                     "-q"]) == 0
+    (result,) = verify(str(tmp_path / "cf3d.keras"), tmp_path / "out", steps=STEPS, seed=0,
+                       tol=None)
+    assert result.ok and result.steps >= 100 and not result.constant, result.describe()

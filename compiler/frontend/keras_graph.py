@@ -54,14 +54,28 @@ def keras_as_graph(model, path: Path):
         state = variables_as_state_io(traced)
         if state is None:
             raise
-        loaded = graph_def_to_loaded(state.graph_def, path, "graphdef",
+        loaded = graph_def_to_loaded(_own_calls(state.graph_def), path, "graphdef",
                                      output_specs=names + state.outputs,
                                      state_inputs=tuple(state.inputs),
                                      state_initial=state.initial)
         loaded.output_names[len(names):] = state.output_keys()  # (as a SavedModel's)
         with_variable_state(loaded, state)
         return loaded
-    return graph_def_to_loaded(graph_def, path, "graphdef", output_specs=names)
+    return graph_def_to_loaded(_own_calls(graph_def), path, "graphdef", output_specs=names)
+
+
+def _own_calls(graph_def):
+    """The traced graph's calls of jit_compile functions inlined (Keras 3
+    runs channels_first Conv3D and grouped convolutions through one, which
+    the graph path cannot see into, and a channels_first convolution inside
+    one escapes channels_last.py), and its functions renamed: freezing
+    registered them in TensorFlow's context under their names, and the
+    build's step, tracing a changed copy, failed ("Attempting to add a
+    duplicate function with name: __inference__conv_xla_frozen_92")."""
+    from .inline_calls import inline_compiled_calls
+    from .load_saved_model import own_function_names
+
+    return own_function_names(inline_compiled_calls(graph_def))
 
 
 #: tensorflow_model_optimization's layer classes (quantization-aware training)

@@ -131,7 +131,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
         gd = frozen.graph.as_graph_def()
         in_names = [t.name.partition(":")[0] for t in frozen.inputs if t.dtype != tf.resource]
         outs = [t.name for t in frozen.outputs]
-    gd = _own_function_names(inline_compiled_calls(gd))
+    gd = own_function_names(inline_compiled_calls(gd))
     signature_inputs = [(name, tuple(shape)) for name, shape in zip(in_names, shapes)]
     if cuts:  # the signature inputs the user named stay inputs beside the cuts
         named = {n.partition(":")[0] for n, _ in input_specs}
@@ -193,7 +193,7 @@ def _refuse_unfrozen(path, key: str, shapes, error, assigned: list, seeds: list)
                      f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(error)}") from None
 
 
-def _own_function_names(graph_def):
+def own_function_names(graph_def):
     """``graph_def`` with its library's functions renamed (``NAME_tfaot``):
     the frozen copies of a tf.cond's branches keep the names of the loaded
     SavedModel's, which TensorFlow's eager context already holds with other

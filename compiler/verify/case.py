@@ -55,6 +55,9 @@ class Case:
     #: Per output, why its tolerance is what it is, where verify says so
     #: (int8 builds: compare._int8_spreads); None: nothing to say.
     tolerance_notes: list[str | None] | None = None
+    #: What TensorFlow ran, where that is not the model as given
+    #: (compare.CHANNELS_FIRST_NOTE); said once, with the first output.
+    reference_note: str | None = None
 
     def tolerance_of(self, k: int) -> float:
         """The tolerance of output ``k``."""
@@ -79,7 +82,7 @@ class Case:
             arrays[f"want{k}"] = np.asarray(checks.values, np.float64).reshape(-1, *shape)
         meta = {"version": CASE_VERSION, "runs": [len(xs) for xs in self.runs],
                 "tolerance": self.tolerance, "output_tolerances": self.output_tolerances,
-                "tolerance_notes": self.tolerance_notes,
+                "tolerance_notes": self.tolerance_notes, "reference_note": self.reference_note,
                 "unit": self.unit, "library": self.library}
         path = Path(path)
         part = path.with_name(path.name + ".part")
@@ -106,7 +109,8 @@ class Case:
                 checks.append(Checks(list(data[f"run{k}"]), list(data[f"step{k}"]),
                                      list(data[f"stream{k}"]), list(data[f"want{k}"])))
         return cls(runs, checks, meta["tolerance"], meta["unit"], meta["library"],
-                   meta.get("output_tolerances"), meta.get("tolerance_notes"))
+                   meta.get("output_tolerances"), meta.get("tolerance_notes"),
+                   meta.get("reference_note"))
 
 
 def signature(lib) -> dict:
@@ -144,5 +148,7 @@ def run_case(lib, case: Case, tol: float | None = None) -> list[VerifyResult]:
                               case.tolerance_of(k) if tol is None else tol, unit=case.unit)
         if tol is None and case.tolerance_notes:
             result.tolerance_note = case.tolerance_notes[k]
+        if k == 0:
+            result.reference_note = case.reference_note
         results.append(result)
     return results

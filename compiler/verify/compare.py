@@ -209,8 +209,6 @@ def make_case(model_path: str, lib, *, steps: int, seed: int, tol: float | None,
 def _loaded_case(loaded, lib, steps: int, seed: int, tol: float | None, model_path) -> Case:
     """``make_case`` for the loaded model."""
     rng = np.random.default_rng(seed)
-    if loaded.keras_model is None or not lib.manifest.get("keras_graph"):
-        return _case_of(loaded, lib, rng, steps, tol, model_path)
     # Built from the Keras model's traced graph (pipeline._graph_of_keras):
     # Keras itself is the reference where it takes the library's stream,
     # else that graph, with the build's step shapes. (Traced for an open
@@ -219,18 +217,39 @@ def _loaded_case(loaded, lib, steps: int, seed: int, tol: float | None, model_pa
     # and verify failed a right library.)
     # (a model whose stateful layers' variables became the state fed back:
     # its graph, stepped with those pairs, is the reference)
-    if not lib.manifest.get("state_feedback"):
+    from_graph = loaded.keras_model is not None and lib.manifest.get("keras_graph")
+    if not (from_graph and lib.manifest.get("state_feedback")):
         try:
             return _case_of(loaded, lib, rng, steps, tol, model_path)
+        except ChannelsFirstOnCpu:
+            if loaded.keras_model is None:
+                raise
+            case = _case_of(_traced(loaded), lib, np.random.default_rng(seed), steps, tol,
+                            model_path)
+            case.reference_note = CHANNELS_FIRST_NOTE
+            return case
         except Exception:  # noqa: BLE001 - a stream only the graph's terms describe
-            pass
+            if not from_graph:
+                raise
+    return _case_of(_traced(loaded), lib, np.random.default_rng(seed), steps, tol, model_path)
+
+
+#: What verify says where it ran a Keras model's traced graph because
+#: TensorFlow has no CPU kernels for the model's channels_first layers.
+CHANNELS_FIRST_NOTE = (
+    "TensorFlow runs channels_first convolutions and pools only on GPUs, so the reference "
+    "is the model's traced graph with those ops channels-last between transposes "
+    "(TensorFlow's own kernels, the same arithmetic)")
+
+
+def _traced(loaded):
+    """The Keras model ``loaded`` as its traced, frozen graph (channels-last)."""
     from dataclasses import replace
 
     from ..frontend.keras_graph import keras_as_graph
 
-    graph = replace(loaded, graph=keras_as_graph(loaded.keras_model, loaded.path),
-                    keras_model=None)
-    return _case_of(graph, lib, np.random.default_rng(seed), steps, tol, model_path)
+    return replace(loaded, graph=keras_as_graph(loaded.keras_model, loaded.path),
+                   keras_model=None)
 
 
 def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Case:
@@ -269,6 +288,11 @@ def _int8_spreads(loaded, lib, case, rng, steps: int, tol: float, model_path) ->
     return changed_weights.moves(case, rounded_case)
 
 
+class ChannelsFirstOnCpu(TfaotError):
+    """TensorFlow has no CPU kernel for one of the model's ops in its
+    channels-first layout (NCHW, NCDHW)."""
+
+
 @contextmanager
 def _reference_errors(model_path):
     """TensorFlow failing to run the model itself (a channels_first
@@ -281,8 +305,9 @@ def _reference_errors(model_path):
         yield
     except tf.errors.OpError as e:
         why = re.sub(r"\{\{[^}]*\}\}\s*", "", first_line(e)).strip()
-        raise TfaotError(f"{model_path}: TensorFlow cannot run the model on this machine, so "
-                         f"verify has nothing to compare with: {why}") from None
+        error = ChannelsFirstOnCpu if re.search(r"\bND?HWC\b", why) else TfaotError
+        raise error(f"{model_path}: TensorFlow cannot run the model on this machine, so "
+                    f"verify has nothing to compare with: {why}") from None
 
 
 def output_scale(checks: Checks) -> float:

@@ -31,6 +31,8 @@ class VerifyResult:
     # the tolerance with the weights moved by one f32 rounding step: what
     # that says (verify/sensitivity.py)
     rounding_note: str | None = None
+    # What TensorFlow ran, where that is not the model as given (Case.reference_note)
+    reference_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -45,6 +47,8 @@ class VerifyResult:
         if self.nonfinite_steps:
             line += (f" (NaN/Inf in both TensorFlow and the library at {self.nonfinite_steps} "
                      f"of them, first at {self.first_nonfinite})")
+        if self.reference_note:
+            line += f"\n  note: {self.reference_note}"
         if self.tolerance_note:
             line += f"\n  note: {self.tolerance_note}"
         if self.rounding_note and not self.ok:
