@@ -37,8 +37,9 @@
 #include <stdint.h>
 
 #if !defined(TFRT_MATVEC_FN) && !defined(TFRT_CONV_FN) && !defined(TFRT_DWCONV_FN) && \
-    !defined(TFRT_MATMUL_FN) && !defined(TFRT_QCONV_FN) && !defined(TFRT_POOL_FN)
-#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=, -DTFRT_MATMUL_FN=, -DTFRT_QCONV_FN=, -DTFRT_POOL_FN=<the symbols the kernel object calls>"
+    !defined(TFRT_MATMUL_FN) && !defined(TFRT_QCONV_FN) && !defined(TFRT_POOL_FN) && \
+    !defined(TFRT_RESIZE_FN)
+#error "compile with -DTFRT_MATVEC_FN=, -DTFRT_CONV_FN=, -DTFRT_DWCONV_FN=, -DTFRT_MATMUL_FN=, -DTFRT_QCONV_FN=, -DTFRT_POOL_FN=, -DTFRT_RESIZE_FN=<the symbols the kernel object calls>"
 #endif
 #if (defined(TFRT_MATMUL_FN) || defined(TFRT_QCONV_FN)) && !defined(TFRT_MATVEC_INT8)
 #error "TFRT_MATMUL_FN and TFRT_QCONV_FN are int8 kernels: compile them with -DTFRT_MATVEC_INT8"
@@ -2714,4 +2715,9 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
 #ifdef TFRT_POOL_FN
 /* max and average pooling: its own file, part of this translation unit */
 #include "tfrt_pool.h"
+#endif
+
+#ifdef TFRT_RESIZE_FN
+/* one axis of a bilinear resize: its own file, part of this translation unit */
+#include "tfrt_resize.h"
 #endif

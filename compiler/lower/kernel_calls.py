@@ -51,6 +51,20 @@ def retire(op, w_index: int, value) -> None:
         w_op.operation.erase()
 
 
+def erase_unused(op, erasable: tuple[str, ...]) -> None:
+    """Erases ``op`` (unused), then those of the ops that made its operands
+    (named in ``erasable``) that nothing else uses now: what a kernel call
+    leaves of the ops it replaced (pool_kernel.py, resize_kernel.py)."""
+    from iree.compiler import ir
+
+    owners = [v.owner for v in op.operands]
+    op.operation.erase()
+    for owner in owners:
+        if (isinstance(owner, ir.OpView) and owner.operation.name in erasable
+                and not any(list(r.uses) for r in owner.results)):
+            erase_unused(owner, erasable)
+
+
 def _as_f16(x):
     """``x`` (f32) as f16: the operand of the conversion that made it, when
     it is one from f16, else a new conversion (at the insertion point)."""

@@ -112,9 +112,10 @@ INT8_MAX_PATCH = 65536
 
 #: The C kernels, by the name in their symbol and in their -DTFRT_<KIND>_FN macro
 #: (matmul: many streams' int8 rows; qconv: int8 convolutions; act: a swish after one;
-#: pool: max and average pooling, lower/pool_kernel.py).
+#: pool: max and average pooling, lower/pool_kernel.py; resize: a bilinear resize's
+#: lerps along one axis, lower/resize_kernel.py).
 KINDS = ("matvec", "conv", "dwconv", "matmul", "qconv", "conv16", "dwconv16", "qconv16", "act",
-         "pool")
+         "pool", "resize")
 #: The kernels an int8 build compiles for int8 weights; its other
 #: convolutions keep f32 weights.
 INT8_KINDS = ("matvec", "matmul", "qconv", "qconv16")

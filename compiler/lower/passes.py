@@ -15,7 +15,8 @@ the Target decides which of these rewrites the module gets:
    reduction of booleans).
 1. ``pool_kernel``: pooling windows over channels-last images become calls
    of tfaot's pooling kernel (with the micro-kernels, where the target
-   takes it); ``pooling``: the other small pooling windows become slices
+   takes it), ``resize_kernel``: a bilinear resize's lerps calls of its
+   resize kernel; ``pooling``: the other small pooling windows become slices
    (CPU targets: IREE's pooling is a generic loop); ``reduction_order``: a long sum over
    several axes (a global average pooling) one axis at a time (IREE's one
    running sum drifted 5x TensorFlow's error).
@@ -44,7 +45,7 @@ from dataclasses import replace
 from ..target import Target
 from . import (activations, constant_concats, conv3d, dft, gpu_workarounds, grouped_conv,
                microkernel, patch_copies, pool_kernel, pooling, reduction_order,
-               transposed_conv, weight_globals)
+               resize_kernel, transposed_conv, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -74,6 +75,9 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
     else:
         if pool_kernel.applies(target, _kernel_kinds(target)):
             mlir_text, _ = pool_kernel.pools_as_calls(mlir_text, name, target.weights_dtype)
+        if resize_kernel.applies(target, _kernel_kinds(target)):
+            mlir_text, _ = resize_kernel.resizes_as_calls(mlir_text, name,
+                                                          target.weights_dtype)
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
         mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)
     if target.matvec_kernel == "tfaot":

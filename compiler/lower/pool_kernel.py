@@ -127,12 +127,12 @@ def _replace(last, callee: str, x) -> None:
     uses it."""
     from iree.compiler import ir
 
-    from .kernel_calls import call
+    from .kernel_calls import call, erase_unused
 
     with ir.InsertionPoint(last), last.location:
         result = call(callee, x, last.results[0].type).results[0]
     last.results[0].replace_all_uses_with(result)
-    _erase_unused(last)
+    erase_unused(last, _ERASABLE)
 
 
 def pool_of(op) -> Pool | None:
@@ -228,19 +228,6 @@ def _attrs(op) -> dict[str, str]:
 #: an average's taps, their constants.
 _ERASABLE = ("stablehlo.reduce_window", "stablehlo.divide", "stablehlo.constant",
              "stablehlo.broadcast_in_dim")
-
-
-def _erase_unused(op) -> None:
-    """Erases ``op`` (unused), then those of the ops that made its operands
-    (_ERASABLE) that nothing else uses now."""
-    from iree.compiler import ir
-
-    owners = [v.owner for v in op.operands]
-    op.operation.erase()
-    for owner in owners:
-        if (isinstance(owner, ir.OpView) and owner.operation.name in _ERASABLE
-                and not any(list(r.uses) for r in owner.results)):
-            _erase_unused(owner)
 
 
 def _bare(tensor_type) -> str:
