@@ -226,3 +226,34 @@ def test_a_batch_of_images(tmp_path, capsys):
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
     text = capsys.readouterr().out
     assert float(re.search(r"max abs error (\S+)", text).group(1)) <= 1e-5, text
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
+def test_streamed_resizes_of_several_streams(tmp_path, capsys, interpolation):
+    """A streamed spectrogram model resizing each frame's bins (Resizing to
+    (1, 18): the time axis untouched), built for 3 streams: pfor has no
+    batched form of TensorFlow's resizes, so --streams refused it ("No pfor
+    vectorization defined for ResizeBilinear"); the streams fold into the
+    resize's batch. Each stream as TensorFlow runs it; a bilinear one
+    through the kernel."""
+    import keras
+
+    from tfaot.cli import main
+
+    L = keras.layers
+    keras.utils.set_random_seed(4)
+    x = keras.Input((None, 10, 2))
+    h = L.TimeDistributed(L.Reshape((1, 10, 2)))(x)
+    h = L.TimeDistributed(L.Resizing(1, 18, interpolation=interpolation))(h)
+    h = L.TimeDistributed(L.Conv2D(4, (1, 3), activation="relu"))(h)
+    h = L.Reshape((-1, 16 * 4))(h)
+    path = tmp_path / "spec.keras"
+    keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h))).save(path)
+    out = tmp_path / "lib"
+    assert main(["-q", "build", str(path), "-o", str(out), "--streams", "3",
+                 "--keep-temps"]) == 0
+    mlir = (out / "temps" / "compile" / "spec.mlir").read_text()
+    calls = len(re.findall(r"call @tfaot_resize_\d+\(", mlir))
+    assert calls == (1 if interpolation == "bilinear" else 0)
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out

@@ -366,23 +366,47 @@ def test_one_streams_rows_are_written_where_they_lie(built, name):
 
 
 def test_a_step_pfor_cannot_batch_is_refused_in_one_line(tmp_path):
-    """A Resizing layer: TensorFlow's vectorization logged 200 lines (a
-    Python traceback at ERROR level) before tfaot's one-line refusal."""
+    """A local response normalization (AlexNet's, GoogLeNet's LRN), which
+    pfor has no batched form of: TensorFlow's vectorization logged 200
+    lines (a Python traceback at ERROR level) before tfaot's one-line
+    refusal."""
     import subprocess
     import sys
 
-    import keras
+    import tensorflow as tf
 
-    x = keras.Input((8, 8, 1))
-    y = keras.layers.Conv2D(2, 3)(keras.layers.Resizing(6, 6, interpolation="nearest")(x))
-    keras.Model(x, y).save(tmp_path / "resized.keras")
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "-q", "build", "resized.keras",
-                           "-o", "out", "--streams", "2"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
-    lines = proc.stderr.strip().splitlines()
+    class Normalized(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 8, 8, 4], tf.float32)])
+        def serve(self, image):
+            return tf.nn.local_response_normalization(image, depth_radius=2)
+
+    tf.saved_model.save(Normalized(), str(tmp_path / "lrn"))
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "-q", "build", "lrn", "-o", "out",
+                           "--streams", "2"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("tfaot: note:")]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "--streams 2: TensorFlow cannot batch the step" in lines[0], lines
-    assert "ResizeNearestNeighbor" in lines[0], lines
+    assert "LRN" in lines[0], lines
+
+
+def test_images_and_video_frames_of_several_streams(tmp_path, capsys):
+    """A resize and a Conv3D, which pfor has no batched form of (--streams
+    refused them), fold the streams into their batch: each stream of a
+    --streams 2 build as TensorFlow runs it."""
+    import keras
+
+    L = keras.layers
+    keras.utils.set_random_seed(6)
+    x = keras.Input((4, 6, 6, 2))
+    h = L.Conv3D(3, 3, padding="same", activation="relu")(x)
+    h = L.TimeDistributed(L.Resizing(5, 5, interpolation="nearest"))(h)
+    keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "clip.keras")
+    out = tmp_path / "out"
+    assert main(["-q", "build", str(tmp_path / "clip.keras"), "-o", str(out), "--streams", "2",
+                 "--whole-window"]) == 0
+    assert main(["verify", str(tmp_path / "clip.keras"), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
 
 
 def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys):

@@ -89,18 +89,29 @@ def _quiet_pfor():
         logger.setLevel(level)
 
 
+#: Ops on a batch of images (their first input), the same for every image,
+#: which pfor has no batched form of (a decoder's bilinear upsampling: "No
+#: pfor vectorization defined for ResizeBilinear"; a video model's Conv3D):
+#: the streams fold into the batch axis (_batch_folded).
+BATCH_OPS = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea", "Conv3D")
+
+
 @contextlib.contextmanager
 def _batched_forms():
-    """pfor's batched forms of two ops, installed while the step is traced:
-    a depthwise convolution of the model's filter (``_depthwise_conv``) and
-    a mirror padding, which pfor has none of (``_mirror_pad``: Keras'
-    MelSpectrogram pads so, and --streams refused it)."""
+    """pfor's batched forms of ops it lacks or batches poorly, installed
+    while the step is traced: a depthwise convolution of the model's filter
+    (``_depthwise_conv``), a mirror padding (``_mirror_pad``: Keras'
+    MelSpectrogram pads so, and --streams refused it) and the BATCH_OPS
+    (``_batch_folded``)."""
     from tensorflow.python.ops.parallel_for import pfor
 
     registry = pfor._pfor_converter_registry
-    saved = {op: registry.get(op) for op in ("DepthwiseConv2dNative", "MirrorPad")}
+    saved = {op: registry.get(op)
+             for op in ("DepthwiseConv2dNative", "MirrorPad", *BATCH_OPS)}
     registry["DepthwiseConv2dNative"] = _depthwise_conv(saved["DepthwiseConv2dNative"])
     registry["MirrorPad"] = _mirror_pad
+    for op in BATCH_OPS:
+        registry[op] = _batch_folded
     try:
         yield
     finally:
@@ -125,6 +136,25 @@ def _mirror_pad(pfor_input):
     y = tf.raw_ops.MirrorPad(input=pfor_input.stacked_input(0), paddings=paddings,
                              mode=pfor_input.get_attr("mode"))
     return pfor.wrap(y, True)
+
+
+def _batch_folded(pfor_input):
+    """The op on each stream's batch of images (N, batch, ...): the streams
+    folded into the batch axis, the op run once, unfolded. Its other inputs
+    (a resize's size, a convolution's filter) must be the same for every
+    stream, else it is refused."""
+    from tensorflow.python.ops.parallel_for import pfor
+
+    others = range(1, pfor_input.num_inputs)
+    if any(pfor_input.input(i)[1] for i in others):
+        raise ValueError(f"No pfor vectorization defined for {pfor_input.op_type} with "
+                         "inputs that differ per stream")
+    folded = pfor._flatten_first_two_dims(pfor_input.stacked_input(0))
+    y = pfor._create_op(pfor_input.op_type,
+                        [folded, *(pfor_input.unstacked_input(i) for i in others)],
+                        [t.dtype for t in pfor_input.outputs],
+                        attrs=pfor_input.op.node_def.attr).outputs[0]
+    return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
 
 
 def _depthwise_conv(per_stream):
