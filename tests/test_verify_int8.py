@@ -1,7 +1,7 @@
-"""verify's int8 tolerance from the model's own sensitivity to the build's
-weight rounding (compiler/verify/int8_spread.py): a narrow image model with
-int8 convolutions passes where the fixed bound failed an accurate library,
-and a wrong layer still fails."""
+"""verify's int8 and half-width tolerance from the model's own sensitivity to
+the build's weight rounding (compiler/verify/int8_spread.py): a narrow image
+model with int8 convolutions, and a segmenter with bf16 weights, pass where
+the fixed bound failed an accurate library, and a wrong layer still fails."""
 from __future__ import annotations
 
 import re
@@ -87,6 +87,62 @@ def test_the_rule_comes_from_the_manifest():
     assert rule_of({"weights_dtype": "int8", "int8_layers": 1, "micro_kernels": ["conv"],
                     "weights_scheme": "matvec ... of 1024 weights or more: int8"}) == \
         Rule(1024, False)
+
+
+def test_half_width_builds_round_every_kernel_weight():
+    """A bf16 or f16 build's rule: every weight its kernels take, rounded to
+    the nearest half as weight_packing stores it; none without such kernels."""
+    from tfaot.verify.int8_spread import Rule, rounded_as, rule_of
+
+    assert rule_of({"weights_dtype": "bf16", "micro_kernels": ["conv", "pool"]}) == \
+        Rule(0, True, "bf16")
+    assert rule_of({"weights_dtype": "f16", "micro_kernels": ["matvec"]}) == Rule(0, True, "f16")
+    assert rule_of({"weights_dtype": "bf16", "micro_kernels": ["pool"]}) is None
+    w = np.array([[1 + 2**-9, 1 + 3 * 2**-9], [3.0, -2**-20]], np.float32)
+    np.testing.assert_array_equal(rounded_as(Rule(0, True, "bf16"), w, -1),
+                                  [[1.0, 1 + 2**-7], [3.0, -2**-20]])
+    np.testing.assert_array_equal(rounded_as(Rule(0, True, "f16"), w, -1),
+                                  w.astype(np.float16).astype(np.float32) * [[1, 1], [1, 0]])
+
+
+@pytest.fixture(scope="module")
+def segmenter(tmp_path_factory):
+    """bench_images' DeepLabV3+-style segmenter at 64 x 64 (batch norms
+    calibrated, 5 logits per pixel) built with bf16 weights; the same model
+    with its last layer 10% off."""
+    from bench_images import calibrated, deeplab_small
+
+    from tfaot.cli import main
+
+    tmp = tmp_path_factory.mktemp("half_spread")
+    model = calibrated(deeplab_small, SIZE)
+    model.save(tmp / "seg.keras")
+    last = model.layers[-1]
+    last.kernel.assign(last.kernel.numpy() * 0.9)
+    model.save(tmp / "wrong.keras")
+    assert main(["build", str(tmp / "seg.keras"), "-o", str(tmp / "lib"), "--quiet",
+                 "--whole-window", "--weights-dtype=bf16"]) == 0
+    return tmp
+
+
+def test_a_bf16_segmenter_is_held_to_its_own_rounding(segmenter, capsys):
+    """Off by more than the fixed bf16 bound (1e-2 x the logits' size: verify
+    failed it), within twice what rounding the weights to bf16 does to
+    TensorFlow's outputs, said in a note; the last layer 10% off fails."""
+    from tfaot.cli import main
+    from tfaot.verify.case import run_case
+    from tfaot.verify.compare import default_tolerance, make_case, output_scale
+    from tfaot.verify.process import load_to_run
+
+    lib = load_to_run(segmenter / "lib")
+    case = make_case(str(segmenter / "seg.keras"), lib, steps=100, seed=0, tol=None)
+    (result,) = run_case(lib, case)
+    fixed = default_tolerance(lib, None) * output_scale(case.checks[0])
+    assert fixed < result.max_abs_error <= result.tolerance, (fixed, result)
+    assert re.search(r"note: the tolerance is 2 x [0-9.]+, how far TensorFlow's values move "
+                     r"with the weights this bf16 build", result.describe()), result.describe()
+    assert main(["verify", str(segmenter / "wrong.keras"), str(segmenter / "lib")]) == 1
+    assert "FAIL" in capsys.readouterr().out
 
 
 def test_rounding_is_per_output_channel():

@@ -53,7 +53,7 @@ class Case:
     #: each output's size: compare.output_scale); None: ``tolerance`` for all.
     output_tolerances: list[float] | None = None
     #: Per output, why its tolerance is what it is, where verify says so
-    #: (int8 builds: compare._int8_spreads); None: nothing to say.
+    #: (int8 and half-width builds: compare._rounding_spreads); None: nothing to say.
     tolerance_notes: list[str | None] | None = None
     #: What TensorFlow ran, where that is not the model as given
     #: (compare.CHANNELS_FIRST_NOTE); said once, with the first output.

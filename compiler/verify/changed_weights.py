@@ -1,6 +1,6 @@
 """TensorFlow's model with some of its weights changed, for one more
 reference run: verify asks how far TensorFlow's own outputs move when the
-weights move by a rounding (int8_spread: an int8 build's rounding;
+weights move by a rounding (int8_spread: an int8 or half-width build's rounding;
 sensitivity: f32's own)."""
 from __future__ import annotations
 

@@ -261,14 +261,15 @@ def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Cas
         tol = default_tolerance(lib, loaded.keras_model, weighted_layers(loaded), graph_def)
         same_inputs = copy.deepcopy(rng)
         case = _make_case(loaded, lib, rng, steps, tol, model_path, lib.dir)
-        spreads = _int8_spreads(loaded, lib, case, same_inputs, steps, tol, model_path)
+        spreads = _rounding_spreads(loaded, lib, case, same_inputs, steps, tol, model_path)
     grid_steps = fake_quant.output_steps(loaded, len(case.checks))
     rules = [tol * output_scale(checks) + step
              for checks, step in zip(case.checks, grid_steps)]
-    case.output_tolerances = [max(rule, int8_spread.MARGIN * spread)
-                              for rule, spread in zip(rules, spreads)]
+    margin = int8_spread.margin(lib.manifest.get("weights_dtype", "f32"))
+    case.output_tolerances = [max(rule, margin * spread) for rule, spread in zip(rules, spreads)]
     case.tolerance = max(case.output_tolerances, default=tol)
-    notes = [int8_spread.note(spread) if int8_spread.MARGIN * spread > rule
+    dtype = lib.manifest.get("weights_dtype", "f32")
+    notes = [int8_spread.note(spread, dtype) if margin * spread > rule
              else fake_quant.note(step) if step else None
              for rule, spread, step in zip(rules, spreads, grid_steps)]
     if any(notes):
@@ -276,10 +277,11 @@ def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Cas
     return case
 
 
-def _int8_spreads(loaded, lib, case, rng, steps: int, tol: float, model_path) -> list[float]:
-    """Per output, how far the int8 build's rounding of its weights alone
-    moves TensorFlow's values on the case's inputs (module int8_spread;
-    ``rng`` as the case's was before it); zeros for other builds."""
+def _rounding_spreads(loaded, lib, case, rng, steps: int, tol: float,
+                      model_path) -> list[float]:
+    """Per output, how far the int8 or half-width build's rounding of its
+    weights alone moves TensorFlow's values on the case's inputs (module
+    int8_spread; ``rng`` as the case's was before it); zeros for f32 builds."""
     rule = int8_spread.rule_of(lib.manifest)
     if rule is None:
         return [0.0] * len(case.checks)
