@@ -228,7 +228,7 @@ def test_a_batch_of_images(tmp_path, capsys):
     assert float(re.search(r"max abs error (\S+)", text).group(1)) <= 1e-5, text
 
 
-@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic", "lanczos3"])
 def test_streamed_resizes_of_several_streams(tmp_path, capsys, interpolation):
     """A streamed spectrogram model resizing each frame's bins (Resizing to
     (1, 18): the time axis untouched), built for 3 streams: pfor has no

@@ -93,7 +93,8 @@ def _quiet_pfor():
 #: which pfor has no batched form of (a decoder's bilinear upsampling: "No
 #: pfor vectorization defined for ResizeBilinear"; a video model's Conv3D):
 #: the streams fold into the batch axis (_batch_folded).
-BATCH_OPS = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea", "Conv3D")
+BATCH_OPS = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea",
+             "ScaleAndTranslate", "Conv3D")
 
 
 @contextlib.contextmanager
