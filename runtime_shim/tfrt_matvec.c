@@ -1802,11 +1802,15 @@ static inline struct tfrt_clamp tfrt_clamp_of(const float *post) {
   return c;
 }
 #ifdef TFRT_V4_F32
-/* v clamped to post's bounds (the 4-lane convolution and depthwise blocks) */
+/* v clamped to post's bounds (the 4-lane convolution and depthwise blocks),
+ * both always, as tfrt_clamp256 (its comment says why): a bound that does
+ * not clamp is -inf or +inf, and FMAX/FMIN, maxps/minps, keep v's NaN. On
+ * aarch64 (instructions under qemu, 28 x 28 positions, ReLU6) a pointwise
+ * 8 -> 48 layer's call 345k -> 268k, 16 -> 96 913k -> 759k, 64 -> 64
+ * 1.54M -> 1.44M; SSE2 (this AMD EPYC, best of 6 runs) 8 -> 48 8.1 -> 9.7
+ * GMAC/s, 16 -> 96 11.0 -> 12.3. */
 static inline tfrt_v4 tfrt_clamp_v4(struct tfrt_clamp c, tfrt_v4 v) {
-  if (c.lower) v = tfrt_v4_max(tfrt_v4_set1(c.lo), v);
-  if (c.upper) v = tfrt_v4_min(tfrt_v4_set1(c.hi), v);
-  return v;
+  return tfrt_v4_min(tfrt_v4_set1(c.hi), tfrt_v4_max(tfrt_v4_set1(c.lo), v));
 }
 #endif
 #endif

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import platform
 import re
 import shutil
 from pathlib import Path
@@ -27,19 +28,25 @@ from util import run as _run
 STEPS = 120
 
 
-@pytest.fixture(scope="module", params=["gcc", "clang"])
+@pytest.fixture(scope="module", params=["gcc", "clang", "sse2"])
 def kernels(request, tmp_path_factory):
-    """The C kernels (f32 and bf16) built as a shared library with ``cc``."""
+    """The C kernels (f32 and bf16) built as a shared library with ``cc``
+    for this CPU, or ("sse2") with gcc for x86-64's baseline: the 4-lane
+    blocks (tfrt_conv_v4.h) aarch64 builds take too."""
     from tfaot.package.link import matvec_flags
 
-    cc = request.param
+    cc = "gcc" if request.param == "sse2" else request.param
+    if request.param == "sse2" and platform.machine() != "x86_64":
+        pytest.skip("x86-64's baseline")
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
     libs = {}
     for dtype in ("f32", "bf16"):
-        lib = tmp_path_factory.mktemp(f"k_{cc}") / f"k_{dtype}.so"
-        _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-              *matvec_flags(make_target("cpu", weights_dtype=dtype)),
+        flags = matvec_flags(make_target("cpu", weights_dtype=dtype))
+        if request.param == "sse2":
+            flags = [f for f in flags if not f.startswith(("-march", "-mprefer", "-mcpu"))]
+        lib = tmp_path_factory.mktemp(f"k_{request.param}") / f"k_{dtype}.so"
+        _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
               "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_ACT_FN=act",
               shim_dir() / "tfrt_matvec.c", "-o", lib])
         libs[dtype] = ctypes.CDLL(str(lib))
