@@ -265,10 +265,10 @@ def _case_of(loaded, lib, rng, steps: int, tol: float | None, model_path) -> Cas
     grid_steps = fake_quant.output_steps(loaded, len(case.checks))
     rules = [tol * output_scale(checks) + step
              for checks, step in zip(case.checks, grid_steps)]
-    margin = int8_spread.margin(lib.manifest.get("weights_dtype", "f32"))
+    dtype = lib.manifest.get("weights_dtype", "f32")
+    margin = int8_spread.margin(dtype)
     case.output_tolerances = [max(rule, margin * spread) for rule, spread in zip(rules, spreads)]
     case.tolerance = max(case.output_tolerances, default=tol)
-    dtype = lib.manifest.get("weights_dtype", "f32")
     notes = [int8_spread.note(spread, dtype) if margin * spread > rule
              else fake_quant.note(step) if step else None
              for rule, spread, step in zip(rules, spreads, grid_steps)]
