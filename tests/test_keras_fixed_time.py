@@ -210,9 +210,11 @@ def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys, monk
     right), but TensorFlow runs no NCHW convolution on some CPUs ("Conv2D op
     currently only supports the NHWC tensor format on the CPU"; an AVX-512
     machine's oneDNN build runs it): verify said "internal error ... this
-    is a tfaot bug" (exit 2); now one line saying TensorFlow cannot run the
-    model, exit 1, and where TensorFlow runs it the library matches it.
-    TensorFlow's error is raised for the check on every CPU."""
+    is a tfaot bug" (exit 2). Now the library matches TensorFlow on every
+    CPU (where it cannot run the model, on its traced graph written
+    channels-last: test_channels_first.py); where TensorFlow cannot run even
+    that, one line saying so, exit 1. TensorFlow's error is raised for the
+    check on every CPU."""
     import keras
     import tensorflow as tf
     from keras import layers as L
@@ -228,13 +230,8 @@ def test_verify_says_when_tensorflow_cannot_run_the_model(tmp_path, capsys, monk
     model.save(path)
     out = tmp_path / "cf"
     assert main(["build", str(path), "-o", str(out), "-q", "--whole-window"]) == 0
-    try:
-        model(np.zeros((1, 8, 20), np.float32))
-        tf_runs_it = True
-    except tf.errors.OpError:
-        tf_runs_it = False
     capsys.readouterr()
-    assert main(["verify", str(path), str(out), "--steps", "20"]) == (0 if tf_runs_it else 1)
+    assert main(["verify", str(path), str(out), "--steps", "20"]) == 0
 
     def unimplemented(*args, **kwargs):
         raise tf.errors.UnimplementedError(
