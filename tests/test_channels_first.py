@@ -193,19 +193,44 @@ def _torch_like(seed: int):
     return keras.Model(x, L.Dense(3)(L.Flatten()(h)))
 
 
-def test_verify_runs_a_channels_first_keras_model(tmp_path, capsys):
+def _as_without_nchw_kernels(monkeypatch):
+    """verify as on a CPU whose TensorFlow runs no NCHW convolution (this
+    one's, unless its oneDNN build does, as on an AVX-512 machine): the
+    Keras model's reference raises TensorFlow's error; its traced graph's
+    runs."""
+    import tensorflow as tf
+
+    from tfaot.verify import compare
+
+    make_case = compare._make_case
+
+    def keras_fails(loaded, *args, **kwargs):
+        if loaded.keras_model is not None:
+            raise tf.errors.UnimplementedError(
+                None, None, "The Conv2D op currently only supports the NHWC tensor format "
+                "on the CPU. The op was given the format: NCHW")
+        return make_case(loaded, *args, **kwargs)
+
+    monkeypatch.setattr(compare, "_make_case", keras_fails)
+
+
+def test_verify_runs_a_channels_first_keras_model(tmp_path, capsys, monkeypatch):
     """Keras runs channels_first convolutions and pools through TensorFlow's
-    NCHW kernels, which exist only on GPUs, so verify had no reference ("The
-    Conv2D op currently only supports the NHWC tensor format on the CPU"):
-    it runs the model's traced graph channels-last, and says so (a saved
-    case too). A library of the same model with other weights fails that
-    check."""
+    NCHW kernels, which most CPU builds lack, so verify had no reference
+    ("The Conv2D op currently only supports the NHWC tensor format on the
+    CPU"): it runs the model's traced graph channels-last, and says so (a
+    saved case too). A library of the same model with other weights fails
+    that check."""
     from tfaot.verify.compare import CHANNELS_FIRST_NOTE, verify
 
     for seed in (0, 1):
         _torch_like(seed).save(tmp_path / f"m{seed}.keras")
         assert cli.main(["build", str(tmp_path / f"m{seed}.keras"), "-o",
                          str(tmp_path / f"out{seed}"), "-q"]) == 0
+    (result,) = verify(str(tmp_path / "m0.keras"), tmp_path / "out0", steps=STEPS, seed=0,
+                       tol=None)  # (this CPU's TensorFlow, whichever reference it allows)
+    assert result.ok and result.steps >= 100, result.describe()
+    _as_without_nchw_kernels(monkeypatch)
     (result,) = verify(str(tmp_path / "m0.keras"), tmp_path / "out0", steps=STEPS, seed=0,
                        tol=None)
     assert result.ok and result.steps >= 100, result.describe()
