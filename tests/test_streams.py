@@ -366,28 +366,54 @@ def test_one_streams_rows_are_written_where_they_lie(built, name):
 
 
 def test_a_step_pfor_cannot_batch_is_refused_in_one_line(tmp_path):
-    """A local response normalization (AlexNet's, GoogLeNet's LRN), which
-    pfor has no batched form of: TensorFlow's vectorization logged 200
-    lines (a Python traceback at ERROR level) before tfaot's one-line
-    refusal."""
+    """A crop and resize (its boxes name images of the batch), which pfor
+    has no batched form of: TensorFlow's vectorization logged 200 lines (a
+    Python traceback at ERROR level) before tfaot's one-line refusal."""
     import subprocess
     import sys
 
     import tensorflow as tf
 
-    class Normalized(tf.Module):
+    class Cropped(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([1, 8, 8, 4], tf.float32)])
         def serve(self, image):
-            return tf.nn.local_response_normalization(image, depth_radius=2)
+            return tf.image.crop_and_resize(image, [[0.1, 0.1, 0.8, 0.9]], [0], (5, 5))
 
-    tf.saved_model.save(Normalized(), str(tmp_path / "lrn"))
-    proc = subprocess.run([sys.executable, "-m", "tfaot", "-q", "build", "lrn", "-o", "out",
+    tf.saved_model.save(Cropped(), str(tmp_path / "crop"))
+    proc = subprocess.run([sys.executable, "-m", "tfaot", "-q", "build", "crop", "-o", "out",
                            "--streams", "2"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=600)
     lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("tfaot: note:")]
     assert proc.returncode == 1 and len(lines) == 1, proc.stderr
     assert "--streams 2: TensorFlow cannot batch the step" in lines[0], lines
-    assert "LRN" in lines[0], lines
+    assert "CropAndResize" in lines[0], lines
+
+
+@pytest.mark.parametrize("op", ["lrn", "patches"])
+def test_normalized_and_patched_images_of_several_streams(tmp_path, capsys, op):
+    """A local response normalization (AlexNet's, GoogLeNet's) and image
+    patches, which pfor has no batched form of (--streams refused them),
+    fold the streams into their batch: each stream as TensorFlow runs it."""
+    import tensorflow as tf
+
+    kernel = tf.constant(np.random.default_rng(2).normal(size=(3, 3, 4, 3)), tf.float32)
+
+    def apply(image):
+        if op == "lrn":
+            return tf.nn.local_response_normalization(image, depth_radius=2, alpha=0.1)
+        return tf.image.extract_patches(image, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1],
+                                        "VALID")
+
+    class Model(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 9, 9, 4], tf.float32)])
+        def serve(self, image):
+            return apply(tf.nn.relu(tf.nn.conv2d(image, kernel, 1, "SAME")))
+
+    tf.saved_model.save(Model(), str(tmp_path / op))
+    out = tmp_path / "out"
+    assert main(["-q", "build", str(tmp_path / op), "-o", str(out), "--streams", "2"]) == 0
+    assert main(["verify", str(tmp_path / op), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
 
 
 def test_images_and_video_frames_of_several_streams(tmp_path, capsys):

@@ -91,10 +91,12 @@ def _quiet_pfor():
 
 #: Ops on a batch of images (their first input), the same for every image,
 #: which pfor has no batched form of (a decoder's bilinear upsampling: "No
-#: pfor vectorization defined for ResizeBilinear"; a video model's Conv3D):
-#: the streams fold into the batch axis (_batch_folded).
+#: pfor vectorization defined for ResizeBilinear"; a video model's Conv3D;
+#: AlexNet's and GoogLeNet's local response normalization; patches): the
+#: streams fold into the batch axis (_batch_folded). (Not CropAndResize:
+#: its boxes name images of the batch.)
 BATCH_OPS = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea",
-             "ScaleAndTranslate", "Conv3D")
+             "ScaleAndTranslate", "Conv3D", "LRN", "ExtractImagePatches")
 
 
 @contextlib.contextmanager
