@@ -21,7 +21,7 @@ from tfaot.lower import microkernel, weight_packing
 from tfaot.errors import TfaotError
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
-from util import native_vector_flags, run as _run
+from util import run as _run
 
 STEPS = 120
 DATA = Path(__file__).parent / "data" / "backend"
@@ -212,6 +212,8 @@ def test_keras_numerics_through_the_so(keras_case):
 def test_generated_c_is_warning_free(keras_case, cc, tmp_path):
     import shutil
 
+    from tfaot.package.link import matvec_flags
+
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
     model, _, _, tmp = keras_case
@@ -220,7 +222,7 @@ def test_generated_c_is_warning_free(keras_case, cc, tmp_path):
         _build(model, tmp, "out", matvec="tfaot")
     warn = [cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"]
     _run([*warn, "-O2", "-c", "mk.c", "-o", tmp_path / "mk.o"], cwd=out / "src")
-    _run([*warn, "-O3", *native_vector_flags(), "-DTFRT_MATVEC_FN=mk_matvec_f32",
+    _run([*warn, *matvec_flags(make_target("cpu")), "-DTFRT_MATVEC_FN=mk_matvec_f32",
           "-DTFRT_CONV_FN=mk_conv_f32", "-DTFRT_DWCONV_FN=mk_dwconv_f32", "-c",
           shim_dir() / "tfrt_matvec.c", "-o", tmp_path / "matvec.o"])
 

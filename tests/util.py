@@ -57,15 +57,3 @@ def stream_matches_keras(lib, model, name: str, compared: int, seed: int, atol: 
     assert defined.sum() >= 100
     np.testing.assert_allclose(got[defined], want[defined], rtol=0, atol=atol)
     return xs, got
-
-
-def native_vector_flags() -> list[str]:
-    """Flags for this CPU's widest vectors, as a host build compiles the
-    kernels (package/link.py matvec_flags): x86-64 with 512-bit vectors
-    where it has them, aarch64 its own extensions (the x86 flag is an error
-    there)."""
-    import platform
-
-    if platform.machine() == "x86_64":
-        return ["-march=native", "-mprefer-vector-width=512"]
-    return ["-mcpu=native"] if platform.machine() == "aarch64" else []

@@ -180,7 +180,7 @@ def _other_constant(op, value) -> float | None:
     return scalar_constant(operands[1 - operands.index(value)])
 
 
-def _constant_array(value) -> np.ndarray | None:
+def constant_array(value) -> np.ndarray | None:
     """The array of a ``stablehlo.constant`` (f32) or of a broadcast of one."""
     from iree.compiler import ir
 
@@ -188,7 +188,7 @@ def _constant_array(value) -> np.ndarray | None:
     if not isinstance(owner, ir.OpView):
         return None
     if owner.operation.name == "stablehlo.broadcast_in_dim":
-        source = _constant_array(owner.operands[0])
+        source = constant_array(owner.operands[0])
         if source is None:
             return None
         dims = attr_ints(str(owner.attributes["broadcast_dimensions"]))
@@ -211,7 +211,7 @@ def _constant_array(value) -> np.ndarray | None:
 def _channel_constant(value, n: int) -> np.ndarray | None:
     """The ``n`` values (one per channel, the last axis) of a constant that
     is the same at every position, or None."""
-    array = _constant_array(value)
+    array = constant_array(value)
     if array is None or array.shape[-1:] != (n,):
         return None
     rows = array.reshape(-1, n)
@@ -222,7 +222,7 @@ def _channel_constant(value, n: int) -> np.ndarray | None:
 
 def scalar_constant(value) -> float | None:
     """The one value of a constant, or None when its elements differ."""
-    array = _constant_array(value)
+    array = constant_array(value)
     if array is None or array.size == 0 or not np.all(array == array.flat[0]):
         return None
     return float(array.flat[0])

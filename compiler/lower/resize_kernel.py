@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernel_dispatch
-from .conv_epilogue import _constant_array
+from .conv_epilogue import constant_array
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def resize_of(add) -> Resize | None:
         return None
     out = y_type.shape[axis]
     lower, upper = _indices(lo_gather.operands[1]), _indices(hi_gather.operands[1])
-    lerp = _constant_array(mul.operands[1])
+    lerp = constant_array(mul.operands[1])
     if (lower is None or upper is None or lerp is None or len(lower) != out
             or len(upper) != out or max(lower.max(), upper.max()) >= x_type.shape[axis]):
         return None

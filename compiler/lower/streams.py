@@ -164,19 +164,12 @@ def _depthwise_conv(per_stream):
     """pfor batches a depthwise convolution only with a filter per stream
     (it folds the streams into the channels and tiles the filter N times,
     ``per_stream``); here the filter is the model's, shared by all streams,
-    so the streams fold into the batch axis instead."""
-    from tensorflow.python.ops.parallel_for import pfor
+    so the streams fold into the batch axis instead (``_batch_folded``)."""
 
     def convert(pfor_input):
-        if pfor_input.input(1)[1]:  # the filter differs per stream
+        # (the filter per stream, or NCHW: pfor's own form)
+        if pfor_input.input(1)[1] or pfor_input.get_attr("data_format") != b"NHWC":
             return per_stream(pfor_input)
-        x = pfor_input.stacked_input(0)  # (N, batch, H, W, C)
-        if pfor_input.get_attr("data_format") != b"NHWC":
-            return per_stream(pfor_input)
-        folded = pfor._flatten_first_two_dims(x)
-        y = pfor._create_op("DepthwiseConv2dNative", [folded, pfor_input.unstacked_input(1)],
-                            [t.dtype for t in pfor_input.outputs],
-                            attrs=pfor_input.op.node_def.attr).outputs[0]
-        return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
+        return _batch_folded(pfor_input)
 
     return convert
