@@ -446,7 +446,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
       for (size_t v = 0; v < V; v++) {
         wv[j][v] = _mm512_maskz_loadu_ps(m[v], wi + j * n + 16 * v);
         /* in a register: gcc folded the loads into the FMAs, one per FMA */
-        __asm__("" : "+v"(wv[j][v]));
+        TFRT_IN_REGISTER(wv[j][v]);
       }
     /* (a pointer stepped along the columns: an index each held a register) */
     const float *xk = xi + (col < 0 ? 0 : (size_t)col) * c;
@@ -459,7 +459,7 @@ static inline __attribute__((always_inline)) void tfrt_dw3_block(const struct tf
       TFRT_UNROLL
       for (size_t v = 0; v < V; v++) {
         __m512 xv = _mm512_maskz_loadu_ps(m[v], xv_at + 16 * v);
-        __asm__("" : "+v"(xv));
+        TFRT_IN_REGISTER(xv);
         TFRT_UNROLL
         for (size_t j = 0; j < 3; j++) /* position k - j takes it as its tap j */
           if (k >= j && k - j < P) acc[k - j][v] = _mm512_fmadd_ps(wv[j][v], xv, acc[k - j][v]);

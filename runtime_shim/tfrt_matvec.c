@@ -48,6 +48,25 @@
 /* A helper some of the kernels a build asks for leave uncalled. */
 #define TFRT_UNUSED __attribute__((unused))
 
+/* TFRT_INTRINSICS_ONLY: the AVX-512 paths' inline-assembly statements (each
+ * says why it is one) become the intrinsics they stand for. The tests
+ * define it to run those paths on any x86-64 CPU, their intrinsics
+ * emulated in portable C (tests/data/kernels/emulated/immintrin.h); a
+ * build for a real CPU never does. TFRT_IN_REGISTER(v): v is in a vector
+ * register here (gcc otherwise folded such loads into each FMA). */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_IN_REGISTER(v) ((void)0)
+/* the 4 bytes at p as an int32 (an asm memory operand needs no alignment) */
+TFRT_UNUSED static inline int32_t tfrt_i32_at(const void *p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+#define TFRT_I32_AT(p) tfrt_i32_at(p)
+#else
+#define TFRT_IN_REGISTER(v) __asm__("" : "+v"(v))
+#endif
+
 /* Output lanes per packed tile; compiler/lower/microkernel.py TILE must agree.
  * Matvecs of at most TFRT_MATVEC_SMALL_TILE rows are one tile that wide
  * (microkernel.py SMALL_TILE). */
@@ -656,6 +675,18 @@ static void tfrt_i8_tile_avx2_16(const int8_t *wt, const int8_t *xq, const float
  * 256 one in L2 2.8 -> 2.0 us; the sign trick this replaced (the input's
  * signs moved onto the weights by masked subtractions) took 9 instructions
  * per group where this takes 7. */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_I8_GROUP512(a0, a1, s, p, x)                                                  \
+  {                                                                                        \
+    const __m512i w0_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip),    \
+                  w1_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)((p) + 64)),    \
+                                         flip),                                            \
+                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));            \
+    a0 = _mm512_dpbusd_epi32(a0, w0_, x_);                                                 \
+    a1 = _mm512_dpbusd_epi32(a1, w1_, x_);                                                 \
+    s = _mm512_dpbusd_epi32(s, ones, x_);                                                  \
+  }
+#else
 #define TFRT_I8_GROUP512(a0, a1, s, p, x)                                                  \
   {                                                                                        \
     const __m512i w0_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip),    \
@@ -668,6 +699,7 @@ static void tfrt_i8_tile_avx2_16(const int8_t *wt, const int8_t *xq, const float
             : [xv] "m"(*(const int32_t *)(const void *)(x)), [u0] "v"(w0_), [u1] "v"(w1_),  \
               [one] "v"(ones));                                                            \
   }
+#endif
 /* f += (the block's sums less the offset's share) * the block's scale */
 #define TFRT_I8_ADD_BLOCK512(f, a, s, scale) \
   f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a, _mm512_slli_epi32(s, 7))), \
@@ -713,6 +745,15 @@ static void tfrt_i8_tile_avx512_32(const int8_t *wt, const int8_t *xq,
  * inputs, as above, the groups taking turns between two sums so that the
  * vpdpbusd do not wait on each other. The portable C tile took 3x as long
  * on a 16 x 1920 matrix. */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_I8_GROUP512_16(a, s, p, x)                                                    \
+  {                                                                                        \
+    const __m512i w_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip),     \
+                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));            \
+    a = _mm512_dpbusd_epi32(a, w_, x_);                                                    \
+    s = _mm512_dpbusd_epi32(s, ones, x_);                                                  \
+  }
+#else
 #define TFRT_I8_GROUP512_16(a, s, p, x)                                                    \
   {                                                                                        \
     const __m512i w_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip);     \
@@ -721,6 +762,7 @@ static void tfrt_i8_tile_avx512_32(const int8_t *wt, const int8_t *xq,
             : [b] "+v"(a), [sv] "+v"(s)                                                    \
             : [xv] "m"(*(const int32_t *)(const void *)(x)), [u] "v"(w_), [one] "v"(ones)); \
   }
+#endif
 
 TFRT_UNUSED
 static void tfrt_i8_tile_avx512_16(const int8_t *wt, const int8_t *xq,
@@ -1525,6 +1567,13 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 
 #ifdef TFRT_I8_AVX512
 /* (q: the stream) its group of 4 inputs, offset to unsigned, into 32 lanes */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_I8_STREAM512(q)                                                              \
+  tmp = _mm512_xor_si512(_mm512_set1_epi32(TFRT_I32_AT(xq[q] + 4 * h)), \
+                         offset);                                                         \
+  a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
+  a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);
+#else
 #define TFRT_I8_STREAM512(q)                                                              \
   __asm__("vpxord %[x]%{1to16%}, %[off], %[t]\n\t"                                         \
           "vpdpbusd %[wa], %[t], %[a0]\n\t"                                                \
@@ -1532,6 +1581,7 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
           : [a0] "+v"(a##q##0), [a1] "+v"(a##q##1), [t] "=&v"(tmp)                        \
           : [x] "m"(*(const int32_t *)(const void *)(xq[q] + 4 * h)), [off] "v"(offset),  \
             [wa] "v"(w0), [wb] "v"(w1));
+#endif
 #define TFRT_I8_SCALE512(q)                                                               \
   {                                                                                       \
     const __m512 scale = _mm512_set1_ps(block_scale[q][g / TFRT_I8_GROUPS]);              \
@@ -1570,9 +1620,14 @@ static void tfrt_i8_tile4_avx512_32(const int8_t *wt, const int8_t *const xq[4],
     for (size_t h = g; h < end; h++, wt += 128) {
       const __m512i w0 = _mm512_loadu_si512((const void *)wt),
                     w1 = _mm512_loadu_si512((const void *)(wt + 64));
+#ifdef TFRT_INTRINSICS_ONLY
+      c0 = _mm512_dpbusd_epi32(c0, offset, w0);
+      c1 = _mm512_dpbusd_epi32(c1, offset, w1);
+#else
       __asm__("vpdpbusd %[wa], %[off], %[c0]\n\t"
               "vpdpbusd %[wb], %[off], %[c1]"
               : [c0] "+v"(c0), [c1] "+v"(c1) : [off] "v"(offset), [wa] "v"(w0), [wb] "v"(w1));
+#endif
       TFRT_I8_STREAM512(0) TFRT_I8_STREAM512(1) TFRT_I8_STREAM512(2) TFRT_I8_STREAM512(3)
     }
     TFRT_I8_SCALE512(0) TFRT_I8_SCALE512(1) TFRT_I8_SCALE512(2) TFRT_I8_SCALE512(3)
@@ -2384,6 +2439,14 @@ static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const fl
 enum { TFRT_CONV512_P = 12 };
 
 /* acc0 += w0 * x, acc1 += w1 * x for the float at x (see above) */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_FMA2_BROADCAST(acc0, acc1, w0, w1, x)                                       \
+  do {                                                                                   \
+    const __m512 bcast_ = _mm512_set1_ps(x);                                             \
+    acc0 = _mm512_fmadd_ps(w0, bcast_, acc0);                                            \
+    acc1 = _mm512_fmadd_ps(w1, bcast_, acc1);                                            \
+  } while (0)
+#else
 #define TFRT_FMA2_BROADCAST(acc0, acc1, w0, w1, x)                                       \
   do {                                                                                   \
     __m512 bcast_;                                                                       \
@@ -2393,6 +2456,7 @@ enum { TFRT_CONV512_P = 12 };
             : [a0] "+v"(acc0), [a1] "+v"(acc1), [t] "=&v"(bcast_)                        \
             : [wa] "v"(w0), [wb] "v"(w1), [xv] "m"(x));                                  \
   } while (0)
+#endif
 
 /* Positions p0..p0+P-1 (all below g->positions; p0 is output row oy,
  * column ox) times lanes t..t+31 (masked to n); w points at the tile's
@@ -2437,6 +2501,13 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
 }
 
 /* acc0..3 += w0..3 * x: one broadcast, four FMAs (as TFRT_FMA2_BROADCAST) */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_FMA4_BROADCAST(acc, w, x)                                                     \
+  do {                                                                                     \
+    const __m512 bcast_ = _mm512_set1_ps(x);                                               \
+    for (size_t f_ = 0; f_ < 4; f_++) (acc)[f_] = _mm512_fmadd_ps((w)[f_], bcast_, (acc)[f_]); \
+  } while (0)
+#else
 #define TFRT_FMA4_BROADCAST(acc, w, x)                                                     \
   do {                                                                                     \
     __m512 bcast_;                                                                         \
@@ -2450,6 +2521,7 @@ static inline __attribute__((always_inline)) void tfrt_conv512(const struct tfrt
             : [w0] "v"((w)[0]), [w1] "v"((w)[1]), [w2] "v"((w)[2]), [w3] "v"((w)[3]),      \
               [xv] "m"(x));                                                                \
   } while (0)
+#endif
 
 /* Two whole tiles at once, lanes t..t+63 of 6 positions from p0 (output
  * row oy, column ox): 24 accumulators, and each input broadcast serves 64
@@ -2515,6 +2587,9 @@ static void tfrt_conv_avx512_wide(const struct tfrt_conv *g, const float *w, con
 }
 
 /* acc += w0 * x for the float at x (one accumulator: tfrt_conv512_half) */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_FMA1_BROADCAST(acc, w0, x) acc = _mm512_fmadd_ps(w0, _mm512_set1_ps(x), acc)
+#else
 #define TFRT_FMA1_BROADCAST(acc, w0, x)                                                   \
   do {                                                                                   \
     __m512 bcast_;                                                                       \
@@ -2523,6 +2598,7 @@ static void tfrt_conv_avx512_wide(const struct tfrt_conv *g, const float *w, con
             : [a0] "+v"(acc), [t] "=&v"(bcast_)                                          \
             : [wa] "v"(w0), [xv] "m"(x));                                                \
   } while (0)
+#endif
 
 /* Positions p0..p0+P-1 times lanes t..t+15, the last tile of a layer of
  * n - t <= 16 outputs (its upper 16 lanes are past n: tfrt_conv512 would

@@ -90,6 +90,12 @@ static inline float tfrt_q_xs(const struct tfrt_q_out *o, size_t q) {
  * vectors. One asm statement: with intrinsics gcc copied every sum to
  * another register (or the stack) around each vpdpbusd, which overwrites
  * its sum: 1.5x slower. */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_Q_ROW512(q)                                                                  \
+  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                    \
+  a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
+  a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);
+#else
 #define TFRT_Q_ROW512(q)                                                                  \
   __asm__("vpbroadcastd %[x], %[t]\n\t"                                                    \
           "vpdpbusd %[wa], %[t], %[a0]\n\t"                                                \
@@ -97,6 +103,7 @@ static inline float tfrt_q_xs(const struct tfrt_q_out *o, size_t q) {
           : [a0] "+v"(a##q##0), [a1] "+v"(a##q##1), [t] "=&v"(tmp)                        \
           : [x] "m"(*(const int32_t *)(const void *)(p##q + e)), [wa] "v"(w0),             \
             [wb] "v"(w1));
+#endif
 #define TFRT_Q_STORE512(q) \
   if (q < o->rows) tfrt_q_store512(o, q, a##q##0, a##q##1);
 
@@ -150,6 +157,14 @@ __attribute__((noinline)) static void tfrt_q_block_avx512(const int8_t *wt,
   TFRT_Q_STORE512(4) TFRT_Q_STORE512(5) TFRT_Q_STORE512(6) TFRT_Q_STORE512(7)
 }
 /* Row q's group of 4 inputs times four weight vectors: two tiles. */
+#ifdef TFRT_INTRINSICS_ONLY
+#define TFRT_Q_ROW512_WIDE(q)                                                             \
+  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                    \
+  a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
+  a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);                                        \
+  a##q##2 = _mm512_dpbusd_epi32(a##q##2, tmp, w2);                                        \
+  a##q##3 = _mm512_dpbusd_epi32(a##q##3, tmp, w3);
+#else
 #define TFRT_Q_ROW512_WIDE(q)                                                             \
   __asm__("vpbroadcastd %[x], %[t]\n\t"                                                    \
           "vpdpbusd %[wa], %[t], %[a0]\n\t"                                                \
@@ -160,6 +175,7 @@ __attribute__((noinline)) static void tfrt_q_block_avx512(const int8_t *wt,
             [t] "=&v"(tmp)                                                                \
           : [x] "m"(*(const int32_t *)(const void *)(p##q + e)), [wa] "v"(w0),             \
             [wb] "v"(w1), [wc] "v"(w2), [wd] "v"(w3));
+#endif
 #define TFRT_Q_STORE512_WIDE(q)                       \
   if (q < o->rows) {                                  \
     tfrt_q_store512(o, q, a##q##0, a##q##1);          \

@@ -23,28 +23,32 @@ import toolchains
 from tfaot.lower import conv_epilogue, microkernel, weight_packing
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
+from util import emulated_avx512_flags, sanitized_builds
 from util import run as _run
 
 STEPS = 120
 
 
-@pytest.fixture(scope="module", params=["gcc", "clang", "sse2"])
+@pytest.fixture(scope="module", params=["gcc", "clang", "sse2", "avx512_emulated"])
 def kernels(request, tmp_path_factory):
     """The C kernels (f32 and bf16) built as a shared library with ``cc``
-    for this CPU, or ("sse2") with gcc for x86-64's baseline: the 4-lane
-    blocks (tfrt_conv_v4.h) aarch64 builds take too."""
+    for this CPU, or with gcc for x86-64's baseline ("sse2": the 4-lane
+    blocks, tfrt_conv_v4.h, aarch64 builds take too) or for AVX-512 on any
+    x86-64 ("avx512_emulated": util.emulated_avx512_flags)."""
     from tfaot.package.link import matvec_flags
 
-    cc = "gcc" if request.param == "sse2" else request.param
-    if request.param == "sse2" and platform.machine() != "x86_64":
-        pytest.skip("x86-64's baseline")
+    cc = request.param if request.param in ("gcc", "clang") else "gcc"
+    if request.param in ("sse2", "avx512_emulated") and platform.machine() != "x86_64":
+        pytest.skip("an x86-64 path")
     if not shutil.which(cc):
         pytest.skip(f"needs {cc}")
     libs = {}
     for dtype in ("f32", "bf16"):
         flags = matvec_flags(make_target("cpu", weights_dtype=dtype))
-        if request.param == "sse2":
+        if request.param in ("sse2", "avx512_emulated"):
             flags = [f for f in flags if not f.startswith(("-march", "-mprefer", "-mcpu"))]
+        if request.param == "avx512_emulated":  # (-O1: gcc -O3 took 44 s over SIMDe)
+            flags += [*emulated_avx512_flags(), "-O1"]
         lib = tmp_path_factory.mktemp(f"k_{request.param}") / f"k_{dtype}.so"
         _run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", *flags,
               "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_ACT_FN=act",
@@ -269,13 +273,13 @@ def test_a_large_bias_is_added_after_the_sums(kernels, kind):
     assert np.abs(got - exact).max() <= np.spacing(np.float32(1024.0)) / 2 + 2e-6
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
-@pytest.mark.parametrize("cc", ["gcc", "clang"])
+@pytest.mark.parametrize("cc, isa", sanitized_builds(["generic", "avx2", "native"]))
 def test_kernels_under_sanitizers(cc, isa, tmp_path):
     """Both convolution kernels, each x86-64 path of them this machine can
-    run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU), on
-    exactly sized heap buffers, under AddressSanitizer and
-    UndefinedBehaviorSanitizer, against a plain loop."""
+    run (util.x86_isa_flags: the AVX2 blocks also on an AVX-512 CPU, the
+    AVX-512 blocks emulated on any x86-64), on exactly sized heap buffers,
+    under AddressSanitizer and UndefinedBehaviorSanitizer, against a plain
+    loop."""
     exe = toolchains.build_kernel_check_sanitized(
         cc, isa, Path(__file__).parent / "data" / "kernels" / "conv_check.c",
         CONV_CHECK_KERNELS, tmp_path)

@@ -31,6 +31,7 @@ from tfaot.lower import int8_weights, microkernel
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
 from util import run as _run
+from util import sanitized_builds
 
 DATA = Path(__file__).parent / "data" / "kernels"
 STEPS = 120
@@ -91,8 +92,7 @@ HALF_KERNELS = ["-DTFRT_ACT_FN=act", "-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dw
                 "-DTFRT_DWCONV16_FN=dwconv16"]
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
-@pytest.mark.parametrize("cc", ["gcc", "clang"])
+@pytest.mark.parametrize("cc, isa", sanitized_builds(["generic", "avx2", "native"]))
 def test_kernels_under_sanitizers(cc, isa, tmp_path):
     """Each x86-64 path this machine runs (the f32 kernels the f16 ones call
     on their strips), gcc and clang warning-free."""
@@ -162,7 +162,7 @@ QCONV16 = ["-DTFRT_MATVEC_INT8", "-DTFRT_QCONV_FN=q_kernel", "-DTFRT_QCONV16_FN=
            "-DQ16"]
 
 
-@pytest.mark.parametrize("isa", ["generic", "native"])
+@pytest.mark.parametrize("isa", ["generic", "native", "avx512_emulated"])
 def test_int8_kernel_under_sanitizers(isa, tmp_path):
     """The int8 convolution on halves (the image quantized straight from
     them, an output row at a time) on this machine's paths, with the

@@ -228,11 +228,12 @@ def _host_check(tmp_path: Path, cc: str, flags: list[str]) -> subprocess.Complet
     return cases, subprocess.run([exe], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native", "avx512_emulated"])
 def test_kernel_matches_the_arithmetic_under_sanitizers(isa, tmp_path):
     """Each x86-64 path this machine runs (native: AVX-512 VNNI's blocks of
-    8 positions x 32 lanes and 6 x 64 where the CPU has it), or aarch64's
-    own, with AddressSanitizer and UndefinedBehaviorSanitizer."""
+    8 positions x 32 lanes and 6 x 64 where the CPU has it; those blocks
+    emulated on any x86-64), or aarch64's own, with AddressSanitizer and
+    UndefinedBehaviorSanitizer."""
     flags = x86_isa_flags(isa)
     if flags is None:
         pytest.skip(f"the {isa} path needs an x86-64 CPU that runs it")

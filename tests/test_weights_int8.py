@@ -245,10 +245,10 @@ def test_aarch64_kernel_matches_the_arithmetic(march, instruction, tmp_path):
         march, instruction, tmp_path), cases)
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native", "avx512_emulated"])
 def test_host_kernel_under_sanitizers(isa, tmp_path):
     """Each x86-64 path this machine runs (util.x86_isa_flags: on an AVX-512
-    VNNI CPU, native is the zmm tile), or aarch64's own, under
+    VNNI CPU, native is the zmm tile; emulated, on any), or aarch64's own, under
     AddressSanitizer and UndefinedBehaviorSanitizer, against numpy's int8
     arithmetic (the extreme-weight and all-zero rows of _kernel_cases)."""
     flags = x86_isa_flags(isa)
@@ -281,7 +281,7 @@ def test_host_kernel_with_clang(tmp_path):
                          cases)
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2", "native"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "native", "avx512_emulated"])
 def test_matmul_of_streams_is_the_matvec_per_stream(isa, tmp_path):
     """The int8 matmul of N streams (--streams with int8 weights) gives each
     stream the matvec's outputs bit for bit, a NaN stream alone NaN, under

@@ -20,23 +20,63 @@ def module_from_source(path, text: str, name: str):
     return module
 
 
+#: the ISA macros an "avx512_emulated" build defines: the AVX-512 (and
+#: VNNI) paths of the kernels, which an AVX-512 CPU takes with -march=native
+EMULATED_AVX512 = ["__AVX__", "__AVX2__", "__FMA__", "__AVX512F__", "__AVX512BW__",
+                   "__AVX512DQ__", "__AVX512VL__", "__AVX512VNNI__"]
+
+
 def x86_isa_flags(isa: str) -> list[str] | None:
     """C compiler flags that select one x86-64 path of the micro-kernels
     ("generic": SSE2 only; "avx2": AVX2 and FMA without AVX-512; "native":
-    this CPU's, e.g. AVX-512), or None when this machine cannot run it (not
-    x86-64, or no AVX2): so each path is tested wherever it can run,
-    whatever the CPU the suite is on."""
+    this CPU's, e.g. AVX-512; "avx512_emulated": the AVX-512 VNNI paths on
+    any x86-64, their intrinsics in portable C: emulated_avx512_flags), or
+    None when this machine cannot run it (not x86-64, or no AVX2): so each
+    path is tested wherever it can run, whatever the CPU the suite is on."""
     import platform
     from pathlib import Path
 
     if platform.machine() != "x86_64":
         return [] if isa == "native" else None
+    if isa == "avx512_emulated":
+        return emulated_avx512_flags()
     flags = {"generic": [], "avx2": ["-mavx2", "-mfma"], "native": ["-march=native"]}[isa]
     if isa == "avx2":
         cpu = f" {Path('/proc/cpuinfo').read_text().replace(chr(10), ' ')} "
         if " avx2 " not in cpu or " fma " not in cpu:
             return None
     return flags
+
+
+def sanitized_builds(isas: list[str]) -> list[tuple[str, str]]:
+    """(compiler, isa) pairs of a sanitized kernel check: each of ``isas``
+    with gcc and with clang, and the emulated AVX-512 paths with clang
+    (gcc's AddressSanitizer build of SIMDe's intrinsics takes a minute,
+    clang's 8 s)."""
+    return [(cc, isa) for isa in isas for cc in ("gcc", "clang")] + [("clang", "avx512_emulated")]
+
+
+def emulated_avx512_flags() -> list[str]:
+    """Flags that build the kernels' AVX-512 VNNI paths for any x86-64 CPU:
+    the ISA macros defined by hand, TFRT_INTRINSICS_ONLY, and
+    data/kernels/emulated/immintrin.h (SIMDe's portable intrinsics) in
+    place of the compiler's. Fails (TFAOT_REQUIRE_TOOLS=1) or skips
+    without SIMDe's headers (apt-get install libsimde-dev). -Wno-psabi: a
+    512-bit vector passed by value without -mavx512f changes the ABI, which
+    the emulation's inline functions do not care about."""
+    import os
+    from pathlib import Path
+
+    import pytest
+
+    if not Path("/usr/include/simde/x86/avx512.h").exists():
+        message = "needs SIMDe's headers (apt-get install libsimde-dev)"
+        if os.environ.get("TFAOT_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"required: {message}")
+        pytest.skip(message)
+    emulated = Path(__file__).parent / "data" / "kernels" / "emulated"
+    return [*(f"-D{macro}" for macro in EMULATED_AVX512), "-DTFRT_INTRINSICS_ONLY",
+            "-I", str(emulated), "-Wno-psabi"]
 
 
 def stream_matches_keras(lib, model, name: str, compared: int, seed: int, atol: float = 1e-5):
