@@ -718,3 +718,43 @@ def test_scan_without_an_initializer_is_refused_with_what_to_do(tmp_path, capsys
     err = capsys.readouterr().err
     assert "reads one frame of the input sequence outside a loop" in err, err
     assert "give tf.scan an initializer" in err and "Traceback" not in err
+
+
+def _image_classifier_pb(tmp_path, shape):
+    """An image classifier's graph whose input signature is ``shape`` (a
+    serving signature leaves the height and width open), resizing first."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name="image")])
+    def classify(image):
+        x = tf.image.resize(image, [16, 16])
+        x = tf.nn.relu(tf.nn.conv2d(x, tf.ones([3, 3, 3, 4]) / 27, 2, "SAME"))
+        return tf.matmul(tf.reduce_mean(x, axis=[1, 2]), tf.ones([4, 2]))
+
+    graph_def = classify.get_concrete_function().graph.as_graph_def()
+    return gm.write_graph_def(graph_def, tmp_path / "classifier.pb", text=False)
+
+
+@pytest.mark.parametrize("shape, words", [
+    ([None, None, None, 3], ["input 'image' has open dimensions 1 and 2",
+                             "--inputs image:1xHxWx3 (an image's size"]),
+    ([1, None, 24, 3], ["(op ResizeBilinear): resizes the time axis",
+                        "input 'image' was taken to be 1",
+                        "give the image's size with --inputs NAME:1xHxWxC"])],
+    ids=["height_and_width", "height"])
+def test_an_image_of_open_size_is_told_to_give_its_size(tmp_path, capsys, shape, words):
+    """An image input with its height and width open was told it had "an
+    unknown dimension 2 besides the time axis 1"; with only its height
+    open, the build streamed it over the height and stopped at the resize
+    naming no way out. Both now say to give the image's size, which
+    builds."""
+    from tfaot.cli import main
+
+    path = _image_classifier_pb(tmp_path, shape)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 1
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, err
+    assert "Traceback" not in err and not (tmp_path / "lib").exists()
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q",
+                 "--inputs", "image:1x24x24x3"]) == 0

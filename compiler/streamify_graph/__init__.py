@@ -256,6 +256,9 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
         a = None  # no loop: the step is one inference on the input as it is
     elif not 0 <= a < len(shape):
         raise Fail(f"time axis {a} is out of range for input '{inp.name}' of rank {len(shape)}")
+    open_dims = [d for d, s in enumerate(shape) if s is None and d != 0]
+    if inp.time_axis is None and a is not None and len(open_dims) > 1:
+        raise Fail(_open_dims_message(inp.name, shape, open_dims))
     for d, s in enumerate(shape):
         if s is None and d != a:
             if d == 0:
@@ -493,6 +496,25 @@ def _time_input(inputs):
     open_ = [i for i in inputs if any(d is None for d in i.shape[1:])]
     framed = [i for i in inputs if len(i.shape) >= 2]  # not a vector of lengths
     return (given or open_ or framed or inputs)[0]
+
+
+#: placeholder names of an input's axes by rank, for an example shape
+AXIS_LETTERS = {2: "NF", 3: "NTF", 4: "NHWC", 5: "NDHWC"}
+
+
+def _open_dims_message(name: str, shape: list, open_dims: list[int]) -> str:
+    """The error for an input with several open axes and no time axis given
+    (a serving signature's image, [None, None, None, 3]): a stream runs
+    along one axis at most, so the others need sizes; with an example."""
+    letters = AXIS_LETTERS.get(len(shape), "N" + "S" * (len(shape) - 1))
+    example = "x".join("1" if d == 0 else letters[d] if s is None else str(s)
+                       for d, s in enumerate(shape))
+    image = " (an image's size: one whole image a step)" if len(shape) in (4, 5) else ""
+    dims = ", ".join(map(str, open_dims[:-1])) + f" and {open_dims[-1]}"
+    return (f"input '{name}' has open dimensions {dims}; a stream runs along one axis at "
+            f"most, and the build needs the others' sizes: give them with --inputs "
+            f"{name}:{example}{image}, or name the time axis with --time-axis and give "
+            "the rest")
 
 
 def _other_input(inp, a: int | None, time_shape, time_full):

@@ -109,7 +109,9 @@ def _resize(s: SeqOp):
     channel axis (frames resized as a batch of images, a spectrogram's
     channels)."""
     if s.a in (1, 2):
-        s.fail("resizes the time axis (an image's height or width)")
+        s.fail("resizes the time axis (an image's height or width)" + s.em.axis_hint
+               + "; a model of whole images takes one a step: give the image's size "
+               "with --inputs NAME:1xHxWxC")
     s.others_static()
     s.set(s.emit(), [seq(s.a)])
 
