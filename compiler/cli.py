@@ -81,7 +81,9 @@ def _add_graph_options(p: argparse.ArgumentParser) -> None:
                    help="the streamed input: a placeholder or any tensor inside the graph, "
                         "where the graph is cut (everything that only feeds it is dropped), "
                         "optionally with its full shape, e.g. Mfcc:1x100x10 or x:0:1x100x40 "
-                        "(default: found automatically)")
+                        "(default: found automatically); for a Keras model, sizes for its "
+                        "Input layers' open axes, e.g. image:1x224x224x3 for an "
+                        "Input((None, None, 3))")
     g.add_argument("--outputs", metavar="NAME,...",
                    help="output nodes (default: nodes nothing consumes / signature outputs)")
     g.add_argument("--time-axis", type=int, metavar="AXIS",
@@ -400,7 +402,8 @@ def _check_graph_flags(args) -> None:
     parse_input_specs(args.inputs, "--inputs")
     parse_output_specs(args.outputs)
     _check_state_pairs(parse_pairs(args.state) or [])
-    given = [flag for flag, value in (("--inputs", args.inputs), ("--outputs", args.outputs),
+    # (--inputs sizes a Keras model's inputs: frontend/keras_inputs.py)
+    given = [flag for flag, value in (("--outputs", args.outputs),
                                       ("--time-axis", args.time_axis), ("--state", args.state),
                                       ("--signature", args.signature)) if value is not None]
     if given and detect_format(Path(args.model)) in ("keras", "h5"):

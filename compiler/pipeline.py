@@ -274,6 +274,11 @@ class BuiltLibrary:
     manifest: dict
 
 
+def _keras_sizes(graph: GraphOptions | None) -> GraphOptions | None:
+    """Of ``graph``, what a Keras model takes: --inputs (its inputs' shapes)."""
+    return GraphOptions(inputs=graph.inputs) if graph is not None and graph.inputs else None
+
+
 def _record_graph_cut(manifest: dict, graph: GraphOptions | None, report: dict,
                       manifest_path: Path) -> None:
     """The graph options of the build and the state pairs fed back, in the
@@ -374,8 +379,9 @@ def build_model(model_path: str, options: BuildOptions, progress: Progress) -> B
                                  target=target, workdir=temps, progress=progress,
                                  stream=program.stream)
         sizes.check_built(model_path, manifest.get("footprint", {}), options.limits)
-        # (the graph options of a Keras build were ignored, as the CLI warns)
-        _record_graph_cut(manifest, None if fmt in ("keras", "h5") else options.graph_options,
+        # (of the graph options, a Keras build takes --inputs alone, as the CLI warns)
+        _record_graph_cut(manifest, _keras_sizes(options.graph_options)
+                          if fmt in ("keras", "h5") else options.graph_options,
                           program.report, out.staging / f"{name}.json")
         _warn_weights_not_in_file(manifest, target, name, progress)
         _warn_weights_dtype_unused(manifest, target, progress, options.streams)

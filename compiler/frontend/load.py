@@ -65,7 +65,8 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
                keras_fixed_time: bool = False) -> LoadedModel:
     """Load ``path``: a Keras model, or a frozen graph cut to the chosen inputs/outputs.
 
-    ``graph_options`` (``load_graph.GraphOptions``) applies to graph formats;
+    ``graph_options`` (``load_graph.GraphOptions``) applies to graph formats
+    (of it, a Keras model takes --inputs shapes: keras_inputs.py);
     ``fmt`` is ``detect_format(path)`` when the caller already has it;
     ``keras_fixed_time``: a subclassed model is traced at the length it was
     built with, not over an open time axis (frontend/subclassed.py).
@@ -73,13 +74,23 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt in ("keras", "h5"):
+        from .keras_inputs import with_input_shapes
         from .subclassed import is_subclassed, layer_graph
 
+        sizes = _keras_input_sizes(graph_options)
         try:
             model = _load_keras(path, fmt)
         except UnknownKerasClass as refusal:
             loaded = _keras2_graph(path, fmt, refusal)
+            if sizes:
+                raise TfaotError(f"{path}: --inputs cannot size this model's inputs: it is "
+                                 "built from the graph tf_keras traces ({loaded.note})")
         else:
+            if sizes and is_subclassed(model):
+                raise TfaotError(f"{path}: --inputs cannot size this model's inputs: a "
+                                 "subclassed model's graph is its Python code, with no "
+                                 "Input layers to replace")
+            model = with_input_shapes(model, sizes, path)
             functional, original = layer_graph(model, path, keras_fixed_time)
             loaded = LoadedModel(path, fmt, keras_model=functional, keras_original=original,
                                  keras_subclassed=model if is_subclassed(model) else None)
@@ -95,6 +106,15 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
             state_inputs))
     _refuse_empty_inputs(loaded)
     return loaded
+
+
+def _keras_input_sizes(graph_options) -> list | None:
+    """The --inputs a Keras model takes (shapes for its inputs:
+    keras_inputs.py); the other graph options do not apply to it (the CLI
+    says it ignores them)."""
+    from .load_graph import parse_input_specs
+
+    return parse_input_specs(graph_options.inputs) if graph_options is not None else None
 
 
 def at_built_length(loaded: LoadedModel) -> LoadedModel | None:

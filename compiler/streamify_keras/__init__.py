@@ -419,10 +419,24 @@ def step_input_specs(model, source: str) -> list[InputInfo]:
         if any(d is None for d in feature_dims):
             raise TfaotError(
                 f"{source}: {what} shape {shape} has unknown feature dimensions; "
-                "tfaot needs static shapes apart from batch and time")
+                "tfaot needs static shapes apart from batch and time: give them with "
+                f"--inputs {_sizes_example(tensor, shape, streamed)}")
         specs.append(InputInfo(name, dtype, (1, *(int(d) for d in feature_dims)),
                                streamed=streamed))
     return specs
+
+
+def _sizes_example(tensor, shape: tuple, streamed: bool) -> str:
+    """An --inputs NAME:SHAPE for ``tensor`` (frontend/keras_inputs.py), its
+    open axes as letters (an image's H and W), a streamed time axis '?'
+    (not an image's height: a rank-4 input is taken as an image)."""
+    history = getattr(tensor, "_keras_history", None)
+    name = getattr(history[0], "name", None) if history else tensor.name
+    letters = {4: "NHWC", 5: "NTHWC" if streamed else "NDHWC"}.get(
+        len(shape), "N" + "S" * (len(shape) - 1))
+    sizes = ["1" if axis == 0 else "?" if streamed and axis == 1 and len(shape) != 4 else
+             letters[axis] if d is None else str(d) for axis, d in enumerate(shape)]
+    return f"{name}:{'x'.join(sizes)}"
 
 
 def _open_axis_not_time(source: str, what: str, shape: tuple) -> str:
