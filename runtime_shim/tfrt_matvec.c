@@ -681,7 +681,7 @@ static void tfrt_i8_tile_avx2_16(const int8_t *wt, const int8_t *xq, const float
     const __m512i w0_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip),    \
                   w1_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)((p) + 64)),    \
                                          flip),                                            \
-                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));            \
+                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));                                  \
     a0 = _mm512_dpbusd_epi32(a0, w0_, x_);                                                 \
     a1 = _mm512_dpbusd_epi32(a1, w1_, x_);                                                 \
     s = _mm512_dpbusd_epi32(s, ones, x_);                                                  \
@@ -749,7 +749,7 @@ static void tfrt_i8_tile_avx512_32(const int8_t *wt, const int8_t *xq,
 #define TFRT_I8_GROUP512_16(a, s, p, x)                                                    \
   {                                                                                        \
     const __m512i w_ = _mm512_xor_si512(_mm512_loadu_si512((const void *)(p)), flip),     \
-                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));            \
+                  x_ = _mm512_set1_epi32(TFRT_I32_AT(x));                                 \
     a = _mm512_dpbusd_epi32(a, w_, x_);                                                    \
     s = _mm512_dpbusd_epi32(s, ones, x_);                                                  \
   }
@@ -1569,7 +1569,7 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
 /* (q: the stream) its group of 4 inputs, offset to unsigned, into 32 lanes */
 #ifdef TFRT_INTRINSICS_ONLY
 #define TFRT_I8_STREAM512(q)                                                              \
-  tmp = _mm512_xor_si512(_mm512_set1_epi32(TFRT_I32_AT(xq[q] + 4 * h)), \
+  tmp = _mm512_xor_si512(_mm512_set1_epi32(TFRT_I32_AT(xq[q] + 4 * h)),                   \
                          offset);                                                         \
   a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
   a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);

@@ -92,7 +92,7 @@ static inline float tfrt_q_xs(const struct tfrt_q_out *o, size_t q) {
  * its sum: 1.5x slower. */
 #ifdef TFRT_INTRINSICS_ONLY
 #define TFRT_Q_ROW512(q)                                                                  \
-  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                    \
+  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                                         \
   a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
   a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);
 #else
@@ -159,7 +159,7 @@ __attribute__((noinline)) static void tfrt_q_block_avx512(const int8_t *wt,
 /* Row q's group of 4 inputs times four weight vectors: two tiles. */
 #ifdef TFRT_INTRINSICS_ONLY
 #define TFRT_Q_ROW512_WIDE(q)                                                             \
-  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                    \
+  tmp = _mm512_set1_epi32(TFRT_I32_AT(p##q + e));                                         \
   a##q##0 = _mm512_dpbusd_epi32(a##q##0, tmp, w0);                                        \
   a##q##1 = _mm512_dpbusd_epi32(a##q##1, tmp, w1);                                        \
   a##q##2 = _mm512_dpbusd_epi32(a##q##2, tmp, w2);                                        \
