@@ -98,9 +98,14 @@ def test_same_padding_streams_late_and_matches_keras(make, latency, tmp_path, ca
     assert re.search(r"over \d+ steps .*: ok", capsys.readouterr().out)
 
 
-def test_a_last_output_after_same_padding_is_refused_clearly():
-    """An LSTM's last output over frames that come late has no streamed
-    value equal to the model's on any prefix: refused, saying why."""
+@pytest.mark.parametrize("head, words", [
+    ("lstm", ["'rnn'", "returns its last output"]),
+    ("slice", ["'get_item'", "takes its input's last frame"])])
+def test_a_last_output_after_same_padding_is_refused_clearly(head, words):
+    """An LSTM's last output, or the last frame sliced off (keras-tcn's
+    head: it was an internal error, an empty slice), over frames that come
+    late has no streamed value equal to the model's on any prefix: refused,
+    saying why."""
     import keras
     from keras import layers as L
 
@@ -109,12 +114,12 @@ def test_a_last_output_after_same_padding_is_refused_clearly():
 
     x = keras.Input((None, 4), batch_size=1)
     h = L.Conv1D(4, 3, padding="same", name="conv")(x)
-    model = keras.Model(x, L.LSTM(3, name="rnn")(h))
+    model = keras.Model(x, L.LSTM(3, name="rnn")(h) if head == "lstm" else h[:, -1, :])
     with pytest.raises(TfaotError) as info:
         streamify_keras(model, "m.keras", "keras")
     message = str(info.value)
-    for words in ("'rnn'", "returns its last output", "last 1 frame read input frames still to "
-                  "come", "padding='same' in time", "'causal' or 'valid'"):
+    for words in (*words, "last 1 frame read input frames still to come",
+                  "padding='same' in time", "'causal' or 'valid'"):
         assert words in message, message
 
 

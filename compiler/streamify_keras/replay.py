@@ -408,6 +408,8 @@ class Replay:
 
         x = next(a for a in _leaves((args, kwargs)) if isinstance(a, Streamed))
         lag = x.seq.lag
+        if lag < 0:  # (the frame it takes is not computed yet: keras-tcn's 'same' TCN)
+            raise NotIncremental(op, f"takes its input's last frame, but {x.seq.late_why()}")
         cat = self.buffer(f"{op.name}/frames", x.value, lag + 1 - x.seq.n, op.name)
         at = int(cat.shape[1]) - 1 - lag
         frame = cat[:, at:at + 1]
