@@ -19,7 +19,9 @@ the Target decides which of these rewrites the module gets:
    resize kernel; ``pooling``: the other small pooling windows become slices
    (CPU targets: IREE's pooling is a generic loop); ``reduction_order``: a long sum over
    several axes (a global average pooling) one axis at a time (IREE's one
-   running sum drifted 5x TensorFlow's error).
+   running sum drifted 5x TensorFlow's error); ``long_products``: with
+   several streams, a matrix product over many inputs summed in chunks
+   (the kernels' one running sum drifted 4x).
 2. ``microkernel``: constant-weight matvecs and convolutions become calls of
    tfaot's C kernels (``Target.matvec_kernel == "tfaot"``; a grouped
    convolution first one per group: ``grouped_conv``; a 3-D one a sum of
@@ -44,8 +46,8 @@ from dataclasses import replace
 
 from ..target import Target
 from . import (activations, constant_concats, conv3d, dft, gpu_workarounds, grouped_conv,
-               microkernel, patch_copies, pool_kernel, pooling, reduction_order,
-               resize_kernel, transposed_conv, weight_globals)
+               long_products, microkernel, patch_copies, pool_kernel, pooling,
+               reduction_order, resize_kernel, transposed_conv, weight_globals)
 
 #: Ops IREE's data tiling packs (Target.pack_weights).
 _MATMUL_OP = re.compile(r"stablehlo\.(dot|dot_general|convolution)\b")
@@ -80,6 +82,9 @@ def lower_for_target(mlir_text: str, name: str, target: Target) -> tuple[str, Ta
                                                           target.weights_dtype)
         mlir_text, _ = pooling.unroll_small_pools(mlir_text)
         mlir_text, _ = reduction_order.sum_one_axis_at_a_time(mlir_text)
+        if target.streams > 1 and target.weights_dtype != "int8":
+            # (the int8 matmul keeps each stream equal to the one-stream library)
+            mlir_text, _ = long_products.split_long_products(mlir_text)
     if target.matvec_kernel == "tfaot":
         mlir_text, _ = grouped_conv.groups_as_convs(mlir_text)
         mlir_text, _ = conv3d.convs_3d_as_2d(mlir_text)
