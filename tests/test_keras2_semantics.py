@@ -440,3 +440,42 @@ def test_keras2_sequential_embedding_on_float_input_verifies(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "seq.keras"), str(tmp_path / "lib")]) == 0
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+def test_a_custom_weight_constraint_and_regularizer_mean_nothing(tmp_path, capsys):
+    """RNNoise's training script clips its weights with a WeightClip of its
+    own (and regularizes them): a class the .h5 does not hold, so neither
+    Keras could load the model ("Could not interpret constraint
+    identifier"), --custom-objects or not. They act only in training: the
+    build and verify's tf_keras reference load the model without them."""
+    import tf_keras
+
+    class WeightClip(tf_keras.constraints.Constraint):  # (not registered: as in a script)
+        def __init__(self, c=2):
+            self.c = c
+
+        def __call__(self, p):
+            return tf_keras.backend.clip(p, -self.c, self.c)
+
+        def get_config(self):
+            return {"name": "WeightClip", "c": self.c}
+
+    class Sparse(tf_keras.regularizers.Regularizer):
+        def __call__(self, w):
+            return 1e-4 * tf_keras.backend.sum(tf_keras.backend.abs(w))
+
+        def get_config(self):
+            return {}
+
+    tf_keras.utils.set_random_seed(0)
+    clip = WeightClip(0.499)
+    x = tf_keras.Input((None, 42))
+    h = tf_keras.layers.Dense(24, activation="tanh", kernel_constraint=clip,
+                              kernel_regularizer=Sparse())(x)
+    h = tf_keras.layers.GRU(24, return_sequences=True, reset_after=False,
+                            kernel_constraint=clip, recurrent_constraint=clip)(h)
+    path = tmp_path / "rnnoise_like.h5"
+    tf_keras.Model(x, tf_keras.layers.Dense(22, activation="sigmoid")(h)).save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    assert main(["verify", str(path), str(tmp_path / "lib"), "--steps", "100"]) == 0
+    assert capsys.readouterr().out.strip().endswith("over 100 steps (tolerance 1e-05): ok")

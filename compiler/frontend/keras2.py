@@ -284,13 +284,32 @@ def _activation_ref(name: str) -> dict:
     return keras.saving.serialize_keras_object(fn)
 
 
+#: layer arguments that act only in training (on the weights after each
+#: update, or on the loss)
+TRAINING_ONLY = ("_constraint", "_regularizer")
+
+
+def without_training_only(config: Any) -> Any:
+    """``config`` with every weight constraint and regularizer None: they do
+    nothing at inference, and a custom one (RNNoise's training script clips
+    its weights with its own WeightClip) is a class the file does not hold,
+    so neither Keras could load the model without the script's code."""
+    if isinstance(config, list):
+        return [without_training_only(v) for v in config]
+    if not isinstance(config, dict):
+        return config
+    return {k: None if k.endswith(TRAINING_ONLY) else without_training_only(v)
+            for k, v in config.items()}
+
+
 def rewrite_config(config: Any) -> tuple[Any, list[str]]:
     """Map Keras 2 meanings in a model config (the ``model_config`` JSON)
     to Keras 3 objects with the same numbers. Returns the new config and a
     list of what was changed ("layer 'lstm' recurrent_activation=hard_sigmoid").
     """
     changes: list[str] = []
-    config = _nested_model_calls(_slash_free_names(causal_as_padding(config)))
+    config = _nested_model_calls(_slash_free_names(causal_as_padding(
+        without_training_only(config))))
 
     def walk(node, layer_name):
         if isinstance(node, list):

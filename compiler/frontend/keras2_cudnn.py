@@ -142,25 +142,30 @@ def converted_arrays(weights: list[np.ndarray], cudnn_class: str, owner: str) ->
 
 @contextmanager
 def tf_keras_readable(path: Path, fmt: str):
-    """``path``, or where it is an .h5 with cuDNN layers, a copy whose config
-    names their LSTM and GRU: tf_keras (verify's Keras 2 reference) cannot
-    run the cuDNN classes on a CPU, and converts their weights itself as it
-    loads them into an LSTM or GRU."""
+    """``path``, or where it is an .h5 that tf_keras (verify's Keras 2
+    reference) cannot run as it is, a copy whose config it can: cuDNN
+    layers named as their LSTM and GRU (tf_keras cannot run the cuDNN
+    classes on a CPU, and converts their weights itself as it loads them
+    into an LSTM or GRU), weight constraints and regularizers none
+    (keras2.without_training_only)."""
     import h5py
+
+    from .keras2 import without_training_only
 
     raw = None
     if fmt == "h5":
         with h5py.File(path, "r") as f:
             raw = f.attrs.get("model_config")
     config = json.loads(raw) if raw is not None else None
-    if config is None or not cudnn_layer_names(config):
+    readable = None if config is None else with_keras_classes(without_training_only(config))
+    if readable == config:
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="tfaot-cudnn-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
         copy = Path(tmp) / "model.h5"
         shutil.copyfile(path, copy)
         with h5py.File(copy, "r+") as f:
-            f.attrs["model_config"] = json.dumps(with_keras_classes(config))
+            f.attrs["model_config"] = json.dumps(readable)
         yield copy
 
 
