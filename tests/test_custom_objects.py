@@ -548,3 +548,31 @@ def test_inlined_blocks_take_names_the_model_has(tmp_path, capsys):
     model.save(tmp_path / "clash.keras")
     keras.backend.clear_session()  # a new process: names count from zero again
     _build_and_verify(tmp_path / "clash.keras", str(classes), capsys)
+
+
+def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys):
+    """A weight constraint acts only in training: a Keras 3 archive whose
+    Dense clips its weights with an unregistered class of the script that
+    trained it loads without it ("Cannot deserialize object of type
+    `WeightClip`" before), and builds and verifies."""
+    import keras
+
+    class WeightClip(keras.constraints.Constraint):
+        def __init__(self, c=2.0):
+            self.c = c
+
+        def __call__(self, w):
+            return keras.ops.clip(w, -self.c, self.c)
+
+        def get_config(self):
+            return {"c": self.c}
+
+    x = keras.Input((None, 8))
+    path = tmp_path / "clipped.keras"
+    keras.Model(x, keras.layers.Dense(4, kernel_constraint=WeightClip(0.5),
+                                      kernel_regularizer="l2")(x)).save(path)
+    model = load_model(path).keras_model
+    assert model.layers[-1].kernel_constraint is None
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    assert main(["verify", str(path), str(tmp_path / "lib"), "--steps", "100"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

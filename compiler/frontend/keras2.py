@@ -290,10 +290,11 @@ TRAINING_ONLY = ("_constraint", "_regularizer")
 
 
 def without_training_only(config: Any) -> Any:
-    """``config`` with every weight constraint and regularizer None: they do
-    nothing at inference, and a custom one (RNNoise's training script clips
-    its weights with its own WeightClip) is a class the file does not hold,
-    so neither Keras could load the model without the script's code."""
+    """A model config (Keras 2's or 3's) with every weight constraint and
+    regularizer None: they do nothing at inference, and a custom one
+    (RNNoise's training script clips its weights with its own WeightClip)
+    is a class the file does not hold, so neither Keras could load the
+    model without the script's code."""
     if isinstance(config, list):
         return [without_training_only(v) for v in config]
     if not isinstance(config, dict):
@@ -562,23 +563,37 @@ def load_h5_as_keras3(path: Path):
 def load_archive_as_keras3(path: Path):
     """Load a ``.keras`` archive written by tf_keras with Keras 3, keeping
     Keras 2 meanings (its config.json rewritten in a temporary copy)."""
-    import tempfile
     import zipfile
 
     import keras
 
-    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
-        copy = Path(tmp) / "model.keras"
-        with zipfile.ZipFile(path) as src, zipfile.ZipFile(copy, "w") as dst:
-            original = json.loads(src.read("config.json"))
-            refuse_cudnn_in_archive(path, original)
-            for name in src.namelist():
-                data = src.read(name)
-                if name == "config.json":
-                    config, _ = rewrite_config(original)
-                    data = json.dumps(config).encode("utf-8")
-                dst.writestr(name, data)
+    with zipfile.ZipFile(path) as src:
+        refuse_cudnn_in_archive(path, json.loads(src.read("config.json")))
+    with archive_rewritten(path, lambda config: rewrite_config(config)[0]) as copy:
         return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False)
+
+
+@contextmanager
+def archive_rewritten(path: Path, rewrite):
+    """A temporary copy of the ``.keras`` archive at ``path`` whose
+    config.json is ``rewrite(config)``; ``path`` itself where that changes
+    nothing. (A Keras 3 archive goes through ``without_training_only``.)"""
+    import zipfile
+
+    with zipfile.ZipFile(path) as src:
+        original = json.loads(src.read("config.json"))
+        config = rewrite(original)
+        if config == original:
+            yield path
+            return
+        with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
+            copy = Path(tmp) / "model.keras"
+            with zipfile.ZipFile(copy, "w") as dst:
+                for name in src.namelist():
+                    data = src.read(name)
+                    dst.writestr(name, json.dumps(config).encode("utf-8")
+                                 if name == "config.json" else data)
+            yield copy
 
 
 # --------------------------------------------------------------------------

@@ -186,7 +186,9 @@ def _load_keras(path: Path, fmt: str):
                 if keras2.is_keras2_file(named, fmt):  # saved by tf_keras
                     return keras2.load_archive_as_keras3(named)
                 keras2.register()  # a .keras re-saved from a Keras 2 file names them
-                return _rebuilt(path, keras.models.load_model(named, compile=False))
+                # (a custom weight constraint is a class the archive does not hold)
+                with keras2.archive_rewritten(named, keras2.without_training_only) as readable:
+                    return _rebuilt(path, keras.models.load_model(readable, compile=False))
             return _load_h5(named)
     except TfaotError:
         raise
