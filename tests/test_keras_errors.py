@@ -30,8 +30,9 @@ def test_bidirectional():
 def test_causal_attention_over_open_time():
     x = _seq(8)
     y = layers.MultiHeadAttention(2, 4, name="mha")(x, x, use_causal_mask=True)
-    _expect(keras.Model(x, y), "'mha'", "use_causal_mask=True", "grows without bound",
-            "fixed length")
+    _expect(keras.Model(x, y), "'mha'", "use_causal_mask=True", "without bound",
+            "fixed length", "one whole inference per step where every frame reaches the "
+            "output")
 
 
 def test_repeat_vector_decoder_over_open_time():

@@ -399,3 +399,20 @@ def test_stream_asked_of_an_input_without_a_time_axis_says_why_it_runs_whole(tmp
     err = capsys.readouterr().err
     assert "one whole inference per step, because --stream was asked, but input (1, 64) " \
            "has no time axis" in err, err
+
+
+def test_stream_asked_of_a_window_whose_frames_all_reach_the_output_says_so(tmp_path, capsys):
+    """Causal attention over a fixed window of 8 frames, an output per
+    frame: one whole inference per step; with --stream the note did not say
+    that the flag was overridden."""
+    import keras
+    from keras import layers
+
+    x = keras.Input((8, 16))
+    y = layers.MultiHeadAttention(2, 8, name="mha")(x, x, use_causal_mask=True)
+    keras.Model(x, layers.Dense(4)(layers.Add()([x, y]))).save(tmp_path / "mha.keras")
+    assert main(["build", str(tmp_path / "mha.keras"), "-o", str(tmp_path / "lib"),
+                 "--stream"]) == 0
+    err = capsys.readouterr().err
+    assert "one whole inference per step, because --stream was asked, but layer 'mha'" in err
+    assert "and the time axis reaches the output" in err, err

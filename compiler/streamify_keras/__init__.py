@@ -145,6 +145,7 @@ def _plan(model, source: str, fixed_window: str) -> dict:
         raise TfaotError(f"fixed_window must be one of {FIXED_WINDOW_CHOICES}, "
                          f"got {fixed_window!r}")
     step_input_specs(model, source)  # the model-level checks
+    requested = fixed_window
     choice = _stream_choice(model, fixed_window)
     fixed_window, why = choice.fixed_window, choice.why
     window = fixed_window_length(model)
@@ -178,15 +179,17 @@ def _plan(model, source: str, fixed_window: str) -> dict:
             if window is None:
                 raise NeedsFixedLength(f"{reason}; give the input a fixed length "
                                        f"(keras.Input((W, ...))) and it builds as a fixed "
-                                       f"window (recomputed each step, or one whole "
-                                       f"inference per step with --whole-window)",
-                                       str(reason)) from None
+                                       f"window: recomputed each step where the model "
+                                       f"returns one value per window, one whole inference "
+                                       f"per step where every frame reaches the output (or "
+                                       f"with --whole-window)", str(reason)) from None
             if fixed_window != "stream":
                 raise TfaotError(str(reason)) from None
             if _time_reaches_output(model, window):
                 # e.g. a Bidirectional tagger: one whole inference per step
                 mode = "stateless"
-                why = f"{reason}, and the time axis reaches the output"
+                why = ("--stream was asked, but " if requested == "stream" else "") + \
+                    f"{reason}, and the time axis reaches the output"
                 continue
             return _recompute_plan(model, source, window, str(reason), why)
         if mode == "window" and any(y.meta == SEQ for y in ys):

@@ -130,8 +130,8 @@ def not_streamable_reason(kind: str, kwargs: dict, op=None) -> str:
         # Causal attention is incremental, but its state (every earlier
         # frame's keys and values) grows without bound.
         return ("attends over every earlier frame (use_causal_mask=True): streamed frame "
-                "by frame, its state would be all earlier keys and values, which over an "
-                "open time axis grows without bound")
+                "by frame, its state would be all earlier keys and values (over an open "
+                "time axis, without bound)")
     return NOT_STREAMABLE[kind]
 
 
