@@ -293,6 +293,36 @@ def test_fft_of_a_length_iree_cannot_compile_is_named(tmp_path, op, length, refu
     assert "--inputs" in msg, msg
 
 
+def test_a_saved_model_returning_strings_says_which_outputs_to_keep(tmp_path):
+    """tensorflow.org's audio ExportModel returns its class names (strings
+    looked up by the argmax) beside the numbers: refused naming that output
+    and the --outputs that leaves it out (it was "node 'Identity_1' is
+    referenced but not in the graph"), which builds."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+    from tfaot.frontend.load import load_model
+    from tfaot.frontend.load_graph import GraphOptions
+
+    class Labels(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec((1, 16), tf.float32)])
+        def f(self, x):
+            scores = tf.matmul(x, tf.ones([16, 3]) / 16)
+            ids = tf.argmax(scores, axis=-1)
+            return {"scores": scores, "ids": ids,
+                    "names": tf.gather(tf.constant(["down", "go", "up"]), ids)}
+
+    module = Labels()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
+    with pytest.raises(TfaotError, match=r"output 'names' is a tensor of strings, which a C "
+                       r"library cannot return; leave it out with --outputs ids,scores"):
+        load_model(tmp_path / "sm")
+    assert load_model(tmp_path / "sm", GraphOptions(outputs="ids,scores")).graph.output_names \
+        == ["ids", "scores"]
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib"), "-q",
+                 "--outputs", "ids,scores"]) == 0
+
+
 def test_a_saved_model_taking_strings_is_refused_at_load(tmp_path):
     """A signature input of strings (a text model): one line naming the
     input, as for a frozen graph's string placeholder (the SavedModel's

@@ -416,3 +416,22 @@ def test_stream_asked_of_a_window_whose_frames_all_reach_the_output_says_so(tmp_
     err = capsys.readouterr().err
     assert "one whole inference per step, because --stream was asked, but layer 'mha'" in err
     assert "and the time axis reaches the output" in err, err
+
+
+def test_a_forecast_as_long_as_the_window_is_not_taken_for_its_time_axis(tmp_path, capsys):
+    """tensorflow.org's multi-step LSTM forecaster: 24 frames in, 24 steps
+    of 19 features out (its last output reshaped). verify took the output's
+    axis of 24 for the input's time axis and refused the library ("returns
+    (1, 24, 19) per step but the model gives (1, 19)")."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((24, 19)), layers.LSTM(32),
+                              layers.Dense(24 * 19), layers.Reshape([24, 19])])
+    model.save(tmp_path / "forecast.keras")
+    assert main(["build", str(tmp_path / "forecast.keras"), "-o", str(tmp_path / "lib"),
+                 "-q"]) == 0
+    assert main(["verify", str(tmp_path / "forecast.keras"), str(tmp_path / "lib"),
+                 "--steps", "100"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

@@ -103,6 +103,8 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
                                time_axis if k == in_keys[0] else None)
               for k in in_keys]
     out_keys = sorted(sig.structured_outputs)
+    if output_specs is None:
+        _refuse_text_outputs(path, key, sig.structured_outputs, out_keys)
 
     def call(*xs):
         res = sig(**dict(zip(in_keys, xs)))
@@ -153,6 +155,26 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     if state is not None:
         with_variable_state(loaded, state)
     return loaded
+
+
+def _refuse_text_outputs(path, key: str, specs: dict, out_keys: list[str]) -> None:
+    """A signature output of strings (an audio model's class names, looked
+    up by its argmax) cannot be a C library's: named, with the --outputs
+    that leaves it out (it failed as "node 'Identity_1' is referenced but
+    not in the graph")."""
+    import tensorflow as tf
+
+    text = [k for k in out_keys if specs[k].dtype == tf.string]
+    if not text:
+        return
+    numeric = [k for k in out_keys if k not in text]
+    what = (f"{path}: signature '{key}' output '{text[0]}' is a tensor of strings, which a "
+            "C library cannot return")
+    if not numeric:
+        raise TfaotError(f"{what}, and it has no other output; cut the graph before the "
+                         "strings with --outputs NODE (a node that computes numbers)")
+    raise TfaotError(f"{what}; leave it out with --outputs {','.join(numeric)} (its other "
+                     "outputs)")
 
 
 def with_variable_state(loaded, state) -> None:

@@ -276,7 +276,7 @@ def keras_sequence_reference(model, x: np.ndarray,
     """
     fixed = fixed_time_length(model)
     if fixed is not None:
-        return _fixed_time_reference(model, x, fixed)
+        return _fixed_time_reference(model, x, fixed, step_output)
     full = _output(model(x))
     if _has_time(model, full, step_output):  # (the step's shape says: a last output
         return np.stack([full[:, t] for t in range(x.shape[1])])  # reshaped to (1, n) not)
@@ -499,7 +499,8 @@ def _has_time(model, y, step_output) -> bool:
     return len(out) >= 3 and (out[1] is None or len(out) == 3)
 
 
-def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
+def _fixed_time_reference(model, x: np.ndarray, length: int,
+                          step_output: tuple[int, ...] | None = None) -> np.ndarray:
     """Reference for a model whose input is (batch, T, ...) with T fixed.
 
     The model itself only runs on exactly T steps, so it runs on x padded
@@ -509,11 +510,15 @@ def _fixed_time_reference(model, x: np.ndarray, length: int) -> np.ndarray:
     the same layers and weights with input (batch, None, ...), whose
     recurrent layers return sequences; it must agree with the model itself
     on the T steps, else only what the model gives is compared.
+    ``step_output``, the library's step output shape, tells a sequence
+    output from a last output whose axis 1 happens to be T long (a
+    forecaster of T steps over a window of T frames).
     """
     steps = x.shape[1]
     x_model = pad_time(x, length) if steps < length else x[:, :length]
     full = _output(model(x_model))
-    sequence_output = full.ndim == 3 and full.shape[1] == length
+    sequence_output = full.ndim == 3 and full.shape[1] == length if step_output is None \
+        else full.ndim == len(step_output) + 1
     if sequence_output and steps <= length:
         return np.stack([full[:, t] for t in range(steps)])
     try:
