@@ -576,3 +576,44 @@ def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys):
     assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 0
     assert main(["verify", str(path), str(tmp_path / "lib"), "--steps", "100"]) == 0
     assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+TEXT_GENERATOR = textwrap.dedent('''
+    import keras
+
+
+    @keras.saving.register_keras_serializable(package="user")
+    class Generator(keras.Model):
+        """tensorflow.org's text generation model, written for Keras 3: its
+        GRU starts from a zero state sized by the input's batch."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.emb = keras.layers.Embedding(30, 8)
+            self.gru = keras.layers.GRU(16, return_sequences=True, return_state=True)
+            self.head = keras.layers.Dense(30)
+
+        def call(self, x):
+            h = self.emb(x)
+            state = self.gru.get_initial_state(keras.ops.shape(h)[0])
+            h, _ = self.gru(h, initial_state=state)
+            return self.head(h)
+''')
+
+
+def test_a_subclassed_model_sizing_a_state_by_its_batch_is_traced_at_batch_one(tmp_path,
+                                                                              capsys):
+    """Built (fit) in batches of 4, it was traced at batch 4: the library
+    took one sequence and returned 4, and verify refused it. Traced at the
+    library's batch of 1, it builds and verifies."""
+    import numpy as np
+
+    classes = tmp_path / "generator.py"
+    classes.write_text(TEXT_GENERATOR)
+    model = _module(classes).Generator()
+    model(np.zeros((4, 10), np.int32))
+    model.save(tmp_path / "generator.keras")
+    _build_and_verify(tmp_path / "generator.keras", str(classes), capsys)
+    from tfaot import harness
+
+    assert harness.load(tmp_path / "lib").output_shape[0] == 1

@@ -62,17 +62,22 @@ def as_functional(model, path, fixed_time: bool = False):
     dtype = "int32" if tokens else "float32"
     if (len(features) == 2 or tokens) and not fixed_time:
         try:  # (time, ...): streamed over an open time axis
-            return _traced(model, (None, *features[1:]), shape[0], dtype, path, cls)
+            return _traced(model, (None, *features[1:]), dtype, path, cls)
         except TfaotError:
             pass  # (the built length may do)
-    return _traced(model, features, shape[0], dtype, path, cls)
+    return _traced(model, features, dtype, path, cls)
 
 
-def _traced(model, features: tuple, batch: int, dtype: str, path, cls: str):
-    """``model``'s call on a symbolic input of ``features``, as a functional model."""
+def _traced(model, features: tuple, dtype: str, path, cls: str):
+    """``model``'s call on a symbolic input of ``features``, as a functional
+    model of batch 1, the library's: a call that sizes a tensor by its
+    input's batch (an RNN's zero initial state, ``get_initial_state(
+    keras.ops.shape(x)[0])``) sized it by the batch of the last fit, built
+    into the library (a text generator trained in batches of 4 returned 4
+    sequences a step)."""
     import keras
 
-    x = keras.Input(tuple(features), batch_size=batch, name="input", dtype=dtype)
+    x = keras.Input(tuple(features), batch_size=1, name="input", dtype=dtype)
     try:
         y = model.call(x)
     except Exception as e:  # the user's code on a symbolic input
