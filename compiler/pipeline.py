@@ -183,6 +183,8 @@ def _note_signature(loaded, model_path: str, progress: Progress) -> None:
     if others:
         progress.note(f"{model_path}: uses signature '{details['signature']}' (also has "
                       f"{', '.join(others)}; --signature NAME for another)")
+    if details.get("signature") == "__call__":  # (load_saved_model._call_as_signature)
+        progress.note(f"{model_path}: has no signatures; uses the trace of its __call__")
     _note_variable_state(details, model_path, progress)
     unused = details.get("unused_inputs")
     if unused:

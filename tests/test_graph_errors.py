@@ -788,3 +788,62 @@ def test_an_image_of_open_size_is_told_to_give_its_size(tmp_path, capsys, shape,
     assert "Traceback" not in err and not (tmp_path / "lib").exists()
     assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q",
                  "--inputs", "image:1x24x24x3"]) == 0
+
+
+def test_a_saved_model_without_signatures_takes_its_traced_call(tmp_path, capsys):
+    """tensorflow.org's audio tutorial saves its ExportModel without
+    signatures (tf.saved_model.save(export, dir)): its one trace of
+    __call__ serves instead (it was refused: "the SavedModel has no
+    signatures"); a module without such a trace is told how to save one."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    class Export(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.__call__.get_concrete_function(tf.TensorSpec([1, 32], tf.float32, name="x"))
+
+        @tf.function
+        def __call__(self, x):
+            scores = tf.matmul(tf.abs(x), tf.ones([32, 4]) / 32)
+            return {"scores": scores, "ids": tf.argmax(scores, axis=-1)}
+
+    tf.saved_model.save(Export(), str(tmp_path / "sm"))
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib")]) == 0
+    assert "has no signatures; uses the trace of its __call__" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "sm"), str(tmp_path / "lib"), "--steps", "100"]) == 0
+    assert capsys.readouterr().out.count(": ok") == 2
+
+    tf.saved_model.save(tf.Module(), str(tmp_path / "empty"))
+    assert main(["build", str(tmp_path / "empty"), "-o", str(tmp_path / "lib2")]) == 1
+    assert "signatures=module.f" in capsys.readouterr().err
+
+
+def test_a_saved_model_traced_at_a_batch_of_four_says_how_to_export_it(tmp_path, capsys):
+    """A recurrent model exported by a tf.function traced for its training
+    batches (tensorflow.org's FeedBack forecaster: batch 4) was told only
+    that streaming needs batch 1; --inputs cannot resize a fixed axis."""
+    import keras
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    class Forecast(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = keras.layers.LSTM(4)
+
+        @tf.function(input_signature=[tf.TensorSpec([4, 10, 3], tf.float32)])
+        def f(self, inputs):
+            return {"y": self.lstm(inputs)}
+
+    module = Forecast()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "has batch size 4; streaming needs batch 1: export the model with a batch of 1 " \
+           "or an open one" in err, err
+    assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib"), "-q",
+                 "--inputs", "inputs:1x10x3"]) == 1
+    assert "--inputs sizes the signature's open axes only" in capsys.readouterr().err

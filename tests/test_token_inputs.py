@@ -101,3 +101,42 @@ def test_a_float_value_per_frame_streams(tmp_path, head):
     want = np.asarray(model(xs))[0]
     got = np.stack([lib.step(xs[:, t]) for t in range(xs.shape[1])])[:, 0]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_one_token_step_streams_over_axis_1(tmp_path):
+    """tensorflow.org's text generation OneStep: ids [1, 1] and the GRU's
+    state in, logits and the state out. The time axis was guessed to be 0
+    (the batch: "makes a list along axis 0, but the time axis is 1"); a
+    (batch, time) id input now streams over axis 1, and the build asks for
+    the state's pair."""
+    import keras
+    import tensorflow as tf
+
+    from tfaot.errors import TfaotError
+    from tfaot.frontend.load import load_model
+    from tfaot.frontend.load_graph import GraphOptions
+    from tfaot.streamify_graph import streamify_graph
+
+    keras.utils.set_random_seed(2)
+
+    class OneStep(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = keras.layers.Embedding(20, 4)
+            self.gru = keras.layers.GRU(6, return_sequences=True, return_state=True)
+
+        @tf.function(input_signature=[tf.TensorSpec([1, 1], tf.int32),
+                                      tf.TensorSpec([1, 6], tf.float32)])
+        def step(self, input_ids, states):
+            x, states = self.gru(self.emb(input_ids), initial_state=states)
+            return {"logits": x[:, -1, :], "states": states}
+
+    module = OneStep()
+    tf.saved_model.save(module, str(tmp_path / "onestep"),
+                        signatures={"serving_default": module.step})
+    with pytest.raises(TfaotError) as err:
+        streamify_graph(load_model(tmp_path / "onestep").graph)
+    assert "--state states=OUT" in str(err.value) and "axis 0" not in str(err.value), err.value
+    program = streamify_graph(load_model(tmp_path / "onestep",
+                                         GraphOptions(state="states=states")).graph)
+    assert program.stream.time_axis == 1

@@ -63,13 +63,42 @@ def load_saved_model(path: Path, input_specs, output_specs,
 
 def _pick_signature(sigs: dict, path: Path, wanted: str | None = None):
     if not sigs:
-        raise TfaotError(f"{path}: the SavedModel has no signatures (save it with a "
-                         "serving signature, e.g. Keras model.export(dir))")
+        raise TfaotError(f"{path}: the SavedModel has no signatures, nor a __call__ traced "
+                         "once for tensors to take instead (save it with a serving "
+                         "signature: tf.saved_model.save(module, dir, signatures=module.f), "
+                         "or Keras model.export(dir))")
     if wanted is not None and wanted not in sigs:
         raise TfaotError(f"--signature {wanted}: {path} has no such signature; it has "
                          + ", ".join(sorted(sigs)))
     key = wanted or ("serving_default" if "serving_default" in sigs else sorted(sigs)[0])
     return key, sigs[key]
+
+
+def _call_as_signature(obj) -> dict:
+    """{"__call__": a signature} of a SavedModel saved without signatures
+    (tf.saved_model.save(module, dir), as tensorflow.org's audio tutorial
+    exports its model) whose object keeps one trace of its ``__call__``,
+    on tensors: its inputs named by their specs, its outputs by their keys
+    (output_0, ... where it returns a tensor or a list); else {}."""
+    import tensorflow as tf
+
+    traces = getattr(getattr(obj, "__call__", None), "concrete_functions", None)
+    if not traces or len(traces) != 1:
+        return {}
+    trace = traces[0]
+    args, kwargs = trace.structured_input_signature
+    if kwargs or not args or not all(isinstance(a, tf.TensorSpec) for a in args):
+        return {}
+    names = [a.name or f"input_{i}" for i, a in enumerate(args)]
+
+    def named(**inputs):
+        out = trace(*(inputs[n] for n in names))
+        if isinstance(out, dict):
+            return out
+        return {f"output_{i}": v for i, v in enumerate(tf.nest.flatten(out))}
+
+    return {"__call__": tf.function(named).get_concrete_function(
+        **{n: tf.TensorSpec(a.shape, a.dtype, name=n) for n, a in zip(names, args)})}
 
 
 def signature_details(key: str, sigs) -> dict:
@@ -91,7 +120,7 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
     except Exception as e:
         raise TfaotError(f"{path}: TensorFlow cannot load the SavedModel: "
                          f"{first_line(e)}") from None
-    sigs = dict(obj.signatures)
+    sigs = dict(obj.signatures) or _call_as_signature(obj)
     key, sig = _pick_signature(sigs, path, signature)
     _, kw_specs = sig.structured_input_signature
     # Several inputs keep the signature's order (its input names, sorted).
@@ -288,7 +317,9 @@ def _batch_one_shape(path: Path, key: str, in_key: str, spec, override,
         if shape is not None and (len(shape) != len(override) or any(
                 a is not None and b is not None and a != b for a, b in zip(shape, override))):
             raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has shape "
-                             f"{_fmt_shape(shape)}, not {_fmt_shape(override)} (--inputs)")
+                             f"{_fmt_shape(shape)}, not {_fmt_shape(override)} (--inputs): "
+                             "--inputs sizes the signature's open axes only; export the "
+                             "model with those axes open or of the sizes you want")
         shape = list(override)
     if shape is None:
         raise TfaotError(f"{path}: input '{in_key}' of signature '{key}' has unknown rank; "

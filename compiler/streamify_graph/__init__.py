@@ -234,6 +234,8 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
             a = unknown[0]
         elif shape and shape[0] is None and len(shape) >= 3 and shape[1] == 1:
             a = 0  # time-major (T, 1, F)
+        elif len(shape) == 2 and shape[0] in (1, None) and inp.dtype in TOKEN_DTYPES:
+            a = 1  # token ids (batch, time): a text model's step of one id, [1, 1]
         else:
             a = 1 if len(shape) >= 3 else 0
         for u in g.unrolled.values():
@@ -268,7 +270,9 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
                            + ("" if a is None else f" besides the time axis {a}")
                            + "; give the shape with --inputs NAME:SHAPE")
     if a is not None and shape[0] != 1 and a != 0 and len(shape) >= 3:
-        raise Fail(f"input '{inp.name}' has batch size {shape[0]}; streaming needs batch 1")
+        raise Fail(f"input '{inp.name}' has batch size {shape[0]}; streaming needs batch 1: "
+                   "export the model with a batch of 1 or an open one (a tf.function's "
+                   "input_signature of tf.TensorSpec([None, ...]), or Keras model.export(dir))")
     dynamic = a is not None and shape[a] is None
     full = list(shape)
     if dynamic:
@@ -497,6 +501,9 @@ def _time_input(inputs):
     framed = [i for i in inputs if len(i.shape) >= 2]  # not a vector of lengths
     return (given or open_ or framed or inputs)[0]
 
+
+#: the dtypes of token ids (into an embedding's table)
+TOKEN_DTYPES = ("int32", "int64")
 
 #: placeholder names of an input's axes by rank, for an example shape
 AXIS_LETTERS = {2: "NF", 3: "NTF", 4: "NHWC", 5: "NDHWC"}
