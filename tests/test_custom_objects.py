@@ -617,3 +617,41 @@ def test_a_subclassed_model_sizing_a_state_by_its_batch_is_traced_at_batch_one(t
     from tfaot import harness
 
     assert harness.load(tmp_path / "lib").output_shape[0] == 1
+
+
+TF_CALL = textwrap.dedent('''
+    import keras
+    import tensorflow as tf
+
+
+    @keras.saving.register_keras_serializable(package="user")
+    class Padded(keras.Model):
+        """A call written with TensorFlow functions (tf.shape), as
+        tensorflow.org's tutorials write them."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.gru = keras.layers.GRU(4, return_sequences=True)
+
+        def call(self, x):
+            state = tf.zeros([tf.shape(x)[0], 4])
+            return self.gru(x, initial_state=state)
+''')
+
+
+def test_a_call_made_of_tensorflow_functions_says_what_to_use(tmp_path, capsys):
+    """tf.shape on the symbolic input: Keras' message ends where its example
+    begins ("You are likely doing something like: ```"), and so did the
+    build's; now it says what to write instead, or to export the model."""
+    import numpy as np
+
+    classes = tmp_path / "padded.py"
+    classes.write_text(TF_CALL)
+    model = _module(classes).Padded()
+    model(np.zeros((1, 5, 3), np.float32))
+    model.save(tmp_path / "padded.keras")
+    assert main(["build", str(tmp_path / "padded.keras"), "-o", str(tmp_path / "lib"), "-q",
+                 "--custom-objects", str(classes)]) == 1
+    err = capsys.readouterr().err
+    assert "calls a TensorFlow function (tf.*) on the symbolic input, where Keras needs " \
+           "keras.ops" in err and "model.export(dir)" in err and "```" not in err, err

@@ -81,10 +81,16 @@ def _traced(model, features: tuple, dtype: str, path, cls: str):
     try:
         y = model.call(x)
     except Exception as e:  # the user's code on a symbolic input
+        why = first_line(e)
+        if "KerasTensor cannot be used as input to a TensorFlow function" in why:
+            # (Keras' own line goes on to an example that its next lines hold)
+            why = ("it calls a TensorFlow function (tf.*) on the symbolic input, where "
+                   "Keras needs keras.ops (keras.ops.shape for tf.shape, ...)")
         raise TfaotError(f"{path}: the subclassed model '{cls}' cannot be traced into "
                          f"layers (its call on a symbolic input of shape "
-                         f"{_text(x.shape)} failed: {first_line(e)}); tfaot streams a call "
-                         "made of layers and keras.ops, without branches on values") from None
+                         f"{_text(x.shape)} failed: {why}); tfaot streams a call made of "
+                         "layers and keras.ops, without branches on values; or export it "
+                         "with model.export(dir) and build that SavedModel") from None
     return keras.Model(x, y, name=model.name)
 
 
