@@ -42,17 +42,19 @@ def with_input_shapes(model, specs, path):
     for tensor, name, shape in zip(model.inputs, names, shapes):
         new = given.get(name, shape)
         _check_fits(path, name, shape, new)
-        tensors.append(keras.Input(batch_shape=new, dtype=tensor.dtype, name=_layer_name(tensor)))
+        tensors.append(keras.Input(batch_shape=new, dtype=tensor.dtype,
+                                   name=input_layer_name(tensor)))
     return keras.models.clone_model(model, input_tensors=tensors if len(tensors) > 1
                                     else tensors[0], clone_function=lambda layer: layer)
 
 
 def _input_names(model) -> list[str]:
     """The names --inputs takes: each Input layer's name."""
-    return [_layer_name(t) for t in model.inputs]
+    return [input_layer_name(t) for t in model.inputs]
 
 
-def _layer_name(tensor) -> str:
+def input_layer_name(tensor) -> str:
+    """The name of the Input layer of a model's input ``tensor``."""
     history = getattr(tensor, "_keras_history", None)
     return getattr(history[0], "name", None) if history else tensor.name
 

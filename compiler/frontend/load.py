@@ -84,7 +84,8 @@ def load_model(path: str | os.PathLike, graph_options=None, fmt: str | None = No
             loaded = _keras2_graph(path, fmt, refusal)
             if sizes:
                 raise TfaotError(f"{path}: --inputs cannot size this model's inputs: it is "
-                                 "built from the graph tf_keras traces ({loaded.note})")
+                                 "built from the graph tf_keras traces (a Keras 2 class of "
+                                 "it is not a Keras 3 class)")
         else:
             if sizes and is_subclassed(model):
                 raise TfaotError(f"{path}: --inputs cannot size this model's inputs: a "

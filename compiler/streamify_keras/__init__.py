@@ -433,8 +433,9 @@ def _sizes_example(tensor, shape: tuple, streamed: bool) -> str:
     """An --inputs NAME:SHAPE for ``tensor`` (frontend/keras_inputs.py), its
     open axes as letters (an image's H and W), a streamed time axis '?'
     (not an image's height: a rank-4 input is taken as an image)."""
-    history = getattr(tensor, "_keras_history", None)
-    name = getattr(history[0], "name", None) if history else tensor.name
+    from ..frontend.keras_inputs import input_layer_name
+
+    name = input_layer_name(tensor)
     letters = {4: "NHWC", 5: "NTHWC" if streamed else "NDHWC"}.get(
         len(shape), "N" + "S" * (len(shape) - 1))
     sizes = ["1" if axis == 0 else "?" if streamed and axis == 1 and len(shape) != 4 else
