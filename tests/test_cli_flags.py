@@ -93,19 +93,25 @@ def test_bad_verify_numbers_are_refused(graph_file, tmp_path, capsys, flags, wor
 
 
 def test_graph_flags_on_a_keras_model_are_warned_about(keras_file, capsys):
-    assert main(["inspect", str(keras_file), "--state", "a=b", "--inputs", "x"]) == 0
+    """All but --inputs, which sizes a Keras model's inputs (test_keras_inputs)."""
+    assert main(["inspect", str(keras_file), "--state", "a=b", "--outputs", "y"]) == 0
     err = capsys.readouterr().err
     warning = [line for line in err.splitlines() if line.startswith("tfaot: warning:")]
-    assert len(warning) == 1 and "--inputs" in warning[0] and "--state" in warning[0]
+    assert len(warning) == 1 and "--outputs" in warning[0] and "--state" in warning[0]
 
 
 def test_ignored_graph_flags_are_not_kept_in_the_manifest(keras_file, tmp_path, capsys):
     """They were written to its graph_cut, which verify then applied to a
-    frozen graph of the same network (and refused its input's shape)."""
+    frozen graph of the same network (and refused its input's shape); of
+    them a Keras build keeps --inputs alone, which verify applies to it."""
     out = tmp_path / "lib"
-    assert main(["-q", "build", str(keras_file), "-o", str(out), "--inputs", "x:1x3"]) == 0
+    assert main(["-q", "build", str(keras_file), "-o", str(out), "--outputs", "y"]) == 0
     manifest = json.loads(next(out.glob("*.json")).read_text())
     assert "graph_cut" not in manifest, manifest.get("graph_cut")
+    assert main(["-q", "build", str(keras_file), "-o", str(out), "--outputs", "y",
+                 "--inputs", "x_t:1x?x3"]) == 0
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert manifest["graph_cut"] == {"inputs": "x_t:1x?x3"}, manifest.get("graph_cut")
 
 
 def test_weights_file_without_large_constants_is_warned_about(tmp_path, capsys):

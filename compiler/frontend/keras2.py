@@ -54,6 +54,7 @@ has a major version below 3.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,7 +63,7 @@ from typing import Any
 from ..errors import TfaotError, first_line
 from .keras2_causal import MODEL_CLASSES, causal_as_padding
 from .keras2_cudnn import (CUDNN_CLASSES, as_keras_rnn, convert_weights, cudnn_layer_names,
-                           refuse_cudnn_in_archive, tf_keras_readable)
+                           refuse_cudnn_in_archive, with_keras_classes)
 from .keras2_nodes import (CONSTANT_FIRST, MIXED_LISTS, call_node, filled, has_tensor_kwargs,
                            is_tensor_triple, slices, tf_function)
 
@@ -534,9 +535,6 @@ def load_h5_as_keras3(path: Path):
     reads the config from the file itself, and looks activation names up
     without custom objects, so the config must name our objects).
     """
-    import shutil
-    import tempfile
-
     import h5py
     import keras
 
@@ -615,6 +613,33 @@ def load_reference(path: Path, fmt: str = "h5"):
     except Exception as e:
         raise TfaotError(f"{path}: Keras 2 (tf_keras) cannot load it: {first_line(e)}") \
             from None
+
+
+@contextmanager
+def tf_keras_readable(path: Path, fmt: str):
+    """``path``, or where it is an .h5 that tf_keras (verify's Keras 2
+    reference) cannot run as it is, a copy whose config it can: cuDNN
+    layers named as their LSTM and GRU (tf_keras cannot run the cuDNN
+    classes on a CPU, and converts their weights itself as it loads them
+    into an LSTM or GRU), weight constraints and regularizers none
+    (keras2.without_training_only)."""
+    import h5py
+
+    raw = None
+    if fmt == "h5":
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("model_config")
+    config = json.loads(raw) if raw is not None else None
+    readable = None if config is None else with_keras_classes(without_training_only(config))
+    if readable == config:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
+        copy = Path(tmp) / "model.h5"
+        shutil.copyfile(path, copy)
+        with h5py.File(copy, "r+") as f:
+            f.attrs["model_config"] = json.dumps(readable)
+        yield copy
 
 
 def _named(path: Path, fmt: str):

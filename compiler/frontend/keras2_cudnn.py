@@ -29,10 +29,6 @@ SavedModel of one (its saving fails on the layer).
 """
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -138,35 +134,6 @@ def converted_arrays(weights: list[np.ndarray], cudnn_class: str, owner: str) ->
     new_bias = (bias[:gates * units] + bias[gates * units:] if cudnn_class == "CuDNNLSTM"
                 else bias.reshape(2, gates * units))
     return [new_kernel, new_recurrent, new_bias]
-
-
-@contextmanager
-def tf_keras_readable(path: Path, fmt: str):
-    """``path``, or where it is an .h5 that tf_keras (verify's Keras 2
-    reference) cannot run as it is, a copy whose config it can: cuDNN
-    layers named as their LSTM and GRU (tf_keras cannot run the cuDNN
-    classes on a CPU, and converts their weights itself as it loads them
-    into an LSTM or GRU), weight constraints and regularizers none
-    (keras2.without_training_only)."""
-    import h5py
-
-    from .keras2 import without_training_only
-
-    raw = None
-    if fmt == "h5":
-        with h5py.File(path, "r") as f:
-            raw = f.attrs.get("model_config")
-    config = json.loads(raw) if raw is not None else None
-    readable = None if config is None else with_keras_classes(without_training_only(config))
-    if readable == config:
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
-        copy = Path(tmp) / "model.h5"
-        shutil.copyfile(path, copy)
-        with h5py.File(copy, "r+") as f:
-            f.attrs["model_config"] = json.dumps(readable)
-        yield copy
 
 
 def refuse_cudnn_in_archive(path: Path, config) -> None:
