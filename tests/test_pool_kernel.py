@@ -26,6 +26,7 @@ import toolchains
 from tfaot.lower import pool_kernel
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
+from util import kernel_calls_of_streams_build
 from util import run as _run
 
 DATA = Path(__file__).parent / "data" / "kernels"
@@ -308,8 +309,6 @@ def test_streamed_pools_of_several_streams(tmp_path, capsys):
     stream as TensorFlow runs it."""
     import keras
 
-    from tfaot.cli import main
-
     L = keras.layers
     keras.utils.set_random_seed(4)
     x = keras.Input((None, 30, 4))
@@ -319,13 +318,7 @@ def test_streamed_pools_of_several_streams(tmp_path, capsys):
     h = L.Reshape((-1, 14 * 12))(h)
     path = tmp_path / "spec.keras"
     keras.Model(x, L.Dense(3)(L.GRU(8, return_sequences=True)(h))).save(path)
-    out = tmp_path / "lib"
-    assert main(["-q", "build", str(path), "-o", str(out), "--streams", "3",
-                 "--keep-temps"]) == 0
-    mlir = (out / "temps" / "compile" / "spec.mlir").read_text()
-    assert len(re.findall(r"call @tfaot_pool_\d+\(", mlir)) == 2
-    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    assert kernel_calls_of_streams_build(path, tmp_path / "lib", "pool", capsys) == 2
 
 
 def test_aarch64_under_qemu(tmp_path):

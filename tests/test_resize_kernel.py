@@ -24,6 +24,7 @@ from tfaot.lower import resize_kernel
 from tfaot.lower.bilinear_resize import axis_taps
 from tfaot.resources import shim_dir
 from tfaot.target_options import make_target
+from util import kernel_calls_of_streams_build
 from util import run as _run
 
 DATA = Path(__file__).parent / "data" / "kernels"
@@ -238,8 +239,6 @@ def test_streamed_resizes_of_several_streams(tmp_path, capsys, interpolation):
     through the kernel."""
     import keras
 
-    from tfaot.cli import main
-
     L = keras.layers
     keras.utils.set_random_seed(4)
     x = keras.Input((None, 10, 2))
@@ -249,11 +248,5 @@ def test_streamed_resizes_of_several_streams(tmp_path, capsys, interpolation):
     h = L.Reshape((-1, 16 * 4))(h)
     path = tmp_path / "spec.keras"
     keras.Model(x, L.Dense(3)(L.GRU(6, return_sequences=True)(h))).save(path)
-    out = tmp_path / "lib"
-    assert main(["-q", "build", str(path), "-o", str(out), "--streams", "3",
-                 "--keep-temps"]) == 0
-    mlir = (out / "temps" / "compile" / "spec.mlir").read_text()
-    calls = len(re.findall(r"call @tfaot_resize_\d+\(", mlir))
+    calls = kernel_calls_of_streams_build(path, tmp_path / "lib", "resize", capsys)
     assert calls == (1 if interpolation == "bilinear" else 0)
-    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
-    assert ": ok" in capsys.readouterr().out

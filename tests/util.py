@@ -79,6 +79,22 @@ def emulated_avx512_flags() -> list[str]:
             "-I", str(emulated), "-Wno-psabi"]
 
 
+def kernel_calls_of_streams_build(path, out, kernel: str, capsys) -> int:
+    """Builds the model at ``path`` with --streams 3 into ``out`` (its temps
+    kept), checks that verify passes over 100 steps, and returns how many
+    calls of tfaot's ``kernel`` ("pool", "resize") its compiled module makes."""
+    import re
+
+    from tfaot.cli import main
+
+    assert main(["-q", "build", str(path), "-o", str(out), "--streams", "3",
+                 "--keep-temps"]) == 0
+    mlir = (out / "temps" / "compile" / f"{path.stem}.mlir").read_text()
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+    assert ": ok" in capsys.readouterr().out
+    return len(re.findall(rf"call @tfaot_{kernel}_\d+\(", mlir))
+
+
 def stream_matches_keras(lib, model, name: str, compared: int, seed: int, atol: float = 1e-5):
     """Runs the library ``lib`` over ``compared`` steps past its first valid
     one, from random frames (``seed``), and asserts that its outputs are

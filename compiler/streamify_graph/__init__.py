@@ -469,7 +469,7 @@ def _counter_notes(g, states, per_step) -> list[str]:
     """What the build says about loops (and unrolled recurrences) whose time index
     is compared with a bound (a sequence_length): the step counter it keeps, and
     which per-step inputs the bound comes from (taken every step)."""
-    from ..streamify_keras.replay import STEP_CAP
+    from ..streamify_keras.time_meta import STEP_CAP
 
     notes = []
     for kind, name, node, fed in _bounds(g, per_step):

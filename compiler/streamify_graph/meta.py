@@ -30,7 +30,7 @@ class Meta:
     key: str | None = None  # lists: identity; item: the step index
     mode: str = ""  # list_done: "seq" (one item per step) or "last"
     why: str = ""  # dead: why it cannot be used
-    frames: Any = None  # seq: the chunk record (streamify_keras.replay.Seq), None = 1 frame
+    frames: Any = None  # seq: the chunk record (streamify_keras.time_meta.Seq), None = 1 frame
     valid_from: int = 0  # seq / step: the first step at which it is defined
     # seq, inside a SpaceToBatchND pair: (stage "in" | "out", time dilation,
     # time padding's start, ((other axis, block), ...))

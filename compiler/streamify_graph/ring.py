@@ -21,7 +21,7 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from ..streamify_keras.replay import STEP_CAP, Seq
+from ..streamify_keras.time_meta import STEP_CAP, Seq
 from .graphdef import Fail
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..streamify_keras.replay import Seq
+from ..streamify_keras.time_meta import Seq
 from ..streamify_keras.time_rules import upsampled
 from .graphdef import scope
 from .meta import Meta, seq, step

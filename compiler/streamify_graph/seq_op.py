@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..streamify_keras.replay import Seq, _per_step_seq
+from ..streamify_keras.time_meta import Seq, per_step_seq
 from .graphdef import NotIncremental, scope, tname
 from .meta import STATIC_KINDS, Meta
 
@@ -83,7 +83,7 @@ class SeqOp:
         for m in metas:
             if m.kind == "seq" and m.frames is None:
                 passes = self.op in S2B_PASS and m.s2b is None
-                m = replace(m, frames=_per_step_seq(self.frames),
+                m = replace(m, frames=per_step_seq(self.frames),
                             s2b=self.metas[self.k0].s2b if passes else m.s2b)
             if m.kind in ("seq", "step"):
                 m = replace(m, valid_from=max(m.valid_from, self.valid_from))

@@ -27,7 +27,7 @@ import numpy as np
 from .. import stream_choice
 from ..program import InputInfo, ProgramSignature, StepProgram, StreamInfo, TensorInfo
 from ..streamify_keras import MAX_FRAMES_PER_STEP
-from ..streamify_keras.replay import NeedFrames
+from ..streamify_keras.time_meta import NeedFrames
 from .graphdef import Fail
 from .ring import TimePlan
 from .state import StateRegistry

@@ -43,15 +43,8 @@ from ..errors import NeedsFixedLength, TfaotError, first_line
 from ..program import InputInfo, ProgramSignature, StateInfo, StepProgram, StreamInfo, TensorInfo
 from . import time_rules
 from .layer_kinds import ELEMENTWISE_OPS, NOT_STREAMABLE, PER_STEP_LAYERS  # noqa: F401
-from .replay import (  # noqa: F401
-    SEQ,
-    VEC,
-    NeedFrames,
-    NotIncremental,
-    Replay,
-    Streamed,
-    layer_error,
-)
+from .replay import Replay
+from .time_meta import SEQ, VEC, NeedFrames, NotIncremental, Streamed, layer_error  # noqa: F401
 
 FIXED_WINDOW_CHOICES = stream_choice.CHOICES
 MAX_FRAMES_PER_STEP = 65536

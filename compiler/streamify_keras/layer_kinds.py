@@ -121,7 +121,7 @@ def alpha_per_time_position(op) -> bool:
 
 
 def _is_sequence(value) -> bool:
-    """Whether a replayed value is the streamed sequence (replay.Streamed, SEQ)."""
+    """Whether a replayed value is the streamed sequence (time_meta.Streamed, SEQ)."""
     return getattr(value, "meta", None) == "seq"
 
 

@@ -4,7 +4,7 @@ In the style of kws_streaming's ``Stream`` wrapper, each rule knows two
 things: the state it needs (``state_specs``: ring buffers, in frames) and
 how to run the layer on one step's chunk with that state (``step``). Time
 is axis 1 (channels_last). A chunk at step m holds frames
-``[m*n - delay, m*n - delay + n)`` of its sequence (``replay.Seq``).
+``[m*n - delay, m*n - delay + n)`` of its sequence (``time_meta.Seq``).
 
 * Convolution and pooling over time (``WindowedRule``): ``valid`` padding
   streams exactly with a ring buffer of ``dilation*(k-1)`` frames before the
@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import circular
-from .replay import SEQ, VEC, NeedFrames, NotIncremental, Replay, Seq, Streamed, layer_error
+from .replay import Replay
+from .time_meta import SEQ, VEC, NeedFrames, NotIncremental, Seq, Streamed, layer_error
 
 
 def _pair(v):
