@@ -581,6 +581,8 @@ def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys):
 TEXT_GENERATOR = textwrap.dedent('''
     import keras
 
+    START = {start!r}
+
 
     @keras.saving.register_keras_serializable(package="user")
     class Generator(keras.Model):
@@ -595,28 +597,38 @@ TEXT_GENERATOR = textwrap.dedent('''
 
         def call(self, x):
             h = self.emb(x)
-            state = self.gru.get_initial_state(keras.ops.shape(h)[0])
+            if START == "zeros":
+                state = self.gru.get_initial_state(keras.ops.shape(h)[0])
+            else:  # a state of the model's own, the same for every sequence
+                state = [keras.ops.full((keras.ops.shape(h)[0], 16), 0.5)]
             h, _ = self.gru(h, initial_state=state)
             return self.head(h)
 ''')
 
 
+@pytest.mark.parametrize("start", ["zeros", "halves"])
 def test_a_subclassed_model_sizing_a_state_by_its_batch_is_traced_at_batch_one(tmp_path,
-                                                                              capsys):
+                                                                              capsys, start):
     """Built (fit) in batches of 4, it was traced at batch 4: the library
     took one sequence and returned 4, and verify refused it. Traced at the
-    library's batch of 1, it builds and verifies."""
+    library's batch of 1, it builds and verifies. Its initial state is then
+    a value, not a tensor of the sequence: it streams one token a step (it
+    took the whole 10-token sequence a step), from zeros or from the
+    model's own state."""
     import numpy as np
 
     classes = tmp_path / "generator.py"
-    classes.write_text(TEXT_GENERATOR)
+    classes.write_text(TEXT_GENERATOR.format(start=start))
     model = _module(classes).Generator()
     model(np.zeros((4, 10), np.int32))
     model.save(tmp_path / "generator.keras")
     _build_and_verify(tmp_path / "generator.keras", str(classes), capsys)
     from tfaot import harness
 
-    assert harness.load(tmp_path / "lib").output_shape[0] == 1
+    lib = harness.load(tmp_path / "lib")
+    assert lib.output_shape[0] == 1
+    assert lib.manifest["stream"]["mode"] == "prefix"
+    assert lib.manifest["inputs"][0]["shape"] == [1]
 
 
 TF_CALL = textwrap.dedent('''

@@ -573,6 +573,12 @@ def _initial_states(layer, kwargs) -> list:
     if initial is None:
         return []
     leaves = _leaves(initial)
+    if not any(isinstance(v, Streamed) for v in leaves):
+        # Values, not tensors of the model's graph: a subclassed call's
+        # get_initial_state(batch) traced at batch 1 (zeros, the state every
+        # stream starts from anyway) or a constant state of the model's own.
+        return [] if all(not np.any(np.asarray(v)) for v in leaves) else \
+            [np.asarray(v) for v in leaves]
     if not all(isinstance(v, Streamed) and v.meta == VEC and v.constant for v in leaves):
         raise NotIncremental(layer, "gets its initial state from a tensor computed from the "
                                     "sequence, known only once the sequence has ended; "
