@@ -2756,10 +2756,18 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
     }
 #endif
 #ifdef TFRT_V4_F32
-    /* (aarch64, x86-64 with SSE2 only) every position, 16 lanes at a time */
-    for (; p0 < g.positions; p0 += TFRT_CONV_V4_P)
-      for (size_t h = 0; h < TFRT_MATVEC_TILE && t + h < n; h += 16)
-        tfrt_conv_v4(&g, w + h, x, y, p0, t + h);
+    {
+      /* (aarch64, x86-64 with SSE2 only) every position, 16 lanes at a
+       * time, but a last 8 or fewer alone in blocks of 8 lanes */
+      const size_t lanes = n - t < TFRT_MATVEC_TILE ? n - t : TFRT_MATVEC_TILE;
+      const size_t wide = lanes % 16 && lanes % 16 <= 8 ? lanes - lanes % 16 : lanes;
+      if (wide < lanes)
+        for (size_t p8 = 0; p8 < g.positions; p8 += TFRT_CONV_V4_8_P)
+          tfrt_conv_v4_8(&g, w + wide, x, y, p8, t + wide);
+      for (; p0 < g.positions; p0 += TFRT_CONV_V4_P)
+        for (size_t h = 0; h < wide; h += 16)
+          tfrt_conv_v4(&g, w + h, x, y, p0, t + h);
+    }
 #endif
     for (; p0 < g.positions; p0 += TFRT_CONV_P) {
       if (g.positions - p0 <= TFRT_CONV_TAIL)
