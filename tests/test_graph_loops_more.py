@@ -210,6 +210,56 @@ def test_counter_as_a_value_is_still_refused():
     assert "position" in msg and "Cast" in msg, msg
 
 
+def _tf2_loop_over_captured_input(body_reads_x: bool):
+    """A hand-written RNN in a tf.function (TF2 while loop over a TensorArray
+    of the frames) whose condition is ``t < tf.shape(x)[1]``: x is captured,
+    so the loop carries the whole input as a loop variable; frozen."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+
+    rng = np.random.default_rng(0)
+    wx = tf.constant(rng.normal(0, 0.3, (4, 8)).astype(np.float32))
+    wh = tf.constant(rng.normal(0, 0.3, (8, 8)).astype(np.float32))
+
+    def rnn(x):
+        frames = tf.TensorArray(tf.float32, size=tf.shape(x)[1]).unstack(
+            tf.transpose(x, [1, 0, 2]))
+
+        def body(t, h, out):
+            h = tf.tanh(frames.read(t) @ wx + h @ wh)
+            if body_reads_x:
+                h += tf.reduce_mean(x)
+            return t + 1, h, out.write(t, h)
+
+        _, _, out = tf.while_loop(lambda t, h, out: t < tf.shape(x)[1], body,
+                                  (0, tf.zeros([1, 8]), tf.TensorArray(tf.float32,
+                                                                       size=tf.shape(x)[1])))
+        return tf.transpose(out.stack(), [1, 0, 2])
+
+    fn = tf.function(rnn).get_concrete_function(tf.TensorSpec([1, None, 4], tf.float32,
+                                                              name="x"))
+    return convert_variables_to_constants_v2(fn).graph.as_graph_def()
+
+
+def test_a_loop_condition_reading_the_whole_input_streams(tmp_path):
+    """Its condition only takes the input's length; the body reads one frame
+    a step. It was refused: 'the whole input sequence is used inside the
+    loop'. Through the library against the graph."""
+    gd = _tf2_loop_over_captured_input(body_reads_x=False)
+    lib = _build(gd, tmp_path, "captured")
+    x = _x(4, seed=7)
+    want = glm.run(gd, {"x:0": x}, fetch="Identity:0")[0]
+    got = lib.step_n(np.swapaxes(x, 0, 1))[:, 0]
+    assert got.shape == want.shape == (STEPS, 8)
+    assert np.abs(got - want).max() <= TOL
+
+
+def test_a_loop_body_reading_the_whole_input_is_refused():
+    msg = _refusal(_tf2_loop_over_captured_input(body_reads_x=True), "captured")
+    assert "whole input sequence" in msg and "the body computes with" in msg, msg
+
+
 # -- 2. tf.cond inside a v1 loop body; nested loops
 
 

@@ -547,7 +547,8 @@ class Emitter:
 
         loop = self.g.loops[node.name]
         input_map: dict[str, Any] = {}
-        length_args: set[str] = set()
+        # arguments a stream has no value for (the body may not read them)
+        unknown_args: dict[str, str] = {}
         replace_reads: dict[str, Any] = {}
         fetch: list[str] = []
         out_metas: dict[int, Meta] = {}
@@ -600,16 +601,15 @@ class Emitter:
                 input_map[f"{v.arg}:0"] = t
                 out_metas[v.index] = m
             else:  # passthrough
-                if m.kind in ("seq",):
-                    raise Fail(f"loop '{loop.name}': the whole input sequence '{v.operand}' "
-                               "is used inside the loop (not one step at a time); this "
-                               "cannot be streamed")
-                if t is not None and m.kind != "static_t":
+                if m.kind == "seq":  # (a condition's tf.shape(x)[1] is fine)
+                    unknown_args[v.arg] = (f"is the whole input sequence '{v.operand}' (not "
+                                           "one step at a time)")
+                elif t is not None and m.kind != "static_t":
                     input_map[f"{v.arg}:0"] = t
                 elif m.kind == "static_t" and self._is_the_length(v):
                     input_map[f"{v.arg}:0"] = _endless(v.dtype)
                 elif m.kind == "static_t":
-                    length_args.add(v.arg)
+                    unknown_args[v.arg] = "is derived from the sequence length"
                 out_metas[v.index] = m
         for v in loop.vars:
             if v.kind == "counter" and v.detail.get("compared"):
@@ -617,7 +617,7 @@ class Emitter:
             if v.kind == "counter" and any(u.kind == "frames" for u in loop.vars):
                 self._check_counts_frames(loop, v)
         # Reads of the input sequence become placeholders.
-        got = import_body(self, loop, input_map, replace_reads, fetch, length_args)
+        got = import_body(self, loop, input_map, replace_reads, fetch, unknown_args)
         frames = (read_meta.frames if read_meta is not None else None) or self.plan.input_seq()
         valid = max(read_meta.valid_from if read_meta is not None else 0, frames.first_step)
         for v in loop.vars:

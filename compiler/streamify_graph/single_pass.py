@@ -133,11 +133,13 @@ def _first_element(em, loop, v):
 
 
 def import_body(em, loop, input_map: dict, replace_reads: dict, fetch: list[str],
-                length_args=frozenset()) -> dict:
+                unknown_args: dict | None = None) -> dict:
     """The loop body's tensors ``fetch`` (body tensor names), its arguments
     mapped by ``input_map`` and the list reads ``replace_reads`` names
     replaced by their tensors; a body that uses an argument left unmapped,
-    or a list otherwise, is refused by name."""
+    one of ``unknown_args`` (argument -> why a stream has no value for it:
+    only the loop's condition may read it), or a list otherwise, is refused
+    by name."""
     import tensorflow as tf
 
     gd = tf.compat.v1.GraphDef()
@@ -161,10 +163,10 @@ def import_body(em, loop, input_map: dict, replace_reads: dict, fetch: list[str]
     except Exception as e:
         raise Fail(f"loop '{loop.name}': cannot extract its body: {first_line(e)}") from None
     for n in sub.node:
-        if n.op == "Placeholder" and n.name in length_args:
+        if n.op == "Placeholder" and n.name in (unknown_args or {}):
             raise Fail(f"loop '{loop.name}': the body computes with loop variable "
-                       f"'{n.name}', which is derived from the sequence length; a stream "
-                       "does not know the length")
+                       f"'{n.name}', which {unknown_args[n.name]}; a stream does not "
+                       "have it")
         if n.op == "Placeholder" and f"{n.name}:0" not in input_map:
             kind = next((v.kind for v in loop.vars if v.arg == n.name), "?")
             raise Fail(f"loop '{loop.name}': the body uses loop variable '{n.name}' "
