@@ -147,3 +147,43 @@ def test_built_library_matches_tensorflow(files, case, capsys):
     assert main(["verify", str(files / name), str(out), "--steps", str(STEPS)]) == 0
     text = capsys.readouterr().out
     assert float(re.search(r"max abs error (\S+)", text).group(1)) <= 1e-5, text
+
+
+def _causal_fixed_window_graph(path, frames: int = 24):
+    """A WaveNet-style graph of a fixed length: each dilated convolution
+    after tf.pad of its receptive field at the start (causal), gated, with
+    residuals; frozen from a TF1 graph."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(9)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (1, frames, 6), name="x")
+        h = tf.nn.conv1d(x, rng.normal(0, 0.4, (1, 6, 8)).astype(np.float32), 1, "VALID")
+        for d in (1, 2, 4):
+            w = rng.normal(0, 0.3, (2, 8, 16)).astype(np.float32)
+            z = tf.nn.conv1d(tf.pad(h, [[0, 0], [d, 0], [0, 0]]), w, 1, "VALID", dilations=d)
+            h = h + tf.tanh(z[..., :8]) * tf.sigmoid(z[..., 8:])
+        tf.identity(h, name="y")
+    path.write_bytes(tf.compat.v1.graph_util.extract_sub_graph(
+        g.as_graph_def(), ["y"]).SerializeToString())
+    return path
+
+
+def test_a_causal_fixed_window_graph_streams_with_time_axis(tmp_path, capsys):
+    """By default one whole window a step (its start's padding is no
+    sliding window), and the note says to give --time-axis; given, it was
+    still one whole window a step. Now it streams a frame a step from
+    reset, checked by verify over sequences of its length."""
+    import json
+
+    model = _causal_fixed_window_graph(tmp_path / "wavenet24.pb")
+    for flags, mode in (([], "stateless"), (["--time-axis", "1"], "prefix")):
+        out = tmp_path / f"lib_{mode}"
+        assert main(["build", str(model), "-o", str(out), "-q", *flags]) == 0
+        manifest = json.loads((out / "wavenet24.json").read_text())
+        assert manifest["stream"]["mode"] == mode
+        assert manifest["inputs"][0]["shape"] == ([1, 24, 6] if mode == "stateless" else [1, 6])
+        assert main(["verify", str(model), str(out), "--steps", "120"]) == 0
+        text = capsys.readouterr().out
+        assert float(re.search(r"max abs error (\S+)", text).group(1)) <= 1e-5, text

@@ -260,6 +260,53 @@ def test_a_loop_body_reading_the_whole_input_is_refused():
     assert "whole input sequence" in msg and "the body computes with" in msg, msg
 
 
+def _tf2_for_loop(read: str):
+    """``for t in tf.range(T)`` in a tf.function, frozen, its frame read by
+    an if/elif chain on a Python value without an else, as code picking a
+    mode writes it: AutoGraph then carries xt from one iteration to the
+    next, defined or not, and adds a bool loop variable, set to True by
+    every iteration, that an Assert after the loop reads. The frame is
+    ``x[:, t]`` or ``tf.slice(x, [0, t, 0], [1, 1, F])``."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+
+    rng = np.random.default_rng(1)
+    wx = tf.constant(rng.normal(0, 0.3, (4, 8)).astype(np.float32))
+    wh = tf.constant(rng.normal(0, 0.3, (8, 8)).astype(np.float32))
+
+    def rnn(x):
+        out, h = tf.TensorArray(tf.float32, size=tf.shape(x)[1]), tf.zeros([1, 8])
+        for t in tf.range(tf.shape(x)[1]):
+            if read == "slice":
+                xt = tf.slice(x, [0, t, 0], [1, 1, 4])[:, 0]
+            elif read == "index":
+                xt = x[:, t]
+            h = tf.tanh(xt @ wx + h @ wh)
+            out = out.write(t, h)
+        return tf.transpose(out.stack(), [1, 0, 2])
+
+    fn = tf.function(rnn).get_concrete_function(tf.TensorSpec([1, None, 4], tf.float32,
+                                                              name="x"))
+    frozen = convert_variables_to_constants_v2(fn)
+    gd = frozen.graph.as_graph_def()
+    assert any(n.op == "Assert" for n in gd.node)  # (AutoGraph's check that xt is defined)
+    return gd, frozen.outputs[0].name
+
+
+@pytest.mark.parametrize("read", ["index", "slice"])
+def test_a_tf2_for_loop_streams(read):
+    """Both were refused: AutoGraph's flag as 'neither a float state, a
+    counter nor a sequence', the Slice as indexing by the counter."""
+    gd, output = _tf2_for_loop(read)
+    program = _streamed(gd, read)
+    x = _x(4, seed=11)
+    want = glm.run(gd, {"x:0": x}, fetch=output)[0]
+    got = _pure_steps(program, x)[:, 0]
+    assert got.shape == want.shape == (STEPS, 8)
+    assert np.abs(got - want).max() <= TOL
+
+
 # -- 2. tf.cond inside a v1 loop body; nested loops
 
 

@@ -441,7 +441,8 @@ def test_a_conditioning_vector_in_an_exported_graph_is_held(tmp_path):
     # (the sequence times its own mean so far is no held value)
     se = tf.function(lambda v: v * tf.reduce_mean(v, axis=1, keepdims=True)).get_concrete_function(
         tf.TensorSpec((1, None, 5), tf.float32, name="x"))
-    with pytest.raises(TfaotError, match="mixes a per-step tensor"):
+    with pytest.raises(TfaotError, match="mixes the sequence with a value that has no time "
+                       "axis.*from the frames so far.*normalize outside the model"):
         streamify_graph(graph_def_to_loaded(se.graph.as_graph_def(),
                                             __import__("pathlib").Path("se.pb"), "graphdef"))
 

@@ -327,6 +327,11 @@ def _streamify(loaded, probe_T: int, fixed_window: str = "auto", mode: str = "",
                 raise
             if not keeps_time(loaded, inp, full, a):
                 return recompute_program(loaded, inp, full, a, str(why))
+            if inp.time_axis is not None:
+                # asked to stream over that axis (--time-axis): frame by frame
+                # from reset, as an open length would (a causal WaveNet padding
+                # each window's start: the stream's start is that padding)
+                return _streamify(loaded, probe_T, fixed_window, "prefix", not_window=str(why))
             return _streamify(loaded, probe_T, fixed_window, "stateless",
                               not_window=f"{why}; and the output seems to keep the time axis")
         except (NotAWindow, Fail) as why:

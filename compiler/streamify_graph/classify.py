@@ -6,8 +6,10 @@ time index), ``outlist`` (the sequence written at the time index, mode
 (an integer scalar that only counts and indexes), ``frames`` (a tensor the
 body only reads one frame of, at the counter: ``x[:, t]``), ``state`` (a
 float that changes every step), ``accumulator`` (a list every step's
-intermediate value is appended to, for gradients) or ``passthrough``
-(weights, bounds, list handles).
+intermediate value is appended to, for gradients), ``settled`` (set to a
+constant by every iteration: AutoGraph's flag that a variable first
+assigned in the body is defined) or ``passthrough`` (weights, bounds, list
+handles).
 Anything else cannot be streamed and is a ``Fail`` naming the loop and node.
 """
 from __future__ import annotations
@@ -107,6 +109,11 @@ def classify(loop: Loop) -> None:
             # while_v2 in a TF1-style graph keeps every step's intermediate
             # values for gradients, in lists nothing reads at inference
             v.kind = "accumulator"
+            continue
+        if rn is not None and rn.op == "Const":
+            # the same value after every iteration: AutoGraph's flag that a
+            # variable first assigned in the loop's body is defined
+            v.kind = "settled"
             continue
         if v.dtype in INT_TYPES and rn is not None and rn.op == "Sub" and \
                 arg_of(rn.input[0]) == v.index:
@@ -208,7 +215,7 @@ def _reads_frames(loop, counter, use: str, body: dict, forward, arg_of) -> bool:
             body[p].op == "Pack" and all(pos == 2 and _frame_slice(loop, counter, s, body, arg_of)
                                          for s, pos in forward(f"{p}:0"))
             for p, _ in packs)
-    if node.op == "Pack":
+    if node.op == "Pack":  # the begin (or end) of a slice
         users = forward(f"{use}:0")
         return bool(users) and all(pos in (1, 2) and
                                    _frame_slice(loop, counter, s, body, arg_of)
@@ -225,20 +232,38 @@ def _reads_frames(loop, counter, use: str, body: dict, forward, arg_of) -> bool:
 
 
 def _frame_slice(loop, counter, name: str, body: dict, arg_of) -> bool:
-    """Whether StridedSlice ``name`` is ``x[..., t, ...]``: its begin a Pack
-    with the counter at one position k, that axis shrunk, no ellipsis or
-    new axis (so k is x's axis)."""
+    """Whether ``name`` reads ``x[..., t, ...]``: a StridedSlice or a Slice
+    (``tf.slice(x, [0, t, 0], [1, 1, F])``) whose begin is a Pack with the
+    counter at one position k, that axis shrunk (StridedSlice, no ellipsis
+    or new axis, so k is x's axis) or of size 1 (Slice; the frame keeps its
+    axis, as the body's slice of the step's one frame does)."""
     node = body[name]
-    if node.op != "StridedSlice" or node.attr["ellipsis_mask"].i or \
-            node.attr["new_axis_mask"].i:
+    if node.op not in ("StridedSlice", "Slice"):
+        return False
+    # (attr[...] of a missing attribute would add it: a Slice has no masks)
+    if node.op == "StridedSlice" and (node.attr["ellipsis_mask"].i or
+                                      node.attr["new_axis_mask"].i):
         return False
     begin = body.get(parse_tensor(node.input[1])[0])
     if begin is None or begin.op != "Pack" or begin.attr["axis"].i != 0:
         return False
     at = [k for k, i in enumerate(begin.input) if arg_of(i) == counter.index]
-    if len(at) != 1 or not node.attr["shrink_axis_mask"].i >> at[0] & 1:
+    if len(at) != 1:
         return False
-    return _mark_frames(loop, name, arg_of(node.input[0]), at[0])
+    one_frame = _slice_size_one(body, node, at[0]) if node.op == "Slice" else \
+        node.attr["shrink_axis_mask"].i >> at[0] & 1
+    return bool(one_frame) and _mark_frames(loop, name, arg_of(node.input[0]), at[0])
+
+
+def _slice_size_one(body: dict, node, axis: int) -> bool:
+    """Whether Slice ``node`` takes one element along ``axis`` (its size a Const)."""
+    import tensorflow as tf
+
+    size = body.get(parse_tensor(node.input[2])[0])
+    if size is None or size.op != "Const":
+        return False
+    sizes = tf.make_ndarray(size.attr["value"].tensor).reshape(-1)
+    return axis < sizes.size and int(sizes[axis]) == 1
 
 
 def _mark_frames(loop, read: str, var: int | None, axis: int) -> bool:

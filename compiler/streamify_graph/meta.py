@@ -40,11 +40,15 @@ class Meta:
     # broadcast over a sequence's frames (a conditioning vector)
     held: bool = False
 
-    def __str__(self):
+    def __str__(self):  # (in messages: what the tensor is, in the user's terms)
         if self.kind == "seq":
-            return f"seq(axis {self.axis})"
+            return f"a sequence over axis {self.axis}"
         if self.kind == "item":
             return f"time step {self.key} alone"
+        if self.kind == "step":
+            return "one value a step, from the frames so far"
+        if self.kind in ("static", "static_t"):
+            return "the same every step"
         return self.kind
 
 

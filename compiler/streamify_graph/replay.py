@@ -272,8 +272,12 @@ class Emitter:
             # _concat check that it has no extent in time), and the input is held.
             self.broadcasts = True
         elif "seq" in kinds and "step" in kinds:
-            self.fail(node, "mixes a per-step tensor with a whole-sequence tensor "
-                      "(inputs: " + ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + ")")
+            self.fail(node, "mixes the sequence with a value that has no time axis but "
+                      "changes from step to step (inputs: " +
+                      ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + "): in the graph "
+                      "it is one value for the whole sequence, known once the sequence has "
+                      "ended (e.g. a mean over time subtracted from every frame); normalize "
+                      "outside the model or with fixed statistics")
         if "seq" not in kinds:  # step (and static): a function of the current step only
             outs = self.emit_generic(node)
             held = all(m.held for m in metas if m.kind == "step")
@@ -592,6 +596,12 @@ class Emitter:
                 fetch.append(v.detail["item"])
                 key = f"{loop.name}:{v.index}"
                 out_metas[v.index] = Meta("list_done", key=key, mode=v.detail["mode"])
+            elif v.kind == "settled":  # (only the graph's asserts read it after the loop)
+                unknown_args[v.arg] = ("AutoGraph sets once the loop has run (a variable "
+                                       "first assigned in the loop's body: assign it before "
+                                       "the loop)")
+                out_metas[v.index] = Meta("dead", why=f"uses loop variable {v.index} of loop "
+                                          f"'{loop.name}', a flag set by its first iteration")
             elif v.kind == "accumulator":
                 out_metas[v.index] = Meta("dead", why=f"uses the intermediate values loop "
                                           f"'{loop.name}' keeps for gradients, which a "
