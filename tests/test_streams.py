@@ -435,11 +435,37 @@ def test_images_and_video_frames_of_several_streams(tmp_path, capsys):
     assert ": ok" in capsys.readouterr().out
 
 
-def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys):
-    """A strided Conv2DTranspose builds with one stream; batched for two it
-    is an op with no StableHLO lowering, which said nothing of --streams."""
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_transposed_convolutions_of_several_streams(tmp_path, capsys, rank):
+    """Conv1DTranspose, Conv2DTranspose (strided 'same', and stride 1
+    'valid') and Conv3DTranspose: pfor's batched form computes the output
+    size at run time, which TensorFlow's lowering does not take (--streams
+    refused any of them); the streams fold into the batch with a constant
+    size instead. Each stream as TensorFlow runs it."""
     import keras
 
+    L = keras.layers
+    keras.utils.set_random_seed(7)
+    up = {1: L.Conv1DTranspose, 2: L.Conv2DTranspose, 3: L.Conv3DTranspose}[rank]
+    x = keras.Input((6,) * rank + (2,))
+    h = up(4, 3, strides=2, padding="same", activation="relu")(x)
+    h = up(3, 2, padding="valid")(h)
+    keras.Model(x, h).save(tmp_path / "up.keras")
+    out = tmp_path / "out"
+    assert main(["-q", "build", str(tmp_path / "up.keras"), "-o", str(out), "--streams",
+                 "2"]) == 0
+    assert main(["verify", str(tmp_path / "up.keras"), str(out), "--steps", "30"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
+def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys, monkeypatch):
+    """pfor's own batched form of a Conv2DTranspose (as before tfaot gave it
+    one) is an op with no StableHLO lowering, which said nothing of --streams."""
+    import keras
+
+    from tfaot.lower import streams
+
+    monkeypatch.setattr(streams, "TRANSPOSED_OPS", ())
     x = keras.Input((8, 8, 2))
     keras.Model(x, keras.layers.Conv2DTranspose(4, 2, strides=2, padding="same")(x)).save(
         tmp_path / "up.keras")

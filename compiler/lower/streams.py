@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def batch_streams(program: StepProgram, count: int) -> StepProgram:
                                  fallback_to_while_loop=False)
 
     try:
-        with _batched_forms(), _quiet_pfor():
+        with _batched_forms(count), _quiet_pfor():
             batched = tf.function(pure_step, input_signature=specs,
                                   autograph=False).get_concrete_function()
     except Exception as e:  # pfor names the op it has no batched form of
@@ -97,24 +98,30 @@ def _quiet_pfor():
 #: its boxes name images of the batch.)
 BATCH_OPS = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea",
              "ScaleAndTranslate", "Conv3D", "LRN", "ExtractImagePatches")
+#: Transposed convolutions (Conv2DTranspose, Conv1DTranspose, Conv3DTranspose):
+#: their image is input 2, input 0 the output's size (``_transposed_conv``)
+TRANSPOSED_OPS = ("Conv2DBackpropInput", "Conv3DBackpropInputV2")
 
 
 @contextlib.contextmanager
-def _batched_forms():
+def _batched_forms(count: int):
     """pfor's batched forms of ops it lacks or batches poorly, installed
     while the step is traced: a depthwise convolution of the model's filter
     (``_depthwise_conv``), a mirror padding (``_mirror_pad``: Keras'
-    MelSpectrogram pads so, and --streams refused it) and the BATCH_OPS
-    (``_batch_folded``)."""
+    MelSpectrogram pads so, and --streams refused it), the BATCH_OPS
+    (``_batch_folded``) and the TRANSPOSED_OPS (``_transposed_conv``), for
+    ``count`` streams."""
     from tensorflow.python.ops.parallel_for import pfor
 
     registry = pfor._pfor_converter_registry
     saved = {op: registry.get(op)
-             for op in ("DepthwiseConv2dNative", "MirrorPad", *BATCH_OPS)}
+             for op in ("DepthwiseConv2dNative", "MirrorPad", *BATCH_OPS, *TRANSPOSED_OPS)}
     registry["DepthwiseConv2dNative"] = _depthwise_conv(saved["DepthwiseConv2dNative"])
     registry["MirrorPad"] = _mirror_pad
     for op in BATCH_OPS:
         registry[op] = _batch_folded
+    for op in TRANSPOSED_OPS:
+        registry[op] = functools.partial(_transposed_conv, streams=count)
     try:
         yield
     finally:
@@ -155,6 +162,36 @@ def _batch_folded(pfor_input):
     folded = pfor._flatten_first_two_dims(pfor_input.stacked_input(0))
     y = pfor._create_op(pfor_input.op_type,
                         [folded, *(pfor_input.unstacked_input(i) for i in others)],
+                        [t.dtype for t in pfor_input.outputs],
+                        attrs=pfor_input.op.node_def.attr).outputs[0]
+    return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
+
+
+def _transposed_conv(pfor_input, streams: int):
+    """A transposed convolution of each stream's batch: its image (input 2)
+    folded with the streams into the batch, as ``_batch_folded``, and the
+    output's size (input 0) a constant with N times the batch. pfor's own
+    form computes that size from shapes at run time, and TensorFlow lowers
+    the op to StableHLO only with a constant size (--streams was refused
+    for any Conv2DTranspose)."""
+    import tensorflow as tf
+    from tensorflow.python.ops.parallel_for import pfor
+
+    op = pfor_input.op_type
+    if pfor_input.input(0)[1] or pfor_input.input(1)[1]:
+        raise ValueError(f"No pfor vectorization defined for {op} with a filter or an "
+                         "output size that differs per stream")
+    # (one stream's output shape; Keras computes the size from tf.shape)
+    shape = pfor_input.op.outputs[0].shape
+    size = shape.as_list() if shape.is_fully_defined() else \
+        tf.get_static_value(pfor_input.unstacked_input(0))
+    if size is None:
+        raise ValueError(f"No pfor vectorization defined for {op} with an output size known "
+                         "only at run time")
+    size = np.array(size, np.int32)
+    size[0] *= streams
+    folded = pfor._flatten_first_two_dims(pfor_input.stacked_input(2))
+    y = pfor._create_op(op, [tf.constant(size), pfor_input.unstacked_input(1), folded],
                         [t.dtype for t in pfor_input.outputs],
                         attrs=pfor_input.op.node_def.attr).outputs[0]
     return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
