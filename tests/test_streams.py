@@ -458,6 +458,25 @@ def test_transposed_convolutions_of_several_streams(tmp_path, capsys, rank):
     assert ": ok" in capsys.readouterr().out
 
 
+def test_a_univariate_residual_of_several_streams(tmp_path, capsys):
+    """Keras 3 adds a [1, T, 1] sequence to another as a BiasAdd over axis
+    1 (data_format NCHW), whose batched form pfor reshaped wrongly: keras.io's
+    time-series transformer failed with --streams 2. Each stream as
+    TensorFlow runs it."""
+    import keras
+
+    L = keras.layers
+    keras.utils.set_random_seed(8)
+    x = keras.Input((24, 1))
+    h = L.Add()([L.Dense(1, activation="tanh")(x), x])
+    keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "uni.keras")
+    out = tmp_path / "out"
+    assert main(["-q", "build", str(tmp_path / "uni.keras"), "-o", str(out), "--streams", "2",
+                 "--whole-window"]) == 0
+    assert main(["verify", str(tmp_path / "uni.keras"), str(out), "--steps", "30"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
 def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys, monkeypatch):
     """pfor's own batched form of a Conv2DTranspose (as before tfaot gave it
     one) is an op with no StableHLO lowering, which said nothing of --streams."""

@@ -108,15 +108,17 @@ def _batched_forms(count: int):
     """pfor's batched forms of ops it lacks or batches poorly, installed
     while the step is traced: a depthwise convolution of the model's filter
     (``_depthwise_conv``), a mirror padding (``_mirror_pad``: Keras'
-    MelSpectrogram pads so, and --streams refused it), the BATCH_OPS
+    MelSpectrogram pads so, and --streams refused it), a BiasAdd of a
+    stream's own values (``_bias_add``), the BATCH_OPS
     (``_batch_folded``) and the TRANSPOSED_OPS (``_transposed_conv``), for
     ``count`` streams."""
     from tensorflow.python.ops.parallel_for import pfor
 
     registry = pfor._pfor_converter_registry
-    saved = {op: registry.get(op)
-             for op in ("DepthwiseConv2dNative", "MirrorPad", *BATCH_OPS, *TRANSPOSED_OPS)}
+    saved = {op: registry.get(op) for op in ("DepthwiseConv2dNative", "MirrorPad", "BiasAdd",
+                                             *BATCH_OPS, *TRANSPOSED_OPS)}
     registry["DepthwiseConv2dNative"] = _depthwise_conv(saved["DepthwiseConv2dNative"])
+    registry["BiasAdd"] = _bias_add(saved["BiasAdd"])
     registry["MirrorPad"] = _mirror_pad
     for op in BATCH_OPS:
         registry[op] = _batch_folded
@@ -195,6 +197,28 @@ def _transposed_conv(pfor_input, streams: int):
                         [t.dtype for t in pfor_input.outputs],
                         attrs=pfor_input.op.node_def.attr).outputs[0]
     return pfor.wrap(pfor._unflatten_first_dim(y, pfor_input.pfor.loop_len_vector), True)
+
+
+def _bias_add(shared):
+    """pfor's BiasAdd of a bias that differs per stream reshapes it wrongly
+    for data_format NCHW (Keras 3 adds a [1, T, 1] sequence to its
+    residual as a BiasAdd over axis 1: --streams failed on keras.io's
+    time-series transformer); here it is an Add of the bias laid along the
+    channel axis. A shared bias (a layer's) keeps pfor's own form."""
+
+    def convert(pfor_input):
+        import tensorflow as tf
+        from tensorflow.python.ops.parallel_for import pfor
+
+        if not pfor_input.input(1)[1]:
+            return shared(pfor_input)
+        x, bias = pfor_input.stacked_input(0), pfor_input.stacked_input(1)
+        channels = 2 if pfor_input.get_attr("data_format") == b"NCHW" else x.shape.rank - 1
+        shape = [-1] + [1] * (x.shape.rank - 1)
+        shape[channels] = bias.shape[-1]
+        return pfor.wrap(tf.add(x, tf.reshape(tf.cast(bias, x.dtype), shape)), True)
+
+    return convert
 
 
 def _depthwise_conv(per_stream):
