@@ -121,7 +121,7 @@ def test_concatenate_along_time():
 def test_stateful_with_batch_above_one():
     m = keras.Sequential([keras.Input((None, 4), batch_size=4),
                           layers.LSTM(4, stateful=True, name="sf")])
-    _expect(m, "'sf'", "stateful=True", "batch size 4")
+    _expect(m, "'sf'", "stateful=True", "batch size 4", "batch_shape=(1, ...)", "--streams 4")
 
 
 def test_illegal_op_after_lowering_names_tf_op_and_node():

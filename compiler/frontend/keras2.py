@@ -327,7 +327,10 @@ def rewrite_config(config: Any) -> tuple[Any, list[str]]:
                 if node["config"].pop("time_major"):
                     raise TfaotError(
                         f"layer '{layer_name}' ({node['class_name']}) has time_major=True "
-                        "(input (time, batch, ...)), which Keras 3 and tfaot do not support")
+                        "(input (time, batch, ...)), which Keras 3 and tfaot do not support; "
+                        "the same layer without it on (batch, time, ...) computes the same: "
+                        "make the model so (without the transposes around it), copy the "
+                        "weights (set_weights) and save that file")
             if node["class_name"] == "Functional" and \
                     str(node.get("module", "")).startswith("tf_keras"):
                 # (tf_keras's .keras archives name its own module, which Keras 3 cannot import)

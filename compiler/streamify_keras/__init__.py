@@ -545,7 +545,10 @@ def _check_batch(model, batch) -> None:
         if getattr(layer, "stateful", False):
             raise TfaotError(
                 f"layer '{layer.name}' ({type(layer).__name__}) is stateful=True "
-                f"with batch size {batch}; tfaot streams batch 1 only")
+                f"with batch size {batch}; tfaot streams batch 1 only: make the model again "
+                "on keras.Input(batch_shape=(1, ...)) and copy its weights "
+                f"(set_weights), then build that file (--streams {batch} for {batch} "
+                "independent streams)")
 
 
 #: Step input dtypes: float features, or integer token ids (into an Embedding).
