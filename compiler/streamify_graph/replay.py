@@ -275,8 +275,8 @@ class Emitter:
             self.fail(node, "mixes the sequence with a value that has no time axis but "
                       "changes from step to step (inputs: " +
                       ", ".join(f"'{i}' {m}" for i, m in zip(ins, metas)) + "): in the graph "
-                      "it is one value for the whole sequence, known once the sequence has "
-                      "ended (e.g. a mean over time subtracted from every frame); normalize "
+                      "it is one value for the whole sequence (e.g. a mean over time, known "
+                      "once the sequence has ended, subtracted from every frame); normalize "
                       "outside the model or with fixed statistics")
         if "seq" not in kinds:  # step (and static): a function of the current step only
             outs = self.emit_generic(node)

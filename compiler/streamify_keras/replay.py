@@ -473,7 +473,9 @@ class Replay:
         mask = self.frame_numbers(seq) >= 0.0 if seq.dirty and seq.delay > 0 else None
         initial = _initial_states(layer, kwargs)
         first = self.frame_numbers(seq) <= 0.0 if initial else None
-        self.broadcasts |= bool(initial)  # (its input is held: one value a stream)
+        # (an initial state from the model's other inputs: they are held, one
+        # value a stream; a constant one holds nothing)
+        self.broadcasts |= any(not isinstance(h, np.ndarray) for h in initial)
         user_mask = self._frame_mask(layer, kwargs.get("mask"), seq)
         states = [self.take_state(f"{layer.name}/{state_name(layer, i)}", shape, layer.name)
                   for i, shape in enumerate(shapes)]
