@@ -28,21 +28,28 @@ _ELEMENTWISE = ("stablehlo.add", "stablehlo.subtract", "stablehlo.multiply",
                 "stablehlo.divide", "stablehlo.maximum", "stablehlo.minimum")
 
 
+# Both rewrites first find every op to rewrite, then rewrite: the ops a
+# rewrite erases are never visited again (a walk over the block's ops that
+# erased the slices ahead of it crashed the process once, in IREE's Python
+# bindings).
+
+
 def slice_constant_operands(func_op) -> int:
     """Rewrites each such op in ``func_op`` (its slices get an op each);
     returns how many ops were rewritten."""
-    count = 0
+    planned = []
     for op in list(func_op.regions[0].blocks[0].operations):
         if op.operation.name not in _ELEMENTWISE or not _has_constant_operand(op):
             continue
         users = [use.owner for use in op.results[0].uses]
         if len(users) < 2 or any(user.operation.name != "stablehlo.slice" for user in users):
             continue  # one user: IREE fuses the op into it already
+        planned.append((op, users))
+    for op, users in planned:
         for user in users:
             _slice_first(op, user)
         op.operation.erase()
-        count += 1
-    return count
+    return len(planned)
 
 
 def fold_constant_slices(func_op) -> int:
@@ -51,7 +58,7 @@ def fold_constant_slices(func_op) -> int:
     import numpy as np
     from iree.compiler import ir
 
-    count = 0
+    planned = []
     for op in list(func_op.regions[0].blocks[0].operations):
         if op.operation.name != "stablehlo.constant" or str(
                 ir.RankedTensorType(op.results[0].type).element_type) != "f32":
@@ -61,6 +68,9 @@ def fold_constant_slices(func_op) -> int:
         if (value.is_splat or not users
                 or any(u.operation.name != "stablehlo.slice" for u in users)):
             continue
+        planned.append((op, value, users))
+    count = 0
+    for op, value, users in planned:
         array = np.array(value, dtype=np.float32).reshape(ir.RankedTensorType(value.type).shape)
         for user in users:
             starts, limits, strides = (list(ir.DenseI64ArrayAttr(user.attributes[name]))
