@@ -416,6 +416,15 @@ def test_normalized_and_patched_images_of_several_streams(tmp_path, capsys, op):
     assert ": ok" in capsys.readouterr().out
 
 
+def _two_streams_verify(model, capsys, steps: int, *flags) -> None:
+    """``model`` built with --streams 2 (and ``flags``): verify, which
+    compares each stream with TensorFlow, is ok over ``steps`` steps."""
+    out = model.parent / "out"
+    assert main(["-q", "build", str(model), "-o", str(out), "--streams", "2", *flags]) == 0
+    assert main(["verify", str(model), str(out), "--steps", str(steps)]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
 def test_images_and_video_frames_of_several_streams(tmp_path, capsys):
     """A resize and a Conv3D, which pfor has no batched form of (--streams
     refused them), fold the streams into their batch: each stream of a
@@ -428,11 +437,7 @@ def test_images_and_video_frames_of_several_streams(tmp_path, capsys):
     h = L.Conv3D(3, 3, padding="same", activation="relu")(x)
     h = L.TimeDistributed(L.Resizing(5, 5, interpolation="nearest"))(h)
     keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "clip.keras")
-    out = tmp_path / "out"
-    assert main(["-q", "build", str(tmp_path / "clip.keras"), "-o", str(out), "--streams", "2",
-                 "--whole-window"]) == 0
-    assert main(["verify", str(tmp_path / "clip.keras"), str(out), "--steps", "100"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    _two_streams_verify(tmp_path / "clip.keras", capsys, 100, "--whole-window")
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3])
@@ -451,11 +456,7 @@ def test_transposed_convolutions_of_several_streams(tmp_path, capsys, rank):
     h = up(4, 3, strides=2, padding="same", activation="relu")(x)
     h = up(3, 2, padding="valid")(h)
     keras.Model(x, h).save(tmp_path / "up.keras")
-    out = tmp_path / "out"
-    assert main(["-q", "build", str(tmp_path / "up.keras"), "-o", str(out), "--streams",
-                 "2"]) == 0
-    assert main(["verify", str(tmp_path / "up.keras"), str(out), "--steps", "30"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    _two_streams_verify(tmp_path / "up.keras", capsys, 30)
 
 
 def test_a_univariate_residual_of_several_streams(tmp_path, capsys):
@@ -470,11 +471,7 @@ def test_a_univariate_residual_of_several_streams(tmp_path, capsys):
     x = keras.Input((24, 1))
     h = L.Add()([L.Dense(1, activation="tanh")(x), x])
     keras.Model(x, L.Dense(2)(L.Flatten()(h))).save(tmp_path / "uni.keras")
-    out = tmp_path / "out"
-    assert main(["-q", "build", str(tmp_path / "uni.keras"), "-o", str(out), "--streams", "2",
-                 "--whole-window"]) == 0
-    assert main(["verify", str(tmp_path / "uni.keras"), str(out), "--steps", "30"]) == 0
-    assert ": ok" in capsys.readouterr().out
+    _two_streams_verify(tmp_path / "uni.keras", capsys, 30, "--whole-window")
 
 
 def test_a_batched_op_without_lowering_blames_streams(tmp_path, capsys, monkeypatch):
