@@ -550,11 +550,12 @@ def test_inlined_blocks_take_names_the_model_has(tmp_path, capsys):
     _build_and_verify(tmp_path / "clash.keras", str(classes), capsys)
 
 
-def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys):
-    """A weight constraint acts only in training: a Keras 3 archive whose
-    Dense clips its weights with an unregistered class of the script that
-    trained it loads without it ("Cannot deserialize object of type
-    `WeightClip`" before), and builds and verifies."""
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys, suffix):
+    """A weight constraint acts only in training: a Keras 3 archive (or
+    legacy .h5) whose Dense clips its weights with an unregistered class of
+    the script that trained it loads without it ("Cannot deserialize object
+    of type `WeightClip`" before), and builds and verifies."""
     import keras
 
     class WeightClip(keras.constraints.Constraint):
@@ -568,7 +569,7 @@ def test_a_custom_weight_constraint_needs_no_file(tmp_path, capsys):
             return {"c": self.c}
 
     x = keras.Input((None, 8))
-    path = tmp_path / "clipped.keras"
+    path = tmp_path / f"clipped{suffix}"
     keras.Model(x, keras.layers.Dense(4, kernel_constraint=WeightClip(0.5),
                                       kernel_regularizer="l2")(x)).save(path)
     model = load_model(path).keras_model

@@ -541,13 +541,9 @@ def load_h5_as_keras3(path: Path):
     import h5py
     import keras
 
-    with h5py.File(path, "r") as f:
-        raw = f.attrs.get("model_config")
-    if raw is None:
+    original = h5_model_config(path)
+    if original is None:
         raise TfaotError(f"{path}: no model config in the file (a weights-only .h5?)")
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8")
-    original = json.loads(raw)
     config, _ = rewrite_config(original)
     with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
         copy = Path(tmp) / "model.h5"
@@ -559,6 +555,39 @@ def load_h5_as_keras3(path: Path):
                 convert_weights(f["model_weights"], cudnn)
         return keras.models.load_model(copy, custom_objects=custom_objects(), compile=False,
                                        safe_mode=keras_safe_mode())
+
+
+def h5_model_config(path: Path) -> Any:
+    """The model config of an ``.h5`` file (its ``model_config`` attribute,
+    JSON); None for a file of weights only."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        raw = f.attrs.get("model_config")
+    if raw is None:
+        return None
+    return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+
+
+@contextmanager
+def h5_rewritten(path: Path, rewrite):
+    """A temporary copy of the ``.h5`` file at ``path`` whose model config
+    is ``rewrite(config)``; ``path`` itself where that changes nothing or
+    the file has no config. (A Keras 3 .h5 goes through
+    ``without_training_only``.)"""
+    import h5py
+
+    original = h5_model_config(path)
+    config = None if original is None else rewrite(original)
+    if config == original:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tfaot-k3-") as tmp:
+        copy = Path(tmp) / "model.h5"
+        shutil.copyfile(path, copy)
+        with h5py.File(copy, "r+") as f:
+            f.attrs["model_config"] = json.dumps(config)
+        yield copy
 
 
 def load_archive_as_keras3(path: Path):

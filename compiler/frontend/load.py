@@ -320,5 +320,7 @@ def _load_h5(path: Path):
 
     if keras2.is_keras2_h5(path):
         return keras2.load_h5_as_keras3(path)  # time_major handled there
-    return keras.models.load_model(path, custom_objects=custom, compile=False,
-                                   safe_mode=keras2.keras_safe_mode())
+    # (a custom weight constraint is a class the file does not hold)
+    with keras2.h5_rewritten(path, keras2.without_training_only) as readable:
+        return keras.models.load_model(readable, custom_objects=custom, compile=False,
+                                       safe_mode=keras2.keras_safe_mode())
