@@ -213,8 +213,21 @@ def _without_stateful_layers(model):
         return layer.__class__.from_config(config)
 
     twin = k.models.clone_model(model, clone_function=clone)
-    twin.set_weights(model.get_weights())
+    _copy_weights(model, twin)
     return twin
+
+
+def _copy_weights(model, twin) -> None:
+    """``model``'s weights into its rebuilt ``twin``. A preprocessing layer
+    fitted with ``adapt()`` (Normalization) holds its statistics as weights
+    but computes with tensors it derives from them in ``finalize_state()``,
+    which Keras calls as it loads a file and ``set_weights`` does not: the
+    twin normalized with mean 0 and variance 1, and verify failed a correct
+    library."""
+    twin.set_weights(model.get_weights())
+    for layer in getattr(twin, "_flatten_layers", lambda: [])():
+        if callable(getattr(layer, "finalize_state", None)):
+            layer.finalize_state()
 
 
 def fixed_time_length(model) -> int | None:
@@ -578,7 +591,7 @@ def _sequence_twin(model, open_time: bool = False):
         shape = tuple(model.inputs[0].shape)
         kwargs["input_tensors"] = k.Input(batch_shape=(shape[0], None, *shape[2:]))
     twin = k.models.clone_model(model, clone_function=clone, **kwargs)
-    twin.set_weights(model.get_weights())
+    _copy_weights(model, twin)
     return twin
 
 
@@ -622,5 +635,5 @@ def _sequential_twin(model, k, clone, open_time: bool):
         after = after or (recurrent and not layer.return_sequences)
     time = None if open_time else shape[1]
     twin = k.Sequential([k.Input(batch_shape=(shape[0], time, *shape[2:])), *layers])
-    twin.set_weights(model.get_weights())
+    _copy_weights(model, twin)
     return twin
