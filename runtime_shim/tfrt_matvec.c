@@ -10,7 +10,8 @@
  * (package/link.py). A kernel whose macro is not given is left out.
  * The weights were packed at build time as [ceil(n/T)][k][T] (T =
  * TFRT_MATVEC_TILE output lanes, zero rows pad the last tile; a matvec of
- * at most TFRT_MATVEC_SMALL_TILE rows is one tile that wide) and stay in
+ * at most TFRT_MATVEC_SMALL_TILE rows is one tile that wide; at most
+ * TFRT_MATVEC_DOT_ROWS rows or outputs, T = 1: row after row) and stay in
  * the kernel object's read-only data (w_offset 0), or, with --weights=file,
  * in a buffer of the weights that init fills (w_offset: where this
  * matrix starts in it). The offsets are in elements (bytes for int8).
@@ -72,6 +73,12 @@ TFRT_UNUSED static inline int32_t tfrt_i32_at(const void *p) {
  * (microkernel.py SMALL_TILE). */
 #define TFRT_MATVEC_TILE 32
 #define TFRT_MATVEC_SMALL_TILE 16
+/* Matrices of at most this many rows, and convolutions of at most this
+ * many outputs, are stored row after row (T = 1: microkernel.py DOT_ROWS),
+ * each output a dot product (tfrt_dot_add). In a tile, a Dense(1) over
+ * 4000 inputs took 16 times its weights (and their reading) and a
+ * Conv1D(1, 9) over 64 channels 32 times, their other lanes zeros. */
+#define TFRT_MATVEC_DOT_ROWS 4
 
 /* A fused multiply-add only where the FPU has one (never a libm call; the
  * builtin needs no math.h, also freestanding); -std=c11 keeps gcc from
@@ -115,6 +122,29 @@ static inline float tfrt_w(uint16_t h) {
 typedef float tfrt_weight;
 #define TFRT_W(v) (v)
 #endif
+
+/* A dot product's partial sums: TFRT_DOT_LANES independent multiply-add
+ * chains over consecutive inputs, which the compiler vectorises (one
+ * AVX-512 vector, two AVX2, four NEON), added pairwise at the end
+ * (tfrt_dot_sum). tfrt_dot_add adds len products of w (TO_F32 converts a
+ * stored weight) and x into acc; a patch's runs add into the same sums. */
+#define TFRT_DOT_LANES 16
+#define TFRT_DOT_ADD_OF(NAME, WTYPE, TO_F32)                                               \
+  TFRT_UNUSED static inline void NAME(float acc[TFRT_DOT_LANES], const WTYPE *w,           \
+                                      const float *x, size_t len) {                        \
+    size_t j = 0;                                                                          \
+    for (; j + TFRT_DOT_LANES <= len; j += TFRT_DOT_LANES)                                 \
+      for (size_t l = 0; l < TFRT_DOT_LANES; l++) TFRT_MAC(acc[l], TO_F32(w[j + l]), x[j + l]); \
+    for (size_t l = 0; j < len; j++, l++) TFRT_MAC(acc[l], TO_F32(w[j]), x[j]);            \
+  }
+TFRT_DOT_ADD_OF(tfrt_dot_add, tfrt_weight, TFRT_W)
+TFRT_DOT_ADD_OF(tfrt_dot_add_i8, int8_t, (float))
+
+TFRT_UNUSED static inline float tfrt_dot_sum(float acc[TFRT_DOT_LANES]) {
+  for (size_t h = TFRT_DOT_LANES / 2; h; h /= 2)
+    for (size_t l = 0; l < h; l++) acc[l] += acc[l + h];
+  return acc[0];
+}
 
 /* x86-64 with AVX2 and FMA but not AVX-512 (AMD Zen 1-3, Intel before
  * Skylake-X), f32 weights, hosted: the convolutions' blocks below written
@@ -460,6 +490,14 @@ void TFRT_MATVEC_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_
   w += w_offset;
   x += x_offset;
   y += y_offset;
+  if (n <= TFRT_MATVEC_DOT_ROWS) {
+    for (size_t i = 0; i < n; i++) {
+      float acc[TFRT_DOT_LANES] = {0};
+      tfrt_dot_add(acc, w + i * k, x, k);
+      y[i] = tfrt_dot_sum(acc);
+    }
+    return;
+  }
   if (n <= TFRT_MATVEC_SMALL_TILE) {
     tfrt_matvec_tile_16(w, x, y, k, n);
     return;
@@ -1443,11 +1481,27 @@ struct tfrt_i8_blob {
 
 TFRT_UNUSED
 static struct tfrt_i8_blob tfrt_i8_blob_of(const int8_t *w, size_t n, size_t k) {
-  const size_t T = n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE;
+  const size_t T = n <= TFRT_MATVEC_DOT_ROWS     ? 1
+                   : n <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE
+                                                 : TFRT_MATVEC_TILE;
   const size_t tiles = (n + T - 1) / T;
   const struct tfrt_i8_blob b = {T, tiles, (k + 3) / 4 * 4, (const float *)(const void *)w,
                                  w + tiles * T * sizeof(float)};
   return b;
+}
+
+/* The blob of a matrix of at most TFRT_MATVEC_DOT_ROWS rows (T = 1: its
+ * rows one after another, whatever the layout) against the f32 input x:
+ * each row a dot product in f32 (no quantized input: the few rows cost
+ * little either way), times the row's scale. */
+TFRT_UNUSED
+static void tfrt_i8_dot_rows(const struct tfrt_i8_blob *b, const float *x, size_t n, size_t k,
+                             float *y) {
+  for (size_t i = 0; i < n; i++) {
+    float acc[TFRT_DOT_LANES] = {0};
+    tfrt_dot_add_i8(acc, b->wq + i * b->k4, x, k);
+    y[i] = tfrt_dot_sum(acc) * b->row_scale[i];
+  }
 }
 
 /* A tile's sums of one chunk of inputs into y (lanes outputs from lane t):
@@ -1518,6 +1572,10 @@ void TFRT_MATVEC_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   x += x_offset;
   y += y_offset;
   const struct tfrt_i8_blob b = tfrt_i8_blob_of(w, n, k);
+  if (b.T == 1) {
+    tfrt_i8_dot_rows(&b, x, n, k, y);
+    return;
+  }
   const size_t T = b.T, tiles = b.tiles, k4 = b.k4;
   const float bad = tfrt_i8_absmax(x, k);
   if (bad != bad) {  /* NaN or Inf in x: W x is NaN, never a finite guess */
@@ -1682,6 +1740,10 @@ void TFRT_MATMUL_FN(const int8_t *w, size_t w_offset, const float *x, size_t x_o
   x += x_offset;
   y += y_offset;
   const struct tfrt_i8_blob b = tfrt_i8_blob_of(w, n, k);
+  if (b.T == 1) {
+    for (size_t s = 0; s < streams; s++) tfrt_i8_dot_rows(&b, x + s * k, n, k, y + s * n);
+    return;
+  }
   const size_t T = b.T, tiles = b.tiles, k4 = b.k4;
   tfrt_i8_in xq[TFRT_I8_STREAMS][TFRT_I8_IN_LEN];
   float block_scale[TFRT_I8_STREAMS][TFRT_I8_SCALES];
@@ -2090,6 +2152,27 @@ struct tfrt_conv {
       for (size_t l = 0; l < lanes; l++)                                             \
         y[(p0 + q) * g->n + t + l] = tfrt_post(g->post, t + l, acc[q][l]);           \
   }
+
+/* A convolution of at most TFRT_MATVEC_DOT_ROWS outputs, its filters
+ * stored one after another (T = 1): each position's patch, run by run,
+ * against each filter (tfrt_dot_add), where a tile's blocks multiplied
+ * every input by 16 or 32 lanes, all but n of them zeros. */
+static void tfrt_conv_dot(const struct tfrt_conv *g, const tfrt_weight *w, const float *x,
+                          float *y) {
+  const size_t n = g->n, runs = g->runs, run = g->run, k = runs * run;
+  const float lo = g->post[0], hi = g->post[1];
+  float bias[TFRT_MATVEC_DOT_ROWS];
+  for (size_t o = 0; o < n; o++) bias[o] = g->post[TFRT_POST_BIAS + o];
+  for (size_t p = 0; p < g->positions; p++) {
+    const float *patch = x + TFRT_PATCH_START(g, p);
+    for (size_t o = 0; o < n; o++) {
+      float acc[TFRT_DOT_LANES] = {0};
+      for (size_t r = 0; r < runs; r++)
+        tfrt_dot_add(acc, w + o * k + r * run, patch + TFRT_RUN_START(g, r), run);
+      y[p * n + o] = tfrt_clamp_to(lo, hi, tfrt_dot_sum(acc) + bias[o]);
+    }
+  }
+}
 
 /* Positions per block (TFRT_CONV_P), and per block at the end of the
  * positions (TFRT_CONV_TAIL: a streamed frame often has few), so that
@@ -2701,6 +2784,10 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
   w += w_offset;
   x += x_offset;
   y += y_offset;
+  if (n <= TFRT_MATVEC_DOT_ROWS) {
+    tfrt_conv_dot(&g, w, x, y);
+    return;
+  }
   for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
     size_t p0 = 0;
 #if defined(__x86_64__) || defined(__aarch64__) /* (a Cortex-M keeps its blocks) */

@@ -135,6 +135,12 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     (56, 640, 3, 3, 5, 6, (2, 1), (1, 2)),  # 4 positions, strided and dilated, 32 + 24
     (64, 4096, 1, 1, 1, 3, (1, 1), (1, 1)),  # 3 positions, 1 MB
     (40, 7000, 1, 1, 3, 4, (1, 1), (1, 1)),  # 12 positions, 32 + 8 lanes
+    # at most 4 outputs: filters one after another, each a dot product a position
+    (1, 64, 9, 1, 12, 1, (1, 1), (1, 1)),  # a Conv1D(1, 9) over 64 channels
+    (1, 64, 9, 1, 9, 1, (1, 1), (1, 1)),  # its streamed frame: one position
+    (3, 6, 3, 3, 9, 8, (2, 1), (1, 2)),  # strided and dilated
+    (4, 5, 1, 1, 4, 6, (1, 1), (1, 1)),  # pointwise, runs shorter than the partial sums
+    (2, 1, 10, 4, 12, 10, (2, 2), (1, 1)),  # one input channel
 ]
 
 
@@ -147,7 +153,7 @@ def test_conv_kernel_matches_numpy(kernels, case):
     x = rng.standard_normal((ih, iw, c)).astype(np.float32)
     want = _reference(x, filters, stride, dilation, 1)
     w = filters.reshape(kh * kw * c, n).T
-    got = _call(kernels["f32"].conv, weight_packing.pack(w), x, n, c, kh, kw, *want.shape[:2],
+    got = _call(kernels["f32"].conv, weight_packing.pack_conv(w), x, n, c, kh, kw, *want.shape[:2],
                 stride, dilation)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
@@ -188,7 +194,7 @@ def _call_kind(kernels, kind: str, filters, x, out_hw, post):
     kh, kw, _, n = filters.shape
     c = x.shape[-1]
     if kind == "conv":
-        return _call(kernels["f32"].conv, weight_packing.pack(filters.reshape(-1, n).T), x, n,
+        return _call(kernels["f32"].conv, weight_packing.pack_conv(filters.reshape(-1, n).T), x, n,
                      c, kh, kw, *out_hw, (1, 1), (1, 1), post=post)
     return _call(kernels["f32"].dwconv, np.ascontiguousarray(filters.reshape(kh * kw, n)), x, n,
                  c, kh, kw, *out_hw, (1, 1), (1, 1), pad=((0, 0), (0, 0)), post=post)
@@ -300,7 +306,7 @@ def test_aarch64_kernels_match_the_loop(tmp_path):
 CONV_CHECK_KERNELS = ["-DTFRT_CONV_FN=conv", "-DTFRT_DWCONV_FN=dwconv", "-DTFRT_ACT_FN=act"]
 #: the geometries of data/kernels/conv_check.c, and those it checks only
 #: hosted (their weights are more than its Cortex-M pool)
-CONV_CHECK_GEOMETRIES = 36
+CONV_CHECK_GEOMETRIES = 40
 CONV_CHECK_HOSTED = 2
 
 
@@ -329,7 +335,7 @@ def test_half_width_conv_weights(kernels):
     x = rng.standard_normal((ih, iw, c)).astype(np.float32)
     half = weight_packing.to_half(filters, "bf16")
     want = _reference(x, weight_packing.from_half(half, "bf16"), stride, dilation, 1)
-    packed = weight_packing.to_half(weight_packing.pack(filters.reshape(-1, n).T), "bf16")
+    packed = weight_packing.to_half(weight_packing.pack_conv(filters.reshape(-1, n).T), "bf16")
     got = _call(kernels["bf16"].conv, packed, x, n, c, kh, kw, *want.shape[:2], stride, dilation)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 

@@ -39,9 +39,10 @@ STEPS = 120
 #: of 1 row, odd k, an LSTM's [4u, in+u], and k over the kernel's input chunk
 #: (128 on a Cortex-M, 512 freestanding, 2048 hosted), also with a 16-row
 #: tile; groups of 4 inputs (k rounded up to 4) of every count modulo 4 (the
-#: DSP tile's loop is entered by groups % 4) and a single group
+#: DSP tile's loop is entered by groups % 4) and a single group; at most 4
+#: rows (one after another, each a dot product in f32), k past a chunk too
 SHAPES = [(12, 40), (16, 7), (33, 5), (80, 25), (512, 168), (96, 1030), (40, 2100), (16, 2100),
-          (64, 17), (32, 3), (48, 16), (40, 9)]
+          (64, 17), (32, 3), (48, 16), (40, 9), (1, 2100), (3, 17), (4, 40), (2, 3)]
 
 
 def _has_avx2() -> bool:
@@ -189,7 +190,7 @@ def test_cortex_m_f32_kernel_matches_numpy(cpu, tmp_path):
     cases = [((rng.standard_normal((n, k)) * 0.3).astype(np.float32),
               rng.standard_normal(k).astype(np.float32))
              for n, k in [(12, 40), (16, 7), (33, 5), (80, 25), (256, 104), (20, 1),
-                          (40, 60), (24, 12)]]
+                          (40, 60), (24, 12), (1, 300), (4, 37)]]
     (tmp_path / "matvec_cases.h").write_text(_cases_header(cases, "f32"))
     image = _cortex_m_image(cpu, tmp_path, ["-DTFRT_MATVEC_FN=m_kernel"])
     code = toolchains.disassembly(image, cpu)
@@ -260,7 +261,8 @@ def test_host_kernel_under_sanitizers(isa, tmp_path):
     _run(["gcc", "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", *flags,
           "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTFRT_MATVEC_INT8",
           "-DTFRT_MATVEC_FN=m_kernel", "-I", tmp_path, DATA / "kernels" / "matvec_check.c",
-          shim_dir() / "tfrt_matvec.c", "-o", exe])
+          # (-lm: the emulated ISA's __FMA__ without -mfma makes fmaf a call)
+          shim_dir() / "tfrt_matvec.c", "-o", exe, "-lm"])
     _check_kernel_output(subprocess.run([exe], capture_output=True, text=True, timeout=120),
                          cases)
 

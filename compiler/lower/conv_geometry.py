@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .int8_weights import pack_qconv, qconv_runs, qconv_scratch_bytes
-from .weight_packing import TILE, pack
+from .weight_packing import TILE, pack_conv
 
 #: The convolutions' kernels on f16 images (--intermediates=f16:
 #: runtime_shim/tfrt_half.h) by the kind of f32 images' kernel each is
@@ -123,7 +123,7 @@ class ConvGeometry:
         """The weights as the kernel reads them (tfrt_matvec.c)."""
         if self.int8:
             return pack_qconv(self.weights, *qconv_runs(self.c, self.kh, self.kw, self.dw), TILE)
-        return self.weights if self.depthwise else pack(self.weights)
+        return self.weights if self.depthwise else pack_conv(self.weights)
 
     @property
     def kernel_args(self) -> tuple[int, ...]:

@@ -58,9 +58,13 @@ def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int,
     """``W x`` with W's rows in int8 (quantize_int8) and each ``block`` of x
     rounded (half away from zero, or to even) to integers of magnitude up
     to ``top_q`` with one scale, max|x_block| / top_q in f32; exact integer
-    sums."""
+    sums. A matrix of at most DOT_ROWS rows keeps x in f32."""
+    from .weight_packing import DOT_ROWS
+
     q, scale = quantize_int8(w)
     x = np.asarray(x, np.float32)
+    if len(q) <= DOT_ROWS:  # row after row: the input as it is (tfrt_i8_dot_rows)
+        return ((q.astype(np.float64) @ x.astype(np.float64)) * scale).astype(np.float32)
     total = np.zeros(len(q))
     for first in range(0, len(x), block):
         part = x[first:first + block]

@@ -35,7 +35,9 @@ INT8_MIN_WEIGHTS or more to the int8 matmul kernel instead
 stream equals the one-stream build bit for bit).
 
 * The weights are packed here, at build time, as ``[ceil(N/T)][K][T]``
-  (``T = TILE`` output lanes, zero rows pad the last tile) into a
+  (``T = TILE`` output lanes, zero rows pad the last tile; a matvec of at
+  most SMALL_TILE rows is one tile that wide; of at most DOT_ROWS rows or
+  outputs, ``T = 1``: row after row, each output a dot product) into a
   ``memref.global`` constant of the executable (generic op form: the only
   one that takes its ``alignment``), so they end up in the kernel object's
   read-only data: no RAM copy, nothing to do in ``init``. With weights as
@@ -79,7 +81,7 @@ import numpy as np
 from . import channel_gate, kernel_calls, kernel_dispatch
 from .conv_epilogue import attr_ints, epilogue_of, with_input_padding
 from .conv_geometry import HALF_KINDS, ConvGeometry, patches_as_rows
-from .weight_packing import TILE, matvec_tile, pack, pack_int8, weight_data
+from .weight_packing import DOT_ROWS, conv_tile, matvec_tile, pack, pack_int8, weight_data
 from ..errors import TfaotError
 
 #: Matvecs with fewer weights stay with IREE. None do: even SimpleRNN(16)'s
@@ -325,7 +327,7 @@ def _gate_into_weights(op, conv: ConvGeometry, x, dtype: str):
             or kernel_dtype(conv.kind, dtype) != "f32"):
         return None
     gate = channel_gate.gate_of(x, conv.c, op)
-    packed = -(-conv.n // TILE) * TILE * conv.kh * conv.kw * conv.c
+    packed = -(-conv.n // conv_tile(conv.n)) * conv_tile(conv.n) * conv.kh * conv.kw * conv.c
     return gate if gate and channel_gate.worth_it(packed, conv.ih * conv.iw * conv.c) else None
 
 
@@ -366,8 +368,11 @@ def _kernel_of(op, kinds: tuple[str, ...], dtype: str, min_weights: int,
     conv = constant_conv(op, 0) or _constant_matmul(op, min_weights)
     if conv is not None and not conv.depthwise and conv.weights.size < min_weights:
         conv = None  # (depthwise filters are small whatever the model)
+    # (a convolution of at most DOT_ROWS outputs keeps f32 filters row after
+    # row: the int8 kernel's 32-lane tiles are 8 to 32 times their bytes)
     if (conv is not None and dtype == "int8" and "qconv" in kinds and not conv.depthwise
-            and conv.weights.size >= matvec_min and conv.run >= INT8_MIN_RUN
+            and conv.n > DOT_ROWS and conv.weights.size >= matvec_min
+            and conv.run >= INT8_MIN_RUN
             and conv.weights.shape[1] <= INT8_MAX_PATCH):
         conv = replace(conv, int8=True)
     if conv is None or conv.kind not in kinds:

@@ -14,6 +14,11 @@ TILE = 32
 #: Matvecs of at most this many rows are packed as one tile this wide
 #: (TFRT_MATVEC_SMALL_TILE): no zero lanes to read (e.g. a Dense(12) head).
 SMALL_TILE = 16
+#: Matvecs of at most this many rows, and convolutions of at most this many
+#: outputs, are packed row after row (tile 1, TFRT_MATVEC_DOT_ROWS): each
+#: output a dot product. In a tile, a Dense(1) over 4000 inputs took 16
+#: times its weights in flash and a Conv1D(1, 9) over 64 channels 32 times.
+DOT_ROWS = 4
 
 
 def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
@@ -27,7 +32,19 @@ def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
 
 def matvec_tile(n: int) -> int:
     """Output lanes per packed tile of an ``n``-row matvec (tfrt_matvec.c's rule)."""
-    return SMALL_TILE if n <= SMALL_TILE else TILE
+    return 1 if n <= DOT_ROWS else SMALL_TILE if n <= SMALL_TILE else TILE
+
+
+def conv_tile(n: int) -> int:
+    """Output lanes per packed tile of a convolution of ``n`` outputs (f32
+    and half-width weights; tfrt_matvec.c's rule)."""
+    return 1 if n <= DOT_ROWS else TILE
+
+
+def pack_conv(w: np.ndarray) -> np.ndarray:
+    """A convolution's filters ``W[N, taps * channels]`` as its kernel reads
+    them: ``pack`` in tiles of ``conv_tile(N)`` lanes."""
+    return pack(w, conv_tile(w.shape[0]))
 
 
 def to_half(w: np.ndarray, dtype: str) -> np.ndarray:
@@ -70,7 +87,10 @@ def pack_int8(w: np.ndarray, layout: str = "lanes") -> np.ndarray:
       pairs) over all inputs;
     * "rows" (Helium, tfrt_i8_rows_tile): the rows as they are, ``[ceil(N/T) *
       T][K4]``, so that a row's 16 weights of a block of inputs are one
-      vector for VMLADAV."""
+      vector for VMLADAV.
+
+    A matrix of at most DOT_ROWS rows (T = 1) is ``[N][K4]`` in every
+    layout (tfrt_i8_dot_rows)."""
     if layout not in INT8_LAYOUTS:
         raise ValueError(f"int8 layout {layout!r}")
     q, scale = quantize_int8(w)
@@ -80,7 +100,7 @@ def pack_int8(w: np.ndarray, layout: str = "lanes") -> np.ndarray:
     padded = np.zeros((tiles * tile, k4), np.int8)
     padded[:n, :k] = q
     packed = padded.reshape(tiles, tile, k4 // 4, 4).transpose(0, 2, 1, 3)
-    if layout == "paired":
+    if layout == "paired" and tile > 1:
         packed = pair_lanes(packed).reshape(tiles, k4 // 4, tile // 4, 16).transpose(0, 2, 1, 3)
     elif layout == "rows":
         packed = padded

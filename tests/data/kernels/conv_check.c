@@ -25,7 +25,9 @@ void dwconv(const float *w, size_t w_offset, const float *x, size_t x_offset, fl
             size_t sw, size_t dh, size_t dw);
 void act(float *y, size_t y_offset, size_t count, size_t act);
 
-enum { TILE = 32 };
+/* packed lanes per tile; filters of at most DOT_ROWS outputs are stored
+ * one after another (tile 1: tfrt_matvec.c TFRT_MATVEC_DOT_ROWS) */
+enum { TILE = 32, DOT_ROWS = 4 };
 
 /* e^z for the reference (no libm on bare metal): (e^(z/64))^64, the
  * series to 20 terms; relative error about 1e-12 for |z| < 100 */
@@ -57,7 +59,8 @@ static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw,
   const size_t ph = ih + pad[0] + pad[1], pw = iw + pad[2] + pad[3];
   const size_t oh = (ph - dh * (kh - 1) - 1) / sh + 1, ow = (pw - dw * (kw - 1) - 1) / sw + 1;
   const size_t groups = mult ? c : 1, cg = c / groups, k = kh * kw * cg;
-  const size_t tiles = (n + TILE - 1) / TILE, wsize = mult ? kh * kw * n : tiles * TILE * k;
+  const size_t lanes = n <= DOT_ROWS ? 1 : TILE, tiles = (n + TILE - 1) / TILE;
+  const size_t wsize = mult ? kh * kw * n : (n + lanes - 1) / lanes * lanes * k;
   float *filters = malloc(kh * kw * cg * n * sizeof(float)); /* [kh][kw][cg][n] */
   float *w = calloc(wsize, sizeof(float)), *x = malloc(ih * iw * c * sizeof(float));
   float *y = malloc(oh * ow * n * sizeof(float));
@@ -72,7 +75,7 @@ static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw,
   post[2] = (float)activation;
   for (size_t tap = 0; tap < kh * kw * cg; tap++)
     for (size_t o = 0; o < n; o++)
-      w[mult ? tap * n + o : (o / TILE) * k * TILE + tap * TILE + o % TILE] = filters[tap * n + o];
+      w[mult ? tap * n + o : (o / lanes) * k * lanes + tap * lanes + o % lanes] = filters[tap * n + o];
   if (mult)
     dwconv(w, 0, x, 0, y, 0, post, n, c, kh, kw, ih, iw, pad[0], pad[2], oh, ow, sh, sw, dh, dw);
   else
@@ -159,6 +162,13 @@ int main(void) {
        * of 32 + 8 outputs; a 2-D patch, dilated in width, of 33 */
       {40, 64, 1, 3, 1, 3, 0, 0, 0, 0, 1, 1, 1, 1, 0},
       {33, 20, 3, 3, 3, 5, 0, 0, 0, 0, 1, 2, 1, 2, 0},
+      /* at most DOT_ROWS outputs, one filter after another: a Conv1D(1, 9)
+       * over 40 channels at 3 positions, 3 outputs of a strided and dilated
+       * 2-D patch, a pointwise 4 of 5 channels, 2 of one input channel */
+      {1, 40, 9, 1, 11, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {3, 6, 3, 3, 9, 8, 0, 0, 0, 0, 2, 1, 1, 2, 0},
+      {4, 5, 1, 1, 4, 6, 0, 0, 0, 0, 1, 1, 1, 1, 0},
+      {2, 1, 10, 4, 12, 10, 0, 0, 0, 0, 2, 2, 1, 1, 0},
 #ifndef CHECK_BARE_METAL /* (over 1 MB of weights: more than the pool) */
       /* few positions and weights no L2 holds (AVX2: all positions over a
        * chunk of rows at a time): 10 positions (a last block of 1) and
