@@ -108,3 +108,26 @@ def test_a_subclassed_model_is_refused(tmp_path):
     net.save(tmp_path / "net.keras")
     with pytest.raises(TfaotError, match="a subclassed model's graph is its Python code"):
         load_model(tmp_path / "net.keras", GraphOptions(inputs="x_t:1x8x8x3"))
+
+
+def test_a_one_input_list_verifies_without_keras_warning(tmp_path, capsys):
+    """keras.applications built on input_tensor= list their one input;
+    verify called such a model with the tensor itself, and Keras printed a
+    UserWarning about the inputs' structure in the middle of verify's
+    report (its numbers were right)."""
+    import warnings
+
+    import keras
+    from keras import layers as L
+
+    keras.utils.set_random_seed(0)
+    x = keras.Input((8, 8, 3))
+    path = tmp_path / "listed.keras"
+    keras.Model([x], L.Dense(2)(L.Flatten()(L.Conv2D(4, 3, activation="relu")(x)))).save(path)
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["verify", str(path), str(tmp_path / "lib"), "--steps", "3"]) == 0
+    assert not [w for w in caught if "structure of `inputs`" in str(w.message)], \
+        [str(w.message) for w in caught]
+    assert capsys.readouterr().out.strip().endswith(": ok")

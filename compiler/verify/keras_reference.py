@@ -153,8 +153,15 @@ def keras_reference_model(loaded, keep_stateful: bool = False):
     framework that wrote it (tf_keras for a Keras 2 ``.h5`` or ``.keras``),
     a subclassed model or custom blocks as the file defines them; its
     stateful recurrent layers made stateless unless ``keep_stateful``."""
+    import warnings
+
     from ..frontend import keras2
 
+    # A model whose inputs are a one-input list (keras.applications built
+    # on input_tensor=) called with the tensor itself: Keras warns that the
+    # structure differs, and computes the same.
+    warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match",
+                            category=UserWarning)
     if keras2.is_keras2_file(loaded.path, loaded.format):
         model = keras2.load_reference(loaded.path, loaded.format)
     elif loaded.keras_original is not None:  # the user's own calls, not their trace
