@@ -560,8 +560,9 @@ def _fixed_time_reference(model, x: np.ndarray, length: int,
     # No usable twin: only what the model itself defines, its T steps.
     if steps != length:
         raise TfaotError(
-            f"the model takes exactly {length} time steps and has no open-time twin "
-            f"to compare other lengths with; verify it with --steps {length}")
+            f"the model takes exactly {length} time steps, and a copy of it open in "
+            f"time (to compare {steps} steps) did not compute what it computes; verify "
+            f"it with --steps {length}")
     if sequence_output:
         return np.stack([full[:, t] for t in range(length)])
     return full[None]  # a last output: only the last step is defined
