@@ -8,7 +8,8 @@ For the four reference models
     rnn16       8 -> SimpleRNN(16) -> Dense(2)
 
 (and with --series the LSTM(u) scaling series, 40 -> LSTM(u) -> Dense(12)
-for u = 32...1024) it builds the library with `tfaot build` once per variant (default:
+for u = 32...1024; with --models dense4000x1 a Dense(1) over 4000 inputs,
+a narrow head) it builds the library with `tfaot build` once per variant (default:
 tfaot's matvec micro-kernel, ``--matvec=tfaot``, also with its weights stored
 at half width, ``--weights-dtype=bf16`` / ``f16``; IREE's kernels with the
 weights packed at init, ``--pack-weights``, and not, ``--no-pack-weights``),
@@ -74,6 +75,10 @@ REFERENCE = list(MODELS)
 #: the LSTM(u) scaling series (--series): 40 -> LSTM(u) -> Dense(12)
 SERIES = [f"lstm{u}x40" for u in (32, 64, 128, 256, 512, 1024)]
 MODELS.update({f"lstm{u}x40": (40, [("LSTM", u)], 12) for u in (32, 64, 128, 256, 512, 1024)})
+#: a narrow head on a wide input (--models dense4000x1): a regressor's or a
+#: binary classifier's Dense(1) over 4000 features, its weights stored row
+#: after row (weight_packing.DOT_ROWS), not in a 16-lane tile
+MODELS["dense4000x1"] = (4000, [], 1)
 
 #: variant -> extra `tfaot build` arguments: tfaot's matvec micro-kernel
 #: (weights packed at build time, read-only; f32, or stored as bf16 / f16,

@@ -73,7 +73,8 @@ def choose_mode(g, shape, a: int | None, explicit_axis: bool, fixed_window: str,
             if fixed_window == "whole":
                 raise Fail(f"--whole-window needs a fixed length, and axis {a} of the input "
                            "is open: give its shape with --inputs NAME:SHAPE, or build "
-                           "without --whole-window to stream")
+                           "without --whole-window, which streams the graph where its "
+                           "ops allow")
             return "prefix", f"axis {a} of the input is open"
         return "stateless", "the input's only open axis is the batch"
     choice = stream_choice.choose(fixed_window, shape, dtype, axis_given=explicit_axis)

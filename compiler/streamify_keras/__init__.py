@@ -239,8 +239,9 @@ def _stream_choice(model, requested: str) -> stream_choice.Choice:
         # (asked for and not done, the build gave a stream with exit 0)
         raise NeedsFixedLength(f"--whole-window needs a fixed length, and axis 1 of input "
                                f"{_shape_text(shape)} is open: give the input its length "
-                               "(keras.Input((T, ...))), or build without --whole-window to "
-                               "stream", "--whole-window was asked")
+                               "(keras.Input((T, ...))), or build without --whole-window, "
+                               "which streams the model where its layers allow",
+                               "--whole-window was asked")
     if _has_recurrent_layer(model):
         if requested == "whole" and _fixed_length(model) is not None:
             return stream_choice.Choice("whole", "asked with --whole-window")
