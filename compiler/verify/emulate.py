@@ -107,7 +107,9 @@ def run_sequence(lib, xs: list[np.ndarray]) -> list[tuple]:
         tmp = Path(tmp)
         (tmp / "in.bin").write_bytes(_pack_inputs(lib, xs).tobytes())
         image = _link(lib, emu, steps, tmp)
-        _progress(f"{steps} steps under {emu.what} ...")
+        # (every step of the input: those before a window fills run too,
+        # and the report counts only the steps it compares)
+        _progress(f"stepping the library {steps} times under {emu.what} ...")
         start = time.monotonic()
         proc = subprocess.run([*emu.run, str(image)], capture_output=True, text=True,
                               timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=tmp)
