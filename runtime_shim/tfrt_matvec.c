@@ -2126,19 +2126,35 @@ struct tfrt_conv {
   size_t n, c, kw, iw, ow, sh, sw, dh, dw, runs, run, positions;
   const float *post;
   int apart; /* a pointwise layer of stride 1, unpadded (TFRT_PATCH_STARTS) */
+  /* weights per packed row: the tile's lanes, TFRT_CONV_TILE_OF(n) */
+  size_t stride;
 };
+
+/* Before a loop over the 16 lanes of a tile (tfrt_conv_one_16, the C
+ * blocks' tiles of 16): gcc 12 unrolled such a loop completely and then
+ * kept its multiply-adds scalar (a streamed Conv1D(16, 3) frame 0.21 ->
+ * 0.77 us on AVX-512); left a loop, it is vectorised. Loops over 32 lanes
+ * are vectorised as they are. */
+#define TFRT_LANES_16 _Pragma("GCC unroll 1")
+#define TFRT_LANES_32
+
+/* Lanes of a convolution's packed tiles: 16 for a layer of at most 16
+ * outputs, else 32 (microkernel.py conv_tile; at most
+ * TFRT_MATVEC_DOT_ROWS outputs: row after row, tfrt_conv_dot). A layer of
+ * 8 outputs stored 4 times its weights in tiles of 32. */
+#define TFRT_CONV_TILE_OF(n) ((n) <= TFRT_MATVEC_SMALL_TILE ? TFRT_MATVEC_SMALL_TILE : TFRT_MATVEC_TILE)
 
 /* One block of P output positions from p0 (fewer at the end: the last
  * position is recomputed, not stored) times the T output lanes of the
  * packed tile w from lane t: every weight row loaded serves P positions.
  * The taps are walked as rows of contiguous inputs (a whole filter row when
- * dw == 1). A macro, instantiated for the two block sizes below, each with
- * its own exactly sized array: gcc keeps those in registers, not one array
- * sized for both. */
-#define TFRT_CONV_BLOCK(P)                                                            \
-  static void tfrt_conv_block_##P(const struct tfrt_conv *g, const tfrt_weight *w,   \
-                                  const float *x, float *y, size_t p0, size_t t) {   \
-    enum { T = TFRT_MATVEC_TILE };                                                   \
+ * dw == 1). A macro, instantiated for the two block sizes below and the
+ * two tile widths, each with its own exactly sized array: gcc keeps those
+ * in registers, not one array sized for both. */
+#define TFRT_CONV_BLOCK(P, T)                                                         \
+  TFRT_UNUSED static void tfrt_conv_block_##P##_##T(                                 \
+      const struct tfrt_conv *g, const tfrt_weight *w, const float *x, float *y,     \
+      size_t p0, size_t t) {                                                         \
     const size_t runs = g->runs, run = g->run, positions = g->positions;             \
     const float *at[P]; /* first input of each position's window */                 \
     TFRT_PATCH_STARTS(g, x, p0, P, positions, at);                                   \
@@ -2149,7 +2165,8 @@ struct tfrt_conv {
         const tfrt_weight *wl = w + e * T;                                           \
         for (size_t q = 0; q < P; q++) {                                             \
           const float xv = at[q][skip + e];                                          \
-          for (size_t l = 0; l < T; l++) TFRT_MAC(acc[q][l], TFRT_W(wl[l]), xv);     \
+          TFRT_LANES_##T for (size_t l = 0; l < T; l++)                            \
+              TFRT_MAC(acc[q][l], TFRT_W(wl[l]), xv);                                \
         }                                                                            \
       }                                                                              \
     }                                                                                \
@@ -2197,22 +2214,23 @@ static void tfrt_conv_dot(const struct tfrt_conv *g, const tfrt_weight *w, const
 #define TFRT_CONV_TAIL 4
 #endif
 /* (the indirection expands the macros before ## pastes them) */
-#define TFRT_CONV_BLOCKS(P, TAIL) TFRT_CONV_BLOCK(P) TFRT_CONV_BLOCK(TAIL)
-#define TFRT_CONV_BLOCK_FN(P) tfrt_conv_block_##P
-#define TFRT_CONV_BLOCK_OF(P) TFRT_CONV_BLOCK_FN(P)
-TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL)
+#define TFRT_CONV_BLOCKS(P, TAIL, T) TFRT_CONV_BLOCK(P, T) TFRT_CONV_BLOCK(TAIL, T)
+#define TFRT_CONV_BLOCK_FN(P, T) tfrt_conv_block_##P##_##T
+#define TFRT_CONV_BLOCK_OF(P, T) TFRT_CONV_BLOCK_FN(P, T)
+TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL, 32)
+TFRT_CONV_BLOCKS(TFRT_CONV_P, TFRT_CONV_TAIL, 16)
 
 /* A layer of one output position (a streamed Conv1D's frame: its window
  * of taps against the filter, a matrix-vector product): the tile's 32
- * lanes with two sums each (even and odd inputs of a run), as the matvec's
- * tiles, where the blocks above computed the position 2 to 4 times over
+ * lanes with two sums each (even and odd inputs of a run; a tile of 16
+ * lanes four, for as many independent chains), as the matvec's tiles, where the blocks above computed the position 2 to 4 times over
  * (the last one repeated) in one chain per lane. A TCN's Conv1D(64, 3)
  * frame 0.70 -> 0.53 us, 40 outputs 1.09 -> 0.54 (AVX2, Zen 3 class). On
  * x86-64 and aarch64, whose vector registers hold the 64 sums; a Cortex-M
  * keeps its blocks (tfrt_conv_m8x2; Helium: the C blocks), which its
  * bench_mcu.py figures were measured with. */
-TFRT_UNUSED static void tfrt_conv_one(const struct tfrt_conv *g, const tfrt_weight *w,
-                                      const float *x, float *y, size_t t) {
+TFRT_UNUSED static void tfrt_conv_one_32(const struct tfrt_conv *g, const tfrt_weight *w,
+                                         const float *x, float *y, size_t t) {
   enum { T = TFRT_MATVEC_TILE };
   const size_t runs = g->runs, run = g->run;
   float even[T] = {0}, odd[T] = {0};
@@ -2230,6 +2248,41 @@ TFRT_UNUSED static void tfrt_conv_one(const struct tfrt_conv *g, const tfrt_weig
   }
   const size_t lanes = g->n - t < T ? g->n - t : T;
   for (size_t l = 0; l < lanes; l++) y[t + l] = tfrt_post(g->post, t + l, even[l] + odd[l]);
+}
+
+/* The same for a tile of 16 lanes, four sums a lane (inputs e mod 4): as
+ * many independent chains as 32 lanes' two (with AVX-512, one vector a
+ * sum; two sums a lane elsewhere, whose vectors are narrower: four spilled
+ * SSE2's 16 registers). */
+#ifdef __AVX512F__
+#define TFRT_ONE16_S2 s2
+#define TFRT_ONE16_S3 s3
+#else
+#define TFRT_ONE16_S2 s0
+#define TFRT_ONE16_S3 s1
+#endif
+TFRT_UNUSED static void tfrt_conv_one_16(const struct tfrt_conv *g, const tfrt_weight *w,
+                                         const float *x, float *y, size_t t) {
+  enum { T = TFRT_MATVEC_SMALL_TILE };
+  const size_t runs = g->runs, run = g->run;
+  float s0[T] = {0}, s1[T] = {0}, s2[T] = {0}, s3[T] = {0};
+  for (size_t r = 0; r < runs; r++, w += run * T) {
+    const float *xr = x + TFRT_RUN_START(g, r);
+    size_t e = 0;
+    for (; e + 4 <= run; e += 4) {
+      const float x0 = xr[e], x1 = xr[e + 1], x2 = xr[e + 2], x3 = xr[e + 3];
+      const tfrt_weight *w0 = w + e * T, *w1 = w0 + T, *w2 = w1 + T, *w3 = w2 + T;
+      TFRT_LANES_16 for (size_t l = 0; l < T; l++) TFRT_MAC(s0[l], TFRT_W(w0[l]), x0);
+      TFRT_LANES_16 for (size_t l = 0; l < T; l++) TFRT_MAC(s1[l], TFRT_W(w1[l]), x1);
+      TFRT_LANES_16 for (size_t l = 0; l < T; l++) TFRT_MAC(TFRT_ONE16_S2[l], TFRT_W(w2[l]), x2);
+      TFRT_LANES_16 for (size_t l = 0; l < T; l++) TFRT_MAC(TFRT_ONE16_S3[l], TFRT_W(w3[l]), x3);
+    }
+    for (; e < run; e++)
+      TFRT_LANES_16 for (size_t l = 0; l < T; l++) TFRT_MAC(s0[l], TFRT_W(w[e * T + l]), xr[e]);
+  }
+  const size_t lanes = g->n - t < T ? g->n - t : T;
+  for (size_t l = 0; l < lanes; l++)
+    y[t + l] = tfrt_post(g->post, t + l, (s0[l] + s1[l]) + (s2[l] + s3[l]));
 }
 
 /* 32-bit Arm with a scalar FPU (Cortex-M4F/M7/M33), f32 weights: a block
@@ -2254,11 +2307,10 @@ TFRT_UNUSED static void tfrt_conv_one(const struct tfrt_conv *g, const tfrt_weig
   }
 
 /* Positions p0 and p0 + 1 (p0 twice at the end) times lanes t..t+7; w
- * points at lane t of its packed tile (rows TFRT_MATVEC_TILE apart). */
+ * points at lane t of its packed tile (rows g->stride apart). */
 static void tfrt_conv_m8x2(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                            size_t p0, size_t t) {
-  enum { T = TFRT_MATVEC_TILE };
-  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const size_t runs = g->runs, run = g->run, positions = g->positions, T = g->stride;
   const size_t p1 = p0 + 1 < positions ? p0 + 1 : p0;
   const float *a0 = x + TFRT_PATCH_START(g, p0), *a1 = x + TFRT_PATCH_START(g, p1);
   /* The bias is added at the store, not the sums' start: summed onto a
@@ -2349,8 +2401,7 @@ static inline void tfrt_prefetch_row(const float *w, size_t rows) {
  * 7.9-10.2 -> 7.6-8.2 ms in three alternating runs on a Zen 3 class EPYC). */
 static void tfrt_conv_avx2(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                            size_t p0, size_t t) {
-  enum { T = TFRT_MATVEC_TILE };
-  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const size_t runs = g->runs, run = g->run, positions = g->positions, T = g->stride;
   const int first = p0 == 0 && t % T == 0;
   const float *at[6];
   TFRT_PATCH_STARTS(g, x, p0, 6, positions, at);
@@ -2481,8 +2532,7 @@ static void tfrt_conv_avx2_few(const struct tfrt_conv *g, const float *w, const 
 enum { TFRT_AVX2_8_P = 10 };
 static void tfrt_conv_avx2_8(const struct tfrt_conv *g, const float *w, const float *x, float *y,
                              size_t p0, size_t t) {
-  enum { T = TFRT_MATVEC_TILE };
-  const size_t runs = g->runs, run = g->run, positions = g->positions;
+  const size_t runs = g->runs, run = g->run, positions = g->positions, T = g->stride;
   const float *at[TFRT_AVX2_8_P];
   TFRT_PATCH_STARTS(g, x, p0, TFRT_AVX2_8_P, positions, at);
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
@@ -2698,7 +2748,7 @@ enum { TFRT_CONV512_HALF_P = 16 };
 static inline __attribute__((always_inline)) void tfrt_conv512_half(
     const struct tfrt_conv *g, const float *w, const float *x, float *y, size_t t, size_t p0,
     size_t oy, size_t ox, const size_t P) {
-  enum { T = TFRT_MATVEC_TILE };
+  const size_t T = g->stride;
   const size_t lanes = g->n - t;
   const __mmask16 m0 = lanes >= 16 ? 0xFFFF : (__mmask16)((1u << lanes) - 1);
   const float *at[TFRT_CONV512_HALF_P];
@@ -2726,27 +2776,29 @@ static inline __attribute__((always_inline)) void tfrt_conv512_half(
                           tfrt_clamp512(clamp, _mm512_add_ps(a[q], bias)));
 }
 
-/* Lanes t..t+15 (n - t <= 16) of every position (at least 16): blocks of
- * 16, the rest in one block of 8 or 4 moved back to end at the last
- * position, or a block of 16 where more are left. */
+/* Lanes t..t+15 (n - t <= 16) of every position (at least 4): blocks of
+ * 16, the rest in the largest block of 16, 8 or 4 that fits in all the
+ * positions, moved back to end at the last one (as tfrt_conv_avx512). A
+ * layer of at most 16 outputs (one tile of 16 lanes, whose rows the
+ * 32-lane blocks would read past) takes these from 4 positions. */
 static void tfrt_conv_avx512_half(const struct tfrt_conv *g, const float *w, const float *x,
                                   float *y, size_t t) {
-  enum { P = TFRT_CONV512_HALF_P };
   const size_t positions = g->positions;
-  size_t p0 = 0, oy = 0, ox = 0;
-  for (; p0 + P <= positions; p0 += P) {
-    tfrt_conv512_half(g, w, x, y, t, p0, oy, ox, P);
-    for (ox += P; ox >= g->ow; ox -= g->ow) oy++;
+  size_t oy = 0, ox = 0; /* of p0, stepped */
+  for (size_t p0 = 0; p0 < positions;) {
+    const size_t rest = positions - p0;
+    const size_t size = rest > 8 && positions >= 16 ? 16 : rest > 4 && positions >= 8 ? 8 : 4;
+    const size_t start = p0 + size <= positions ? p0 : positions - size;
+    if (start != p0) oy = start / g->ow, ox = start % g->ow;
+    if (size == 16)
+      tfrt_conv512_half(g, w, x, y, t, start, oy, ox, 16);
+    else if (size == 8)
+      tfrt_conv512_half(g, w, x, y, t, start, oy, ox, 8);
+    else
+      tfrt_conv512_half(g, w, x, y, t, start, oy, ox, 4);
+    p0 = start + size;
+    for (ox += size; ox >= g->ow; ox -= g->ow) oy++;
   }
-  const size_t rest = positions - p0;
-  if (rest == 0) return;
-  const size_t size = rest > 8 ? 16 : rest > 4 ? 8 : 4, start = positions - size;
-  if (size == 16)
-    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 16);
-  else if (size == 8)
-    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 8);
-  else
-    tfrt_conv512_half(g, w, x, y, t, start, start / g->ow, start % g->ow, 4);
 }
 
 /* Lanes t..t+31 of every position (at least 4): blocks of 12, the rest in
@@ -2785,7 +2837,8 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
                   size_t dw) {
   const struct tfrt_conv g = {n,  c,  kw, iw, ow, sh, sw, dh, dw, dw == 1 ? kh : kh * kw,
                               dw == 1 ? kw * c : c, oh * ow, post,
-                              kh == 1 && kw == 1 && sh == 1 && sw == 1 && iw == ow};
+                              kh == 1 && kw == 1 && sh == 1 && sw == 1 && iw == ow,
+                              TFRT_CONV_TILE_OF(n)};
   const size_t k = kh * kw * c;
   w += w_offset;
   x += x_offset;
@@ -2794,11 +2847,16 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
     tfrt_conv_dot(&g, w, x, y);
     return;
   }
+  /* (a layer of 16 outputs or fewer is one tile of 16 lanes) */
+  const int narrow = g.stride == TFRT_MATVEC_SMALL_TILE;
   for (size_t t = 0; t < n; t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE) {
     size_t p0 = 0;
 #if defined(__x86_64__) || defined(__aarch64__) /* (a Cortex-M keeps its blocks) */
     if (g.positions == 1) {
-      tfrt_conv_one(&g, w, x, y, t);
+      if (narrow)
+        tfrt_conv_one_16(&g, w, x, y, t);
+      else
+        tfrt_conv_one_32(&g, w, x, y, t);
       continue;
     }
 #endif
@@ -2814,7 +2872,7 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
       t += TFRT_MATVEC_TILE, w += k * TFRT_MATVEC_TILE;
       continue;
     }
-    if (g.positions >= TFRT_CONV512_HALF_P && n - t <= 16) {
+    if ((g.positions >= TFRT_CONV512_HALF_P || (narrow && g.positions >= 4)) && n - t <= 16) {
       tfrt_conv_avx512_half(&g, w, x, y, t);
       continue;
     }
@@ -2863,10 +2921,15 @@ void TFRT_CONV_FN(const tfrt_weight *w, size_t w_offset, const float *x, size_t 
     }
 #endif
     for (; p0 < g.positions; p0 += TFRT_CONV_P) {
-      if (g.positions - p0 <= TFRT_CONV_TAIL)
-        TFRT_CONV_BLOCK_OF(TFRT_CONV_TAIL)(&g, w, x, y, p0, t);
+      const int tail = g.positions - p0 <= TFRT_CONV_TAIL;
+      if (narrow && tail)
+        TFRT_CONV_BLOCK_OF(TFRT_CONV_TAIL, 16)(&g, w, x, y, p0, t);
+      else if (narrow)
+        TFRT_CONV_BLOCK_OF(TFRT_CONV_P, 16)(&g, w, x, y, p0, t);
+      else if (tail)
+        TFRT_CONV_BLOCK_OF(TFRT_CONV_TAIL, 32)(&g, w, x, y, p0, t);
       else
-        TFRT_CONV_BLOCK_OF(TFRT_CONV_P)(&g, w, x, y, p0, t);
+        TFRT_CONV_BLOCK_OF(TFRT_CONV_P, 32)(&g, w, x, y, p0, t);
     }
   }
 }

@@ -135,6 +135,11 @@ CONVS = [  # n, c, kh, kw, ih, iw, stride, dilation
     (56, 640, 3, 3, 5, 6, (2, 1), (1, 2)),  # 4 positions, strided and dilated, 32 + 24
     (64, 4096, 1, 1, 1, 3, (1, 1), (1, 1)),  # 3 positions, 1 MB
     (40, 7000, 1, 1, 3, 4, (1, 1), (1, 1)),  # 12 positions, 32 + 8 lanes
+    # at most 16 outputs: one tile of 16 lanes (AVX-512: the C blocks below
+    # 16 positions)
+    (5, 9, 3, 3, 4, 5, (1, 1), (1, 1)),  # 6 positions
+    (13, 11, 1, 3, 1, 5, (1, 1), (1, 1)),  # 3 positions, runs of 33
+    (9, 6, 2, 2, 9, 10, (1, 1), (1, 1)),  # 72 positions, a last tile of 9
     # at most 4 outputs: filters one after another, each a dot product a position
     (1, 64, 9, 1, 12, 1, (1, 1), (1, 1)),  # a Conv1D(1, 9) over 64 channels
     (1, 64, 9, 1, 9, 1, (1, 1), (1, 1)),  # its streamed frame: one position

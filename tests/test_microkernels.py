@@ -216,8 +216,9 @@ def test_narrow_heads_keep_their_weights_unpadded(dtype, tmp_path, capsys):
     """A Dense(1) and a Conv1D(2, 4) over 2000 features (a binary
     classifier's or a regressor's head on a wide input): their rows are
     stored one after another, not padded to a 16- or 32-lane tile (which
-    took 16 and 16 times their 72 KB: 1.1 MB), and the library matches
-    TensorFlow over 100 steps (the int8 build's Dense as int8 rows)."""
+    took 16 times their 72 KB); a Conv1D(16, 3)'s in a tile of 16 lanes,
+    not 32 (twice its 384 KB). The library matches TensorFlow over 100
+    steps (the int8 build's Dense as int8 rows)."""
     import keras
 
     from tfaot.cli import main
@@ -225,12 +226,13 @@ def test_narrow_heads_keep_their_weights_unpadded(dtype, tmp_path, capsys):
     keras.utils.set_random_seed(3)
     x = keras.Input((None, 2000), batch_size=1)
     model = keras.Model(x, [keras.layers.Dense(1)(x),
-                            keras.layers.Conv1D(2, 4, padding="causal")(x)])
+                            keras.layers.Conv1D(2, 4, padding="causal")(x),
+                            keras.layers.Conv1D(16, 3, padding="causal")(x)])
     path = tmp_path / "heads.keras"
     model.save(path)
     out = tmp_path / "lib"
     assert main(["build", str(path), "-o", str(out), "-q", "--weights-dtype", dtype]) == 0
-    weights = 4 * (2000 + 2 * 4 * 2000)
+    weights = 4 * (2000 + 2 * 4 * 2000 + 16 * 3 * 2000)
     manifest = json.loads((out / "heads.json").read_text())
     assert manifest["footprint"]["weight_bytes"] < 1.1 * weights, manifest["footprint"]
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0

@@ -25,9 +25,10 @@ void dwconv(const float *w, size_t w_offset, const float *x, size_t x_offset, fl
             size_t sw, size_t dh, size_t dw);
 void act(float *y, size_t y_offset, size_t count, size_t act);
 
-/* packed lanes per tile; filters of at most DOT_ROWS outputs are stored
- * one after another (tile 1: tfrt_matvec.c TFRT_MATVEC_DOT_ROWS) */
-enum { TILE = 32, DOT_ROWS = 4 };
+/* packed lanes per tile, SMALL_TILE for a layer of at most that many
+ * outputs; filters of at most DOT_ROWS outputs are stored one after
+ * another (tile 1: tfrt_matvec.c TFRT_MATVEC_DOT_ROWS) */
+enum { TILE = 32, SMALL_TILE = 16, DOT_ROWS = 4 };
 
 /* e^z for the reference (no libm on bare metal): (e^(z/64))^64, the
  * series to 20 terms; relative error about 1e-12 for |z| < 100 */
@@ -59,7 +60,8 @@ static int check(size_t n, size_t c, size_t kh, size_t kw, size_t ih, size_t iw,
   const size_t ph = ih + pad[0] + pad[1], pw = iw + pad[2] + pad[3];
   const size_t oh = (ph - dh * (kh - 1) - 1) / sh + 1, ow = (pw - dw * (kw - 1) - 1) / sw + 1;
   const size_t groups = mult ? c : 1, cg = c / groups, k = kh * kw * cg;
-  const size_t lanes = n <= DOT_ROWS ? 1 : TILE, tiles = (n + TILE - 1) / TILE;
+  const size_t lanes = n <= DOT_ROWS ? 1 : n <= SMALL_TILE ? SMALL_TILE : TILE;
+  const size_t tiles = (n + TILE - 1) / TILE;
   const size_t wsize = mult ? kh * kw * n : (n + lanes - 1) / lanes * lanes * k;
   float *filters = malloc(kh * kw * cg * n * sizeof(float)); /* [kh][kw][cg][n] */
   float *w = calloc(wsize, sizeof(float)), *x = malloc(ih * iw * c * sizeof(float));
