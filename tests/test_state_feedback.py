@@ -212,6 +212,35 @@ def test_saved_model_with_variable_state_keeps_it(tmp_path, capsys):
     assert main(["verify", str(path), str(out), "--steps", str(STEPS)]) == 0
 
 
+def test_a_scalar_variable_state(tmp_path, capsys):
+    """A step that keeps a scalar (rank 0) tf.Variable, a gain it updates:
+    iree-compile failed on the reset function ('stablehlo.is_finite' op
+    result must be of bools: its mask was typed tensor<f32>)."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        def __init__(self):
+            self.g = tf.Variable(0.5, trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 4), tf.float32)])
+        def step(self, x):
+            g = 0.9 * self.g + 0.1 * tf.reduce_mean(tf.abs(x))
+            self.g.assign(g)
+            return {"y": x * g}
+
+    module = Step()
+    path, out = tmp_path / "scalar_state", tmp_path / "lib"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    xs = np.random.default_rng(1).normal(size=(STEPS, 1, 4)).astype(np.float32)
+    want = _saved_steps(path, xs)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert [s["shape"] for s in manifest["state"]] == [[]]
+    lib = harness.load(out)
+    np.testing.assert_allclose(lib.step_n(xs), want, atol=1e-6)
+    assert main(["verify", str(path), str(out), "--steps", str(STEPS)]) == 0
+
+
 def test_a_read_after_the_assign_is_refused_clearly(tmp_path, capsys):
     """A step that returns its variable after assigning it (the read sees
     the new value): not a state this rewrite can hoist; one line that says

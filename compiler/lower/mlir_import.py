@@ -440,7 +440,8 @@ def _reset_func(states) -> str:
     lines = ["  func.func @reset() {"]
     for i, s in enumerate(states):
         t = _tensor_type(s)
-        b = re.sub(r"x[a-z][a-z0-9]*>$", "xi1>", t)  # (an f16 state's mask too: i1, not f16)
+        # (an f16 state's mask too: i1, not f16; a scalar state's, tensor<f32>, too)
+        b = re.sub(r"([<x])[a-z][a-z0-9]*>$", r"\1i1>", t)
         lines += [
             f"    %old{i} = ml_program.global_load @state{i} : {t}",
             f"    %zero{i} = stablehlo.constant dense<0.0> : {t}",
