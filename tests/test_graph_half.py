@@ -48,3 +48,23 @@ def test_reset_of_a_half_state_masks_in_i1_and_writes_half_bytes():
     text = _reset_func([state])
     assert "stablehlo.is_finite %old0 : (tensor<1x3xf16>) -> tensor<1x3xi1>" in text
     assert _dense(state.initial, "float16") == 'dense<"0x003C00400042">'
+
+
+def test_two_float16_inputs_verify(tmp_path, capsys):
+    """A SavedModel of two float16 inputs: the harness's ctypes twin of the
+    inputs struct had no float16 field type, and verify died with an
+    internal error (NotImplementedError) on a library that was right."""
+    import tensorflow as tf
+
+    class Mix(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 3], tf.float16, name="a"),
+                                      tf.TensorSpec([1, 3], tf.float16, name="b")])
+        def __call__(self, a, b):
+            return {"y": tf.tanh(a * b + a)}
+
+    module = Mix()
+    path = tmp_path / "mix"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    assert main(["build", str(path), "-o", str(tmp_path / "lib"), "-q"]) == 0
+    assert main(["verify", str(path), str(tmp_path / "lib"), "--steps", "100"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")

@@ -382,7 +382,9 @@ def _tensors_struct(specs, name: str):
     fields, same order, so the same padding as the C compiler)."""
     fields = []
     for i, (_, dtype, shape) in enumerate(specs):
-        elem = np.ctypeslib.as_ctypes_type(dtype)
+        # (ctypes has no half: a 16-bit integer has its size and alignment)
+        elem = (ctypes.c_uint16 if np.dtype(dtype) == np.float16
+                else np.ctypeslib.as_ctypes_type(dtype))
         fields.append((f"f{i}", elem * max(int(np.prod(shape)), 1)))
     return type(name, (ctypes.Structure,), {"_fields_": fields})
 
