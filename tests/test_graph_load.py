@@ -133,3 +133,25 @@ def test_truncated_saved_model(tmp_path):
     with pytest.raises(TfaotError) as e:
         load_graph(tmp_path)
     assert str(tmp_path) in str(e.value)
+
+
+def test_a_saved_models_pb_file_names_its_folder(tmp_path, capsys):
+    """`tfaot build DIR/saved_model.pb` (the SavedModel's file, not its
+    folder) said the file was not a valid GraphDef, perhaps truncated; it
+    now says to give the folder, and writes nothing."""
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    class Step(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 3], tf.float32)])
+        def __call__(self, x):
+            return {"y": 2.0 * x}
+
+    module = Step()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    out = tmp_path / "lib"
+    assert main(["build", str(tmp_path / "sm" / "saved_model.pb"), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "SavedModel's saved_model.pb" in err and f"tfaot build {tmp_path / 'sm'}" in err, err
+    assert not out.exists()

@@ -138,6 +138,10 @@ def read_graph_def(path: Path):
         raise TfaotError(f"{path}: cannot read: {e.strerror}") from None
     if not data:
         raise TfaotError(f"{path}: the file is empty")
+    if path.name == "saved_model.pb" and (path.parent / "variables").is_dir():
+        # (a SavedModel's MetaGraphs, not a GraphDef: it did not parse as one)
+        raise TfaotError(f"{path}: this is a SavedModel's saved_model.pb; give the "
+                         f"SavedModel's folder instead: tfaot build {path.parent}")
     graph_def = tf.compat.v1.GraphDef()
     if _looks_like_text(data):
         try:
