@@ -150,6 +150,11 @@ def _note_variable_state(details: dict, model_path: str, progress: Progress) -> 
         progress.note(f"{model_path}: keeps the {details['variable_state']} variable(s) its "
                       "call assigns (a stateful layer's state) as the library's state "
                       "(at reset: their saved values)")
+    if details.get("variable_io"):
+        progress.note(f"{model_path}: the variable(s) its call assigns that are not float32 "
+                      f"stay step inputs and outputs ({', '.join(details['variable_io'])}), "
+                      "which the caller feeds back: tfaot keeps float32 state only (a "
+                      "float32 variable, e.g. a frame counter as a float, is kept)")
 
 
 def _refuse_float64(program, model_path: str) -> None:

@@ -241,6 +241,32 @@ def test_a_scalar_variable_state(tmp_path, capsys):
     assert main(["verify", str(path), str(out), "--steps", str(STEPS)]) == 0
 
 
+def test_an_int32_variable_state_is_said_to_stay_io(tmp_path, capsys):
+    """A step counting its frames in an int32 tf.Variable: tfaot keeps
+    float32 state only, so the variable stays a step input and output; the
+    note said it was kept as the library's state."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        def __init__(self):
+            self.n = tf.Variable([0], trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 3), tf.float32)])
+        def step(self, x):
+            n = self.n + 1
+            self.n.assign(n)
+            return {"y": x * tf.cast(n, tf.float32)[:, None]}
+
+    module = Step()
+    path, out = tmp_path / "counter", tmp_path / "lib"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    assert main(["build", str(path), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "keeps the" not in err and "stay step inputs and outputs" in err, err
+    manifest = json.loads(next(out.glob("*.json")).read_text())
+    assert manifest["state"] == [] and len(manifest["inputs"]) == 2, manifest["inputs"]
+
+
 def test_a_read_after_the_assign_is_refused_clearly(tmp_path, capsys):
     """A step that returns its variable after assigning it (the read sees
     the new value): not a state this rewrite can hoist; one line that says

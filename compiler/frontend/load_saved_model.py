@@ -219,7 +219,13 @@ def with_variable_state(loaded, state) -> None:
     loaded.output_names = [loaded.output_names[i] for i in kept]
     loaded.details["loop_initial_states"] = [name for name in in_loops
                                              if name not in state.inputs]
-    loaded.details["variable_state"] = len(state.inputs)  # (0: a dropout's seed alone)
+    # (0: a dropout's seed alone); only float32 ones become the library's
+    # state (state_feedback.find_pairs), the others stay step I/O
+    kept_as_state = [name for name in state.inputs
+                     if str(state.initial[name].dtype) == "float32"]
+    loaded.details["variable_state"] = len(kept_as_state)
+    loaded.details["variable_io"] = [name.rsplit("/", 1)[-1] for name in state.inputs
+                                     if name not in kept_as_state]
     loaded.details["state_initial"] = state.initial
 
 
