@@ -267,6 +267,42 @@ def test_an_int32_variable_state_is_said_to_stay_io(tmp_path, capsys):
     assert manifest["state"] == [] and len(manifest["inputs"]) == 2, manifest["inputs"]
 
 
+@pytest.mark.parametrize("write", ["assign_add", "assign"])
+def test_a_counter_by_assign_add_is_refused_with_the_form_that_builds(write, tmp_path, capsys):
+    """A frame counter kept with assign_add is refused; the message named
+    the plain assign of the other variable, not the assign_add, and did not
+    say how to write it. Written as it says (the new value assigned and
+    used), the step builds and verifies."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        def __init__(self):
+            self.h = tf.Variable(tf.zeros((1, 3)), trainable=False)
+            self.n = tf.Variable([0.0], trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec((1, 3), tf.float32)])
+        def step(self, x):
+            h = tf.tanh(x + 0.5 * self.h)
+            self.h.assign(h)
+            if write == "assign_add":
+                self.n.assign_add([1.0])
+                return {"y": h * self.n}
+            n = self.n + 1.0
+            self.n.assign(n)
+            return {"y": h * n}
+
+    module = Step()
+    path, out = tmp_path / "counter", tmp_path / "lib"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    code = main(["build", str(path), "-o", str(out), "-q"])
+    if write == "assign_add":
+        err = capsys.readouterr().err
+        assert code == 1 and "AssignAddVariableOp" in err and "v.assign(new)" in err, err
+        return
+    assert code == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
+
+
 def test_a_read_after_the_assign_is_refused_clearly(tmp_path, capsys):
     """A step that returns its variable after assigning it (the read sees
     the new value): not a state this rewrite can hoist; one line that says

@@ -242,10 +242,12 @@ def _refuse_unfrozen(path, key: str, shapes, error, assigned: list, seeds: list)
     if assigned:
         raise TfaotError(
             f"{path}: signature '{key}' keeps state in a tf.Variable (node '{assigned[0]}' "
-            f"assigns one) in a way tfaot cannot hoist (a read after the assign, or "
-            f"another op on the variable); export the step with its state as an input and "
-            f"an output instead (e.g. previous_state_h -> new_state_h: pairs named so are "
-            f"found, others are given with --state IN=OUT)") from None
+            f"assigns one) in a way tfaot cannot hoist (a read after the assign, an "
+            f"assign_add or another op on the variable); compute the new value, assign it "
+            f"with v.assign(new) and use that value, not a read of v after the assign; or "
+            f"export the step with its state as an input and an output (e.g. "
+            f"previous_state_h -> new_state_h: pairs named so are found, others are given "
+            f"with --state IN=OUT)") from None
     raise TfaotError(f"{path}: cannot re-trace signature '{key}' at shape(s) "
                      f"{', '.join(_fmt_shape(s) for s in shapes)}: {first_line(error)}") from None
 
@@ -298,10 +300,12 @@ def _seed_generators(obj) -> list[str]:
 
 def _assigned_variables(concrete) -> list[str]:
     """The nodes of ``concrete`` (a traced signature call, its functions
-    included) that assign a variable."""
+    included) that assign a variable, those whose write the state rewrite
+    does not take (variable_state.OTHER_WRITES: an assign_add) first."""
     graph_def = concrete.graph.as_graph_def()
     nodes = [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
-    return [n.name for n in nodes if n.op in _ASSIGN_OPS]
+    writes = [n for n in nodes if n.op in _ASSIGN_OPS]
+    return [n.name for n in sorted(writes, key=lambda n: n.op not in OTHER_WRITES)]
 
 
 def _override(input_specs, key: str):
