@@ -847,3 +847,34 @@ def test_a_saved_model_traced_at_a_batch_of_four_says_how_to_export_it(tmp_path,
     assert main(["build", str(tmp_path / "sm"), "-o", str(tmp_path / "lib"), "-q",
                  "--inputs", "inputs:1x10x3"]) == 1
     assert "--inputs sizes the signature's open axes only" in capsys.readouterr().err
+
+
+def test_frames_made_one_waveform_name_the_cut_that_streams(tmp_path, capsys):
+    """Frames of 4 samples a step (1, None, 4) reshaped to one waveform for a
+    front end: the Reshape merges time with the samples, and the refusal
+    said no more; it now names the Reshape to build from, and that build
+    verifies."""
+    import re
+
+    import tensorflow as tf
+
+    from tfaot.cli import main
+
+    filters = tf.constant(np.random.default_rng(0).normal(size=(4, 1, 3)).astype(np.float32))
+
+    class FrontEnd(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, None, 4], tf.float32, name="frames")])
+        def __call__(self, frames):
+            wave = tf.reshape(frames, [1, -1])
+            return {"y": tf.nn.conv1d(wave[:, :, None], filters, stride=4, padding="VALID")}
+
+    module = FrontEnd()
+    path = tmp_path / "frames"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.__call__})
+    assert main(["build", str(path), "-o", str(tmp_path / "lib")]) == 1
+    err = capsys.readouterr().err
+    cut = re.search(r"build from it: --inputs (\S+)", err)
+    assert cut and "merges the time axis" in err, err
+    out = tmp_path / "cut"
+    assert main(["build", str(path), "-o", str(out), "-q", "--inputs", cut[1]]) == 0
+    assert main(["verify", str(path), str(out), "--steps", "100"]) == 0

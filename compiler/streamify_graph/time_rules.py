@@ -450,7 +450,9 @@ def flatten_window(s: SeqOp, full_in, full_out):
     if mode(s) != "window" or s.frames.length is None or \
             full_in[s.a] != s.frames.length:
         s.fail(f"reshapes {list(full_in)} (time axis {s.a}) to {list(full_out)}, which "
-               "merges the time axis with other dimensions")
+               "merges the time axis with other dimensions; where the result is a "
+               "sequence again (frames of samples made one waveform for a front end), "
+               f"build from it: --inputs {s.node.name}")
     window = _window(s, "flatten")
     with s.em_scope():
         y = tf.reshape(window, list(full_out))
