@@ -303,6 +303,33 @@ def test_a_counter_by_assign_add_is_refused_with_the_form_that_builds(write, tmp
     assert main(["verify", str(path), str(out), "--steps", "100"]) == 0
 
 
+def test_variable_state_beside_a_captured_tensor(tmp_path, capsys):
+    """A step keeping its state in a tf.Variable and multiplying by a
+    tensor the module made in __init__ (a mel matrix, say): the tensor is a
+    capture of the call, which was taken for one of its inputs ("input '68:0'
+    has shape 4x3 in the graph, not 1x3")."""
+    import tensorflow as tf
+
+    class Step(tf.Module):
+        def __init__(self):
+            self.w = tf.constant(np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32))
+            self.h = tf.Variable(tf.zeros([1, 3]), trainable=False)
+
+        @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32, name="x")])
+        def step(self, x):
+            h = tf.tanh(x @ self.w + 0.5 * self.h)
+            self.h.assign(h)
+            return {"y": h}
+
+    module = Step()
+    path, out = tmp_path / "captured", tmp_path / "lib"
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.step})
+    xs = np.random.default_rng(3).normal(size=(STEPS, 1, 4)).astype(np.float32)
+    want = _saved_steps(path, xs)
+    assert main(["build", str(path), "-o", str(out), "-q"]) == 0
+    np.testing.assert_allclose(harness.load(out).step_n(xs), want, atol=1e-6)
+
+
 def test_a_read_after_the_assign_is_refused_clearly(tmp_path, capsys):
     """A step that returns its variable after assigning it (the read sees
     the new value): not a state this rewrite can hoist; one line that says

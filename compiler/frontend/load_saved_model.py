@@ -152,7 +152,11 @@ def _load_saved_model_v2(path: Path, input_specs, output_specs, signature,
             _refuse_unfrozen(path, key, shapes, e, assigned, seeds)
     if state is not None:  # (a stateful RNN's variables: the step's state I/O)
         gd = state.graph_def
-        in_names = [t.op.name for t in cf.inputs if t.dtype != tf.resource]
+        # the call's own inputs: not its captures (a variable's handle, or a
+        # tensor of the module, e.g. a mel matrix made in __init__, which
+        # freezing made a constant)
+        own = cf.inputs[:len(cf.inputs) - len(cf.captured_inputs)]
+        in_names = [t.op.name for t in own if t.dtype != tf.resource]
         in_names += state.inputs
         shapes += [state.initial[name].shape for name in state.inputs]
         outs = [t.name for t in cf.outputs] + [f"{name}:0" for name in state.outputs]
