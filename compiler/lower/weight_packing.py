@@ -37,9 +37,9 @@ def matvec_tile(n: int) -> int:
 
 def conv_tile(n: int) -> int:
     """Output lanes per packed tile of a convolution of ``n`` outputs (f32
-    and half-width weights; tfrt_matvec.c's TFRT_CONV_TILE_OF): a layer of 8
-    outputs took 4 times its weights in a tile of 32."""
-    return 1 if n <= DOT_ROWS else SMALL_TILE if n <= SMALL_TILE else TILE
+    and half-width weights; tfrt_matvec.c's TFRT_CONV_TILE_OF): a matvec's
+    rule (a layer of 8 outputs took 4 times its weights in a tile of 32)."""
+    return matvec_tile(n)
 
 
 def pack_conv(w: np.ndarray) -> np.ndarray:
