@@ -31,6 +31,12 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 INT8_BLOCK = 16
 
 
+#: Matrices of at most this many rows are stored row after row, each row a
+#: dot product in f32 against the input as it is (tfrt_i8_dot_rows; the
+#: f32 matvecs and the convolutions too: weight_packing.DOT_ROWS is this)
+DOT_ROWS = 4
+
+
 def int8_matvec(w: np.ndarray, x: np.ndarray) -> np.ndarray:
     """What the int8 kernel computes for ``W x``: each block of INT8_BLOCK
     inputs rounded to int8 with its own scale (max|x_block| / 127, in f32 as
@@ -59,8 +65,6 @@ def _blockwise_matvec(w: np.ndarray, x: np.ndarray, block: int, top_q: int,
     rounded (half away from zero, or to even) to integers of magnitude up
     to ``top_q`` with one scale, max|x_block| / top_q in f32; exact integer
     sums. A matrix of at most DOT_ROWS rows keeps x in f32."""
-    from .weight_packing import DOT_ROWS
-
     q, scale = quantize_int8(w)
     x = np.asarray(x, np.float32)
     if len(q) <= DOT_ROWS:  # row after row: the input as it is (tfrt_i8_dot_rows)

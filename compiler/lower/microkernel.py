@@ -368,6 +368,12 @@ def _kernel_of(op, kinds: tuple[str, ...], dtype: str, min_weights: int,
     conv = constant_conv(op, 0) or _constant_matmul(op, min_weights)
     if conv is not None and not conv.depthwise and conv.weights.size < min_weights:
         conv = None  # (depthwise filters are small whatever the model)
+    if (conv is not None and op.operation.name == "stablehlo.dot" and conv.n <= DOT_ROWS
+            and conv.weights.size < matvec_min):
+        # The streams' product of a matrix the one-stream build leaves to IREE
+        # (an int8 build's small f32 head): IREE's too, so that each stream
+        # sums in the one-stream build's order (the dot rows sum in 16 parts).
+        conv = None
     # (a convolution of at most DOT_ROWS outputs keeps f32 filters row after
     # row: the int8 kernel's 32-lane tiles are 8 to 32 times their bytes)
     if (conv is not None and dtype == "int8" and "qconv" in kinds and not conv.depthwise

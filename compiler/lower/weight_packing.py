@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TfaotError
-from .int8_weights import quantize_int8
+from .int8_weights import DOT_ROWS, quantize_int8
 
 #: Output lanes per packed tile; the same number as TFRT_MATVEC_TILE in
 #: runtime_shim/tfrt_matvec.c (a test checks they agree).
@@ -14,11 +14,11 @@ TILE = 32
 #: Matvecs of at most this many rows are packed as one tile this wide
 #: (TFRT_MATVEC_SMALL_TILE): no zero lanes to read (e.g. a Dense(12) head).
 SMALL_TILE = 16
-#: Matvecs of at most this many rows, and convolutions of at most this many
+#: Matvecs of at most DOT_ROWS rows, and convolutions of at most DOT_ROWS
 #: outputs, are packed row after row (tile 1, TFRT_MATVEC_DOT_ROWS): each
 #: output a dot product. In a tile, a Dense(1) over 4000 inputs took 16
 #: times its weights in flash and a Conv1D(1, 9) over 64 channels 32 times.
-DOT_ROWS = 4
+#: (Defined with the int8 arithmetic, which this module imports.)
 
 
 def pack(w: np.ndarray, tile: int = TILE) -> np.ndarray:
