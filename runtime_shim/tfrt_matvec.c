@@ -2189,8 +2189,14 @@ static void tfrt_conv_dot(const struct tfrt_conv *g, const tfrt_weight *w, const
     const float *patch = x + TFRT_PATCH_START(g, p);
     for (size_t o = 0; o < n; o++) {
       float sum = 0;
-      for (size_t r = 0; r < runs; r++)
-        sum += tfrt_dot(w + o * k + r * run, patch + TFRT_RUN_START(g, r), run);
+      for (size_t r = 0; r < runs; r++) {
+        const tfrt_weight *wr = w + o * k + r * run;
+        const float *xr = patch + TFRT_RUN_START(g, r);
+        if (run < TFRT_DOT_LANES) /* (a short run: one chain, no partial sums to add) */
+          for (size_t e = 0; e < run; e++) TFRT_MAC(sum, TFRT_W(wr[e]), xr[e]);
+        else
+          sum += tfrt_dot(wr, xr, run);
+      }
       y[p * n + o] = tfrt_clamp_to(lo, hi, sum + bias[o]);
     }
   }
