@@ -655,22 +655,10 @@ def tf_keras_readable(path: Path, fmt: str):
     classes on a CPU, and converts their weights itself as it loads them
     into an LSTM or GRU), weight constraints and regularizers none
     (keras2.without_training_only)."""
-    import h5py
-
-    raw = None
-    if fmt == "h5":
-        with h5py.File(path, "r") as f:
-            raw = f.attrs.get("model_config")
-    config = json.loads(raw) if raw is not None else None
-    readable = None if config is None else with_keras_classes(without_training_only(config))
-    if readable == config:
+    if fmt != "h5":
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="tfaot-k2-") as tmp:
-        copy = Path(tmp) / "model.h5"
-        shutil.copyfile(path, copy)
-        with h5py.File(copy, "r+") as f:
-            f.attrs["model_config"] = json.dumps(readable)
+    with h5_rewritten(path, lambda c: with_keras_classes(without_training_only(c))) as copy:
         yield copy
 
 
